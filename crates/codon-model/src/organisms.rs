@@ -1,0 +1,307 @@
+//! The 164 organisms of CodonTransformer (`ORGANISM2ID` upstream) with lookup by name
+//! and by id. Ids are the positions of the names in alphabetical order; the id is the
+//! `token_type_id` the model sees at every position.
+
+use crate::error::{CodonError, Result};
+
+/// Number of organisms, equal to the model's `type_vocab_size`.
+pub const NUM_ORGANISMS: usize = 164;
+
+/// Organism names indexed by id, spelled exactly as upstream (including the
+/// upstream typo `Thermoccoccus kodakarensis`, id 140).
+pub const ORGANISMS: [&str; NUM_ORGANISMS] = [
+    "Arabidopsis thaliana",
+    "Atlantibacter hermannii",
+    "Bacillus subtilis",
+    "Brenneria goodwinii",
+    "Buchnera aphidicola (Schizaphis graminum)",
+    "Caenorhabditis elegans",
+    "Candidatus Erwinia haradaeae",
+    "Candidatus Hamiltonella defensa 5AT (Acyrthosiphon pisum)",
+    "Chlamydomonas reinhardtii",
+    "Chlamydomonas reinhardtii chloroplast",
+    "Citrobacter amalonaticus",
+    "Citrobacter braakii",
+    "Citrobacter cronae",
+    "Citrobacter europaeus",
+    "Citrobacter farmeri",
+    "Citrobacter freundii",
+    "Citrobacter koseri ATCC BAA-895",
+    "Citrobacter portucalensis",
+    "Citrobacter werkmanii",
+    "Citrobacter youngae",
+    "Cronobacter dublinensis subsp. dublinensis LMG 23823",
+    "Cronobacter malonaticus LMG 23826",
+    "Cronobacter sakazakii",
+    "Cronobacter turicensis",
+    "Danio rerio",
+    "Dickeya dadantii 3937",
+    "Dickeya dianthicola",
+    "Dickeya fangzhongdai",
+    "Dickeya solani",
+    "Dickeya zeae",
+    "Drosophila melanogaster",
+    "Edwardsiella anguillarum ET080813",
+    "Edwardsiella ictaluri",
+    "Edwardsiella piscicida",
+    "Edwardsiella tarda",
+    "Enterobacter asburiae",
+    "Enterobacter bugandensis",
+    "Enterobacter cancerogenus",
+    "Enterobacter chengduensis",
+    "Enterobacter cloacae",
+    "Enterobacter hormaechei",
+    "Enterobacter kobei",
+    "Enterobacter ludwigii",
+    "Enterobacter mori",
+    "Enterobacter quasiroggenkampii",
+    "Enterobacter roggenkampii",
+    "Enterobacter sichuanensis",
+    "Erwinia amylovora CFBP1430",
+    "Erwinia persicina",
+    "Escherichia albertii",
+    "Escherichia coli O157-H7 str. Sakai",
+    "Escherichia coli general",
+    "Escherichia coli str. K-12 substr. MG1655",
+    "Escherichia fergusonii",
+    "Escherichia marmotae",
+    "Escherichia ruysiae",
+    "Ewingella americana",
+    "Hafnia alvei",
+    "Hafnia paralvei",
+    "Homo sapiens",
+    "Kalamiella piersonii",
+    "Klebsiella aerogenes",
+    "Klebsiella grimontii",
+    "Klebsiella michiganensis",
+    "Klebsiella oxytoca",
+    "Klebsiella pasteurii",
+    "Klebsiella pneumoniae subsp. pneumoniae HS11286",
+    "Klebsiella quasipneumoniae",
+    "Klebsiella quasivariicola",
+    "Klebsiella variicola",
+    "Kosakonia cowanii",
+    "Kosakonia radicincitans",
+    "Leclercia adecarboxylata",
+    "Lelliottia amnigena",
+    "Lonsdalea populi",
+    "Moellerella wisconsensis",
+    "Morganella morganii",
+    "Mus musculus",
+    "Nicotiana tabacum",
+    "Nicotiana tabacum chloroplast",
+    "Obesumbacterium proteus",
+    "Pantoea agglomerans",
+    "Pantoea allii",
+    "Pantoea ananatis PA13",
+    "Pantoea dispersa",
+    "Pantoea stewartii",
+    "Pantoea vagans",
+    "Pectobacterium aroidearum",
+    "Pectobacterium atrosepticum",
+    "Pectobacterium brasiliense",
+    "Pectobacterium carotovorum",
+    "Pectobacterium odoriferum",
+    "Pectobacterium parmentieri",
+    "Pectobacterium polaris",
+    "Pectobacterium versatile",
+    "Photorhabdus laumondii subsp. laumondii TTO1",
+    "Plesiomonas shigelloides",
+    "Pluralibacter gergoviae",
+    "Proteus faecis",
+    "Proteus mirabilis HI4320",
+    "Proteus penneri",
+    "Proteus terrae subsp. cibarius",
+    "Proteus vulgaris",
+    "Providencia alcalifaciens",
+    "Providencia heimbachae",
+    "Providencia rettgeri",
+    "Providencia rustigianii",
+    "Providencia stuartii",
+    "Providencia thailandensis",
+    "Pseudomonas putida",
+    "Pyrococcus furiosus",
+    "Pyrococcus horikoshii",
+    "Pyrococcus yayanosii",
+    "Rahnella aquatilis CIP 78.65 = ATCC 33071",
+    "Raoultella ornithinolytica",
+    "Raoultella planticola",
+    "Raoultella terrigena",
+    "Rosenbergiella epipactidis",
+    "Rouxiella badensis",
+    "Saccharolobus solfataricus",
+    "Saccharomyces cerevisiae",
+    "Salmonella bongori N268-08",
+    "Salmonella enterica subsp. enterica serovar Typhimurium str. LT2",
+    "Serratia bockelmannii",
+    "Serratia entomophila",
+    "Serratia ficaria",
+    "Serratia fonticola",
+    "Serratia grimesii",
+    "Serratia liquefaciens",
+    "Serratia marcescens",
+    "Serratia nevei",
+    "Serratia plymuthica AS9",
+    "Serratia proteamaculans",
+    "Serratia quinivorans",
+    "Serratia rubidaea",
+    "Serratia ureilytica",
+    "Shigella boydii",
+    "Shigella dysenteriae",
+    "Shigella flexneri 2a str. 301",
+    "Shigella sonnei",
+    "Thermoccoccus kodakarensis",
+    "Thermococcus barophilus MPT",
+    "Thermococcus chitonophagus",
+    "Thermococcus gammatolerans",
+    "Thermococcus litoralis",
+    "Thermococcus onnurineus",
+    "Thermococcus sibiricus",
+    "Xenorhabdus bovienii str. feltiae Florida",
+    "Yersinia aldovae 670-83",
+    "Yersinia aleksiciae",
+    "Yersinia alsatica",
+    "Yersinia enterocolitica",
+    "Yersinia frederiksenii ATCC 33641",
+    "Yersinia intermedia",
+    "Yersinia kristensenii",
+    "Yersinia massiliensis CCUG 53443",
+    "Yersinia mollaretii ATCC 43969",
+    "Yersinia pestis A1122",
+    "Yersinia proxima",
+    "Yersinia pseudotuberculosis IP 32953",
+    "Yersinia rochesterensis",
+    "Yersinia rohdei",
+    "Yersinia ruckeri",
+    "Yokenella regensburgei",
+];
+
+/// An organism given by the user: a name or an id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum OrganismRef {
+    /// An id, 0..164.
+    Id(i64),
+    /// A name exactly as in [`ORGANISMS`].
+    Name(String),
+}
+
+impl OrganismRef {
+    /// Resolve to an id: a known name, or an id below [`NUM_ORGANISMS`].
+    pub fn resolve(&self) -> Result<u32> {
+        match self {
+            OrganismRef::Id(id) => organism_name(*id).map(|_| *id as u32),
+            OrganismRef::Name(name) => organism_id(name),
+        }
+    }
+}
+
+impl From<&str> for OrganismRef {
+    fn from(s: &str) -> Self {
+        OrganismRef::Name(s.to_string())
+    }
+}
+
+impl From<u32> for OrganismRef {
+    fn from(id: u32) -> Self {
+        OrganismRef::Id(id as i64)
+    }
+}
+
+/// The id of an organism name (exact match). An unknown name is an error that suggests close names.
+pub fn organism_id(name: &str) -> Result<u32> {
+    ORGANISMS
+        .binary_search(&name)
+        .map(|i| i as u32)
+        .map_err(|_| CodonError::UnknownOrganismName {
+            name: name.to_string(),
+            suggestions: close_names(name),
+        })
+}
+
+/// The name of an organism id. An id outside 0..164 is an error.
+pub fn organism_name(id: i64) -> Result<&'static str> {
+    usize::try_from(id)
+        .ok()
+        .and_then(|i| ORGANISMS.get(i).copied())
+        .ok_or(CodonError::UnknownOrganismId { id })
+}
+
+/// Resolve a command-line or CSV organism field: an integer string is an id, anything else a name.
+pub fn parse_organism(text: &str) -> Result<u32> {
+    let text = text.trim();
+    match text.parse::<i64>() {
+        Ok(id) => OrganismRef::Id(id).resolve(),
+        Err(_) => organism_id(text),
+    }
+}
+
+/// Up to three known names closest to `name` (case-insensitive Jaro-Winkler, then substring matches).
+fn close_names(name: &str) -> Vec<&'static str> {
+    let query = name.to_lowercase();
+    let mut scored: Vec<(f64, &'static str)> = ORGANISMS
+        .iter()
+        .map(|&candidate| {
+            let lower = candidate.to_lowercase();
+            let mut score = strsim::jaro_winkler(&query, &lower);
+            if !query.is_empty() && lower.contains(&query) {
+                score += 1.0;
+            }
+            (score, candidate)
+        })
+        .filter(|(score, _)| *score > 0.75)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored.into_iter().take(3).map(|(_, n)| n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sorted_and_unique_so_ids_match_upstream() {
+        assert!(ORGANISMS.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(organism_id("Arabidopsis thaliana").unwrap(), 0);
+        assert_eq!(organism_id("Escherichia coli general").unwrap(), 51);
+        assert_eq!(organism_id("Homo sapiens").unwrap(), 59);
+        assert_eq!(organism_id("Mus musculus").unwrap(), 77);
+        assert_eq!(organism_id("Saccharomyces cerevisiae").unwrap(), 120);
+        assert_eq!(organism_id("Thermoccoccus kodakarensis").unwrap(), 140);
+        assert_eq!(organism_id("Yokenella regensburgei").unwrap(), 163);
+        for (id, name) in ORGANISMS.iter().enumerate() {
+            assert_eq!(organism_name(id as i64).unwrap(), *name);
+        }
+    }
+
+    #[test]
+    fn unknown_name_suggests_close_names() {
+        let err = organism_id("Escherichia coli").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("Invalid organism name: Escherichia coli. Please use a valid organism name or ID."), "{msg}");
+        assert!(msg.contains("Escherichia coli general"), "{msg}");
+        let err = organism_id("homo sapiens").unwrap_err().to_string();
+        assert!(err.contains("Did you mean: Homo sapiens"), "{err}");
+        let err = organism_id("zzzzqqqq").unwrap_err().to_string();
+        assert!(!err.contains("Did you mean"), "{err}");
+    }
+
+    #[test]
+    fn unknown_id_is_an_error() {
+        for id in [164, -1, 1000] {
+            let msg = organism_name(id).unwrap_err().to_string();
+            assert_eq!(msg, format!("Invalid organism ID: {id}. Please use a valid organism name or ID."));
+        }
+    }
+
+    #[test]
+    fn parse_organism_accepts_ids_and_names() {
+        assert_eq!(parse_organism("51").unwrap(), 51);
+        assert_eq!(parse_organism(" Homo sapiens ").unwrap(), 59);
+        assert!(parse_organism("164").is_err());
+        let r: OrganismRef = serde_json::from_str("\"Homo sapiens\"").unwrap();
+        assert_eq!(r.resolve().unwrap(), 59);
+        let r: OrganismRef = serde_json::from_str("0").unwrap();
+        assert_eq!(r.resolve().unwrap(), 0);
+    }
+}

@@ -1,0 +1,1 @@
+//! Training for CodonTransformer (work in progress: see issue 4).
