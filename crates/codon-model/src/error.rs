@@ -64,6 +64,19 @@ pub enum CodonError {
     },
 }
 
+impl CodonError {
+    /// The message without per-record context (positions, lengths, suggestions): the exact
+    /// upstream text where there is one. Useful to group failures by kind.
+    pub fn summary(&self) -> String {
+        match self {
+            CodonError::InvalidProteinCharacter { .. } => "Invalid characters in protein sequence.".into(),
+            CodonError::LengthMismatch { .. } => "Length of protein (including stop symbol such as \"_\") and the number of codons in DNA sequence (including stop codon) must be equal.".into(),
+            CodonError::UnknownOrganismName { name, .. } => format!("Invalid organism name: {name}."),
+            other => other.to_string(),
+        }
+    }
+}
+
 fn suggest(names: &[&str]) -> String {
     if names.is_empty() {
         String::new()

@@ -213,18 +213,12 @@ pub fn organism_id(name: &str) -> Result<u32> {
     ORGANISMS
         .binary_search(&name)
         .map(|i| i as u32)
-        .map_err(|_| CodonError::UnknownOrganismName {
-            name: name.to_string(),
-            suggestions: close_names(name),
-        })
+        .map_err(|_| CodonError::UnknownOrganismName { name: name.to_string(), suggestions: close_names(name) })
 }
 
 /// The name of an organism id. An id outside 0..164 is an error.
 pub fn organism_name(id: i64) -> Result<&'static str> {
-    usize::try_from(id)
-        .ok()
-        .and_then(|i| ORGANISMS.get(i).copied())
-        .ok_or(CodonError::UnknownOrganismId { id })
+    usize::try_from(id).ok().and_then(|i| ORGANISMS.get(i).copied()).ok_or(CodonError::UnknownOrganismId { id })
 }
 
 /// Resolve a command-line or CSV organism field: an integer string is an id, anything else a name.
@@ -278,7 +272,10 @@ mod tests {
     fn unknown_name_suggests_close_names() {
         let err = organism_id("Escherichia coli").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.starts_with("Invalid organism name: Escherichia coli. Please use a valid organism name or ID."), "{msg}");
+        assert!(
+            msg.starts_with("Invalid organism name: Escherichia coli. Please use a valid organism name or ID."),
+            "{msg}"
+        );
         assert!(msg.contains("Escherichia coli general"), "{msg}");
         let err = organism_id("homo sapiens").unwrap_err().to_string();
         assert!(err.contains("Did you mean: Homo sapiens"), "{err}");

@@ -14,14 +14,8 @@ use crate::error::{CodonError, Result};
 const STANDARD_AMINO_ACIDS: &str = "ACDEFGHIKLMNPQRSTVWY";
 const STOP_CODONS: [&str; 3] = ["TAA", "TAG", "TGA"];
 /// Ambiguous amino acids and their standard replacements (upstream default map).
-const DEFAULT_AMBIGUOUS_MAP: [(char, &[char]); 6] = [
-    ('B', &['N', 'D']),
-    ('Z', &['Q', 'E']),
-    ('X', &['A']),
-    ('J', &['L', 'I']),
-    ('U', &['C']),
-    ('O', &['K']),
-];
+const DEFAULT_AMBIGUOUS_MAP: [(char, &[char]); 6] =
+    [('B', &['N', 'D']), ('Z', &['Q', 'E']), ('X', &['A']), ('J', &['L', 'I']), ('U', &['C']), ('O', &['K'])];
 
 /// What to do with ambiguous amino acids (`ambiguous_aminoacid_behavior` upstream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -264,6 +258,9 @@ mod tests {
             det().with_override('A', &['G']).unwrap_err().to_string(),
             "Invalid amino acid in ambiguous_aminoacid_map_override: A"
         );
-        assert_eq!(det().with_override('X', &[]).unwrap_err().to_string(), "Override for aminoacid 'X' cannot be empty list.");
+        assert_eq!(
+            det().with_override('X', &[]).unwrap_err().to_string(),
+            "Override for aminoacid 'X' cannot be empty list."
+        );
     }
 }

@@ -18,12 +18,12 @@ use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
 use tokenizers::pre_tokenizers::split::Split;
 use tokenizers::pre_tokenizers::whitespace::Whitespace;
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{
-    AddedToken, PaddingParams, PaddingStrategy, SplitDelimiterBehavior, Tokenizer, TruncationParams,
-};
+use tokenizers::{AddedToken, PaddingParams, PaddingStrategy, SplitDelimiterBehavior, Tokenizer, TruncationParams};
 
 use crate::error::{CodonError, Result};
-use crate::vocab::{codon_index, CLS_ID, FIRST_CODON_ID, MAX_LEN, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, VOCAB, VOCAB_SIZE};
+use crate::vocab::{
+    codon_index, CLS_ID, FIRST_CODON_ID, MAX_LEN, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, VOCAB, VOCAB_SIZE,
+};
 
 /// WordPiece's `max_input_chars_per_word`: longer words become `[UNK]`.
 const MAX_INPUT_CHARS_PER_WORD: usize = 100;
@@ -102,7 +102,7 @@ impl CodonTokenizer {
             .map_err(tok_err)?
             .with_pre_tokenizer(Some(PreTokenizerSequence::new(vec![split.into(), Whitespace.into()])))
             .with_post_processor(Some(template));
-        inner.add_special_tokens(SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)));
+        let _added = inner.add_special_tokens(SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)));
         Self::configure(inner, true)
     }
 
@@ -116,9 +116,7 @@ impl CodonTokenizer {
     }
 
     fn configure(mut inner: Tokenizer, builtin: bool) -> Result<Self> {
-        inner
-            .with_truncation(Some(TruncationParams { max_length: MAX_LEN, ..Default::default() }))
-            .map_err(tok_err)?;
+        inner.with_truncation(Some(TruncationParams { max_length: MAX_LEN, ..Default::default() })).map_err(tok_err)?;
         inner.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
             pad_id: PAD_ID,

@@ -35,9 +35,8 @@ pub const STOP_SYMBOL: char = '_';
 /// The 90 tokens, indexed by id (`TOKEN2INDEX` upstream).
 pub const VOCAB: [&str; VOCAB_SIZE] = [
     "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", //
-    "a_unk", "c_unk", "d_unk", "e_unk", "f_unk", "g_unk", "h_unk", "i_unk", "k_unk", "l_unk",
-    "m_unk", "n_unk", "p_unk", "q_unk", "r_unk", "s_unk", "t_unk", "v_unk", "w_unk", "y_unk",
-    "__unk", //
+    "a_unk", "c_unk", "d_unk", "e_unk", "f_unk", "g_unk", "h_unk", "i_unk", "k_unk", "l_unk", "m_unk", "n_unk",
+    "p_unk", "q_unk", "r_unk", "s_unk", "t_unk", "v_unk", "w_unk", "y_unk", "__unk", //
     "k_aaa", "n_aac", "k_aag", "n_aat", "t_aca", "t_acc", "t_acg", "t_act", //
     "r_aga", "s_agc", "r_agg", "s_agt", "i_ata", "i_atc", "m_atg", "i_att", //
     "q_caa", "h_cac", "q_cag", "h_cat", "p_cca", "p_ccc", "p_ccg", "p_cct", //
@@ -172,7 +171,11 @@ mod tests {
             assert_eq!(codon_ids_for(aa), expected.as_slice(), "{aa}");
         }
         assert!(codon_ids_for('*').is_empty());
-        assert_eq!(codon_ids_for('_').len() + (0..20).map(|i| codon_ids_for("ACDEFGHIKLMNPQRSTVWY".as_bytes()[i] as char).len()).sum::<usize>(), 64);
+        assert_eq!(
+            codon_ids_for('_').len()
+                + (0..20).map(|i| codon_ids_for("ACDEFGHIKLMNPQRSTVWY".as_bytes()[i] as char).len()).sum::<usize>(),
+            64
+        );
     }
 
     #[test]

@@ -1,0 +1,299 @@
+//! Dataset preparation: CSV or FASTA gene records become an upstream-format JSONL
+//! training file (`prepare_training_data` + `read_fasta_file` upstream).
+//!
+//! Each record goes through: translation when no protein is given, the `is_correct_seq`
+//! filter, organism lookup, and `get_merged_seq`. Dropped records are counted by reason.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use codon_model::{merged_sequence_with, parse_organism, ProteinConfig};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{DataError, Result};
+use crate::record::{write_atomically, TrainingRecord};
+use crate::translate::{check_cds, translate};
+
+/// One raw gene record read from a CSV row or a FASTA entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GeneRecord {
+    /// Coding DNA.
+    pub dna: String,
+    /// Protein, if the input gives one (else it is translated from the DNA).
+    pub protein: Option<String>,
+    /// Organism name or id as written in the input, if any.
+    pub organism: Option<String>,
+}
+
+/// Options of [`prepare`].
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// Organism for records that name none (and for all FASTA records, as upstream's argument).
+    pub organism: Option<String>,
+    /// Keep records that fail `is_correct_seq` (upstream `prepare_training_data` keeps them).
+    pub keep_incorrect: bool,
+    /// Shuffle the output with this seed (upstream shuffles unseeded).
+    pub shuffle_seed: Option<u64>,
+    /// Protein preprocessing settings.
+    pub protein_config: ProteinConfig,
+    /// Seed of the RNG that resolves ambiguous amino acids.
+    pub seed: u64,
+}
+
+/// What [`prepare`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PrepareReport {
+    /// Records read.
+    pub read: usize,
+    /// Records written.
+    pub written: usize,
+    /// Dropped records per reason.
+    pub dropped: BTreeMap<String, usize>,
+}
+
+impl PrepareReport {
+    /// Total dropped records.
+    pub fn dropped_total(&self) -> usize {
+        self.dropped.values().sum()
+    }
+}
+
+impl std::fmt::Display for PrepareReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "read {} records, wrote {}, dropped {}", self.read, self.written, self.dropped_total())?;
+        for (reason, n) in &self.dropped {
+            write!(f, "\n  dropped {n}: {reason}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The input formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// CSV with a header naming `dna`, and optionally `protein` and `organism`.
+    Csv,
+    /// FASTA, optionally with `[organism=…]` in headers.
+    Fasta,
+}
+
+impl InputFormat {
+    /// Tell the format from a file extension.
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("csv") => Ok(Self::Csv),
+            Some("fasta" | "fa" | "fna" | "ffn" | "fas") => Ok(Self::Fasta),
+            _ => Err(DataError::UnknownFormat { path: path.to_path_buf() }),
+        }
+    }
+}
+
+/// Read gene records from a CSV file. Columns are found by name (`dna`, `protein`,
+/// `organism`, case-insensitive); other columns, such as a pandas index, are ignored.
+pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
+    let csv_err = |e: csv::Error| DataError::Csv { path: path.to_path_buf(), message: e.to_string() };
+    let mut reader = csv::ReaderBuilder::new().flexible(true).from_path(path).map_err(csv_err)?;
+    let headers = reader.headers().map_err(csv_err)?.clone();
+    let column = |name: &str| headers.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
+    let Some(dna_col) = column("dna") else {
+        return Err(DataError::MissingColumns {
+            path: path.to_path_buf(),
+            required: "dna (protein and organism optional)".into(),
+            found: headers.iter().collect::<Vec<_>>().join(","),
+        });
+    };
+    let protein_col = column("protein");
+    let organism_col = column("organism");
+    let mut records = Vec::new();
+    for row in reader.records() {
+        let row = row.map_err(csv_err)?;
+        let field = |col: Option<usize>| col.and_then(|c| row.get(c)).map(str::trim).filter(|s| !s.is_empty());
+        records.push(GeneRecord {
+            dna: field(Some(dna_col)).unwrap_or_default().to_string(),
+            protein: field(protein_col).map(str::to_string),
+            organism: field(organism_col).map(str::to_string),
+        });
+    }
+    Ok(records)
+}
+
+/// `find_pattern_in_fasta`: the value of `[keyword=value]` in a FASTA header, if present.
+pub fn fasta_header_field<'a>(keyword: &str, header: &'a str) -> Option<&'a str> {
+    let key = format!("{keyword}=");
+    let start = header.find(&key)? + key.len();
+    let end = header[start..].find(']')? + start;
+    Some(&header[start..end])
+}
+
+/// Read gene records from a FASTA file; the organism comes from `[organism=…]` in the header.
+pub fn read_fasta(path: &Path) -> Result<Vec<GeneRecord>> {
+    let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut records: Vec<GeneRecord> = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(|e| DataError::io(path, e))?;
+        let line = line.trim_end();
+        if let Some(header) = line.strip_prefix('>') {
+            records.push(GeneRecord {
+                organism: fasta_header_field("organism", header).map(str::to_string),
+                ..Default::default()
+            });
+        } else if let Some(record) = records.last_mut() {
+            record.dna.push_str(line.trim());
+        } else if !line.trim().is_empty() {
+            return Err(DataError::MalformedLine {
+                path: path.to_path_buf(),
+                line: 1,
+                message: "FASTA sequence data before the first '>' header".into(),
+            });
+        }
+    }
+    for r in &mut records {
+        r.dna = r.dna.to_uppercase();
+    }
+    Ok(records)
+}
+
+/// Turn one gene record into a training record, or say why it is dropped.
+pub fn process_record(
+    record: &GeneRecord,
+    idx: u64,
+    options: &PrepareOptions,
+    rng: &mut ChaCha8Rng,
+) -> std::result::Result<TrainingRecord, String> {
+    let organism_text = record.organism.as_deref().or(options.organism.as_deref()).ok_or_else(|| {
+        "no organism (give an organism column, a FASTA [organism=...] tag, or --organism)".to_string()
+    })?;
+    let organism = parse_organism(organism_text).map_err(|e| e.summary())?;
+    if record.dna.is_empty() {
+        return Err("empty DNA".into());
+    }
+    let protein = match &record.protein {
+        Some(p) => p.clone(),
+        None => translate(&record.dna).map_err(|e| format!("untranslatable DNA: {e}"))?,
+    };
+    if !options.keep_incorrect {
+        check_cds(&record.dna.to_uppercase(), &protein.to_uppercase())
+            .map_err(|defect| format!("not a correct CDS: {defect}"))?;
+    }
+    let codons =
+        merged_sequence_with(&protein, &record.dna, "_", &options.protein_config, rng).map_err(|e| e.summary())?;
+    Ok(TrainingRecord { idx, codons, organism })
+}
+
+/// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
+pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<PrepareReport> {
+    let records = match InputFormat::from_path(input)? {
+        InputFormat::Csv => read_csv(input)?,
+        InputFormat::Fasta => read_fasta(input)?,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    let mut report = PrepareReport { read: records.len(), ..Default::default() };
+    let mut out = Vec::with_capacity(records.len());
+    for (idx, record) in records.iter().enumerate() {
+        match process_record(record, idx as u64, options, &mut rng) {
+            Ok(r) => out.push(r),
+            Err(reason) => *report.dropped.entry(reason).or_default() += 1,
+        }
+    }
+    if let Some(seed) = options.shuffle_seed {
+        out.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
+    }
+    report.written = out.len();
+    write_jsonl(output, &out)?;
+    Ok(report)
+}
+
+/// Write training records as JSONL, atomically.
+pub fn write_jsonl(path: &Path, records: &[TrainingRecord]) -> Result<()> {
+    write_atomically(path, |w| {
+        for r in records {
+            writeln!(w, "{}", r.to_json_line())?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn fasta_reading_matches_upstream_test() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(dir.path(), "a.fasta", ">sequence1\nATGATGATGATGATG\n>sequence2\nTGATGATGATGA\n");
+        let recs = read_fasta(&p).unwrap();
+        assert_eq!(recs.iter().map(|r| r.dna.as_str()).collect::<Vec<_>>(), ["ATGATGATGATGATG", "TGATGATGATGA"]);
+        assert_eq!(fasta_header_field("keyword", "seq1 [keyword=value1] [x=y]"), Some("value1"));
+        assert_eq!(fasta_header_field("nonexistent", "seq1 [keyword=value1]"), None);
+        let bad = write(dir.path(), "b.fasta", "ATG\n>x\nATG\n");
+        assert!(matches!(read_fasta(&bad), Err(DataError::MalformedLine { .. })));
+    }
+
+    #[test]
+    fn prepare_filters_and_reports_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write(
+            dir.path(),
+            "in.csv",
+            "dna,protein,organism\n\
+             ATGGCCTGA,,Escherichia coli general\n\
+             ATGGCCTGA,MA_,51\n\
+             ATGTAAGCCTGA,,51\n\
+             ATGGCCTG,,51\n\
+             AAAGCCTGA,,51\n\
+             ATGGCCTGA,,E. coli\n\
+             ATGXYZTGA,,51\n\
+             ATGGCCTGA,MAV_,51\n\
+             ATGCCGTGA,,\n",
+        );
+        let out = dir.path().join("out.jsonl");
+        let report = prepare(&input, &out, &PrepareOptions::default()).unwrap();
+        assert_eq!(report.read, 9);
+        assert_eq!(report.written, 2);
+        let reasons: Vec<&str> = report.dropped.keys().map(String::as_str).collect();
+        assert_eq!(
+            reasons,
+            [
+                "Invalid organism name: E. coli.",
+                "Length of protein (including stop symbol such as \"_\") and the number of codons in DNA sequence (including stop codon) must be equal.",
+                "no organism (give an organism column, a FASTA [organism=...] tag, or --organism)",
+                "not a correct CDS: DNA length is not a multiple of 3",
+                "not a correct CDS: internal stop codon",
+                "not a correct CDS: no start codon (ATG, TTG, CTG, GTG)",
+                "untranslatable DNA: Codon 'XYZ' is invalid",
+            ]
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(
+            text,
+            "{\"idx\": 0, \"codons\": \"M_ATG A_GCC __TGA\", \"organism\": 51}\n{\"idx\": 1, \"codons\": \"M_ATG A_GCC __TGA\", \"organism\": 51}\n"
+        );
+        // --organism fills in the missing one.
+        let opts = PrepareOptions { organism: Some("Homo sapiens".into()), ..Default::default() };
+        let report = prepare(&input, &out, &opts).unwrap();
+        assert_eq!(report.written, 3);
+    }
+
+    #[test]
+    fn missing_dna_column_and_unknown_format_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = write(dir.path(), "in.csv", "protein,organism\nMA_,51\n");
+        let err = prepare(&input, &dir.path().join("o.jsonl"), &PrepareOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("Input dataset must have columns"), "{err}");
+        let err = prepare(&dir.path().join("x.txt"), &dir.path().join("o.jsonl"), &PrepareOptions::default());
+        assert!(matches!(err, Err(DataError::UnknownFormat { .. })));
+        let err = prepare(&dir.path().join("missing.fasta"), &dir.path().join("o.jsonl"), &PrepareOptions::default());
+        assert!(matches!(err, Err(DataError::Io { .. })));
+    }
+}

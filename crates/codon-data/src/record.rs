@@ -1,0 +1,81 @@
+//! The training record of the upstream JSONL format, and atomic file output.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{DataError, Result};
+
+/// One line of a training file: `{"idx": int, "codons": merged tokens, "organism": id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainingRecord {
+    /// Index of the record in the source data.
+    pub idx: u64,
+    /// Merged sequence, e.g. `M_ATG A_GCT __TAA`.
+    pub codons: String,
+    /// Organism id, 0..164.
+    pub organism: u32,
+}
+
+impl TrainingRecord {
+    /// The line as upstream's `json.dumps` writes it (`", "` and `": "` separators), so files
+    /// made by either tool are byte-compatible.
+    pub fn to_json_line(&self) -> String {
+        let codons = serde_json::to_string(&self.codons).unwrap_or_else(|_| String::from("\"\""));
+        format!("{{\"idx\": {}, \"codons\": {}, \"organism\": {}}}", self.idx, codons, self.organism)
+    }
+
+    /// Number of merged tokens (whitespace-separated words).
+    pub fn num_tokens(&self) -> usize {
+        self.codons.split_ascii_whitespace().count()
+    }
+}
+
+/// Write a file atomically: the content goes to a temporary file in the same folder,
+/// which is then renamed over `path`, so a failure never leaves a partial file behind.
+pub fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir).map_err(|e| DataError::io(dir, e))?;
+    {
+        let mut out = std::io::BufWriter::new(tmp.as_file_mut());
+        write(&mut out).map_err(|e| DataError::io(path, e))?;
+        out.flush().map_err(|e| DataError::io(path, e))?;
+    }
+    tmp.as_file().sync_all().map_err(|e| DataError::io(path, e))?;
+    tmp.persist(path).map_err(|e| DataError::io(path, e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_line_matches_python_json_dumps() {
+        let r = TrainingRecord { idx: 0, codons: "M_ATG R_AGG L_TTG L_CTA R_CGA __TAG".into(), organism: 51 };
+        assert_eq!(r.to_json_line(), r#"{"idx": 0, "codons": "M_ATG R_AGG L_TTG L_CTA R_CGA __TAG", "organism": 51}"#);
+        let back: TrainingRecord = serde_json::from_str(&r.to_json_line()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(r.num_tokens(), 6);
+    }
+
+    #[test]
+    fn failed_write_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, "old").unwrap();
+        let err = write_atomically(&path, |w| {
+            w.write_all(b"partial")?;
+            Err(std::io::Error::other("boom"))
+        });
+        assert!(err.is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file cleaned up");
+        write_atomically(&path, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
+}
