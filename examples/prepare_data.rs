@@ -1,0 +1,60 @@
+//! Prepare a JSONL training file from a CSV (dna, optional protein, organism) or FASTA file.
+//!
+//! ```text
+//! cargo run --release --example prepare_data -- --input data/demo/genes.csv --output train.jsonl
+//! cargo run --release --example prepare_data -- --input genes.fasta --output train.jsonl --organism "Homo sapiens"
+//! ```
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use codon_ascend::data::{prepare, PrepareOptions};
+use codon_ascend::model::{AmbiguousBehavior, ProteinConfig};
+
+/// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
+#[derive(Parser)]
+struct Args {
+    /// Input file: .csv with a `dna` column (and optionally `protein`, `organism`), or FASTA.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSONL file (written atomically).
+    #[arg(long)]
+    output: PathBuf,
+    /// Organism name or id for records that name none.
+    #[arg(long)]
+    organism: Option<String>,
+    /// Keep records that fail the is_correct_seq CDS checks.
+    #[arg(long)]
+    keep_incorrect: bool,
+    /// Shuffle the output with this seed.
+    #[arg(long)]
+    shuffle_seed: Option<u64>,
+    /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
+    #[arg(long, default_value = "standardize_random")]
+    ambiguous: String,
+    /// Seed for resolving ambiguous amino acids at random.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let behavior: AmbiguousBehavior = args.ambiguous.parse()?;
+    let options = PrepareOptions {
+        organism: args.organism,
+        keep_incorrect: args.keep_incorrect,
+        shuffle_seed: args.shuffle_seed,
+        protein_config: ProteinConfig::new(behavior),
+        seed: args.seed,
+    };
+    let report = prepare(&args.input, &args.output, &options)
+        .with_context(|| format!("preparing {}", args.input.display()))?;
+    println!("{report}");
+    println!("wrote {}", args.output.display());
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}

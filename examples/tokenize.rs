@@ -1,0 +1,95 @@
+//! Tokenize proteins (with optional DNA) for CodonTransformer.
+//!
+//! Input lines: `{"protein": str, "dna": str (optional), "organism": name or id}`.
+//! Output lines: `{"merged", "input_ids", "attention_mask", "token_type_ids"}`, or
+//! `{"error": str}` for a record that fails; the run continues past failures.
+//!
+//! ```text
+//! cargo run --release --example tokenize -- --input data/demo/proteins.jsonl --output tokens.jsonl
+//! ```
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use codon_ascend::data::write_atomically;
+use codon_ascend::model::{merged_sequence_with, AmbiguousBehavior, CodonTokenizer, OrganismRef, ProteinConfig};
+use rand::SeedableRng;
+use serde::Deserialize;
+use serde_json::json;
+
+/// Turn protein records into model inputs.
+#[derive(Parser)]
+struct Args {
+    /// Input JSONL.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSONL (written atomically).
+    #[arg(long)]
+    output: PathBuf,
+    /// Use this tokenizer.json instead of the built-in tokenizer.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
+    #[arg(long, default_value = "standardize_random")]
+    ambiguous: String,
+    /// Seed for resolving ambiguous amino acids at random.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Deserialize)]
+struct Input {
+    protein: String,
+    #[serde(default)]
+    dna: Option<String>,
+    organism: OrganismRef,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let tokenizer = match &args.tokenizer {
+        Some(path) => CodonTokenizer::from_file(path)?,
+        None => CodonTokenizer::new()?,
+    };
+    let config = ProteinConfig::new(args.ambiguous.parse::<AmbiguousBehavior>()?);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    let (mut ok, mut failed) = (0usize, 0usize);
+    write_atomically(&args.output, |out| {
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let result = serde_json::from_str::<Input>(&line)
+                .map_err(|e| format!("line {}: {e}", i + 1))
+                .and_then(|input| {
+                    let organism = input.organism.resolve().map_err(|e| e.to_string())?;
+                    let merged = merged_sequence_with(&input.protein, input.dna.as_deref().unwrap_or(""), "_", &config, &mut rng)
+                        .map_err(|e| e.to_string())?;
+                    let enc = tokenizer.encode_batch(&[&merged], &[organism]).map_err(|e| e.to_string())?;
+                    Ok(json!({
+                        "merged": merged,
+                        "input_ids": enc.input_ids,
+                        "attention_mask": enc.attention_mask,
+                        "token_type_ids": enc.token_type_ids,
+                    }))
+                });
+            let value = result.unwrap_or_else(|e| {
+                failed += 1;
+                json!({ "error": e })
+            });
+            ok += usize::from(value.get("error").is_none());
+            writeln!(out, "{value}")?;
+        }
+        Ok(())
+    })?;
+    println!("tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}
