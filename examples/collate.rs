@@ -4,7 +4,6 @@
 //! cargo run --release --example collate -- --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl
 //! ```
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;

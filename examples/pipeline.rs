@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use codon_ascend::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
+use codon_ascend::data::{
+    prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
+};
 use codon_ascend::model::{vocab, CodonTokenizer};
 
 /// Prepare a dataset and run the masked-LM loader over it.

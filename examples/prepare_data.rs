@@ -48,8 +48,8 @@ fn run() -> anyhow::Result<()> {
         protein_config: ProteinConfig::new(behavior),
         seed: args.seed,
     };
-    let report = prepare(&args.input, &args.output, &options)
-        .with_context(|| format!("preparing {}", args.input.display()))?;
+    let report =
+        prepare(&args.input, &args.output, &options).with_context(|| format!("preparing {}", args.input.display()))?;
     println!("{report}");
     println!("wrote {}", args.output.display());
     Ok(())

@@ -8,7 +8,7 @@
 //! cargo run --release --example tokenize -- --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -63,12 +63,17 @@ fn run() -> anyhow::Result<()> {
             if line.trim().is_empty() {
                 continue;
             }
-            let result = serde_json::from_str::<Input>(&line)
-                .map_err(|e| format!("line {}: {e}", i + 1))
-                .and_then(|input| {
+            let result =
+                serde_json::from_str::<Input>(&line).map_err(|e| format!("line {}: {e}", i + 1)).and_then(|input| {
                     let organism = input.organism.resolve().map_err(|e| e.to_string())?;
-                    let merged = merged_sequence_with(&input.protein, input.dna.as_deref().unwrap_or(""), "_", &config, &mut rng)
-                        .map_err(|e| e.to_string())?;
+                    let merged = merged_sequence_with(
+                        &input.protein,
+                        input.dna.as_deref().unwrap_or(""),
+                        "_",
+                        &config,
+                        &mut rng,
+                    )
+                    .map_err(|e| e.to_string())?;
                     let enc = tokenizer.encode_batch(&[&merged], &[organism]).map_err(|e| e.to_string())?;
                     Ok(json!({
                         "merged": merged,

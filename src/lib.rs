@@ -1,5 +1,8 @@
 //! `codon-ascend`: the root package of the workspace. It owns the examples, the
 //! integration tests and the benchmarks, and re-exports the crates they use.
+//!
+//! The README follows (its Rust examples are compiled as doc tests).
+#![doc = include_str!("../README.md")]
 
 use std::path::PathBuf;
 

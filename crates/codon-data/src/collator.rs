@@ -8,7 +8,7 @@
 //! Padding is dynamic (to the longest row), and the output depends only on the records and
 //! the RNG state.
 
-use codon_model::vocab::{FIRST_CODON_ID, FIRST_MASKABLE_ID, TOKEN2MASK};
+use codon_model::vocab::{FIRST_CODON_ID, FIRST_MASKABLE_ID, PAD_ID, TOKEN2MASK};
 use codon_model::{BatchEncoding, CodonTokenizer};
 use rand::Rng;
 
@@ -123,28 +123,66 @@ impl MlmCollator {
 
     /// Tokenize, pad and mask a batch of records.
     pub fn collate(&self, records: &[TrainingRecord], rng: &mut impl Rng) -> Result<MlmBatch> {
-        let enc = self.encode(records)?;
-        let mut input_ids = enc.input_ids;
-        let mut labels = vec![IGNORE_INDEX; input_ids.len()];
-        for (id, label) in input_ids.iter_mut().zip(labels.iter_mut()) {
-            if *id < FIRST_MASKABLE_ID || u64::from(rng.next_u32()) >= self.select {
-                continue;
-            }
-            *label = i64::from(*id);
-            if u64::from(rng.next_u32()) < self.replace {
-                *id = TOKEN2MASK.get(*id as usize).copied().unwrap_or(*id);
-            } else if u64::from(rng.next_u32()) < self.randomize {
-                *id = FIRST_CODON_ID + rng.random_range(0..64);
-            }
+        // Rows are encoded into a reused per-thread buffer, then padded, masked and labelled
+        // in one pass: the only allocations are the four output arrays.
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<(Vec<u32>, Vec<usize>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
         }
-        Ok(MlmBatch {
-            batch_size: enc.batch_size,
-            seq_len: enc.seq_len,
-            input_ids,
-            attention_mask: enc.attention_mask,
-            token_type_ids: enc.token_type_ids,
-            labels,
+        SCRATCH.with(|scratch| {
+            let (ids, ends) = &mut *scratch.borrow_mut();
+            ids.clear();
+            ends.clear();
+            for r in records {
+                self.tokenizer.encode_into(&r.codons, ids)?;
+                ends.push(ids.len());
+            }
+            let mut start = 0;
+            let rows: Vec<&[u32]> = ends
+                .iter()
+                .map(|&end| {
+                    let row = &ids[start..end];
+                    start = end;
+                    row
+                })
+                .collect();
+            Ok(self.pad_and_mask(&rows, records, rng))
         })
+    }
+
+    fn pad_and_mask(&self, rows: &[&[u32]], records: &[TrainingRecord], rng: &mut impl Rng) -> MlmBatch {
+        let seq_len = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        let n = rows.len() * seq_len;
+        let mut input_ids = Vec::with_capacity(n);
+        let mut attention_mask = Vec::with_capacity(n);
+        let mut token_type_ids = Vec::with_capacity(n);
+        let mut labels = vec![IGNORE_INDEX; n];
+        for (row_index, (row, record)) in rows.iter().zip(records).enumerate() {
+            let row_labels = &mut labels[row_index * seq_len..row_index * seq_len + row.len()];
+            for (&id, label) in row.iter().zip(row_labels.iter_mut()) {
+                input_ids.push(self.mask_token(id, label, rng));
+            }
+            input_ids.resize(input_ids.len() + seq_len - row.len(), PAD_ID);
+            attention_mask.resize(attention_mask.len() + row.len(), 1);
+            attention_mask.resize(attention_mask.len() + seq_len - row.len(), 0);
+            token_type_ids.resize(token_type_ids.len() + seq_len, record.organism);
+        }
+        MlmBatch { batch_size: rows.len(), seq_len, input_ids, attention_mask, token_type_ids, labels }
+    }
+
+    /// The masked id of one token, with its label written when it is selected.
+    #[inline]
+    fn mask_token(&self, id: u32, label: &mut i64, rng: &mut impl Rng) -> u32 {
+        if id < FIRST_MASKABLE_ID || u64::from(rng.next_u32()) >= self.select {
+            return id;
+        }
+        *label = i64::from(id);
+        if u64::from(rng.next_u32()) < self.replace {
+            TOKEN2MASK.get(id as usize).copied().unwrap_or(id)
+        } else if u64::from(rng.next_u32()) < self.randomize {
+            FIRST_CODON_ID + rng.random_range(0..64)
+        } else {
+            id
+        }
     }
 }
 

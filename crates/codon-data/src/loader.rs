@@ -120,7 +120,7 @@ impl DataLoader {
             done: false,
         };
         if self.config.num_workers == 0 {
-            return EpochBatches(Mode::Inline { groups, collator: self.collator.clone(), seed });
+            return EpochBatches(Mode::Inline(Box::new(Inline { groups, collator: self.collator.clone(), seed })));
         }
         EpochBatches(Mode::Threaded(Box::new(Threaded::start(groups, self.collator.clone(), seed, &self.config))))
     }
@@ -202,15 +202,23 @@ fn collate_numbered(collator: &MlmCollator, seed: u64, index: u64, records: &[Tr
 pub struct EpochBatches(Mode);
 
 enum Mode {
-    Inline { groups: BatchGroups, collator: MlmCollator, seed: u64 },
+    Inline(Box<Inline>),
     Threaded(Box<Threaded>),
+}
+
+/// Batches built on the calling thread.
+struct Inline {
+    groups: BatchGroups,
+    collator: MlmCollator,
+    seed: u64,
 }
 
 impl Iterator for EpochBatches {
     type Item = Result<MlmBatch>;
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.0 {
-            Mode::Inline { groups, collator, seed } => {
+            Mode::Inline(inline) => {
+                let Inline { groups, collator, seed } = &mut **inline;
                 Some(groups.next()?.and_then(|(index, records)| collate_numbered(collator, *seed, index, &records)))
             }
             Mode::Threaded(t) => t.next(),

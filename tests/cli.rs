@@ -1,0 +1,79 @@
+//! The example programs, run as a user runs them. `cargo test` builds the examples before
+//! it runs any test; these tests use those binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/<name>
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(Path::parent).unwrap().join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the whole suite (`cargo test`), which builds the examples",
+        path.display()
+    );
+    path
+}
+
+fn run(name: &str, args: &[&str]) -> std::process::Output {
+    Command::new(example(name)).args(args).output().unwrap()
+}
+
+fn demo(file: &str) -> String {
+    codon_ascend::demo_data_dir().join(file).to_string_lossy().into_owned()
+}
+
+#[test]
+fn prepare_tokenize_collate() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+
+    let out = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("read 40 records, wrote 36, dropped 4"), "{stdout}");
+
+    let out = run("tokenize", &["--input", &demo("proteins.jsonl"), "--output", &p("tokens.jsonl")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(p("tokens.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 9);
+    assert_eq!(lines[6]["merged"], "M_ATG A_GCT V_GTG __UNK");
+    assert_eq!(lines[6]["input_ids"], serde_json::json!([1, 40, 65, 72, 25, 2]));
+    assert_eq!(lines[6]["token_type_ids"], serde_json::json!([51, 51, 51, 51, 51, 51]));
+    assert!(lines[7]["error"].as_str().unwrap().starts_with("Invalid characters in protein sequence."));
+    assert!(lines[8]["error"].as_str().unwrap().starts_with("Invalid organism name: E. coli."));
+
+    let args = ["--input", &p("train.jsonl"), "--batch-size", "6", "--seed", "5", "--output"];
+    let a = run("collate", &[&args[..], &[&p("a.jsonl")]].concat());
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let b = run("collate", &[&args[..], &[&p("b.jsonl"), "--workers", "0"]].concat());
+    assert!(b.status.success());
+    let text = std::fs::read_to_string(p("a.jsonl")).unwrap();
+    assert_eq!(text, std::fs::read_to_string(p("b.jsonl")).unwrap(), "same seed, different workers");
+    let batches: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(batches.len(), 6);
+    for key in ["input_ids", "attention_mask", "token_type_ids", "labels"] {
+        assert_eq!(batches[0][key].as_array().unwrap().len(), 6, "{key}");
+    }
+}
+
+#[test]
+fn errors_are_one_line_and_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.csv").to_string_lossy().into_owned();
+    let out_path = dir.path().join("o.jsonl").to_string_lossy().into_owned();
+    for (name, args) in [
+        ("prepare_data", vec!["--input", missing.as_str(), "--output", out_path.as_str()]),
+        ("collate", vec!["--input", missing.as_str(), "--batch-size", "2", "--output", out_path.as_str()]),
+        ("tokenize", vec!["--input", missing.as_str(), "--output", out_path.as_str()]),
+    ] {
+        let out = run(name, &args);
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains("missing.csv"), "{name}: {stderr}");
+        assert!(!Path::new(&out_path).exists(), "{name} wrote no output");
+    }
+}
