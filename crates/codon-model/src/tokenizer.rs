@@ -315,6 +315,25 @@ mod tests {
     }
 
     #[test]
+    fn external_tokenizer_file_loads_and_encodes_the_same() {
+        let built = CodonTokenizer::new().unwrap();
+        let dir = std::env::temp_dir().join(format!("codon-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokenizer.json");
+        built.inner().save(&path, false).unwrap();
+        let loaded = CodonTokenizer::from_file(&path).unwrap();
+        for s in ["M_ATG A_GCT V_GTG __TAA", "M*M", "X_UNK [PAD] m_atg", ""] {
+            assert_eq!(loaded.encode(s).unwrap(), built.encode(s).unwrap(), "{s:?}");
+        }
+        let b = loaded.encode_batch(&["M_UNK __UNK", "M_ATG A_GCT V_GTG __TAA"], &[1, 2]).unwrap();
+        assert_eq!(b.input_ids_row(0), [1, 15, 25, 2, 3, 3]);
+        std::fs::write(&path, "{not json").unwrap();
+        let err = CodonTokenizer::from_file(&path).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("cannot load tokenizer from {}", path.display())), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn non_ascii_and_special_tokens_use_the_library() {
         let t = CodonTokenizer::new().unwrap();
         assert_eq!(t.encode("[PAD] M_ATG").unwrap(), [1, 3, 40, 2]);
