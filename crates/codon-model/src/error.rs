@@ -54,6 +54,43 @@ pub enum CodonError {
     /// The `tokenizers` library failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// An invalid or unreadable model configuration.
+    #[error("invalid BigBird configuration: {0}")]
+    Config(String),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A tensor operation failed.
+    #[error("{op}: {source}")]
+    Tensor {
+        /// What the model was doing.
+        op: String,
+        /// candle's error (it names shapes and dtypes).
+        source: candle_core::Error,
+    },
+    /// A checkpoint whose tensors do not fit the model.
+    #[error("{path}: checkpoint does not fit the model:{}{}{}", list("missing", .missing), list("unexpected", .unexpected), list("misshapen", .misshapen))]
+    Weights {
+        /// The checkpoint.
+        path: PathBuf,
+        /// Keys the model needs that the file lacks.
+        missing: Vec<String>,
+        /// Keys in the file that the model does not have.
+        unexpected: Vec<String>,
+        /// `key: expected shape, found shape`.
+        misshapen: Vec<String>,
+    },
+    /// Invalid model input (shapes, ids, lengths).
+    #[error("invalid model input: {0}")]
+    Input(String),
+    /// Invalid prediction arguments (messages as upstream `predict_dna_sequence`).
+    #[error("{0}")]
+    Prediction(String),
     /// A tokenizer file could not be read or parsed.
     #[error("cannot load tokenizer from {path}: {message}")]
     TokenizerFile {
@@ -74,6 +111,48 @@ impl CodonError {
             CodonError::UnknownOrganismName { name, .. } => format!("Invalid organism name: {name}."),
             other => other.to_string(),
         }
+    }
+}
+
+fn list(what: &str, keys: &[String]) -> String {
+    if keys.is_empty() {
+        String::new()
+    } else {
+        format!(" {what} ({}): {};", keys.len(), keys.join(", "))
+    }
+}
+
+impl From<candle_core::Error> for CodonError {
+    fn from(source: candle_core::Error) -> Self {
+        CodonError::Tensor { op: "tensor operation".into(), source }
+    }
+}
+
+impl CodonError {
+    /// Wrap an I/O error with its file.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CodonError::Io { path: path.into(), source }
+    }
+}
+
+/// Attach the model operation to a candle error.
+pub trait TensorContext<T> {
+    /// Name the operation that failed.
+    fn op(self, op: &str) -> Result<T>;
+}
+
+impl<T> TensorContext<T> for std::result::Result<T, candle_core::Error> {
+    fn op(self, op: &str) -> Result<T> {
+        self.map_err(|source| CodonError::Tensor { op: op.to_string(), source })
+    }
+}
+
+impl<T> TensorContext<T> for Result<T> {
+    fn op(self, op: &str) -> Result<T> {
+        self.map_err(|e| match e {
+            CodonError::Tensor { op: inner, source } => CodonError::Tensor { op: format!("{op}: {inner}"), source },
+            other => other,
+        })
     }
 }
 

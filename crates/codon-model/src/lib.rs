@@ -14,6 +14,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod bigbird;
 pub mod error;
 pub mod organisms;
 pub mod sequence;

@@ -1,0 +1,130 @@
+//! Self-attention: `original_full` and `block_sparse` (bigbird.md §4–5).
+//!
+//! Block-sparse attention is computed sparsely: the two global query blocks attend to
+//! every key, and each other query block gathers its 5 + r key blocks (global first and
+//! last, the sliding window, the random blocks) with one index-select, so time and
+//! memory grow linearly with the sequence length.
+
+use candle_core::{DType, Device, Tensor};
+
+use super::kernels::{self, Dropout};
+use super::random_blocks::RandomBlocks;
+use crate::error::Result;
+
+/// Penalty that block-sparse attention adds to masked keys (transformers' constant).
+pub const BLOCK_SPARSE_MASK_PENALTY: f32 = -10_000.0;
+/// Penalty for key slots that are not part of a query block's key set. Large enough that
+/// exp underflows to exactly 0 in f32, finite so no NaN can appear.
+const ABSENT_SLOT_PENALTY: f32 = -1.0e30;
+
+/// Full attention over (b, h, n, d) with an additive key mask (b, 1, 1, n) or none.
+pub fn full_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    key_bias: Option<&Tensor>,
+    dropout: Option<(&mut Dropout, f64)>,
+) -> Result<Tensor> {
+    let scale = 1.0 / (q.dim(3)? as f64).sqrt();
+    kernels::attention(q, k, v, scale, key_bias, dropout)
+}
+
+/// Per-forward inputs of block-sparse attention that do not depend on the layer.
+pub struct BlockSparseMask {
+    /// Key mask (b, n) as 0/1 f32.
+    pub mask: Tensor,
+    /// Additive penalty for masked keys, (b, 1, 1, n), f32.
+    pub key_penalty: Tensor,
+    /// Query mask (b, 1, n, 1) in the compute dtype: zeroes padded query rows.
+    pub query_mask: Tensor,
+    /// Block size.
+    pub block_size: usize,
+}
+
+impl BlockSparseMask {
+    /// Build the masks from a (b, n) 0/1 attention mask.
+    pub fn new(attention_mask: &Tensor, block_size: usize, dtype: DType) -> Result<Self> {
+        let mask = attention_mask.to_dtype(DType::F32)?;
+        let (b, n) = mask.dims2()?;
+        let key_penalty = ((1.0 - &mask)? * BLOCK_SPARSE_MASK_PENALTY as f64)?.reshape((b, 1, 1, n))?;
+        let query_mask = mask.to_dtype(dtype)?.reshape((b, 1, n, 1))?;
+        Ok(Self { mask, key_penalty, query_mask, block_size })
+    }
+}
+
+/// The key blocks of query blocks 1..nb−2, per head: (h, nb−2, 5 + r) block indices
+/// [first, previous, self, next, last, random…], and the slots that duplicate a global
+/// block next to the edges (previous of block 1, next of block nb−2), which are absent.
+fn key_block_table(rand: &RandomBlocks, nb: usize) -> (Vec<u32>, Vec<f32>) {
+    let slots = 5 + rand.r;
+    let rows = nb - 2;
+    let mut index = Vec::with_capacity(rand.heads * rows * slots);
+    for head in 0..rand.heads {
+        for row in 0..rows {
+            let q = row + 1;
+            index.extend([0, q - 1, q, q + 1, nb - 1].map(|b| (head * nb + b) as u32));
+            index.extend((0..rand.r).map(|j| (head * nb) as u32 + rand.get(head, row, j)));
+        }
+    }
+    let mut absent = vec![0f32; rows * slots];
+    absent[1] = ABSENT_SLOT_PENALTY; // block 1: its previous block is the global block 0
+    absent[(rows - 1) * slots + 3] = ABSENT_SLOT_PENALTY; // block nb−2: its next block is the last block
+    (index, absent)
+}
+
+/// Block-sparse attention over (b, h, n, d), n a multiple of the block size.
+pub fn block_sparse_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    masks: &BlockSparseMask,
+    rand: &RandomBlocks,
+) -> Result<Tensor> {
+    let (b, h, n, d) = q.dims4()?;
+    let wm = masks.block_size;
+    let nb = n / wm;
+    let r = rand.r;
+    let slots = 5 + r;
+    let scale = 1.0 / (d as f64).sqrt();
+    let device: &Device = q.device();
+
+    // Global query blocks 0 and nb−1 attend to every key.
+    let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
+    let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
+
+    // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
+    let (index, absent) = key_block_table(rand, nb);
+    let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
+    let gather = |t: &Tensor| -> Result<Tensor> {
+        Ok(t.reshape((b, h * nb, wm, d))?.index_select(&index, 1)?.reshape((b, h * (nb - 2), slots * wm, d))?)
+    };
+    let (gk, gv) = (gather(k)?, gather(v)?);
+    // Penalties per key: masked keys (−10000) and absent slots.
+    let key_mask = masks
+        .mask
+        .reshape((b, nb, wm))?
+        .unsqueeze(1)?
+        .broadcast_as((b, h, nb, wm))?
+        .reshape((b, h * nb, wm))?
+        .index_select(&index, 1)?
+        .reshape((b, h, nb - 2, 1, slots * wm))?;
+    let absent = Tensor::from_vec(absent, (nb - 2, slots, 1), device)?.broadcast_as((nb - 2, slots, wm))?.reshape((
+        1,
+        1,
+        nb - 2,
+        1,
+        slots * wm,
+    ))?;
+    // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
+    let bias = ((1.0 - key_mask)? * BLOCK_SPARSE_MASK_PENALTY as f64)?.broadcast_add(&absent)?.reshape((
+        b,
+        h * (nb - 2),
+        1,
+        slots * wm,
+    ))?;
+    let q_mid = q.narrow(2, wm, n - 2 * wm)?.reshape((b, h * (nb - 2), wm, d))?;
+    let ctx_mid = kernels::attention(&q_mid, &gk, &gv, scale, Some(&bias), None)?.reshape((b, h, n - 2 * wm, d))?;
+
+    let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
+    Ok(ctx.broadcast_mul(&masks.query_mask)?)
+}

@@ -1,0 +1,318 @@
+//! `BigBirdConfig`, read from a transformers `config.json`.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CodonError, Result};
+
+/// The activation of the feed-forward layers and the MLM head transform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HiddenAct {
+    /// `gelu_new`: the tanh approximation (CodonTransformer's).
+    #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh", alias = "gelu_fast")]
+    GeluNew,
+    /// `gelu`: the exact erf form.
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// `relu`.
+    #[serde(rename = "relu")]
+    Relu,
+}
+
+/// Which attention the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum AttentionType {
+    /// Dense attention over all tokens.
+    #[serde(rename = "original_full")]
+    OriginalFull,
+    /// BigBird's global + sliding + random block attention.
+    #[serde(rename = "block_sparse")]
+    #[default]
+    BlockSparse,
+}
+
+impl std::str::FromStr for AttentionType {
+    type Err = CodonError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "original_full" | "full" => Ok(Self::OriginalFull),
+            "block_sparse" | "block-sparse" | "sparse" => Ok(Self::BlockSparse),
+            other => Err(CodonError::Config(format!(
+                "unknown attention type {other:?} (expected original_full/full or block_sparse/block-sparse)"
+            ))),
+        }
+    }
+}
+
+fn d_vocab() -> usize {
+    90
+}
+fn d_hidden() -> usize {
+    768
+}
+fn d_layers() -> usize {
+    12
+}
+fn d_heads() -> usize {
+    12
+}
+fn d_intermediate() -> usize {
+    3072
+}
+fn d_act() -> HiddenAct {
+    HiddenAct::GeluNew
+}
+fn d_dropout() -> f64 {
+    0.1
+}
+fn d_max_pos() -> usize {
+    4096
+}
+fn d_type_vocab() -> usize {
+    164
+}
+fn d_init_range() -> f64 {
+    0.02
+}
+fn d_eps() -> f64 {
+    1e-12
+}
+fn d_true() -> bool {
+    true
+}
+fn d_block() -> usize {
+    64
+}
+fn d_random_blocks() -> usize {
+    3
+}
+fn d_sep() -> u32 {
+    2
+}
+fn d_bos() -> u32 {
+    1
+}
+fn d_eos() -> u32 {
+    2
+}
+
+/// The fields of a transformers `BigBirdConfig` that affect `BigBirdForMaskedLM`.
+/// Unknown fields are ignored. [`Default`] is the CodonTransformer configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BigBirdConfig {
+    /// Vocabulary size (90).
+    #[serde(default = "d_vocab")]
+    pub vocab_size: usize,
+    /// Hidden size (768).
+    #[serde(default = "d_hidden")]
+    pub hidden_size: usize,
+    /// Encoder layers (12).
+    #[serde(default = "d_layers")]
+    pub num_hidden_layers: usize,
+    /// Attention heads (12).
+    #[serde(default = "d_heads")]
+    pub num_attention_heads: usize,
+    /// Feed-forward size (3072).
+    #[serde(default = "d_intermediate")]
+    pub intermediate_size: usize,
+    /// Activation (gelu_new).
+    #[serde(default = "d_act")]
+    pub hidden_act: HiddenAct,
+    /// Dropout after embeddings, attention output and feed-forward (0.1).
+    #[serde(default = "d_dropout")]
+    pub hidden_dropout_prob: f64,
+    /// Dropout of attention probabilities, full attention only (0.1).
+    #[serde(default = "d_dropout")]
+    pub attention_probs_dropout_prob: f64,
+    /// Position table size (4096).
+    #[serde(default = "d_max_pos")]
+    pub max_position_embeddings: usize,
+    /// Token types = organisms (164).
+    #[serde(default = "d_type_vocab")]
+    pub type_vocab_size: usize,
+    /// Standard deviation of the weight initialisation (0.02).
+    #[serde(default = "d_init_range")]
+    pub initializer_range: f64,
+    /// LayerNorm epsilon (1e-12).
+    #[serde(default = "d_eps")]
+    pub layer_norm_eps: f64,
+    /// Embedding `padding_idx` and the id of block padding (0).
+    #[serde(default)]
+    pub pad_token_id: u32,
+    /// `[CLS]` (1).
+    #[serde(default = "d_bos")]
+    pub bos_token_id: u32,
+    /// `[SEP]` (2).
+    #[serde(default = "d_eos")]
+    pub eos_token_id: u32,
+    /// `[SEP]` (2).
+    #[serde(default = "d_sep")]
+    pub sep_token_id: u32,
+    /// The default attention (block_sparse); each call may choose another.
+    #[serde(default)]
+    pub attention_type: AttentionType,
+    /// Biases on query/key/value (true).
+    #[serde(default = "d_true")]
+    pub use_bias: bool,
+    /// Multiply word embeddings by √hidden (false).
+    #[serde(default)]
+    pub rescale_embeddings: bool,
+    /// Tokens per block (64).
+    #[serde(default = "d_block")]
+    pub block_size: usize,
+    /// Random blocks per query block (3).
+    #[serde(default = "d_random_blocks")]
+    pub num_random_blocks: usize,
+    /// The MLM decoder shares the word embeddings (true).
+    #[serde(default = "d_true")]
+    pub tie_word_embeddings: bool,
+    /// Must be false: BigBirdForMaskedLM is an encoder.
+    #[serde(default)]
+    pub is_decoder: bool,
+    /// Must be false.
+    #[serde(default)]
+    pub add_cross_attention: bool,
+    /// Architectures named in the file (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub architectures: Option<Vec<String>>,
+    /// `model_type` (informational; `big_bird` when written).
+    #[serde(default = "d_model_type")]
+    pub model_type: String,
+}
+
+fn d_model_type() -> String {
+    "big_bird".into()
+}
+
+impl Default for BigBirdConfig {
+    fn default() -> Self {
+        serde_json::from_str("{}").unwrap_or_else(|_| unreachable!("every field has a default"))
+    }
+}
+
+impl BigBirdConfig {
+    /// Parse and validate a `config.json` text.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let config: Self = serde_json::from_str(text).map_err(|e| CodonError::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read and validate a `config.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| CodonError::io(path, e))?;
+        Self::from_json(&text).map_err(|e| CodonError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// The config as transformers writes it.
+    pub fn to_json(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("architectures".into(), serde_json::json!(["BigBirdForMaskedLM"]));
+            obj.insert("dtype".into(), serde_json::json!("float32"));
+        }
+        serde_json::to_string_pretty(&value).unwrap_or_default()
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+
+    /// Longest unpadded input that still falls back to full attention: (5 + 2r)·block.
+    pub fn max_tokens_full_fallback(&self) -> usize {
+        (5 + 2 * self.num_random_blocks) * self.block_size
+    }
+
+    /// Reject combinations the model cannot run.
+    pub fn validate(&self) -> Result<()> {
+        let err = |m: String| Err(CodonError::Config(m));
+        if self.hidden_size == 0 || self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            return err(format!(
+                "hidden_size {} must be a positive multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("intermediate_size", self.intermediate_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+            ("type_vocab_size", self.type_vocab_size),
+            ("block_size", self.block_size),
+        ] {
+            if v == 0 {
+                return err(format!("{name} must be positive"));
+            }
+        }
+        if self.num_random_blocks == 0 {
+            return err("num_random_blocks must be positive (transformers does not support 0)".into());
+        }
+        for (name, p) in [
+            ("hidden_dropout_prob", self.hidden_dropout_prob),
+            ("attention_probs_dropout_prob", self.attention_probs_dropout_prob),
+        ] {
+            if !(0.0..1.0).contains(&p) {
+                return err(format!("{name} = {p} must be in [0, 1)"));
+            }
+        }
+        if !(self.layer_norm_eps > 0.0) {
+            return err(format!("layer_norm_eps = {} must be positive", self.layer_norm_eps));
+        }
+        if self.pad_token_id as usize >= self.vocab_size {
+            return err(format!("pad_token_id {} is not below vocab_size {}", self.pad_token_id, self.vocab_size));
+        }
+        if self.is_decoder || self.add_cross_attention {
+            return err("is_decoder and add_cross_attention must be false for BigBirdForMaskedLM".into());
+        }
+        if !self.tie_word_embeddings {
+            return err("tie_word_embeddings = false is not supported (CodonTransformer ties the decoder)".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_codontransformer() {
+        let c = BigBirdConfig::default();
+        assert_eq!((c.vocab_size, c.type_vocab_size, c.sep_token_id, c.hidden_size), (90, 164, 2, 768));
+        assert_eq!(c.max_tokens_full_fallback(), 704);
+        assert_eq!(c.attention_type, AttentionType::BlockSparse);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn reads_fixture_config_and_ignores_unknown_fields() {
+        let text = include_str!("../../../../tests/fixtures/bigbird/config.json");
+        let c = BigBirdConfig::from_json(text).unwrap();
+        assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.intermediate_size), (32, 2, 2, 48));
+        assert_eq!((c.block_size, c.num_random_blocks, c.hidden_dropout_prob), (4, 1, 0.0));
+        let round = BigBirdConfig::from_json(&c.to_json()).unwrap();
+        assert_eq!(round, c);
+    }
+
+    #[test]
+    fn invalid_combinations_are_errors() {
+        for (json, needle) in [
+            (r#"{"hidden_size": 30, "num_attention_heads": 4}"#, "multiple of num_attention_heads"),
+            (r#"{"num_random_blocks": 0}"#, "num_random_blocks"),
+            (r#"{"block_size": 0}"#, "block_size"),
+            (r#"{"hidden_dropout_prob": 1.0}"#, "hidden_dropout_prob"),
+            (r#"{"is_decoder": true}"#, "is_decoder"),
+            (r#"{"pad_token_id": 90}"#, "pad_token_id"),
+            (r#"{"hidden_act": "swish"}"#, "unknown variant"),
+            (r#"{"attention_type": "dense"}"#, "unknown variant"),
+            (r#"{"tie_word_embeddings": false}"#, "tie_word_embeddings"),
+            (r#"{"layer_norm_eps": 0}"#, "layer_norm_eps"),
+        ] {
+            let err = BigBirdConfig::from_json(json).unwrap_err().to_string();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
+}

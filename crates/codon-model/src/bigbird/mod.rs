@@ -1,0 +1,16 @@
+//! BigBirdForMaskedLM on candle, at parity with Hugging Face transformers.
+
+pub mod attention;
+pub mod config;
+pub mod kernels;
+pub mod model;
+pub mod numpy_rng;
+pub mod random_blocks;
+pub mod weights;
+
+pub use config::{AttentionType, BigBirdConfig, HiddenAct};
+pub use model::{
+    masked_lm_loss, parameter_shapes, BigBirdForMaskedLM, ForwardInfo, ForwardMode, ModelInput, IGNORE_INDEX,
+};
+pub use random_blocks::{BlockGeometry, RandomBlocks};
+pub use weights::{init_weights, load_model, save_model};

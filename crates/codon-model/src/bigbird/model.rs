@@ -1,0 +1,471 @@
+//! `BigBirdForMaskedLM`: embeddings → post-LN encoder layers → MLM head tied to the word
+//! embeddings (bigbird.md §3). Module and parameter names follow transformers.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor, D};
+
+use super::attention::{block_sparse_attention, full_attention, BlockSparseMask};
+use super::config::{AttentionType, BigBirdConfig, HiddenAct};
+use super::kernels::{self, Dropout};
+use super::random_blocks::{BlockGeometry, RandomBlocks};
+use crate::error::{CodonError, Result, TensorContext};
+
+/// Label value that does not count in the loss.
+pub const IGNORE_INDEX: i64 = -100;
+
+/// A `Linear` layer: y = x·Wᵀ + b.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    weight: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        kernels::linear(x, &self.weight, self.bias.as_ref())
+    }
+}
+
+/// A `LayerNorm` over the last dimension.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        kernels::layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Embeddings {
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    norm: LayerNorm,
+}
+
+#[derive(Debug, Clone)]
+struct EncoderLayer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_output: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+}
+
+/// How to run a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardMode {
+    /// The attention requested; block-sparse falls back to full attention for short inputs,
+    /// decided for this call only.
+    pub attention: AttentionType,
+    /// Training semantics: dropout as configured and layer-seeded random blocks.
+    pub train: bool,
+    /// Seed of this pass's dropout masks.
+    pub dropout_seed: u64,
+}
+
+impl ForwardMode {
+    /// Eval mode with the given attention.
+    pub fn eval(attention: AttentionType) -> Self {
+        Self { attention, train: false, dropout_seed: 0 }
+    }
+
+    /// Training mode with the given attention and dropout seed.
+    pub fn train(attention: AttentionType, dropout_seed: u64) -> Self {
+        Self { attention, train: true, dropout_seed }
+    }
+}
+
+/// Model inputs, each (batch, length): token ids, organism ids, 1/0 attention mask.
+/// Integer tensors may be u32 or i64.
+#[derive(Debug, Clone)]
+pub struct ModelInput {
+    /// Token ids.
+    pub input_ids: Tensor,
+    /// Organism id at every position.
+    pub token_type_ids: Tensor,
+    /// 1 on tokens, 0 on padding.
+    pub attention_mask: Tensor,
+}
+
+/// What a forward pass did, besides its logits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardInfo {
+    /// The attention that actually ran.
+    pub attention: AttentionType,
+    /// Encoder length (the input length, or its block-padded length in block-sparse mode).
+    pub encoder_len: usize,
+    /// The random-block tables used, per layer (block-sparse only).
+    pub random_blocks: Vec<RandomBlocks>,
+}
+
+/// `BigBirdForMaskedLM` on candle.
+#[derive(Debug, Clone)]
+pub struct BigBirdForMaskedLM {
+    config: BigBirdConfig,
+    embeddings: Embeddings,
+    layers: Vec<EncoderLayer>,
+    pooler: Linear,
+    transform: Linear,
+    transform_norm: LayerNorm,
+    decoder_bias: Tensor,
+    dtype: DType,
+    device: Device,
+}
+
+/// Every parameter name and shape of a configuration, in transformers' state-dict order
+/// (the tied decoder keys excluded).
+pub fn parameter_shapes(c: &BigBirdConfig) -> Vec<(String, Vec<usize>)> {
+    let (hd, inter) = (c.hidden_size, c.intermediate_size);
+    let mut v: Vec<(String, Vec<usize>)> = vec![
+        ("bert.embeddings.word_embeddings.weight".into(), vec![c.vocab_size, hd]),
+        ("bert.embeddings.position_embeddings.weight".into(), vec![c.max_position_embeddings, hd]),
+        ("bert.embeddings.token_type_embeddings.weight".into(), vec![c.type_vocab_size, hd]),
+        ("bert.embeddings.LayerNorm.weight".into(), vec![hd]),
+        ("bert.embeddings.LayerNorm.bias".into(), vec![hd]),
+    ];
+    for i in 0..c.num_hidden_layers {
+        let p = format!("bert.encoder.layer.{i}");
+        for name in ["query", "key", "value"] {
+            v.push((format!("{p}.attention.self.{name}.weight"), vec![hd, hd]));
+            if c.use_bias {
+                v.push((format!("{p}.attention.self.{name}.bias"), vec![hd]));
+            }
+        }
+        v.push((format!("{p}.attention.output.dense.weight"), vec![hd, hd]));
+        v.push((format!("{p}.attention.output.dense.bias"), vec![hd]));
+        v.push((format!("{p}.attention.output.LayerNorm.weight"), vec![hd]));
+        v.push((format!("{p}.attention.output.LayerNorm.bias"), vec![hd]));
+        v.push((format!("{p}.intermediate.dense.weight"), vec![inter, hd]));
+        v.push((format!("{p}.intermediate.dense.bias"), vec![inter]));
+        v.push((format!("{p}.output.dense.weight"), vec![hd, inter]));
+        v.push((format!("{p}.output.dense.bias"), vec![hd]));
+        v.push((format!("{p}.output.LayerNorm.weight"), vec![hd]));
+        v.push((format!("{p}.output.LayerNorm.bias"), vec![hd]));
+    }
+    v.push(("bert.pooler.weight".into(), vec![hd, hd]));
+    v.push(("bert.pooler.bias".into(), vec![hd]));
+    v.push(("cls.predictions.bias".into(), vec![c.vocab_size]));
+    v.push(("cls.predictions.transform.dense.weight".into(), vec![hd, hd]));
+    v.push(("cls.predictions.transform.dense.bias".into(), vec![hd]));
+    v.push(("cls.predictions.transform.LayerNorm.weight".into(), vec![hd]));
+    v.push(("cls.predictions.transform.LayerNorm.bias".into(), vec![hd]));
+    v
+}
+
+impl BigBirdForMaskedLM {
+    /// Build the model from named tensors (exactly the names of [`parameter_shapes`], already
+    /// checked). Tensors that are `Var`s make the model trainable.
+    pub fn from_named(config: BigBirdConfig, tensors: HashMap<String, Tensor>) -> Result<Self> {
+        config.validate()?;
+        let eps = config.layer_norm_eps;
+        let mut p = Params(tensors);
+        let word = p.take("bert.embeddings.word_embeddings.weight")?;
+        let dtype = word.dtype();
+        let device = word.device().clone();
+        let embeddings = Embeddings {
+            word,
+            position: p.take("bert.embeddings.position_embeddings.weight")?,
+            token_type: p.take("bert.embeddings.token_type_embeddings.weight")?,
+            norm: p.norm("bert.embeddings.LayerNorm", eps)?,
+        };
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let l = format!("bert.encoder.layer.{i}");
+            layers.push(EncoderLayer {
+                query: p.linear(&format!("{l}.attention.self.query"), config.use_bias)?,
+                key: p.linear(&format!("{l}.attention.self.key"), config.use_bias)?,
+                value: p.linear(&format!("{l}.attention.self.value"), config.use_bias)?,
+                attention_output: p.linear(&format!("{l}.attention.output.dense"), true)?,
+                attention_norm: p.norm(&format!("{l}.attention.output.LayerNorm"), eps)?,
+                intermediate: p.linear(&format!("{l}.intermediate.dense"), true)?,
+                output: p.linear(&format!("{l}.output.dense"), true)?,
+                output_norm: p.norm(&format!("{l}.output.LayerNorm"), eps)?,
+            });
+        }
+        Ok(Self {
+            pooler: p.linear("bert.pooler", true)?,
+            transform: p.linear("cls.predictions.transform.dense", true)?,
+            transform_norm: p.norm("cls.predictions.transform.LayerNorm", eps)?,
+            decoder_bias: p.take("cls.predictions.bias")?,
+            config,
+            embeddings,
+            layers,
+            dtype,
+            device,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BigBirdConfig {
+        &self.config
+    }
+
+    /// The parameter dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Every parameter under its transformers name, in state-dict order.
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![
+            ("bert.embeddings.word_embeddings.weight".to_string(), self.embeddings.word.clone()),
+            ("bert.embeddings.position_embeddings.weight".to_string(), self.embeddings.position.clone()),
+            ("bert.embeddings.token_type_embeddings.weight".to_string(), self.embeddings.token_type.clone()),
+            ("bert.embeddings.LayerNorm.weight".to_string(), self.embeddings.norm.weight.clone()),
+            ("bert.embeddings.LayerNorm.bias".to_string(), self.embeddings.norm.bias.clone()),
+        ];
+        let push_linear = |out: &mut Vec<(String, Tensor)>, p: String, l: &Linear| {
+            out.push((format!("{p}.weight"), l.weight.clone()));
+            if let Some(b) = &l.bias {
+                out.push((format!("{p}.bias"), b.clone()));
+            }
+        };
+        let push_norm = |out: &mut Vec<(String, Tensor)>, p: String, l: &LayerNorm| {
+            out.push((format!("{p}.weight"), l.weight.clone()));
+            out.push((format!("{p}.bias"), l.bias.clone()));
+        };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("bert.encoder.layer.{i}");
+            push_linear(&mut out, format!("{p}.attention.self.query"), &layer.query);
+            push_linear(&mut out, format!("{p}.attention.self.key"), &layer.key);
+            push_linear(&mut out, format!("{p}.attention.self.value"), &layer.value);
+            push_linear(&mut out, format!("{p}.attention.output.dense"), &layer.attention_output);
+            push_norm(&mut out, format!("{p}.attention.output.LayerNorm"), &layer.attention_norm);
+            push_linear(&mut out, format!("{p}.intermediate.dense"), &layer.intermediate);
+            push_linear(&mut out, format!("{p}.output.dense"), &layer.output);
+            push_norm(&mut out, format!("{p}.output.LayerNorm"), &layer.output_norm);
+        }
+        push_linear(&mut out, "bert.pooler".into(), &self.pooler);
+        out.push(("cls.predictions.bias".to_string(), self.decoder_bias.clone()));
+        push_linear(&mut out, "cls.predictions.transform.dense".into(), &self.transform);
+        push_norm(&mut out, "cls.predictions.transform.LayerNorm".into(), &self.transform_norm);
+        out
+    }
+
+    /// Number of parameters (tied tensors once).
+    pub fn num_parameters(&self) -> usize {
+        self.named_parameters().iter().map(|(_, t)| t.elem_count()).sum()
+    }
+
+    /// Logits (batch, length, vocab) of a forward pass.
+    pub fn forward(&self, input: &ModelInput, mode: ForwardMode) -> Result<Tensor> {
+        Ok(self.forward_with_info(input, mode)?.0)
+    }
+
+    /// Logits and what the pass did.
+    pub fn forward_with_info(&self, input: &ModelInput, mode: ForwardMode) -> Result<(Tensor, ForwardInfo)> {
+        let c = &self.config;
+        let (b, n) = input.input_ids.dims2().op("input_ids must be (batch, length)")?;
+        for (name, t) in [("token_type_ids", &input.token_type_ids), ("attention_mask", &input.attention_mask)] {
+            if t.dims() != [b, n] {
+                return Err(CodonError::Input(format!("{name} has shape {:?}, input_ids ({b}, {n})", t.dims())));
+            }
+        }
+        if n == 0 {
+            return Err(CodonError::Input("empty sequence".into()));
+        }
+        // The fallback is decided per call: upstream makes it permanent.
+        let sparse = mode.attention == AttentionType::BlockSparse && n > c.max_tokens_full_fallback();
+        let wm = c.block_size;
+        let pad = if sparse { (wm - n % wm) % wm } else { 0 };
+        let n_pad = n + pad;
+        if n_pad > c.max_position_embeddings {
+            return Err(CodonError::Input(format!(
+                "sequence length {n_pad} exceeds max_position_embeddings {}",
+                c.max_position_embeddings
+            )));
+        }
+        let (ids, types, mask) = if pad > 0 {
+            let padded = |t: &Tensor, value: f64| -> Result<Tensor> {
+                let fill = (Tensor::ones((b, pad), t.dtype(), t.device())? * value)?;
+                Ok(Tensor::cat(&[t, &fill], 1)?)
+            };
+            (
+                padded(&input.input_ids, c.pad_token_id as f64)?,
+                padded(&input.token_type_ids, 0.0)?,
+                padded(&input.attention_mask, 0.0)?,
+            )
+        } else {
+            (input.input_ids.clone(), input.token_type_ids.clone(), input.attention_mask.clone())
+        };
+
+        let mut dropout = (mode.train && c.hidden_dropout_prob > 0.0).then(|| Dropout::new(mode.dropout_seed));
+        let attn_dropout =
+            if mode.train && c.attention_probs_dropout_prob > 0.0 { c.attention_probs_dropout_prob } else { 0.0 };
+        let mut attn_dropout_rng = (attn_dropout > 0.0).then(|| Dropout::new(mode.dropout_seed ^ 0x5bd1_e995));
+
+        let mut x = self.embed(&ids, &types, n_pad, dropout.as_mut()).op("embeddings")?;
+
+        let mut info = ForwardInfo {
+            attention: if sparse { AttentionType::BlockSparse } else { AttentionType::OriginalFull },
+            encoder_len: n_pad,
+            random_blocks: Vec::new(),
+        };
+        if sparse {
+            let masks = BlockSparseMask::new(&mask, wm, self.dtype).op("block-sparse masks")?;
+            let geometry = BlockGeometry {
+                seq_len: n_pad,
+                block_size: wm,
+                num_random_blocks: c.num_random_blocks,
+                num_heads: c.num_attention_heads,
+                max_position_embeddings: c.max_position_embeddings,
+            };
+            for (l, layer) in self.layers.iter().enumerate() {
+                let rand =
+                    if mode.train { RandomBlocks::training(&geometry, l) } else { RandomBlocks::zeros(&geometry) };
+                x = self
+                    .layer_forward(
+                        layer,
+                        &x,
+                        |q, k, v| block_sparse_attention(q, k, v, &masks, &rand),
+                        dropout.as_mut(),
+                    )
+                    .map_err(|e| layer_context(e, l))?;
+                info.random_blocks.push(rand);
+            }
+        } else {
+            // Masked keys get finfo(f32).min: zero weight, finite, so no NaN in any dtype.
+            let key_bias = ((1.0 - mask.to_dtype(DType::F32)?)? * f32::MIN as f64)?.reshape((b, 1, 1, n_pad))?;
+            for (l, layer) in self.layers.iter().enumerate() {
+                let drop = attn_dropout_rng.as_mut().map(|r| (r, attn_dropout));
+                let mut drop = drop;
+                x = self
+                    .layer_forward(
+                        layer,
+                        &x,
+                        |q, k, v| full_attention(q, k, v, Some(&key_bias), drop.take()),
+                        dropout.as_mut(),
+                    )
+                    .map_err(|e| layer_context(e, l))?;
+            }
+        }
+        let x = if pad > 0 { x.narrow(1, 0, n)? } else { x };
+        let logits = self.mlm_head(&x).op("MLM head")?;
+        Ok((logits, info))
+    }
+
+    fn embed(&self, ids: &Tensor, types: &Tensor, n: usize, dropout: Option<&mut Dropout>) -> Result<Tensor> {
+        let e = &self.embeddings;
+        let (b, _) = ids.dims2()?;
+        let flat_ids = ids.flatten_all()?;
+        let mut words = e.word.index_select(&flat_ids, 0)?;
+        if e.word.track_op() {
+            // padding_idx: the lookup passes no gradient to the pad row (the decoder still does).
+            let keep = flat_ids.ne(self.config.pad_token_id as f64)?.to_dtype(self.dtype)?.unsqueeze(1)?;
+            let frozen = e.word.detach().index_select(&flat_ids, 0)?;
+            words = (words.broadcast_mul(&keep)? + frozen.broadcast_mul(&(1.0 - &keep)?)?)?;
+        }
+        let hd = self.config.hidden_size;
+        let mut x = words.reshape((b, n, hd))?;
+        if self.config.rescale_embeddings {
+            x = (x * (hd as f64).sqrt())?;
+        }
+        let types = e.token_type.index_select(&types.flatten_all()?, 0)?.reshape((b, n, hd))?;
+        let positions = e.position.narrow(0, 0, n)?.unsqueeze(0)?;
+        let mut x = (x + types)?.broadcast_add(&positions)?;
+        if let Some(d) = dropout {
+            x = d.apply(&x, self.config.hidden_dropout_prob)?;
+        }
+        e.norm.forward(&x)
+    }
+
+    fn layer_forward(
+        &self,
+        layer: &EncoderLayer,
+        x: &Tensor,
+        attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+        mut dropout: Option<&mut Dropout>,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (b, n, hd) = x.dims3()?;
+        let (h, d) = (c.num_attention_heads, c.head_dim());
+        let heads = |t: Tensor| -> Result<Tensor> { Ok(t.reshape((b, n, h, d))?.transpose(1, 2)?.contiguous()?) };
+        let q = heads(layer.query.forward(x)?)?;
+        let k = heads(layer.key.forward(x)?)?;
+        let v = heads(layer.value.forward(x)?)?;
+        let ctx = attend(&q, &k, &v)?.transpose(1, 2)?.reshape((b, n, hd))?;
+        let mut a = layer.attention_output.forward(&ctx)?;
+        if let Some(d) = dropout.as_deref_mut() {
+            a = d.apply(&a, c.hidden_dropout_prob)?;
+        }
+        let x = layer.attention_norm.forward(&(a + x)?)?;
+        let inter = activation(c.hidden_act, &layer.intermediate.forward(&x)?)?;
+        let mut o = layer.output.forward(&inter)?;
+        if let Some(d) = dropout {
+            o = d.apply(&o, c.hidden_dropout_prob)?;
+        }
+        layer.output_norm.forward(&(o + x)?)
+    }
+
+    fn mlm_head(&self, x: &Tensor) -> Result<Tensor> {
+        let t = activation(self.config.hidden_act, &self.transform.forward(x)?)?;
+        let t = self.transform_norm.forward(&t)?;
+        kernels::linear(&t, &self.embeddings.word, Some(&self.decoder_bias))
+    }
+}
+
+/// Named tensors being assembled into modules.
+struct Params(HashMap<String, Tensor>);
+
+impl Params {
+    fn take(&mut self, name: &str) -> Result<Tensor> {
+        self.0.remove(name).ok_or_else(|| CodonError::Input(format!("missing parameter {name}")))
+    }
+    fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
+        let weight = self.take(&format!("{prefix}.weight"))?;
+        let bias = if bias { Some(self.take(&format!("{prefix}.bias"))?) } else { None };
+        Ok(Linear { weight, bias })
+    }
+    fn norm(&mut self, prefix: &str, eps: f64) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            weight: self.take(&format!("{prefix}.weight"))?,
+            bias: self.take(&format!("{prefix}.bias"))?,
+            eps,
+        })
+    }
+}
+
+fn layer_context(e: CodonError, layer: usize) -> CodonError {
+    match e {
+        CodonError::Tensor { op, source } => CodonError::Tensor { op: format!("encoder layer {layer}: {op}"), source },
+        other => other,
+    }
+}
+
+fn activation(act: HiddenAct, x: &Tensor) -> Result<Tensor> {
+    match act {
+        HiddenAct::GeluNew => kernels::gelu_new(x),
+        HiddenAct::Gelu => Ok(x.gelu_erf()?),
+        HiddenAct::Relu => Ok(x.relu()?),
+    }
+}
+
+/// Masked-LM loss: mean cross-entropy over positions whose label is not −100, computed on
+/// the device in f32 (NaN when no position is labelled, as PyTorch).
+pub fn masked_lm_loss(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    let vocab = logits.dim(D::Minus1)?;
+    let logits = logits.reshape(((), vocab))?.to_dtype(DType::F32)?;
+    let labels = labels.flatten_all()?.to_dtype(DType::I64)?;
+    let labelled = labels.ne(IGNORE_INDEX as f64)?;
+    let safe = labelled.where_cond(&labels, &labels.zeros_like()?)?;
+    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
+    let picked = log_probs.gather(&safe.unsqueeze(1)?, 1)?.squeeze(1)?;
+    let weights = labelled.to_dtype(DType::F32)?;
+    let total = (picked * &weights)?.sum_all()?;
+    Ok((total.neg()? / weights.sum_all()?)?)
+}

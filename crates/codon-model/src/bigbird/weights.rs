@@ -1,0 +1,176 @@
+//! Weights: loading transformers model directories, safetensors and PyTorch state dicts
+//! (`.pt` / `.ckpt`, with or without Lightning's `model.` prefix), saving in the
+//! transformers layout, and transformers' random initialisation.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+
+use super::config::BigBirdConfig;
+use super::model::{parameter_shapes, BigBirdForMaskedLM};
+use crate::error::{CodonError, Result, TensorContext};
+
+/// Keys a checkpoint may hold that the model rebuilds or does not need: the tied decoder
+/// and the non-persistent position / token-type buffers of old transformers versions.
+const IGNORED_KEYS: [&str; 4] = [
+    "cls.predictions.decoder.weight",
+    "cls.predictions.decoder.bias",
+    "bert.embeddings.position_ids",
+    "bert.embeddings.token_type_ids",
+];
+
+/// Read every tensor of a checkpoint file, by extension.
+fn read_tensors(path: &Path, device: &Device) -> Result<Vec<(String, Tensor)>> {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
+    let context = |e: candle_core::Error| CodonError::Tensor { op: format!("reading {}", path.display()), source: e };
+    match ext.as_str() {
+        "safetensors" => Ok(candle_core::safetensors::load(path, device).map_err(context)?.into_iter().collect()),
+        "pt" | "pth" | "bin" | "ckpt" => {
+            // Lightning checkpoints keep the weights under "state_dict"; plain dumps are the dict itself.
+            let tensors = match candle_core::pickle::read_all_with_key(path, Some("state_dict")) {
+                Ok(t) if !t.is_empty() => t,
+                _ => candle_core::pickle::read_all(path).map_err(context)?,
+            };
+            tensors.into_iter().map(|(k, t)| Ok((k, t.to_device(device).map_err(context)?))).collect()
+        }
+        _ => Err(CodonError::Input(format!(
+            "{}: unsupported checkpoint type (expected a model directory, .safetensors, .pt or .ckpt)",
+            path.display()
+        ))),
+    }
+}
+
+/// Check named tensors against the model's parameters and convert them to `dtype`.
+pub fn check_tensors(
+    config: &BigBirdConfig,
+    path: &Path,
+    tensors: Vec<(String, Tensor)>,
+    dtype: DType,
+) -> Result<HashMap<String, Tensor>> {
+    let expected: HashMap<String, Vec<usize>> = parameter_shapes(config).into_iter().collect();
+    let mut found = HashMap::new();
+    let (mut unexpected, mut misshapen) = (Vec::new(), Vec::new());
+    let has_lightning_prefix = tensors.iter().all(|(k, _)| k.starts_with("model."));
+    for (key, tensor) in tensors {
+        let key = if has_lightning_prefix { key["model.".len()..].to_string() } else { key };
+        if IGNORED_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        match expected.get(&key) {
+            None => unexpected.push(key),
+            Some(shape) if tensor.dims() != shape.as_slice() => {
+                misshapen.push(format!("{key}: expected {shape:?}, found {:?}", tensor.dims()))
+            }
+            Some(_) => {
+                let t = tensor.to_dtype(dtype).op(&format!("converting {key} to {dtype:?}"))?;
+                found.insert(key, t);
+            }
+        }
+    }
+    let mut missing: Vec<String> = expected.keys().filter(|k| !found.contains_key(*k)).cloned().collect();
+    if !missing.is_empty() || !unexpected.is_empty() || !misshapen.is_empty() {
+        missing.sort();
+        unexpected.sort();
+        misshapen.sort();
+        return Err(CodonError::Weights { path: path.to_path_buf(), missing, unexpected, misshapen });
+    }
+    Ok(found)
+}
+
+/// Load a model: a transformers directory (`config.json` + `model.safetensors`), or a
+/// checkpoint file (`.safetensors`, `.pt`, `.ckpt`) with `config` (default: CodonTransformer's).
+pub fn load_model(
+    path: impl AsRef<Path>,
+    config: Option<BigBirdConfig>,
+    device: &Device,
+    dtype: DType,
+) -> Result<BigBirdForMaskedLM> {
+    let path = path.as_ref();
+    let (config, file) = if path.is_dir() {
+        let config = match config {
+            Some(c) => c,
+            None => BigBirdConfig::from_file(path.join("config.json"))?,
+        };
+        (config, path.join("model.safetensors"))
+    } else {
+        (config.unwrap_or_default(), path.to_path_buf())
+    };
+    if !file.exists() {
+        return Err(CodonError::io(&file, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
+    }
+    let tensors = read_tensors(&file, device)?;
+    let named = check_tensors(&config, &file, tensors, dtype)?;
+    BigBirdForMaskedLM::from_named(config, named)
+}
+
+/// Save in the transformers layout (`config.json` + `model.safetensors` in f32, tied
+/// decoder keys omitted), so `BigBirdForMaskedLM.from_pretrained(dir)` loads it.
+/// Each file is written to a temporary name and renamed.
+pub fn save_model(model: &BigBirdForMaskedLM, dir: impl AsRef<Path>) -> Result<()> {
+    let dir = dir.as_ref();
+    std::fs::create_dir_all(dir).map_err(|e| CodonError::io(dir, e))?;
+    let mut tensors = HashMap::new();
+    for (name, t) in model.named_parameters() {
+        let t = t.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu).op(&format!("copying {name} to host"))?;
+        tensors.insert(name, t);
+    }
+    let weights = dir.join("model.safetensors");
+    let tmp = temp_path(dir, "model.safetensors")?;
+    candle_core::safetensors::save(&tensors, &tmp).op(&format!("writing {}", weights.display()))?;
+    rename(&tmp, &weights)?;
+    let config = dir.join("config.json");
+    let tmp = temp_path(dir, "config.json")?;
+    std::fs::write(&tmp, model.config().to_json()).map_err(|e| CodonError::io(&tmp, e))?;
+    rename(&tmp, &config)
+}
+
+fn temp_path(dir: &Path, name: &str) -> Result<PathBuf> {
+    let file =
+        tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir).map_err(|e| CodonError::io(dir, e))?;
+    let (_, path) = file.keep().map_err(|e| CodonError::io(dir, e.error))?;
+    Ok(path)
+}
+
+fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).map_err(|e| {
+        let _ = std::fs::remove_file(from);
+        CodonError::io(to, e)
+    })
+}
+
+/// transformers' initialisation: normal(0, initializer_range) for linear and embedding
+/// weights, zero biases, LayerNorm weights 1 and biases 0, a zero padding row.
+pub fn init_weights(
+    config: &BigBirdConfig,
+    seed: u64,
+    device: &Device,
+    dtype: DType,
+) -> Result<HashMap<String, Tensor>> {
+    config.validate()?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let normal = Normal::new(0.0f32, config.initializer_range as f32)
+        .map_err(|e| CodonError::Config(format!("initializer_range: {e}")))?;
+    let mut out = HashMap::new();
+    for (name, shape) in parameter_shapes(config) {
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = if name.contains("LayerNorm.weight") {
+            vec![1.0; n]
+        } else if name.ends_with(".bias") {
+            vec![0.0; n]
+        } else {
+            let mut v: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng)).collect();
+            if name == "bert.embeddings.word_embeddings.weight" {
+                let pad = config.pad_token_id as usize * config.hidden_size;
+                v[pad..pad + config.hidden_size].fill(0.0);
+            }
+            v
+        };
+        let t = Tensor::from_vec(values, shape.as_slice(), device)?.to_dtype(dtype)?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
