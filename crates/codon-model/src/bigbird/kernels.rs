@@ -10,8 +10,10 @@
 
 use candle_core::{DType, Tensor, D};
 use rand::{RngCore, SeedableRng};
+
 use rand_chacha::ChaCha8Rng;
 
+use super::fast_math;
 use crate::error::Result;
 
 fn needs_grad(tensors: &[&Tensor]) -> bool {
@@ -44,9 +46,69 @@ pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
     Ok(exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)?)
 }
 
-/// `gelu_new`: the tanh approximation of GELU.
+/// `gelu_new`: the tanh approximation of GELU. On the CPU a parallel kernel computes it
+/// as x·σ(2u) (the same function, one `exp` per element); elsewhere candle's `gelu`.
 pub fn gelu_new(x: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() {
+        return Ok(x.contiguous()?.apply_op1(GeluNew)?);
+    }
     Ok(x.gelu()?)
+}
+
+/// The CPU `gelu_new` kernel, with its derivative composed from tensor ops.
+struct GeluNew;
+
+impl candle_core::CustomOp1 for GeluNew {
+    fn name(&self) -> &'static str {
+        "gelu_new"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        use candle_core::CpuStorage as S;
+        use rayon::prelude::*;
+        fn map<T: Copy + Send + Sync>(
+            src: &[T],
+            layout: &candle_core::Layout,
+            f: impl Fn(&mut [T]) + Sync + Send,
+        ) -> Vec<T> {
+            let (a, b) = layout.contiguous_offsets().unwrap_or((0, 0));
+            let mut out = src[a..b].to_vec();
+            out.par_chunks_mut(4096).for_each(f);
+            out
+        }
+        let each = |f: fn(f32) -> f32| {
+            move |c: &mut [half::bf16]| c.iter_mut().for_each(|v| *v = half::bf16::from_f32(f(v.to_f32())))
+        };
+        if layout.contiguous_offsets().is_none() {
+            candle_core::bail!("gelu_new: the CPU kernel takes contiguous input");
+        }
+        let out = match storage {
+            S::F32(v) => S::F32(map(v, layout, fast_math::gelu_new_in_place)),
+            S::BF16(v) => S::BF16(map(v, layout, each(fast_math::gelu_new))),
+            S::F16(v) => S::F16(map(v, layout, |c: &mut [half::f16]| {
+                c.iter_mut().for_each(|v| *v = half::f16::from_f32(fast_math::gelu_new(v.to_f32())))
+            })),
+            _ => candle_core::bail!("gelu_new: unsupported dtype (expected f32, f16 or bf16)"),
+        };
+        Ok((out, layout.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        // d/dx = 0.5(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²), t = tanh(u)
+        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+        const GELU_CUBIC: f32 = 0.044_715;
+        let x2 = x.sqr()?;
+        let u = ((x * SQRT_2_OVER_PI as f64)? * ((&x2 * GELU_CUBIC as f64)? + 1.0)?)?;
+        let t = u.tanh()?;
+        let du = ((&x2 * (3.0 * GELU_CUBIC as f64))? + 1.0)?.affine(SQRT_2_OVER_PI as f64, 0.0)?;
+        let left = ((&t + 1.0)? * 0.5)?;
+        let right = ((x * 0.5)? * (1.0 - t.sqr()?)?)?.mul(&du)?;
+        Ok(Some(grad.mul(&(left + right)?)?))
+    }
 }
 
 /// `x·Wᵀ + b` for x of shape (…, in) and W of shape (out, in).
@@ -74,6 +136,13 @@ pub fn attention(
     bias: Option<&Tensor>,
     dropout: Option<(&mut Dropout, f64)>,
 ) -> Result<Tensor> {
+    if let (None, Some(bias)) = (&dropout, bias) {
+        if !needs_grad(&[q, k, v]) {
+            if let Some(out) = super::cpu_attention::fused_attention(q, k, v, scale, bias) {
+                return Ok(out);
+            }
+        }
+    }
     let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
     let scores = match bias {
         Some(b) => scores.broadcast_add(b)?,
@@ -110,5 +179,37 @@ impl Dropout {
             (0..x.elem_count()).map(|_| if u64::from(self.rng.next_u32()) < threshold { scale } else { 0.0 }).collect();
         let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
         Ok((x * mask)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    #[test]
+    fn gelu_kernel_matches_tanh_form_and_its_gradient() {
+        let x = Tensor::arange(-800i64, 800, &Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .affine(0.01, 0.003)
+            .unwrap();
+        let reference = x.gelu().unwrap();
+        let ours = gelu_new(&x).unwrap();
+        let diff = (&ours - &reference).unwrap().abs().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(diff < 2e-6, "max |Δ| {diff}");
+        let v = Var::from_tensor(&x).unwrap();
+        let g_ours = gelu_new(v.as_tensor()).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = v.as_tensor().gelu().unwrap().sum_all().unwrap().backward().unwrap();
+        let d = (g_ours.get(&v).unwrap() - g_ref.get(&v).unwrap()).unwrap().abs().unwrap().max(0).unwrap();
+        assert!(d.to_scalar::<f32>().unwrap() < 1e-5);
+        // Strided input.
+        let m = x.reshape((40, 40)).unwrap().t().unwrap();
+        let a = gelu_new(&m).unwrap();
+        let b = m.gelu().unwrap();
+        assert!(
+            (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap() < 2e-6
+        );
     }
 }

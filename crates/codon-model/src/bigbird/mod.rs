@@ -2,6 +2,8 @@
 
 pub mod attention;
 pub mod config;
+mod cpu_attention;
+mod fast_math;
 pub mod kernels;
 pub mod model;
 pub mod numpy_rng;
