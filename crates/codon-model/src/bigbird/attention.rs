@@ -92,8 +92,26 @@ pub fn block_sparse_attention(
     let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
     let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
 
-    // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
     let (index, absent) = key_block_table(rand, nb);
+    let no_grad = ![q, k, v].iter().any(|t| t.track_op());
+    if no_grad {
+        let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
+        if let Some(ctx_mid) = super::cpu_attention::fused_block_sparse_middle(
+            q,
+            k,
+            v,
+            &masks.mask,
+            wm,
+            &local,
+            slots,
+            &absent,
+            BLOCK_SPARSE_MASK_PENALTY,
+        ) {
+            let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
+            return Ok(ctx.broadcast_mul(&masks.query_mask)?);
+        }
+    }
+    // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
     let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
     let gather = |t: &Tensor| -> Result<Tensor> {
         Ok(t.reshape((b, h * nb, wm, d))?.index_select(&index, 1)?.reshape((b, h * (nb - 2), slots * wm, d))?)

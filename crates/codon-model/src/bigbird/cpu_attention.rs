@@ -125,3 +125,111 @@ pub fn fused_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64, bias: &Te
     });
     Tensor::from_vec(out, qd, q.device()).ok()
 }
+
+/// The middle query blocks of block-sparse attention, fused, for f32 CPU inference.
+///
+/// `q`, `k`, `v` are (b, h, n, d); `key_mask` is (b, n) with 1/0; `blocks` lists, per head
+/// and middle query block, its `slots` key blocks; `absent[row·slots + slot]` is the
+/// penalty of a slot that is not part of the key set. Returns the context of query blocks
+/// 1..nb−2 as (b, h, n − 2·block, d), gathering key blocks in place instead of copying them.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_block_sparse_middle(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    key_mask: &Tensor,
+    block: usize,
+    blocks: &[u32],
+    slots: usize,
+    absent: &[f32],
+    penalty: f32,
+) -> Option<Tensor> {
+    if !matches!(q.device(), Device::Cpu) || [q, k, v].iter().any(|t| t.dtype() != DType::F32) {
+        return None;
+    }
+    let (b, h, n, d) = q.dims4().ok()?;
+    if k.dims() != q.dims() || v.dims() != q.dims() || key_mask.dims() != [b, n] || n % block != 0 {
+        return None;
+    }
+    let nb = n / block;
+    let rows = nb - 2;
+    if blocks.len() != h * rows * slots || absent.len() != rows * slots {
+        return None;
+    }
+    let (qv, kv, vv) = (f32_slice(q)?, f32_slice(k)?, f32_slice(v)?);
+    let mask = f32_slice(&key_mask.to_dtype(DType::F32).ok()?)?;
+    let width = slots * block;
+    let mut out = vec![0f32; b * h * rows * block * d];
+    out.par_chunks_mut(block * d).enumerate().for_each(|(task, out)| {
+        let (bh, row) = (task / rows, task % rows);
+        let (batch, head) = (bh / h, bh % h);
+        let base = bh * n * d;
+        let q_block = &qv[base + (row + 1) * block * d..base + (row + 2) * block * d];
+        let key_blocks = &blocks[(head * rows + row) * slots..(head * rows + row + 1) * slots];
+        let mut scores = vec![0f32; block * width];
+        let mut bias = vec![0f32; width];
+        for (slot, &kb) in key_blocks.iter().enumerate() {
+            let kb = kb as usize;
+            let k_block = &kv[base + kb * block * d..];
+            // SAFETY: q block (block × d), kᵀ of one key block, and a (block × block) column
+            // window of the (block × width) score buffer are in-bounds row-major matrices.
+            unsafe {
+                gemm::gemm(
+                    block,
+                    block,
+                    d,
+                    scores[slot * block..].as_mut_ptr(),
+                    1,
+                    width as isize,
+                    false,
+                    q_block.as_ptr(),
+                    1,
+                    d as isize,
+                    k_block.as_ptr(),
+                    d as isize,
+                    1,
+                    0.0,
+                    1.0 / (d as f32).sqrt(),
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+            let m = &mask[batch * n + kb * block..batch * n + (kb + 1) * block];
+            for (bias, &m) in bias[slot * block..(slot + 1) * block].iter_mut().zip(m) {
+                *bias = (1.0 - m) * penalty + absent[row * slots + slot];
+            }
+        }
+        fast_math::softmax_rows(&mut scores, width, &bias);
+        for (slot, &kb) in key_blocks.iter().enumerate() {
+            let v_block = &vv[base + kb as usize * block * d..];
+            // SAFETY: a (block × block) column window of the probabilities, one value block
+            // (block × d) and this task's output block (block × d) are in bounds.
+            unsafe {
+                gemm::gemm(
+                    block,
+                    d,
+                    block,
+                    out.as_mut_ptr(),
+                    1,
+                    d as isize,
+                    slot > 0,
+                    scores[slot * block..].as_ptr(),
+                    1,
+                    width as isize,
+                    v_block.as_ptr(),
+                    1,
+                    d as isize,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+    });
+    Tensor::from_vec(out, (b, h, rows * block, d), q.device()).ok()
+}
