@@ -17,12 +17,14 @@
 pub mod bigbird;
 pub mod error;
 pub mod organisms;
+pub mod predict;
 pub mod sequence;
 pub mod tokenizer;
 pub mod vocab;
 
 pub use error::{CodonError, Result};
 pub use organisms::{organism_id, organism_name, parse_organism, OrganismRef, NUM_ORGANISMS, ORGANISMS};
+pub use predict::{DnaPrediction, PredictOptions, Predictor};
 pub use sequence::{
     merged_sequence, merged_sequence_with, preprocess_dna, preprocess_protein, replace_ambiguous_codons,
     AmbiguousBehavior, ProteinConfig,

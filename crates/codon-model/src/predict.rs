@@ -1,0 +1,331 @@
+//! DNA prediction, the equivalent of upstream `predict_dna_sequence`, plus batches.
+//!
+//! One forward pass over `[CLS] x_unk … __unk [SEP]` with full attention, then an
+//! independent choice per position: argmax, or temperature + top-p sampling. Choices are
+//! restricted to codon tokens (so the DNA is always ACGT), and with `match_protein` to the
+//! codons of each residue's amino acid (so the DNA translates back to the protein).
+//! Proteins longer than 2046 residues are predicted in overlapping windows.
+
+use candle_core::{DType, Device, Tensor};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::bigbird::{AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput};
+use crate::error::{CodonError, Result, TensorContext};
+use crate::organisms::{organism_name, OrganismRef};
+use crate::sequence::{merged_sequence_with, ProteinConfig};
+use crate::tokenizer::CodonTokenizer;
+use crate::vocab::{codon_ids_for, codon_of, FIRST_CODON_ID, LAST_CODON_ID, MAX_AMINO_ACIDS};
+
+/// Context tokens on each side of a window's own residues when a protein is split.
+const WINDOW_CONTEXT: usize = 256;
+
+/// Prediction settings; the defaults are upstream's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PredictOptions {
+    /// Argmax (true) or sampling (false).
+    pub deterministic: bool,
+    /// Sampling temperature (> 0).
+    pub temperature: f64,
+    /// Nucleus mass in (0, 1].
+    pub top_p: f64,
+    /// Sequences per protein (sampling only when > 1).
+    pub num_sequences: usize,
+    /// Only allow codons of each residue's amino acid.
+    pub match_protein: bool,
+    /// Seed of the sampler.
+    pub seed: u64,
+    /// Attention for the forward pass (upstream: original_full).
+    pub attention: AttentionType,
+    /// Most tokens per forward pass in batch prediction (rows × padded length).
+    pub max_batch_tokens: usize,
+}
+
+impl Default for PredictOptions {
+    fn default() -> Self {
+        Self {
+            deterministic: true,
+            temperature: 0.2,
+            top_p: 0.95,
+            num_sequences: 1,
+            match_protein: false,
+            seed: 0,
+            attention: AttentionType::OriginalFull,
+            max_batch_tokens: 8192,
+        }
+    }
+}
+
+impl PredictOptions {
+    /// Upstream's argument checks, in upstream order and wording.
+    pub fn validate(&self) -> Result<()> {
+        let fail = |m: &str| Err(CodonError::Prediction(m.into()));
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return fail("Temperature must be a positive float.");
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return fail("top_p must be a float between 0 and 1.");
+        }
+        if self.num_sequences < 1 {
+            return fail("num_sequences must be a positive integer.");
+        }
+        if self.deterministic && self.num_sequences > 1 {
+            return fail("Multiple sequences can only be generated in non-deterministic mode.");
+        }
+        Ok(())
+    }
+}
+
+/// One predicted coding sequence (`DNASequencePrediction` upstream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnaPrediction {
+    /// Organism name.
+    pub organism: String,
+    /// The protein as given.
+    pub protein: String,
+    /// The merged model input (upper case).
+    pub processed_input: String,
+    /// Predicted DNA, one codon per residue (stop included).
+    pub predicted_dna: String,
+}
+
+/// A model, its tokenizer and a device, ready to predict.
+pub struct Predictor {
+    model: BigBirdForMaskedLM,
+    tokenizer: CodonTokenizer,
+}
+
+/// A protein prepared for the model.
+struct Prepared {
+    organism_id: u32,
+    organism: String,
+    protein: String,
+    merged: String,
+    /// Amino acid of each merged token.
+    residues: Vec<char>,
+}
+
+impl Predictor {
+    /// A predictor over a loaded model.
+    pub fn new(model: BigBirdForMaskedLM) -> Result<Self> {
+        Ok(Self { model, tokenizer: CodonTokenizer::new()? })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &BigBirdForMaskedLM {
+        &self.model
+    }
+
+    fn prepare(&self, protein: &str, organism: &OrganismRef) -> Result<Prepared> {
+        if protein.is_empty() {
+            return Err(CodonError::Prediction("Protein sequence cannot be empty.".into()));
+        }
+        let organism_id = organism.resolve()?;
+        // Internal '*' is a stop here: upstream's tokenizer would split it into two tokens.
+        let cleaned: String = {
+            let trimmed = protein.trim_end();
+            let last = trimmed.len().saturating_sub(1);
+            trimmed.char_indices().map(|(i, c)| if c == '*' && i < last { '_' } else { c }).collect()
+        };
+        let merged =
+            merged_sequence_with(&cleaned, "", "_", &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))?;
+        let residues = merged.split(' ').filter_map(|t| t.chars().next()).collect();
+        Ok(Prepared {
+            organism_id,
+            organism: organism_name(organism_id as i64)?.to_string(),
+            protein: protein.to_string(),
+            merged,
+            residues,
+        })
+    }
+
+    /// Predict DNA for one protein: `num_sequences` predictions.
+    pub fn predict(
+        &self,
+        protein: &str,
+        organism: impl Into<OrganismRef>,
+        options: &PredictOptions,
+    ) -> Result<Vec<DnaPrediction>> {
+        options.validate()?;
+        let prepared = self.prepare(protein, &organism.into())?;
+        let mut results = self.predict_prepared(&[prepared], options)?;
+        results.pop().ok_or_else(|| CodonError::Prediction("no prediction".into()))
+    }
+
+    /// Predict many proteins, batching proteins of similar length. Results keep the input
+    /// order; a protein that fails validation gets its own error.
+    pub fn predict_batch(
+        &self,
+        items: &[(String, OrganismRef)],
+        options: &PredictOptions,
+    ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
+        options.validate()?;
+        let mut out: Vec<Option<Result<Vec<DnaPrediction>>>> = (0..items.len()).map(|_| None).collect();
+        let mut ok: Vec<(usize, Prepared)> = Vec::new();
+        for (i, (protein, organism)) in items.iter().enumerate() {
+            match self.prepare(protein, organism) {
+                Ok(p) => ok.push((i, p)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        // Length bucketing: sorted by length, cut into batches under the token budget.
+        ok.sort_by_key(|(_, p)| p.residues.len());
+        let mut batches: Vec<Vec<(usize, Prepared)>> = Vec::new();
+        let mut current: Vec<(usize, Prepared)> = Vec::new();
+        for item in ok {
+            let padded_len = item.1.residues.len().min(MAX_AMINO_ACIDS) + 2;
+            if !current.is_empty() && (current.len() + 1) * padded_len > options.max_batch_tokens {
+                batches.push(std::mem::take(&mut current));
+            }
+            current.push(item);
+        }
+        if !current.is_empty() {
+            batches.push(current);
+        }
+        for batch in batches {
+            let (indices, prepared): (Vec<usize>, Vec<Prepared>) = batch.into_iter().unzip();
+            let results = self.predict_prepared(&prepared, options)?;
+            for (i, r) in indices.into_iter().zip(results) {
+                out[i] = Some(Ok(r));
+            }
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or_else(|| Err(CodonError::Prediction("not predicted".into())))).collect())
+    }
+
+    /// Logits for each residue of each prepared protein: (residues, vocab) f32 on the host.
+    fn residue_logits(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<Vec<f32>>>> {
+        // Every protein becomes one or more windows of at most MAX_AMINO_ACIDS tokens.
+        struct Window {
+            protein: usize,
+            start: usize,
+            end: usize,
+            own_start: usize,
+            own_end: usize,
+        }
+        let mut windows = Vec::new();
+        for (p, prepared) in batch.iter().enumerate() {
+            let len = prepared.residues.len();
+            if len <= MAX_AMINO_ACIDS {
+                windows.push(Window { protein: p, start: 0, end: len, own_start: 0, own_end: len });
+                continue;
+            }
+            let core = MAX_AMINO_ACIDS - 2 * WINDOW_CONTEXT;
+            let mut own = 0;
+            while own < len {
+                let own_end = (own + core).min(len);
+                let start = own.saturating_sub(WINDOW_CONTEXT);
+                let end = (start + MAX_AMINO_ACIDS).min(len);
+                let start = end.saturating_sub(MAX_AMINO_ACIDS).min(start);
+                windows.push(Window { protein: p, start, end, own_start: own, own_end });
+                own = own_end;
+            }
+        }
+        let tokens: Vec<Vec<&str>> = batch.iter().map(|p| p.merged.split(' ').collect()).collect();
+        let mut rows = Vec::with_capacity(windows.len());
+        for w in &windows {
+            rows.push(self.tokenizer.encode(&tokens[w.protein][w.start..w.end].join(" "))?);
+        }
+        let organisms: Vec<u32> = windows.iter().map(|w| batch[w.protein].organism_id).collect();
+        let enc = crate::tokenizer::pad_rows(&rows, &organisms);
+        let device: &Device = self.model.device();
+        let shape = (enc.batch_size, enc.seq_len);
+        let input = ModelInput {
+            input_ids: Tensor::from_vec(enc.input_ids, shape, device)?,
+            token_type_ids: Tensor::from_vec(enc.token_type_ids, shape, device)?,
+            attention_mask: Tensor::from_vec(enc.attention_mask, shape, device)?,
+        };
+        let logits = self.model.forward(&input, ForwardMode::eval(options.attention)).op("prediction forward")?;
+        let logits: Vec<Vec<Vec<f32>>> = logits.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3()?;
+        let mut out: Vec<Vec<Vec<f32>>> = batch.iter().map(|p| vec![Vec::new(); p.residues.len()]).collect();
+        for (w, row_logits) in windows.iter().zip(logits) {
+            for pos in w.own_start..w.own_end {
+                // +1 skips [CLS].
+                out[w.protein][pos] = row_logits[pos - w.start + 1].clone();
+            }
+        }
+        Ok(out)
+    }
+
+    fn predict_prepared(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<DnaPrediction>>> {
+        let logits = self.residue_logits(batch, options)?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (prepared, logits) in batch.iter().zip(logits) {
+            // One generator per protein, so a protein's samples do not depend on its batch.
+            let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+            let allowed: Vec<Vec<u32>> = prepared
+                .residues
+                .iter()
+                .map(|&aa| {
+                    let ids = codon_ids_for(aa);
+                    if options.match_protein && !ids.is_empty() {
+                        ids.to_vec()
+                    } else {
+                        (FIRST_CODON_ID..=LAST_CODON_ID).collect()
+                    }
+                })
+                .collect();
+            let mut predictions = Vec::with_capacity(options.num_sequences);
+            for _ in 0..options.num_sequences {
+                let mut dna = String::with_capacity(3 * logits.len());
+                for (row, allowed) in logits.iter().zip(&allowed) {
+                    let id = if options.deterministic {
+                        argmax(row, allowed)
+                    } else {
+                        sample_top_p(row, allowed, options.temperature, options.top_p, &mut rng)
+                    };
+                    let codon = codon_of(id).unwrap_or(*b"NNN");
+                    dna.push_str(std::str::from_utf8(&codon).unwrap_or("NNN"));
+                }
+                predictions.push(DnaPrediction {
+                    organism: prepared.organism.clone(),
+                    protein: prepared.protein.clone(),
+                    processed_input: prepared.merged.clone(),
+                    predicted_dna: dna,
+                });
+            }
+            out.push(predictions);
+        }
+        Ok(out)
+    }
+}
+
+/// The allowed id with the largest logit (the first on ties, as torch's argmax).
+fn argmax(row: &[f32], allowed: &[u32]) -> u32 {
+    let mut best = allowed[0];
+    for &id in allowed {
+        if row[id as usize] > row[best as usize] {
+            best = id;
+        }
+    }
+    best
+}
+
+/// Temperature + top-p sampling over the allowed ids (`sample_non_deterministic` upstream):
+/// p = softmax(logits / T); keep the smallest most-likely prefix whose mass reaches top_p
+/// (entries whose preceding mass exceeds top_p are dropped); renormalise; draw.
+fn sample_top_p(row: &[f32], allowed: &[u32], temperature: f64, top_p: f64, rng: &mut impl Rng) -> u32 {
+    let scaled: Vec<f64> = allowed.iter().map(|&id| row[id as usize] as f64 / temperature).collect();
+    let max = scaled.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let mut probs: Vec<(f64, u32)> = scaled.iter().zip(allowed).map(|(s, &id)| ((s - max).exp(), id)).collect();
+    let total: f64 = probs.iter().map(|p| p.0).sum();
+    probs.iter_mut().for_each(|p| p.0 /= total);
+    probs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut kept = Vec::with_capacity(probs.len());
+    let mut cumulative = 0.0;
+    for (p, id) in probs {
+        if cumulative > top_p {
+            break;
+        }
+        kept.push((p, id));
+        cumulative += p;
+    }
+    let mass: f64 = kept.iter().map(|k| k.0).sum();
+    let mut draw = rng.random::<f64>() * mass;
+    for (p, id) in &kept {
+        if draw < *p {
+            return *id;
+        }
+        draw -= p;
+    }
+    kept.last().map_or(allowed[0], |k| k.1)
+}

@@ -1,0 +1,169 @@
+//! Prediction on the tiny fixture model (random weights, CodonTransformer's vocabulary and
+//! organism table): validation, match_protein, sampling, batches and long proteins.
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device};
+use codon_model::bigbird::load_model;
+use codon_model::vocab::translate_codon;
+use codon_model::{OrganismRef, PredictOptions, Predictor};
+
+fn predictor() -> Predictor {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
+}
+
+fn translate(dna: &str) -> String {
+    dna.as_bytes().chunks(3).map(|c| translate_codon(c).unwrap()).collect()
+}
+
+fn expected_protein(p: &str) -> String {
+    let mut p = p.replace('*', "_");
+    if !p.ends_with('_') {
+        p.push('_');
+    }
+    p
+}
+
+fn sampling(temperature: f64, seed: u64) -> PredictOptions {
+    PredictOptions { deterministic: false, temperature, match_protein: true, seed, ..Default::default() }
+}
+
+#[test]
+fn match_protein_always_translates_back() {
+    let p = predictor();
+    // The upstream test set, plus internal stops and '*'.
+    let proteins = [
+        "QQQQQQQQQQQQQQQQ_",
+        "KRKRKRKRKRKRKRKR_",
+        "PGPGPGPGPGPGPGPG_",
+        "DEDEDEDEDEDEDEDEDE_",
+        "M_M_M_M_M_",
+        "MMMMMMMMMM_",
+        "WWWWWWWWWW_",
+        "CCCCCCCCCC_",
+        "MWCHMWCHMWCH_",
+        "Q_QQ_QQQ_QQQQ_",
+        "MWMWMWMWMWMW_",
+        "CCCHHHMMMWWW_",
+        "_",
+        "M_",
+        "MGWC_",
+        "MWLLLMWLLL",
+        "M*KV*",
+    ];
+    for protein in proteins {
+        for options in [PredictOptions { match_protein: true, ..Default::default() }, sampling(20.0, 7)] {
+            let out = p.predict(protein, "Homo sapiens", &options).unwrap();
+            assert_eq!(out.len(), 1);
+            let dna = &out[0].predicted_dna;
+            assert!(dna.bytes().all(|b| b"ACGT".contains(&b)), "{protein}: {dna}");
+            assert_eq!(translate(dna), expected_protein(protein), "{protein}");
+        }
+    }
+}
+
+#[test]
+fn predictions_are_acgt_codons_one_per_residue() {
+    let p = predictor();
+    let out = p.predict("MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVE", 51u32, &PredictOptions::default()).unwrap();
+    let dna = &out[0].predicted_dna;
+    assert_eq!(dna.len(), 3 * 38);
+    assert!(dna.bytes().all(|b| b"ACGT".contains(&b)));
+    assert_eq!(out[0].organism, "Escherichia coli general");
+    assert_eq!(out[0].processed_input.split(' ').count(), 38);
+    // Deterministic calls agree.
+    let again =
+        p.predict("MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVE", "Escherichia coli general", &PredictOptions::default());
+    assert_eq!(again.unwrap(), out);
+}
+
+#[test]
+fn sampling_is_seeded_and_top_p_narrows_it() {
+    let p = predictor();
+    let protein = "MFWYMFWYLLLLSSSSRRRR";
+    let opts =
+        PredictOptions { deterministic: false, temperature: 1.0, num_sequences: 6, seed: 3, ..Default::default() };
+    let a = p.predict(protein, 0u32, &opts).unwrap();
+    assert_eq!(a.len(), 6);
+    assert_eq!(a, p.predict(protein, 0u32, &opts).unwrap());
+    let b = p.predict(protein, 0u32, &PredictOptions { seed: 4, ..opts.clone() }).unwrap();
+    assert_ne!(a, b);
+    let distinct = |v: &[codon_model::DnaPrediction]| {
+        v.iter().map(|d| d.predicted_dna.clone()).collect::<std::collections::BTreeSet<_>>().len()
+    };
+    assert!(distinct(&a) > 1);
+    // top_p → 0 keeps only the most likely codon: sampling equals argmax.
+    let greedy = p.predict(protein, 0u32, &PredictOptions::default()).unwrap();
+    let narrow = p.predict(protein, 0u32, &PredictOptions { top_p: 1e-9, ..opts }).unwrap();
+    assert!(narrow.iter().all(|d| d.predicted_dna == greedy[0].predicted_dna));
+}
+
+#[test]
+fn validation_errors_match_upstream() {
+    let p = predictor();
+    let err = |protein: &str, organism: OrganismRef, o: PredictOptions| {
+        p.predict(protein, organism, &o).unwrap_err().to_string()
+    };
+    let ok = PredictOptions::default();
+    let ecoli = || OrganismRef::from("Escherichia coli general");
+    assert_eq!(err("", ecoli(), ok.clone()), "Protein sequence cannot be empty.");
+    for t in [0.0, -0.1, f64::NAN] {
+        assert_eq!(
+            err("MK", ecoli(), PredictOptions { temperature: t, ..ok.clone() }),
+            "Temperature must be a positive float."
+        );
+    }
+    for top_p in [0.0, -0.1, 1.1] {
+        assert_eq!(
+            err("MK", ecoli(), PredictOptions { top_p, ..ok.clone() }),
+            "top_p must be a float between 0 and 1."
+        );
+    }
+    assert_eq!(
+        err("MK", ecoli(), PredictOptions { num_sequences: 0, ..ok.clone() }),
+        "num_sequences must be a positive integer."
+    );
+    assert_eq!(
+        err("MK", ecoli(), PredictOptions { num_sequences: 3, ..ok.clone() }),
+        "Multiple sequences can only be generated in non-deterministic mode."
+    );
+    assert!(err("MKV", OrganismRef::from("Alien $%#@!"), ok.clone()).starts_with("Invalid organism name: Alien $%#@!."));
+    assert!(err("MKV", OrganismRef::Id(164), ok.clone()).starts_with("Invalid organism ID: 164."));
+    assert!(err("MKTZZFVLLL?", ecoli(), ok.clone()).starts_with("Invalid characters in protein sequence."));
+    assert!(err("MWW/", ecoli(), ok).starts_with("Invalid characters in protein sequence."));
+}
+
+#[test]
+fn long_proteins_are_predicted_in_windows() {
+    let p = predictor();
+    let motif = "MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVEALYLVCGERGFFYTPKTRREAEDLQVGQVELGG";
+    let protein: String = motif.repeat(40); // 2800 residues + stop
+    let out = p.predict(&protein, 59u32, &PredictOptions { match_protein: true, ..Default::default() }).unwrap();
+    let dna = &out[0].predicted_dna;
+    assert_eq!(dna.len(), 3 * 2801);
+    assert_eq!(translate(dna), expected_protein(&protein));
+}
+
+#[test]
+fn batches_keep_order_and_equal_single_predictions() {
+    let p = predictor();
+    let items: Vec<(String, OrganismRef)> = vec![
+        ("MKV".into(), 51u32.into()),
+        ("MALWMRLLPLLALLALWGPDPAAA".into(), "Homo sapiens".into()),
+        ("MK?".into(), 51u32.into()),
+        ("MW".into(), OrganismRef::Id(200)),
+        ("MFWYMFWY".into(), 0u32.into()),
+    ];
+    let options = PredictOptions { max_batch_tokens: 40, ..Default::default() };
+    let batch = p.predict_batch(&items, &options).unwrap();
+    assert_eq!(batch.len(), 5);
+    for (i, (protein, organism)) in items.iter().enumerate() {
+        match (&batch[i], p.predict(protein, organism.clone(), &options)) {
+            (Ok(a), Ok(b)) => assert_eq!(a, &b, "item {i}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "item {i}"),
+            (a, b) => panic!("item {i}: batch {a:?} vs single {b:?}"),
+        }
+    }
+    assert!(batch[2].is_err() && batch[3].is_err());
+}
