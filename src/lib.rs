@@ -14,6 +14,27 @@ pub fn demo_data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join("demo")
 }
 
+/// Parse a `--device` value: `cpu`, `npu:N` or `npu-sim:N`.
+pub fn parse_device(text: &str) -> Result<candle_core::Device, String> {
+    match text.trim() {
+        "cpu" => Ok(candle_core::Device::Cpu),
+        other if other.starts_with("npu:") || other.starts_with("npu-sim:") => Err(format!(
+            "device {other}: the Ascend backend (candle-ascend) is not part of this build yet; use --device cpu"
+        )),
+        other => Err(format!("unknown device {other:?} (expected cpu, npu:N or npu-sim:N)")),
+    }
+}
+
+/// Parse a `--dtype` value: `f32`, `bf16` or `f16`.
+pub fn parse_dtype(text: &str) -> Result<candle_core::DType, String> {
+    match text.trim() {
+        "f32" | "float32" => Ok(candle_core::DType::F32),
+        "bf16" | "bfloat16" => Ok(candle_core::DType::BF16),
+        "f16" | "float16" => Ok(candle_core::DType::F16),
+        other => Err(format!("unknown dtype {other:?} (expected f32, bf16 or f16)")),
+    }
+}
+
 /// Run a command-line program: on error print one line (`error: …` with its causes)
 /// to stderr and exit with status 1.
 pub fn run_main<E: std::fmt::Display>(run: impl FnOnce() -> Result<(), E>) {

@@ -77,3 +77,86 @@ fn errors_are_one_line_and_non_zero() {
         assert!(!Path::new(&out_path).exists(), "{name} wrote no output");
     }
 }
+
+fn bigbird_fixture(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bigbird").join(rel).to_string_lossy().into_owned()
+}
+
+#[test]
+fn score_reproduces_transformers_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors").to_string_lossy().into_owned();
+    let run_score = |extra: &[&str]| {
+        let model_dir = bigbird_fixture("");
+        let inputs = bigbird_fixture("case_pad_b2_45/inputs.safetensors");
+        let mut args = vec!["--model", model_dir.as_str(), "--inputs", inputs.as_str(), "--output", out.as_str()];
+        args.extend_from_slice(extra);
+        let o = run("score", &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        candle_core::safetensors::load(&out, &candle_core::Device::Cpu).unwrap()
+    };
+    let got = run_score(&["--attention", "block-sparse", "--train", "--grads"]);
+    let want = candle_core::safetensors::load(
+        bigbird_fixture("case_pad_b2_45/sparse_train.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    };
+    assert!(max_diff(&got["logits"], &want["logits"]) < 1e-5);
+    assert!(max_diff(&got["loss"], &want["loss"]) < 1e-5);
+    assert_eq!(got.len(), 2 + 44, "logits, loss and one gradient per parameter");
+    let g = "bert.encoder.layer.1.intermediate.dense.weight";
+    assert!(max_diff(&got[g], &want[&format!("grad.{g}")]) < 1e-6);
+    let got = run_score(&["--attention", "full"]);
+    let want = candle_core::safetensors::load(
+        bigbird_fixture("case_pad_b2_45/full_eval.safetensors"),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
+    assert!(max_diff(&got["logits"], &want["logits"]) < 1e-5);
+    assert_eq!(got.len(), 2);
+}
+
+#[test]
+fn init_model_then_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model").to_string_lossy().into_owned();
+    let o = run("init_model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("156538 parameters"));
+
+    let o = run(
+        "predict",
+        &["--model", &model, "--protein", "MWWMW", "--organism", "Escherichia coli general", "--match-protein"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dna = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let protein: String =
+        dna.as_bytes().chunks(3).map(|c| codon_ascend::model::vocab::translate_codon(c).unwrap()).collect();
+    assert_eq!(protein, "MWWMW_");
+
+    let csv_in = dir.path().join("in.csv");
+    std::fs::write(&csv_in, "id,protein_sequence,organism\n1,MKV,51\n2,MK?,51\n3,MALW*,Homo sapiens\n").unwrap();
+    let csv_out = dir.path().join("out.csv").to_string_lossy().into_owned();
+    let o = run(
+        "predict",
+        &["--model", &model, "--input", &csv_in.to_string_lossy(), "--output", &csv_out, "--match-protein"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut reader = csv::Reader::from_path(&csv_out).unwrap();
+    assert_eq!(
+        reader.headers().unwrap().iter().collect::<Vec<_>>(),
+        ["id", "protein_sequence", "organism", "predicted_dna"]
+    );
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0][3].len(), 12);
+    assert!(rows[1][3].starts_with("ERROR: Invalid characters in protein sequence."));
+    assert_eq!(rows[2][3].len(), 15);
+
+    let o = run("predict", &["--model", &model, "--protein", "MK", "--organism", "51", "--device", "npu:0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+}

@@ -160,7 +160,7 @@ fn bf16_stays_within_torch_bf16_tolerance() {
         let logits = m.forward(&c.input, ForwardMode::eval(attention)).unwrap();
         assert_eq!(logits.dtype(), DType::BF16);
         let logits = logits.to_dtype(DType::F32).unwrap();
-        assert_eq!(max_abs(&logits).is_finite(), true);
+        assert!(max_abs(&logits).is_finite());
         if attention == AttentionType::OriginalFull {
             // Fixture README: torch's own bf16 error is 0.83 % of max |logit|; allow 4 %.
             let err = max_abs(&(logits - f32_logits).unwrap());

@@ -258,7 +258,7 @@ impl BigBirdConfig {
                 return err(format!("{name} = {p} must be in [0, 1)"));
             }
         }
-        if !(self.layer_norm_eps > 0.0) {
+        if self.layer_norm_eps.is_nan() || self.layer_norm_eps <= 0.0 {
             return err(format!("layer_norm_eps = {} must be positive", self.layer_norm_eps));
         }
         if self.pad_token_id as usize >= self.vocab_size {

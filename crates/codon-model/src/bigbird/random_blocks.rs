@@ -148,8 +148,9 @@ fn legacy_plan(g: &BlockGeometry, rng: &mut LegacyRandomState) -> RandomBlocks {
             };
             let picked = rng.permutation(&candidates);
             if i - 1 < table.rows {
-                for j in 0..r.min(picked.len()) {
-                    table.blocks[(head * table.rows + i - 1) * r + j] = picked[j];
+                let at = (head * table.rows + i - 1) * r;
+                for (slot, &b) in table.blocks[at..at + r].iter_mut().zip(&picked) {
+                    *slot = b;
                 }
             }
         }

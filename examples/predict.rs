@@ -1,0 +1,128 @@
+//! Predict organism-specific DNA for proteins (`predict_dna_sequence` upstream).
+//!
+//! ```text
+//! cargo run --release --example predict -- --model DIR --protein MALWMRLL... --organism "Escherichia coli general"
+//! cargo run --release --example predict -- --model DIR --input proteins.csv --output predictions.csv --match-protein
+//! ```
+//! Batch files are CSV with columns `protein_sequence` and `organism` (name or id); the
+//! output adds `predicted_dna` (with several sequences: one row per sequence).
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use codon_ascend::model::bigbird::load_model;
+use codon_ascend::model::{OrganismRef, PredictOptions, Predictor};
+
+/// Predict DNA for a protein and an organism.
+#[derive(Parser)]
+struct Args {
+    /// Model directory (config.json + model.safetensors) or checkpoint (.pt, .ckpt, .safetensors).
+    #[arg(long)]
+    model: PathBuf,
+    /// Protein sequence.
+    #[arg(long, conflicts_with = "input")]
+    protein: Option<String>,
+    /// Organism name or id (for --protein).
+    #[arg(long)]
+    organism: Option<String>,
+    /// CSV with protein_sequence and organism columns.
+    #[arg(long, requires = "output")]
+    input: Option<PathBuf>,
+    /// Output CSV (written atomically).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// cpu, npu:N or npu-sim:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Only codons of each residue's amino acid.
+    #[arg(long)]
+    match_protein: bool,
+    /// Sample with this temperature instead of argmax.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Nucleus mass for sampling.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f64,
+    /// Sequences per protein (sampling).
+    #[arg(long, default_value_t = 1)]
+    num_sequences: usize,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn organism_ref(text: &str) -> OrganismRef {
+    match text.trim().parse::<i64>() {
+        Ok(id) => OrganismRef::Id(id),
+        Err(_) => OrganismRef::Name(text.trim().to_string()),
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
+    let options = PredictOptions {
+        deterministic: args.temperature.is_none(),
+        temperature: args.temperature.unwrap_or(0.2),
+        top_p: args.top_p,
+        num_sequences: args.num_sequences,
+        match_protein: args.match_protein,
+        seed: args.seed,
+        ..Default::default()
+    };
+    options.validate()?;
+    let predictor = Predictor::new(load_model(&args.model, None, &device, dtype)?)?;
+    if let Some(protein) = &args.protein {
+        let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+        for p in predictor.predict(protein, organism_ref(organism), &options)? {
+            println!("{}", p.predicted_dna);
+        }
+        return Ok(());
+    }
+    let (Some(input), Some(output)) = (&args.input, &args.output) else {
+        anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV");
+    };
+    let mut reader = csv::Reader::from_path(input).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+    let headers = reader.headers()?.clone();
+    let column = |name: &str| {
+        headers
+            .iter()
+            .position(|h| h.trim() == name)
+            .ok_or_else(|| anyhow::anyhow!("{}: no {name:?} column", input.display()))
+    };
+    let (protein_col, organism_col) = (column("protein_sequence")?, column("organism")?);
+    let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>()?;
+    let items: Vec<(String, OrganismRef)> = rows
+        .iter()
+        .map(|r| (r.get(protein_col).unwrap_or("").to_string(), organism_ref(r.get(organism_col).unwrap_or(""))))
+        .collect();
+    let results = predictor.predict_batch(&items, &options)?;
+    let mut failed = 0;
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(headers.iter().chain(["predicted_dna"]))?;
+    for (row, result) in rows.iter().zip(results) {
+        match result {
+            Ok(predictions) => {
+                for p in predictions {
+                    writer.write_record(row.iter().chain([p.predicted_dna.as_str()]))?;
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                writer.write_record(row.iter().chain([format!("ERROR: {e}").as_str()]))?;
+            }
+        }
+    }
+    let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
+    println!("predicted {} proteins ({failed} failed); wrote {}", rows.len() - failed, output.display());
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}

@@ -1,0 +1,117 @@
+//! Run BigBirdForMaskedLM on saved inputs and write logits, loss and (optionally) every
+//! parameter gradient — the tool for checking parity with transformers.
+//!
+//! ```text
+//! cargo run --release --example score -- --model DIR --inputs in.safetensors --output out.safetensors \
+//!     [--attention full|block-sparse] [--train] [--grads] [--device cpu] [--dtype f32|bf16|f16]
+//! ```
+//! Inputs: `input_ids`, `attention_mask`, `token_type_ids`, `labels`, i64 (batch, length).
+//! Output: `logits`, `loss`, and with `--grads` one tensor per parameter under its
+//! transformers state-dict name (tied decoder keys excluded).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{Tensor, Var};
+use clap::Parser;
+use codon_ascend::model::bigbird::{
+    load_model, masked_lm_loss, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
+};
+
+/// Score inputs with a model.
+#[derive(Parser)]
+struct Args {
+    /// Model directory (config.json + model.safetensors) or checkpoint file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Input safetensors file.
+    #[arg(long)]
+    inputs: PathBuf,
+    /// Output safetensors file.
+    #[arg(long)]
+    output: PathBuf,
+    /// full or block-sparse.
+    #[arg(long, default_value = "block-sparse")]
+    attention: String,
+    /// Training-mode semantics: random tables, dropout as configured.
+    #[arg(long)]
+    train: bool,
+    /// Also write the gradient of the loss for every parameter.
+    #[arg(long)]
+    grads: bool,
+    /// Seed of the dropout masks in training mode.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// cpu, npu:N or npu-sim:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
+    let attention: AttentionType = args.attention.parse()?;
+    let mut model = load_model(&args.model, None, &device, dtype)?;
+    let inputs = candle_core::safetensors::load(&args.inputs, &device)?;
+    let get = |k: &str| -> anyhow::Result<Tensor> {
+        inputs.get(k).cloned().ok_or_else(|| anyhow::anyhow!("{}: no tensor {k:?}", args.inputs.display()))
+    };
+    let input = ModelInput {
+        input_ids: get("input_ids")?,
+        token_type_ids: get("token_type_ids")?,
+        attention_mask: get("attention_mask")?,
+    };
+    let labels = get("labels")?;
+    let vars: Vec<(String, Var)> = if args.grads {
+        let vars: Vec<(String, Var)> = model
+            .named_parameters()
+            .into_iter()
+            .map(|(n, t)| Ok((n, Var::from_tensor(&t)?)))
+            .collect::<candle_core::Result<_>>()?;
+        let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+        model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
+        vars
+    } else {
+        Vec::new()
+    };
+    let mode = if args.train { ForwardMode::train(attention, args.seed) } else { ForwardMode::eval(attention) };
+    let (logits, info) = model.forward_with_info(&input, mode)?;
+    let loss = masked_lm_loss(&logits, &labels)?;
+    let mut out: HashMap<String, Tensor> = HashMap::new();
+    if args.grads {
+        let grads = loss.backward()?;
+        for (name, var) in &vars {
+            let g = match grads.get(var) {
+                Some(g) => g.clone(),
+                None => var.zeros_like()?, // the pooler never reaches the loss
+            };
+            out.insert(name.clone(), g);
+        }
+    }
+    println!(
+        "loss {:.6} ({:?} attention, encoder length {})",
+        loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?,
+        info.attention,
+        info.encoder_len
+    );
+    out.insert("logits".into(), logits);
+    out.insert("loss".into(), loss.reshape(1)?);
+    let out: HashMap<String, Tensor> = out
+        .into_iter()
+        .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
+        .collect::<candle_core::Result<_>>()?;
+    let dir = args.output.parent().filter(|p| !p.as_os_str().is_empty()).map_or(PathBuf::from("."), PathBuf::from);
+    let tmp = tempfile::Builder::new().prefix(".score-").suffix(".safetensors").tempfile_in(&dir)?;
+    candle_core::safetensors::save(&out, tmp.path())?;
+    tmp.persist(&args.output)?;
+    println!("wrote {}", args.output.display());
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}
