@@ -166,3 +166,18 @@ fn dropout_is_active_in_training_and_seeded() {
     assert_ne!(t1, eval);
     assert_ne!(t1, run(ForwardMode::train(AttentionType::OriginalFull, 2)));
 }
+
+#[test]
+fn pytorch_checkpoints_load_with_and_without_lightning_prefix() {
+    let reference = load_model(fixture_dir(), None, &Device::Cpu, DType::F32).unwrap();
+    for file in ["lightning.ckpt", "state_dict.pt"] {
+        let m = load_model(fixture_dir().join(file), Some(tiny_config()), &Device::Cpu, DType::F32).unwrap();
+        for ((n1, a), (n2, b)) in m.named_parameters().iter().zip(reference.named_parameters().iter()) {
+            assert_eq!(n1, n2);
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert_eq!(d, 0.0, "{file}: {n1}");
+        }
+    }
+    let err = load_model(fixture_dir().join("config.json"), Some(tiny_config()), &Device::Cpu, DType::F32).unwrap_err();
+    assert!(err.to_string().contains("unsupported checkpoint type"), "{err}");
+}
