@@ -181,3 +181,16 @@ fn pytorch_checkpoints_load_with_and_without_lightning_prefix() {
     let err = load_model(fixture_dir().join("config.json"), Some(tiny_config()), &Device::Cpu, DType::F32).unwrap_err();
     assert!(err.to_string().contains("unsupported checkpoint type"), "{err}");
 }
+
+#[test]
+fn torch_state_dict_files_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = load_model(fixture_dir(), None, &Device::Cpu, DType::F32).unwrap();
+    let path = dir.path().join("finetune.ckpt");
+    codon_model::bigbird::weights::save_torch_state_dict(&m.named_parameters(), &path).unwrap();
+    let back = load_model(&path, Some(tiny_config()), &Device::Cpu, DType::F32).unwrap();
+    for ((n1, a), (_, b)) in m.named_parameters().iter().zip(back.named_parameters().iter()) {
+        let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert_eq!(d, 0.0, "{n1}");
+    }
+}

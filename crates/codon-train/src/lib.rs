@@ -1,1 +1,41 @@
-//! Training for CodonTransformer (work in progress: see issue 4).
+//! `codon-train`: a reusable trainer for CodonTransformer.
+//!
+//! AdamW with torch's semantics and f32 state, OneCycleLR (and other schedules), bf16 mixed
+//! precision with f32 master weights, f16 with dynamic loss scaling, gradient accumulation
+//! and clipping, anomaly detection, JSONL metrics, atomic resumable checkpoints.
+//!
+//! ```no_run
+//! use codon_train::{MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
+//! use codon_data::{DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator};
+//! use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+//! use codon_model::CodonTokenizer;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let device = candle_core::Device::Cpu;
+//! let config = BigBirdConfig::default();
+//! let weights = init_weights(&config, 0, &device, candle_core::DType::F32)?;
+//! let model = MaskedLmModel::new(BigBirdForMaskedLM::from_named(config, weights)?, Precision::Bf16, AttentionType::BlockSparse)?;
+//! let dataset = JsonlDataset::open("train.jsonl", MalformedPolicy::Error)?;
+//! let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), LoaderConfig::default())?;
+//! let trainer = Trainer::new(TrainerConfig::builder().learning_rate(5e-5).max_epochs(1).precision(Precision::Bf16).build()?);
+//! let report = trainer.fit(&model, &MaskedLmData::new(loader), None)?;
+//! println!("{} steps", report.steps.len());
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod checkpoint;
+pub mod error;
+pub mod masked_lm;
+pub mod optim;
+pub mod schedule;
+pub mod trainer;
+
+pub use error::{Result, TrainError};
+pub use masked_lm::{MaskedLmData, MaskedLmModel};
+pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig};
+pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
+pub use trainer::{
+    AnomalyPolicy, BatchSource, Precision, StepMetrics, TrainReport, TrainableModel, Trainer, TrainerConfig,
+    TrainerConfigBuilder,
+};

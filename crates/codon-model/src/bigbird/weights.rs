@@ -174,3 +174,74 @@ pub fn init_weights(
     }
     Ok(out)
 }
+
+/// Write named f32 tensors as a PyTorch state-dict file (`torch.save(state_dict)` layout: a
+/// zip with `data.pkl` and one storage per tensor), readable by `torch.load` and by
+/// upstream's tools. This is the upstream-style `--checkpoint_filename` file.
+pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Result<()> {
+    use std::io::Write;
+    let mut pickle = Vec::new();
+    pickle.extend_from_slice(b"\x80\x02");
+    pickle.extend_from_slice(b"ccollections\nOrderedDict\n)R(");
+    let unicode = |out: &mut Vec<u8>, s: &str| {
+        out.push(b'X');
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    let int = |out: &mut Vec<u8>, v: usize| {
+        out.push(b'J');
+        out.extend_from_slice(&(v as i32).to_le_bytes());
+    };
+    let mut storages = Vec::with_capacity(tensors.len());
+    for (i, (name, tensor)) in tensors.iter().enumerate() {
+        let t = tensor.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.flatten_all()?;
+        let data: Vec<f32> = t.to_vec1()?;
+        let dims = tensor.dims();
+        unicode(&mut pickle, name);
+        pickle.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n(");
+        pickle.push(b'(');
+        unicode(&mut pickle, "storage");
+        pickle.extend_from_slice(b"ctorch\nFloatStorage\n");
+        unicode(&mut pickle, &i.to_string());
+        unicode(&mut pickle, "cpu");
+        int(&mut pickle, data.len());
+        pickle.extend_from_slice(b"tQ");
+        int(&mut pickle, 0);
+        pickle.push(b'(');
+        dims.iter().for_each(|&d| int(&mut pickle, d));
+        pickle.push(b't');
+        pickle.push(b'(');
+        let mut stride = 1;
+        let mut strides = vec![0; dims.len()];
+        for (s, &d) in strides.iter_mut().zip(dims).rev() {
+            *s = stride;
+            stride *= d;
+        }
+        strides.iter().for_each(|&s| int(&mut pickle, s));
+        pickle.push(b't');
+        pickle.extend_from_slice(b"\x89ccollections\nOrderedDict\n)Rt");
+        pickle.push(b'R');
+        storages.push(data);
+    }
+    pickle.extend_from_slice(b"u.");
+
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new().prefix(".state-dict-").tempfile_in(dir).map_err(|e| CodonError::io(dir, e))?;
+    {
+        let mut zip = zip::ZipWriter::new(tmp.as_file());
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        let io = |e: zip::result::ZipError| CodonError::io(path, std::io::Error::other(e));
+        zip.start_file("archive/data.pkl", opts).map_err(io)?;
+        zip.write_all(&pickle).map_err(|e| CodonError::io(path, e))?;
+        for (i, data) in storages.iter().enumerate() {
+            zip.start_file(format!("archive/data/{i}"), opts).map_err(io)?;
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            zip.write_all(&bytes).map_err(|e| CodonError::io(path, e))?;
+        }
+        zip.start_file("archive/version", opts).map_err(io)?;
+        zip.write_all(b"3\n").map_err(|e| CodonError::io(path, e))?;
+        zip.finish().map_err(io)?;
+    }
+    tmp.persist(path).map_err(|e| CodonError::io(path, e.error))?;
+    Ok(())
+}

@@ -1,0 +1,67 @@
+//! The error type of `codon-train`.
+
+use std::path::PathBuf;
+
+/// Everything that can stop training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// An invalid setting.
+    #[error("invalid training configuration: {0}")]
+    Config(String),
+    /// A tensor operation failed.
+    #[error("{op}: {source}")]
+    Tensor {
+        /// What the trainer was doing.
+        op: String,
+        /// candle's error.
+        source: candle_core::Error,
+    },
+    /// The model failed.
+    #[error(transparent)]
+    Model(#[from] codon_model::CodonError),
+    /// The data pipeline failed.
+    #[error(transparent)]
+    Data(#[from] codon_data::DataError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A checkpoint that cannot be resumed from.
+    #[error("checkpoint {path} cannot be used: {reason}")]
+    Checkpoint {
+        /// The checkpoint folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A non-finite loss or gradient under the abort policy.
+    #[error("non-finite {what} at optimizer step {step}{}", if .parameters.is_empty() { String::new() } else { format!("; non-finite gradients in: {}", .parameters.join(", ")) })]
+    NonFinite {
+        /// Optimizer step, from 1.
+        step: usize,
+        /// `loss` or `gradients`.
+        what: String,
+        /// Parameters whose gradients are not finite.
+        parameters: Vec<String>,
+    },
+}
+
+impl From<candle_core::Error> for TrainError {
+    fn from(source: candle_core::Error) -> Self {
+        TrainError::Tensor { op: "tensor operation".into(), source }
+    }
+}
+
+impl TrainError {
+    /// Wrap an I/O error with its file.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TrainError::Io { path: path.into(), source }
+    }
+}
+
+/// Result with [`TrainError`].
+pub type Result<T, E = TrainError> = std::result::Result<T, E>;

@@ -1,0 +1,104 @@
+//! BigBirdForMaskedLM as a [`TrainableModel`], fed by codon-data's masked-LM loader.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor, Var};
+use codon_data::{DataLoader, MlmBatch};
+use codon_model::bigbird::{
+    load_model, masked_lm_loss, save_model, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
+};
+
+use crate::error::{Result, TrainError};
+use crate::trainer::{BatchSource, Precision, TrainableModel};
+
+/// A BigBird model whose parameters are trainable `Var`s in the compute dtype.
+pub struct MaskedLmModel {
+    model: BigBirdForMaskedLM,
+    vars: Vec<(String, Var)>,
+    attention: AttentionType,
+}
+
+impl MaskedLmModel {
+    /// Make a model trainable in `precision` (its weights are cast to the compute dtype; the
+    /// optimizer keeps f32 masters of the original values).
+    pub fn new(model: BigBirdForMaskedLM, precision: Precision, attention: AttentionType) -> Result<Self> {
+        let dtype = precision.dtype();
+        let mut vars = Vec::new();
+        let mut named = HashMap::new();
+        for (name, t) in model.named_parameters() {
+            let var = Var::from_tensor(&t.to_dtype(dtype)?.detach())?;
+            named.insert(name.clone(), var.as_tensor().clone());
+            vars.push((name, var));
+        }
+        let model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
+        Ok(Self { model, vars, attention })
+    }
+
+    /// The model (sharing the trainable parameters).
+    pub fn model(&self) -> &BigBirdForMaskedLM {
+        &self.model
+    }
+}
+
+impl TrainableModel for MaskedLmModel {
+    type Batch = MlmBatch;
+
+    fn parameters(&self) -> Vec<(String, Var)> {
+        self.vars.clone()
+    }
+
+    fn loss(&self, batch: &MlmBatch, seed: u64) -> Result<Tensor> {
+        let device = self.model.device();
+        let shape = (batch.batch_size, batch.seq_len);
+        let input = ModelInput {
+            input_ids: Tensor::from_slice(&batch.input_ids, shape, device)?,
+            token_type_ids: Tensor::from_slice(&batch.token_type_ids, shape, device)?,
+            attention_mask: Tensor::from_slice(&batch.attention_mask, shape, device)?,
+        };
+        let labels = Tensor::from_slice(&batch.labels, shape, device)?;
+        let logits = self.model.forward(&input, ForwardMode::train(self.attention, seed))?;
+        Ok(masked_lm_loss(&logits, &labels)?)
+    }
+
+    fn tokens(&self, batch: &MlmBatch) -> usize {
+        batch.num_tokens()
+    }
+
+    fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> Result<()> {
+        let named = weights.iter().cloned().collect();
+        let model = BigBirdForMaskedLM::from_named(self.model.config().clone(), named)?;
+        Ok(save_model(&model, dir)?)
+    }
+
+    fn load(&self, dir: &Path) -> Result<HashMap<String, Tensor>> {
+        let model = load_model(dir, Some(self.model.config().clone()), &Device::Cpu, DType::F32)?;
+        Ok(model.named_parameters().into_iter().collect())
+    }
+
+    fn save_state_dict(&self, weights: &[(String, Tensor)], path: &Path) -> Result<()> {
+        codon_model::bigbird::weights::save_torch_state_dict(weights, path).map_err(TrainError::from)
+    }
+}
+
+/// codon-data's loader as a [`BatchSource`].
+pub struct MaskedLmData {
+    loader: DataLoader,
+}
+
+impl MaskedLmData {
+    /// Wrap a loader; batches are uploaded to the model's device in `loss`.
+    pub fn new(loader: DataLoader) -> Self {
+        Self { loader }
+    }
+}
+
+impl BatchSource for MaskedLmData {
+    type Batch = MlmBatch;
+    fn batches_per_epoch(&self) -> usize {
+        self.loader.batches_per_epoch()
+    }
+    fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<MlmBatch>> + '_> {
+        Box::new(self.loader.epoch(epoch).map(|b| b.map_err(TrainError::from)))
+    }
+}

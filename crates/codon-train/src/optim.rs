@@ -1,0 +1,187 @@
+//! AdamW with torch's semantics and f32 state.
+//!
+//! Moments are always f32. When the model computes in bf16 or f16, the optimizer keeps f32
+//! master weights, updates them, and writes the rounded values into the model's
+//! parameters (candle-nn's AdamW keeps its moments in the parameter dtype instead).
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Tensor, Var};
+
+use crate::error::{Result, TrainError};
+
+/// AdamW hyper-parameters other than the learning rate; the defaults are torch's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    /// β1, used when the schedule does not cycle it.
+    pub beta1: f64,
+    /// β2.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self { beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    }
+}
+
+struct Slot {
+    name: String,
+    param: Var,
+    /// f32 master copy when the parameter is not f32.
+    master: Option<Tensor>,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+}
+
+/// The optimizer.
+pub struct AdamW {
+    slots: Vec<Slot>,
+    config: AdamWConfig,
+    step: usize,
+}
+
+impl AdamW {
+    /// An optimizer over named parameters, with zero moments.
+    pub fn new(params: Vec<(String, Var)>, config: AdamWConfig) -> Result<Self> {
+        let mut slots = Vec::with_capacity(params.len());
+        for (name, param) in params {
+            let master = match param.dtype() {
+                DType::F32 => None,
+                _ => Some(param.as_tensor().to_dtype(DType::F32)?.detach()),
+            };
+            let zeros = param.as_tensor().zeros_like()?.to_dtype(DType::F32)?;
+            slots.push(Slot { name, param, master, exp_avg: zeros.clone(), exp_avg_sq: zeros });
+        }
+        Ok(Self { slots, config, step: 0 })
+    }
+
+    /// Optimizer steps taken.
+    pub fn step_count(&self) -> usize {
+        self.step
+    }
+
+    /// Parameter names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.slots.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The f32 value of every parameter (the master copy when there is one).
+    pub fn master_weights(&self) -> Vec<(String, Tensor)> {
+        self.slots
+            .iter()
+            .map(|s| (s.name.clone(), s.master.clone().unwrap_or_else(|| s.param.as_tensor().detach())))
+            .collect()
+    }
+
+    /// One update with f32 gradients (one per parameter, in order), at learning rate `lr`
+    /// and, when given, this step's β1 (torch uses the current β1 in the bias correction).
+    pub fn step(&mut self, grads: &[Tensor], lr: f64, beta1: Option<f64>) -> Result<()> {
+        if grads.len() != self.slots.len() {
+            return Err(TrainError::Config(format!("{} gradients for {} parameters", grads.len(), self.slots.len())));
+        }
+        self.step += 1;
+        let t = self.step as i32;
+        let c = self.config;
+        let beta1 = beta1.unwrap_or(c.beta1);
+        let step_size = lr / (1.0 - beta1.powi(t));
+        let bias2_sqrt = (1.0 - c.beta2.powi(t)).sqrt();
+        for (slot, g) in self.slots.iter_mut().zip(grads) {
+            let op =
+                |e: candle_core::Error| TrainError::Tensor { op: format!("AdamW update of {}", slot.name), source: e };
+            let g = g.to_dtype(DType::F32).map_err(op)?;
+            let theta = match &slot.master {
+                Some(m) => m.clone(),
+                None => slot.param.as_tensor().detach(),
+            };
+            let update = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+                let theta = (theta * (1.0 - lr * c.weight_decay))?;
+                let m = (&slot.exp_avg + ((&g - &slot.exp_avg)? * (1.0 - beta1))?)?;
+                let v = ((&slot.exp_avg_sq * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
+                let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
+                let theta = (theta - ((&m / denom)? * step_size)?)?;
+                Ok((theta, m, v))
+            };
+            let (theta, m, v) = update().map_err(op)?;
+            slot.exp_avg = m;
+            slot.exp_avg_sq = v;
+            match &mut slot.master {
+                Some(master) => {
+                    slot.param.set(&theta.to_dtype(slot.param.dtype()).map_err(op)?).map_err(op)?;
+                    *master = theta;
+                }
+                None => slot.param.set(&theta).map_err(op)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Moments and step count, for checkpoints: `exp_avg.<name>`, `exp_avg_sq.<name>`.
+    pub fn state(&self) -> HashMap<String, Tensor> {
+        let mut out = HashMap::new();
+        for s in &self.slots {
+            out.insert(format!("exp_avg.{}", s.name), s.exp_avg.clone());
+            out.insert(format!("exp_avg_sq.{}", s.name), s.exp_avg_sq.clone());
+        }
+        out
+    }
+
+    /// Restore moments, master weights and the step count.
+    pub fn load_state(
+        &mut self,
+        state: &HashMap<String, Tensor>,
+        masters: &HashMap<String, Tensor>,
+        step: usize,
+    ) -> std::result::Result<(), String> {
+        for s in &mut self.slots {
+            let get = |key: String| -> std::result::Result<Tensor, String> {
+                let t = state.get(&key).ok_or_else(|| format!("missing optimizer tensor {key}"))?;
+                if t.dims() != s.param.dims() {
+                    return Err(format!("{key} has shape {:?}, parameter {:?}", t.dims(), s.param.dims()));
+                }
+                t.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())).map_err(|e| e.to_string())
+            };
+            s.exp_avg = get(format!("exp_avg.{}", s.name))?;
+            s.exp_avg_sq = get(format!("exp_avg_sq.{}", s.name))?;
+            let master = masters.get(&s.name).ok_or_else(|| format!("missing weight {}", s.name))?;
+            let master =
+                master.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())).map_err(|e| e.to_string())?;
+            if s.master.is_some() {
+                s.master = Some(master.clone());
+            }
+            let value = master.to_dtype(s.param.dtype()).map_err(|e| e.to_string())?;
+            s.param.set(&value).map_err(|e| e.to_string())?;
+        }
+        self.step = step;
+        Ok(())
+    }
+}
+
+/// Global 2-norm of gradients, sqrt(Σ‖g‖²), as an f32 scalar tensor on their device.
+pub fn global_norm(grads: &[Tensor]) -> candle_core::Result<Tensor> {
+    let mut total: Option<Tensor> = None;
+    for g in grads {
+        let s = g.to_dtype(DType::F32)?.sqr()?.sum_all()?;
+        total = Some(match total {
+            Some(t) => (t + s)?,
+            None => s,
+        });
+    }
+    match total {
+        Some(t) => t.sqrt(),
+        None => candle_core::bail!("no gradients"),
+    }
+}
+
+/// `clip_grad_norm_`: multiply every gradient by min(1, max_norm / (norm + 1e-6)).
+pub fn clip_by_norm(grads: &mut [Tensor], norm: &Tensor, max_norm: f64) -> candle_core::Result<()> {
+    let coef = (norm.affine(1.0, 1e-6)?.recip()? * max_norm)?.clamp(0.0, 1.0)?;
+    for g in grads.iter_mut() {
+        *g = g.broadcast_mul(&coef.to_dtype(g.dtype())?)?;
+    }
+    Ok(())
+}

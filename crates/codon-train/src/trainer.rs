@@ -1,0 +1,565 @@
+//! The training loop: accumulation, mixed precision, clipping, anomaly detection,
+//! schedules, metrics, checkpoints and resume.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{DType, Tensor, Var};
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::{self, TrainerState};
+use crate::error::{Result, TrainError};
+use crate::optim::{clip_by_norm, global_norm, AdamW, AdamWConfig};
+use crate::schedule::{OneCycleLr, Scheduler};
+
+/// Numeric precision of training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Precision {
+    /// Everything in f32.
+    F32,
+    /// bf16 compute, f32 master weights and moments.
+    Bf16,
+    /// f16 compute with dynamic loss scaling, f32 master weights and moments.
+    F16,
+}
+
+impl Precision {
+    /// The compute dtype.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::F16 => DType::F16,
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = TrainError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" | "32" | "32-true" | "fp32" => Ok(Self::F32),
+            "bf16" | "bf16-mixed" => Ok(Self::Bf16),
+            "f16" | "16" | "16-mixed" | "fp16" => Ok(Self::F16),
+            other => Err(TrainError::Config(format!("unknown precision {other:?} (expected bf16, f16 or f32)"))),
+        }
+    }
+}
+
+/// What to do when the loss or a gradient is not finite (f16 overflow is handled by the
+/// loss scaler and is not an anomaly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnomalyPolicy {
+    /// Skip the optimizer step, report it, and go on.
+    Skip,
+    /// Stop with an error naming the step and the parameters.
+    Abort,
+}
+
+/// A model the trainer can train: a batch in, a scalar loss out.
+pub trait TrainableModel {
+    /// One micro-batch.
+    type Batch;
+    /// The trainable parameters, by name.
+    fn parameters(&self) -> Vec<(String, Var)>;
+    /// The loss of a batch in training mode; `seed` drives this pass's randomness (dropout).
+    fn loss(&self, batch: &Self::Batch, seed: u64) -> Result<Tensor>;
+    /// Tokens in a batch, for throughput.
+    fn tokens(&self, batch: &Self::Batch) -> usize;
+    /// Write f32 weights (named as [`TrainableModel::parameters`]) to a folder.
+    fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> Result<()>;
+    /// Read the f32 weights that [`TrainableModel::save`] wrote.
+    fn load(&self, dir: &Path) -> Result<HashMap<String, Tensor>>;
+    /// Write the upstream-style state-dict file (`--checkpoint_filename`), if the model has one.
+    fn save_state_dict(&self, _weights: &[(String, Tensor)], _path: &Path) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Batches, epoch by epoch, with a length known up front.
+pub trait BatchSource {
+    /// One micro-batch.
+    type Batch;
+    /// Batches in each epoch.
+    fn batches_per_epoch(&self) -> usize;
+    /// The batches of epoch `epoch`, deterministic for a given epoch.
+    fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<Self::Batch>> + '_>;
+}
+
+/// Trainer settings. Build with [`TrainerConfig::builder`].
+pub struct TrainerConfig {
+    pub(crate) learning_rate: f64,
+    pub(crate) warmup_fraction: f64,
+    pub(crate) max_epochs: usize,
+    pub(crate) max_steps: Option<usize>,
+    pub(crate) accumulate_grad_batches: usize,
+    pub(crate) gradient_clip: Option<f64>,
+    pub(crate) precision: Precision,
+    pub(crate) seed: u64,
+    pub(crate) adamw: AdamWConfig,
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    pub(crate) checkpoint_filename: Option<String>,
+    pub(crate) save_every_n_steps: Option<usize>,
+    pub(crate) metrics_path: Option<PathBuf>,
+    pub(crate) quiet: bool,
+    pub(crate) anomaly: AnomalyPolicy,
+    pub(crate) scheduler: Option<Box<dyn Scheduler>>,
+}
+
+/// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
+pub struct TrainerConfigBuilder(TrainerConfig);
+
+impl TrainerConfig {
+    /// Start from the defaults: lr 5e-5, warm-up 0.1, 15 epochs, no accumulation, no
+    /// clipping, bf16, seed 123, OneCycleLR, checkpoints every 512 steps when a folder is set.
+    pub fn builder() -> TrainerConfigBuilder {
+        TrainerConfigBuilder(TrainerConfig {
+            learning_rate: 5e-5,
+            warmup_fraction: 0.1,
+            max_epochs: 15,
+            max_steps: None,
+            accumulate_grad_batches: 1,
+            gradient_clip: None,
+            precision: Precision::Bf16,
+            seed: 123,
+            adamw: AdamWConfig::default(),
+            checkpoint_dir: None,
+            checkpoint_filename: None,
+            save_every_n_steps: Some(512),
+            metrics_path: None,
+            quiet: false,
+            anomaly: AnomalyPolicy::Skip,
+            scheduler: None,
+        })
+    }
+
+    /// The precision.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+}
+
+impl TrainerConfigBuilder {
+    /// Peak learning rate.
+    pub fn learning_rate(mut self, lr: f64) -> Self {
+        self.0.learning_rate = lr;
+        self
+    }
+    /// Fraction of steps spent warming up (OneCycleLR's `pct_start`).
+    pub fn warmup_fraction(mut self, f: f64) -> Self {
+        self.0.warmup_fraction = f;
+        self
+    }
+    /// Epochs.
+    pub fn max_epochs(mut self, n: usize) -> Self {
+        self.0.max_epochs = n;
+        self
+    }
+    /// Stop after this many optimizer steps.
+    pub fn max_steps(mut self, n: Option<usize>) -> Self {
+        self.0.max_steps = n;
+        self
+    }
+    /// Micro-batches per optimizer step.
+    pub fn accumulate_grad_batches(mut self, n: usize) -> Self {
+        self.0.accumulate_grad_batches = n;
+        self
+    }
+    /// Clip gradients to this global 2-norm.
+    pub fn gradient_clip(mut self, max_norm: Option<f64>) -> Self {
+        self.0.gradient_clip = max_norm;
+        self
+    }
+    /// Precision.
+    pub fn precision(mut self, p: Precision) -> Self {
+        self.0.precision = p;
+        self
+    }
+    /// Seed of data order, masking and dropout.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.0.seed = seed;
+        self
+    }
+    /// AdamW hyper-parameters.
+    pub fn adamw(mut self, c: AdamWConfig) -> Self {
+        self.0.adamw = c;
+        self
+    }
+    /// Folder of `step-<N>` checkpoints.
+    pub fn checkpoint_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.0.checkpoint_dir = dir;
+        self
+    }
+    /// Also write upstream's state-dict file under this name in the checkpoint folder.
+    pub fn checkpoint_filename(mut self, name: Option<String>) -> Self {
+        self.0.checkpoint_filename = name;
+        self
+    }
+    /// Checkpoint every N optimizer steps (and always at the end).
+    pub fn save_every_n_steps(mut self, n: Option<usize>) -> Self {
+        self.0.save_every_n_steps = n;
+        self
+    }
+    /// Per-step metrics JSONL file.
+    pub fn metrics_path(mut self, path: Option<PathBuf>) -> Self {
+        self.0.metrics_path = path;
+        self
+    }
+    /// No progress bar.
+    pub fn quiet(mut self, quiet: bool) -> Self {
+        self.0.quiet = quiet;
+        self
+    }
+    /// Anomaly policy.
+    pub fn anomaly_policy(mut self, p: AnomalyPolicy) -> Self {
+        self.0.anomaly = p;
+        self
+    }
+    /// A custom schedule instead of OneCycleLR.
+    pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
+        self.0.scheduler = Some(s);
+        self
+    }
+    /// Validate and finish.
+    pub fn build(self) -> Result<TrainerConfig> {
+        let c = &self.0;
+        if !(c.learning_rate.is_finite() && c.learning_rate > 0.0) {
+            return Err(TrainError::Config(format!("learning rate {} must be positive", c.learning_rate)));
+        }
+        if c.accumulate_grad_batches == 0 {
+            return Err(TrainError::Config("accumulate_grad_batches must be at least 1".into()));
+        }
+        if c.max_epochs == 0 && c.max_steps.is_none() {
+            return Err(TrainError::Config("max_epochs must be at least 1".into()));
+        }
+        if c.max_steps == Some(0) || c.save_every_n_steps == Some(0) {
+            return Err(TrainError::Config("max_steps and save_every_n_steps must be positive".into()));
+        }
+        if let Some(clip) = c.gradient_clip {
+            if !(clip.is_finite() && clip > 0.0) {
+                return Err(TrainError::Config(format!("gradient clip {clip} must be positive")));
+            }
+        }
+        Ok(self.0)
+    }
+}
+
+/// One line of the metrics log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepMetrics {
+    /// Optimizer step, from 1.
+    pub step: usize,
+    /// Epoch, from 0.
+    pub epoch: usize,
+    /// Mean loss over the step's micro-batches.
+    pub loss: f64,
+    /// Learning rate this step used.
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Tokens per second over the step.
+    pub tokens_per_s: f64,
+    /// Wall time of the step.
+    pub step_seconds: f64,
+    /// Whether the update was skipped (non-finite values).
+    pub skipped: bool,
+    /// The f16 loss scale, when used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct TrainReport {
+    /// Metrics of every optimizer step run.
+    pub steps: Vec<StepMetrics>,
+    /// Checkpoint folders written.
+    pub checkpoints: Vec<PathBuf>,
+    /// Total optimizer steps of the schedule.
+    pub total_steps: usize,
+}
+
+/// f16 dynamic loss scaling (torch GradScaler's defaults).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub(crate) struct LossScaler {
+    pub scale: f64,
+    pub good_steps: usize,
+}
+
+impl LossScaler {
+    const GROWTH_INTERVAL: usize = 2000;
+    fn new() -> Self {
+        Self { scale: 65536.0, good_steps: 0 }
+    }
+    fn update(&mut self, finite: bool) {
+        if finite {
+            self.good_steps += 1;
+            if self.good_steps == Self::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good_steps = 0;
+            }
+        } else {
+            self.scale *= 0.5;
+            self.good_steps = 0;
+        }
+    }
+}
+
+/// Mix a seed with a counter (SplitMix64).
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_add(0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Trains a [`TrainableModel`] on a [`BatchSource`].
+pub struct Trainer {
+    config: TrainerConfig,
+}
+
+impl Trainer {
+    /// A trainer with validated settings.
+    pub fn new(config: TrainerConfig) -> Self {
+        Self { config }
+    }
+
+    /// Optimizer steps the run will take over `batches_per_epoch` batches.
+    pub fn total_steps(&self, batches_per_epoch: usize) -> usize {
+        let c = &self.config;
+        let per_epoch = batches_per_epoch.div_ceil(c.accumulate_grad_batches);
+        let by_epochs = per_epoch * c.max_epochs.max(1);
+        match c.max_steps {
+            Some(m) if c.max_epochs == 0 => m,
+            Some(m) => m.min(by_epochs),
+            None => by_epochs,
+        }
+    }
+
+    /// Train, optionally resuming from a `step-<N>` checkpoint folder.
+    pub fn fit<M, S>(&self, model: &M, data: &S, resume: Option<&Path>) -> Result<TrainReport>
+    where
+        M: TrainableModel,
+        S: BatchSource<Batch = M::Batch>,
+    {
+        let c = &self.config;
+        let batches_per_epoch = data.batches_per_epoch();
+        if batches_per_epoch == 0 {
+            return Err(TrainError::Config("the data source yields no batches".into()));
+        }
+        let total_steps = self.total_steps(batches_per_epoch);
+        let one_cycle;
+        let scheduler: &dyn Scheduler = match &c.scheduler {
+            Some(s) => s.as_ref(),
+            None => {
+                one_cycle = OneCycleLr::new(c.learning_rate, total_steps, c.warmup_fraction)?;
+                &one_cycle
+            }
+        };
+        let params = model.parameters();
+        let names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
+        let vars: Vec<Var> = params.iter().map(|(_, v)| v.clone()).collect();
+        let mut optimizer = AdamW::new(params, c.adamw)?;
+        let mut scaler = (c.precision == Precision::F16).then(LossScaler::new);
+
+        let mut state = TrainerState::new(c.seed, total_steps);
+        if let Some(dir) = resume {
+            state = checkpoint::load(dir, model, &mut optimizer, c.seed, total_steps)?;
+            if let Some(s) = state.loss_scaler {
+                scaler = Some(s);
+            }
+        }
+
+        let mut metrics = match &c.metrics_path {
+            Some(p) => Some(std::io::BufWriter::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(resume.is_some())
+                    .write(true)
+                    .truncate(resume.is_none())
+                    .open(p)
+                    .map_err(|e| TrainError::io(p, e))?,
+            )),
+            None => None,
+        };
+        let progress = if c.quiet {
+            indicatif::ProgressBar::hidden()
+        } else {
+            let bar = indicatif::ProgressBar::new(total_steps as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        };
+        progress.set_position(state.step as u64);
+
+        let mut report = TrainReport { total_steps, ..Default::default() };
+        let max_epochs = if c.max_epochs == 0 { usize::MAX } else { c.max_epochs };
+        'epochs: while state.step < total_steps && state.epoch < max_epochs {
+            let mut batches = data.epoch(state.epoch as u64).skip(state.batch_in_epoch);
+            loop {
+                if state.step >= total_steps {
+                    break 'epochs;
+                }
+                let started = Instant::now();
+                let mut micro = Vec::with_capacity(c.accumulate_grad_batches);
+                for _ in 0..c.accumulate_grad_batches {
+                    match batches.next() {
+                        Some(b) => micro.push(b?),
+                        None => break,
+                    }
+                }
+                if micro.is_empty() {
+                    break;
+                }
+                let m =
+                    self.optimizer_step(model, &vars, &names, &micro, &mut optimizer, &mut scaler, scheduler, &state)?;
+                state.step += 1;
+                state.batch_in_epoch += micro.len();
+                let tokens: usize = micro.iter().map(|b| model.tokens(b)).sum();
+                let secs = started.elapsed().as_secs_f64();
+                let metric = StepMetrics {
+                    step: state.step,
+                    epoch: state.epoch,
+                    loss: m.loss,
+                    lr: m.lr,
+                    grad_norm: m.grad_norm,
+                    tokens_per_s: tokens as f64 / secs.max(1e-9),
+                    step_seconds: secs,
+                    skipped: m.skipped,
+                    loss_scale: scaler.map(|s| s.scale),
+                };
+                if let Some(w) = metrics.as_mut() {
+                    let line = serde_json::to_string(&metric).unwrap_or_default();
+                    writeln!(w, "{line}").and_then(|_| w.flush()).map_err(|e| TrainError::io("metrics", e))?;
+                }
+                progress.set_position(state.step as u64);
+                progress.set_message(format!(
+                    "loss {:.4} lr {:.2e} {:.0} tok/s",
+                    metric.loss, metric.lr, metric.tokens_per_s
+                ));
+                report.steps.push(metric);
+                state.loss_scaler = scaler;
+                let due = c.save_every_n_steps.is_some_and(|n| state.step % n == 0);
+                if due && state.step < total_steps {
+                    if let Some(dir) = &c.checkpoint_dir {
+                        report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
+                    }
+                }
+            }
+            state.epoch += 1;
+            state.batch_in_epoch = 0;
+        }
+        progress.finish_and_clear();
+        if let Some(dir) = &c.checkpoint_dir {
+            report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
+        }
+        Ok(report)
+    }
+
+    fn save<M: TrainableModel>(
+        &self,
+        model: &M,
+        optimizer: &AdamW,
+        state: &TrainerState,
+        dir: &Path,
+    ) -> Result<PathBuf> {
+        let path = checkpoint::save(dir, model, optimizer, state)?;
+        if let Some(name) = &self.config.checkpoint_filename {
+            model.save_state_dict(&optimizer.master_weights(), &dir.join(name))?;
+        }
+        Ok(path)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn optimizer_step<M: TrainableModel>(
+        &self,
+        model: &M,
+        vars: &[Var],
+        names: &[String],
+        micro: &[M::Batch],
+        optimizer: &mut AdamW,
+        scaler: &mut Option<LossScaler>,
+        scheduler: &dyn Scheduler,
+        state: &TrainerState,
+    ) -> Result<StepOutcome> {
+        let c = &self.config;
+        let scale = scaler.map_or(1.0, |s| s.scale);
+        let mut grads: Option<Vec<Tensor>> = None;
+        let mut loss_sum: Option<Tensor> = None;
+        for (i, batch) in micro.iter().enumerate() {
+            let seed = mix(state.seed, (state.step * c.accumulate_grad_batches + i) as u64);
+            let loss = model.loss(batch, seed)?;
+            let scaled = (&loss * (scale / micro.len() as f64))?;
+            let store = scaled.backward()?;
+            let step_grads: Vec<Tensor> = vars
+                .iter()
+                .map(|v| match store.get(v.as_tensor()) {
+                    Some(g) => g.to_dtype(DType::F32),
+                    None => v.as_tensor().zeros_like()?.to_dtype(DType::F32),
+                })
+                .collect::<candle_core::Result<_>>()?;
+            grads = Some(match grads {
+                Some(acc) => acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
+                None => step_grads,
+            });
+            let l = loss.detach().to_dtype(DType::F32)?;
+            loss_sum = Some(match loss_sum {
+                Some(s) => (s + l)?,
+                None => l,
+            });
+        }
+        let mut grads = grads.ok_or_else(|| TrainError::Config("optimizer step without batches".into()))?;
+        if scale != 1.0 {
+            grads = grads.iter().map(|g| g * (1.0 / scale)).collect::<candle_core::Result<_>>()?;
+        }
+        let norm = global_norm(&grads)?;
+        let loss_mean = loss_sum.map(|s| s / micro.len() as f64).transpose()?;
+        // The one host read of the step: loss and gradient norm together.
+        let host: Vec<f32> = match &loss_mean {
+            Some(l) => Tensor::stack(&[l.reshape(())?, norm.clone()], 0)?.to_vec1()?,
+            None => vec![f32::NAN, f32::NAN],
+        };
+        let (loss, grad_norm) = (host[0] as f64, host[1] as f64);
+        let lr = scheduler.lr(state.step);
+        let finite = loss.is_finite() && grad_norm.is_finite();
+        if let Some(s) = scaler.as_mut() {
+            s.update(grad_norm.is_finite());
+            if !grad_norm.is_finite() {
+                return Ok(StepOutcome { loss, lr, grad_norm, skipped: true });
+            }
+        }
+        if !finite {
+            if c.anomaly == AnomalyPolicy::Abort {
+                let mut bad = Vec::new();
+                for (name, g) in names.iter().zip(&grads) {
+                    let s = g.sum_all()?.to_scalar::<f32>()?;
+                    if !s.is_finite() {
+                        bad.push(name.clone());
+                    }
+                }
+                let what = if loss.is_finite() { "gradients" } else { "loss" };
+                return Err(TrainError::NonFinite { step: state.step + 1, what: what.into(), parameters: bad });
+            }
+            eprintln!("warning: non-finite loss or gradients at step {}; update skipped", state.step + 1);
+            return Ok(StepOutcome { loss, lr, grad_norm, skipped: true });
+        }
+        if let Some(max_norm) = c.gradient_clip {
+            clip_by_norm(&mut grads, &norm, max_norm)?;
+        }
+        optimizer.step(&grads, lr, scheduler.beta1(state.step))?;
+        Ok(StepOutcome { loss, lr, grad_norm, skipped: false })
+    }
+}
+
+struct StepOutcome {
+    loss: f64,
+    lr: f64,
+    grad_norm: f64,
+    skipped: bool,
+}
