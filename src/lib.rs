@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub use codon_data as data;
 pub use codon_model as model;
+pub use codon_train as train;
 
 /// The bundled demo data (`data/demo` in the repository).
 pub fn demo_data_dir() -> PathBuf {

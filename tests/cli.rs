@@ -160,3 +160,54 @@ fn init_model_then_predict() {
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
 }
+
+#[test]
+fn finetune_flags_resume_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
+    assert!(o.status.success());
+    let config = bigbird_fixture("config.json");
+    // snake_case flags
+    let o = run(
+        "finetune",
+        &["--dataset_dir", &p("train.jsonl"), "--checkpoint_dir", &p("ck"), "--batch_size", "6", "--max_epochs", "1",
+          "--num_workers", "2", "--save_every_n_steps", "3", "--precision", "f32", "--config", &config,
+          "--learning_rate", "1e-3", "--metrics", &p("m.jsonl"), "--quiet"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("starting from a random initialisation"), "{out}");
+    assert!(dir.path().join("ck/step-3").is_dir() && dir.path().join("ck/step-6").is_dir());
+    assert!(dir.path().join("ck/finetune.ckpt").is_file());
+    let metrics = std::fs::read_to_string(p("m.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 6);
+    // kebab-case flags, resuming from step 3: steps 4..6 again, with the same losses.
+    let o = run(
+        "finetune",
+        &["--dataset-dir", &p("train.jsonl"), "--checkpoint-dir", &p("ck2"), "--batch-size", "6", "--max-epochs", "1",
+          "--num-workers", "1", "--precision", "f32", "--config", &config, "--learning-rate", "1e-3",
+          "--resume", &p("ck/step-3"), "--metrics", &p("m2.jsonl"), "--quiet"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let loss = |text: &str| -> Vec<(u64, f64)> {
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap()))
+            .collect()
+    };
+    assert_eq!(loss(&std::fs::read_to_string(p("m2.jsonl")).unwrap()), loss(&metrics)[3..]);
+    // Errors: one line, non-zero.
+    for args in [
+        vec!["--dataset_dir", p("train.jsonl").leak(), "--num_gpus", "4"],
+        vec!["--dataset_dir", p("missing.jsonl").leak()],
+        vec!["--dataset_dir", p("train.jsonl").leak(), "--precision", "fp8"],
+    ] {
+        let o = run("finetune", &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = run("pretrain", &["--model", &bigbird_fixture(""), "--dataset_dir", &p("train.jsonl")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("from scratch"));
+}

@@ -384,7 +384,10 @@ impl Trainer {
             )),
             None => None,
         };
-        let progress = if c.quiet {
+        // Without a terminal (CI, logs) progress goes out as plain lines, about 20 per run.
+        let log_lines = !c.quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let log_every = (total_steps / 20).max(1);
+        let progress = if c.quiet || log_lines {
             indicatif::ProgressBar::hidden()
         } else {
             let bar = indicatif::ProgressBar::new(total_steps as u64);
@@ -443,6 +446,12 @@ impl Trainer {
                     "loss {:.4} lr {:.2e} {:.0} tok/s",
                     metric.loss, metric.lr, metric.tokens_per_s
                 ));
+                if log_lines && (state.step % log_every == 0 || state.step == total_steps) {
+                    eprintln!(
+                        "step {}/{total_steps} epoch {} loss {:.4} lr {:.2e} {:.0} tokens/s",
+                        state.step, state.epoch, metric.loss, metric.lr, metric.tokens_per_s
+                    );
+                }
                 report.steps.push(metric);
                 state.loss_scaler = scaler;
                 let due = c.save_every_n_steps.is_some_and(|n| state.step % n == 0);

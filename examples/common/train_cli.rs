@@ -1,0 +1,203 @@
+//! The command line shared by the `finetune` and `pretrain` examples: upstream
+//! `finetune.py`'s flags (in `--snake_case` and `--kebab-case`) plus this project's.
+
+use std::path::PathBuf;
+
+use candle_core::DType;
+use clap::Parser;
+use codon_ascend::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
+use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::model::CodonTokenizer;
+use codon_ascend::train::{MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
+
+/// Which script.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // each example constructs one variant
+pub enum Mode {
+    /// Start from `--model` (or a random initialisation).
+    Finetune,
+    /// Always start from a random initialisation.
+    Pretrain,
+}
+
+/// Train CodonTransformer (BigBirdForMaskedLM) on a JSONL training file.
+#[derive(Parser, Debug)]
+pub struct Args {
+    /// Training file (JSONL: {"idx", "codons", "organism"}). Default: the bundled demo data.
+    #[arg(long = "dataset_dir", alias = "dataset-dir", alias = "train_data_path", alias = "train-data-path")]
+    pub dataset_dir: Option<PathBuf>,
+    /// Folder for step-<N> checkpoints.
+    #[arg(long = "checkpoint_dir", alias = "checkpoint-dir")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Upstream-style state-dict file written next to the checkpoints.
+    #[arg(long = "checkpoint_filename", alias = "checkpoint-filename", default_value = "finetune.ckpt")]
+    pub checkpoint_filename: String,
+    /// Records per batch.
+    #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
+    pub batch_size: usize,
+    /// Epochs.
+    #[arg(long = "max_epochs", alias = "max-epochs")]
+    pub max_epochs: Option<usize>,
+    /// Data-loader worker threads.
+    #[arg(long = "num_workers", alias = "num-workers", default_value_t = 5)]
+    pub num_workers: usize,
+    /// Micro-batches per optimizer step.
+    #[arg(long = "accumulate_grad_batches", alias = "accumulate-grad-batches", default_value_t = 1)]
+    pub accumulate_grad_batches: usize,
+    /// Devices (only 1 is supported).
+    #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1)]
+    pub num_gpus: usize,
+    /// Peak learning rate.
+    #[arg(long = "learning_rate", alias = "learning-rate", default_value_t = 5e-5)]
+    pub learning_rate: f64,
+    /// Warm-up fraction of OneCycleLR.
+    #[arg(long = "warmup_fraction", alias = "warmup-fraction", default_value_t = 0.1)]
+    pub warmup_fraction: f64,
+    /// Checkpoint every N optimizer steps.
+    #[arg(long = "save_every_n_steps", alias = "save-every-n-steps", default_value_t = 512)]
+    pub save_every_n_steps: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 123)]
+    pub seed: u64,
+    /// Starting model: a transformers directory or a checkpoint file (finetune only).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// A config.json for a random initialisation (default: CodonTransformer's).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// cpu, npu:N or npu-sim:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// bf16, f16 or f32.
+    #[arg(long, default_value = "bf16")]
+    pub precision: String,
+    /// block-sparse or full.
+    #[arg(long, default_value = "block-sparse")]
+    pub attention: String,
+    /// Stop after N optimizer steps.
+    #[arg(long = "max_steps", alias = "max-steps")]
+    pub max_steps: Option<usize>,
+    /// Resume from a step-<N> checkpoint folder.
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Per-step metrics JSONL file.
+    #[arg(long)]
+    pub metrics: Option<PathBuf>,
+    /// Clip gradients to this global norm.
+    #[arg(long = "gradient_clip", alias = "gradient-clip")]
+    pub gradient_clip: Option<f64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The embedded default: a small model on the bundled demo data, on CPU, in f32.
+fn demo_config() -> BigBirdConfig {
+    BigBirdConfig {
+        hidden_size: 64,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        intermediate_size: 128,
+        block_size: 16,
+        num_random_blocks: 1,
+        max_position_embeddings: 1024,
+        ..BigBirdConfig::default()
+    }
+}
+
+pub fn run(mode: Mode) -> anyhow::Result<()> {
+    let args = Args::parse();
+    let demo = std::env::args().len() == 1;
+    if args.num_gpus != 1 {
+        anyhow::bail!("--num_gpus {}: training on several devices is not supported yet; use --num_gpus 1", args.num_gpus);
+    }
+    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let precision: Precision = if demo { Precision::F32 } else { args.precision.parse()? };
+    let attention: AttentionType = args.attention.parse()?;
+    let out_dir = PathBuf::from("demo-output");
+
+    let dataset_path = match &args.dataset_dir {
+        Some(p) => p.clone(),
+        None => {
+            std::fs::create_dir_all(&out_dir)?;
+            let train = out_dir.join("train.jsonl");
+            let report = prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
+            println!("bundled demo data: {report}");
+            train
+        }
+    };
+    let checkpoint_dir = args.checkpoint_dir.clone().or_else(|| demo.then(|| out_dir.join("checkpoints")));
+
+    let config = match (&args.config, demo) {
+        (Some(p), _) => BigBirdConfig::from_file(p)?,
+        (None, true) => demo_config(),
+        (None, false) => BigBirdConfig::default(),
+    };
+    let model = match (&args.model, mode) {
+        (Some(_), Mode::Pretrain) => anyhow::bail!("pretrain trains from scratch: drop --model (or use finetune)"),
+        (Some(path), Mode::Finetune) => {
+            println!("starting from {}", path.display());
+            load_model(path, args.config.as_ref().map(|_| config.clone()), &device, DType::F32)?
+        }
+        (None, _) => {
+            if mode == Mode::Finetune {
+                println!("no --model given: starting from a random initialisation (seed {})", args.seed);
+            }
+            BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, args.seed, &device, DType::F32)?)?
+        }
+    };
+    println!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
+    let model = MaskedLmModel::new(model, precision, attention)?;
+
+    let dataset = JsonlDataset::open(&dataset_path, MalformedPolicy::Error)?;
+    let loader_config = LoaderConfig {
+        batch_size: args.batch_size,
+        num_workers: args.num_workers,
+        seed: args.seed,
+        ..Default::default()
+    };
+    let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), loader_config)?;
+    println!("{} records, {} batches per epoch", loader.records_per_epoch(), loader.batches_per_epoch());
+    let data = MaskedLmData::new(loader);
+
+    let default_epochs = match (mode, demo) {
+        (_, true) => 6,
+        (Mode::Finetune, false) => 15,
+        (Mode::Pretrain, false) => 5,
+    };
+    let learning_rate = if demo { 2e-3 } else { args.learning_rate };
+    let trainer_config = TrainerConfig::builder()
+        .learning_rate(learning_rate)
+        .warmup_fraction(args.warmup_fraction)
+        .max_epochs(args.max_epochs.unwrap_or(default_epochs))
+        .max_steps(args.max_steps)
+        .accumulate_grad_batches(args.accumulate_grad_batches)
+        .gradient_clip(args.gradient_clip)
+        .precision(precision)
+        .seed(args.seed)
+        .checkpoint_dir(checkpoint_dir.clone())
+        .checkpoint_filename(checkpoint_dir.as_ref().map(|_| args.checkpoint_filename.clone()))
+        .save_every_n_steps(Some(args.save_every_n_steps))
+        .metrics_path(args.metrics.clone())
+        .quiet(args.quiet)
+        .build()?;
+    let trainer = Trainer::new(trainer_config);
+    let report = trainer.fit(&model, &data, args.resume.as_deref())?;
+    if let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) {
+        println!(
+            "{} optimizer steps: loss {:.4} (step {}) -> {:.4} (step {})",
+            report.steps.len(),
+            first.loss,
+            first.step,
+            last.loss,
+            last.step
+        );
+    }
+    for c in &report.checkpoints {
+        println!("checkpoint: {}", c.display());
+    }
+    if checkpoint_dir.is_none() {
+        println!("no --checkpoint_dir: nothing was saved");
+    }
+    Ok(())
+}
