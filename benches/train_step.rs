@@ -11,7 +11,7 @@ use candle_core::{DType, Device};
 use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 /// The same masked batch every step.
 struct OneBatch(MlmBatch);
@@ -54,6 +54,8 @@ fn bench(c: &mut Criterion) {
     let data = OneBatch(batch(2, 1024));
     let mut group = c.benchmark_group("train_step");
     group.sample_size(10);
+    // One step takes seconds: run each sample once instead of criterion's growing counts.
+    group.sampling_mode(SamplingMode::Flat);
     for (name, precision) in [("f32", Precision::F32), ("bf16", Precision::Bf16)] {
         let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).expect("init");
         let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
@@ -61,7 +63,13 @@ fn bench(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let trainer = Trainer::new(
-                    TrainerConfig::builder().max_steps(Some(1)).max_epochs(1).precision(precision).quiet(true).build().expect("config"),
+                    TrainerConfig::builder()
+                        .max_steps(Some(1))
+                        .max_epochs(1)
+                        .precision(precision)
+                        .quiet(true)
+                        .build()
+                        .expect("config"),
                 );
                 trainer.fit(&model, &data, None::<&Path>).expect("step")
             })

@@ -171,9 +171,29 @@ fn finetune_flags_resume_and_errors() {
     // snake_case flags
     let o = run(
         "finetune",
-        &["--dataset_dir", &p("train.jsonl"), "--checkpoint_dir", &p("ck"), "--batch_size", "6", "--max_epochs", "1",
-          "--num_workers", "2", "--save_every_n_steps", "3", "--precision", "f32", "--config", &config,
-          "--learning_rate", "1e-3", "--metrics", &p("m.jsonl"), "--quiet"],
+        &[
+            "--dataset_dir",
+            &p("train.jsonl"),
+            "--checkpoint_dir",
+            &p("ck"),
+            "--batch_size",
+            "6",
+            "--max_epochs",
+            "1",
+            "--num_workers",
+            "2",
+            "--save_every_n_steps",
+            "3",
+            "--precision",
+            "f32",
+            "--config",
+            &config,
+            "--learning_rate",
+            "1e-3",
+            "--metrics",
+            &p("m.jsonl"),
+            "--quiet",
+        ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -185,9 +205,29 @@ fn finetune_flags_resume_and_errors() {
     // kebab-case flags, resuming from step 3: steps 4..6 again, with the same losses.
     let o = run(
         "finetune",
-        &["--dataset-dir", &p("train.jsonl"), "--checkpoint-dir", &p("ck2"), "--batch-size", "6", "--max-epochs", "1",
-          "--num-workers", "1", "--precision", "f32", "--config", &config, "--learning-rate", "1e-3",
-          "--resume", &p("ck/step-3"), "--metrics", &p("m2.jsonl"), "--quiet"],
+        &[
+            "--dataset-dir",
+            &p("train.jsonl"),
+            "--checkpoint-dir",
+            &p("ck2"),
+            "--batch-size",
+            "6",
+            "--max-epochs",
+            "1",
+            "--num-workers",
+            "1",
+            "--precision",
+            "f32",
+            "--config",
+            &config,
+            "--learning-rate",
+            "1e-3",
+            "--resume",
+            &p("ck/step-3"),
+            "--metrics",
+            &p("m2.jsonl"),
+            "--quiet",
+        ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let loss = |text: &str| -> Vec<(u64, f64)> {

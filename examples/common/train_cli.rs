@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use candle_core::DType;
 use clap::Parser;
-use codon_ascend::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
+use codon_ascend::data::{
+    prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
+};
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::CodonTokenizer;
 use codon_ascend::train::{MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
@@ -109,7 +111,10 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let args = Args::parse();
     let demo = std::env::args().len() == 1;
     if args.num_gpus != 1 {
-        anyhow::bail!("--num_gpus {}: training on several devices is not supported yet; use --num_gpus 1", args.num_gpus);
+        anyhow::bail!(
+            "--num_gpus {}: training on several devices is not supported yet; use --num_gpus 1",
+            args.num_gpus
+        );
     }
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let precision: Precision = if demo { Precision::F32 } else { args.precision.parse()? };

@@ -18,10 +18,10 @@ pub enum TrainError {
     },
     /// The model failed.
     #[error(transparent)]
-    Model(#[from] codon_model::CodonError),
+    Model(Box<codon_model::CodonError>),
     /// The data pipeline failed.
     #[error(transparent)]
-    Data(#[from] codon_data::DataError),
+    Data(Box<codon_data::DataError>),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -53,6 +53,18 @@ pub enum TrainError {
 impl From<candle_core::Error> for TrainError {
     fn from(source: candle_core::Error) -> Self {
         TrainError::Tensor { op: "tensor operation".into(), source }
+    }
+}
+
+impl From<codon_model::CodonError> for TrainError {
+    fn from(e: codon_model::CodonError) -> Self {
+        TrainError::Model(Box::new(e))
+    }
+}
+
+impl From<codon_data::DataError> for TrainError {
+    fn from(e: codon_data::DataError) -> Self {
+        TrainError::Data(Box::new(e))
     }
 }
 

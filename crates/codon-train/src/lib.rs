@@ -24,6 +24,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod checkpoint;
 pub mod error;
 pub mod masked_lm;
@@ -31,6 +32,7 @@ pub mod optim;
 pub mod schedule;
 pub mod trainer;
 
+pub use allocator::retain_freed_memory;
 pub use error::{Result, TrainError};
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig};

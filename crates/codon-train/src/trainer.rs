@@ -106,6 +106,7 @@ pub struct TrainerConfig {
     pub(crate) quiet: bool,
     pub(crate) anomaly: AnomalyPolicy,
     pub(crate) scheduler: Option<Box<dyn Scheduler>>,
+    pub(crate) retain_freed_memory: bool,
 }
 
 /// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
@@ -132,6 +133,7 @@ impl TrainerConfig {
             quiet: false,
             anomaly: AnomalyPolicy::Skip,
             scheduler: None,
+            retain_freed_memory: true,
         })
     }
 
@@ -220,6 +222,12 @@ impl TrainerConfigBuilder {
     /// A custom schedule instead of OneCycleLR.
     pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
         self.0.scheduler = Some(s);
+        self
+    }
+    /// Keep freed memory in the process while training (default true; see
+    /// [`crate::retain_freed_memory`]). Process-wide once applied.
+    pub fn retain_freed_memory(mut self, yes: bool) -> Self {
+        self.0.retain_freed_memory = yes;
         self
     }
     /// Validate and finish.
@@ -358,6 +366,9 @@ impl Trainer {
                 &one_cycle
             }
         };
+        if c.retain_freed_memory {
+            crate::allocator::retain_freed_memory();
+        }
         let params = model.parameters();
         let names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
         let vars: Vec<Var> = params.iter().map(|(_, v)| v.clone()).collect();

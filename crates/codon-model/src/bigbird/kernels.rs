@@ -111,11 +111,20 @@ impl candle_core::CustomOp1 for GeluNew {
     }
 }
 
+/// Matrix product. The CPU GEMM has no fast bf16 kernel, so bf16 operands are multiplied
+/// in f32 (f32 accumulation) and the result rounded back to bf16.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if a.dtype() == DType::BF16 && a.device().is_cpu() {
+        return Ok(a.to_dtype(DType::F32)?.matmul(&b.to_dtype(DType::F32)?)?.to_dtype(DType::BF16)?);
+    }
+    Ok(a.matmul(b)?)
+}
+
 /// `x·Wᵀ + b` for x of shape (…, in) and W of shape (out, in).
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let (rows, inner) = (dims[..dims.len() - 1].iter().product::<usize>(), dims[dims.len() - 1]);
-    let y = x.reshape((rows, inner))?.matmul(&weight.t()?)?;
+    let y = matmul(&x.reshape((rows, inner))?, &weight.t()?)?;
     let y = match bias {
         Some(b) => y.broadcast_add(b)?,
         None => y,
@@ -143,7 +152,7 @@ pub fn attention(
             }
         }
     }
-    let scores = (q.matmul(&k.t()?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = (matmul(q, &k.t()?)? * scale)?.to_dtype(DType::F32)?;
     let scores = match bias {
         Some(b) => scores.broadcast_add(b)?,
         None => scores,
@@ -152,7 +161,7 @@ pub fn attention(
     if let Some((rng, p)) = dropout {
         probs = rng.apply(&probs, p)?;
     }
-    Ok(probs.matmul(v)?)
+    matmul(&probs, v)
 }
 
 /// Dropout with masks from a seeded generator, so training is reproducible on any
