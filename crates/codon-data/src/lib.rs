@@ -33,7 +33,7 @@ pub mod translate;
 pub use collator::{MaskingConfig, MlmBatch, MlmCollator, IGNORE_INDEX};
 pub use dataset::{JsonlDataset, MalformedPolicy, Shard};
 pub use error::{DataError, Result};
-pub use loader::{DataLoader, EpochBatches, LoaderConfig};
+pub use loader::{mix_seed, DataLoader, EpochBatches, LoaderConfig};
 pub use prepare::{prepare, GeneRecord, InputFormat, PrepareOptions, PrepareReport};
 pub use record::{write_atomically, TrainingRecord};
 pub use translate::{check_cds, is_correct_seq, translate, CdsDefect};

@@ -55,8 +55,8 @@ impl Default for LoaderConfig {
     }
 }
 
-/// Mix seeds (SplitMix64 finaliser) so nearby seeds give unrelated streams.
-fn mix(a: u64, b: u64) -> u64 {
+/// Mix a seed with a counter (SplitMix64 finaliser) so nearby values give unrelated streams.
+pub fn mix_seed(a: u64, b: u64) -> u64 {
     let mut z = a ^ b.wrapping_add(0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -110,11 +110,11 @@ impl DataLoader {
 
     /// The batches of one epoch, in order.
     pub fn epoch(&self, epoch: u64) -> EpochBatches {
-        let seed = mix(self.config.seed, epoch);
+        let seed = mix_seed(self.config.seed, epoch);
         let groups = BatchGroups {
             records: self.dataset.shuffled(self.config.shard, self.config.shuffle_buffer.max(1), seed),
             config: self.config,
-            rng: ChaCha8Rng::seed_from_u64(mix(seed, 1)),
+            rng: ChaCha8Rng::seed_from_u64(mix_seed(seed, 1)),
             pending: Vec::new().into_iter(),
             next_index: 0,
             done: false,
@@ -195,7 +195,7 @@ impl Iterator for BatchGroups {
 }
 
 fn collate_numbered(collator: &MlmCollator, seed: u64, index: u64, records: &[TrainingRecord]) -> Result<MlmBatch> {
-    collator.collate(records, &mut ChaCha8Rng::seed_from_u64(mix(seed, index.wrapping_add(2))))
+    collator.collate(records, &mut ChaCha8Rng::seed_from_u64(mix_seed(seed, index.wrapping_add(2))))
 }
 
 /// The batches of one epoch, in order.

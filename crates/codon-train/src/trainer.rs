@@ -315,14 +315,6 @@ impl LossScaler {
     }
 }
 
-/// Mix a seed with a counter (SplitMix64).
-pub(crate) fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b.wrapping_add(0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Trains a [`TrainableModel`] on a [`BatchSource`].
 pub struct Trainer {
     config: TrainerConfig,
@@ -513,7 +505,7 @@ impl Trainer {
         let mut grads: Option<Vec<Tensor>> = None;
         let mut loss_sum: Option<Tensor> = None;
         for (i, batch) in micro.iter().enumerate() {
-            let seed = mix(state.seed, (state.step * c.accumulate_grad_batches + i) as u64);
+            let seed = codon_data::mix_seed(state.seed, (state.step * c.accumulate_grad_batches + i) as u64);
             let loss = model.loss(batch, seed)?;
             let scaled = (&loss * (scale / micro.len() as f64))?;
             let store = scaled.backward()?;
