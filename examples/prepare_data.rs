@@ -9,8 +9,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+
+#[path = "common/protein_args.rs"]
+mod protein_args;
 use codon_ascend::data::{prepare, PrepareOptions};
-use codon_ascend::model::{AmbiguousBehavior, ProteinConfig};
 
 /// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
 #[derive(Parser)]
@@ -30,23 +32,18 @@ struct Args {
     /// Shuffle the output with this seed.
     #[arg(long)]
     shuffle_seed: Option<u64>,
-    /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
-    #[arg(long, default_value = "standardize_random")]
-    ambiguous: String,
-    /// Seed for resolving ambiguous amino acids at random.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    protein: protein_args::ProteinArgs,
 }
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    let behavior: AmbiguousBehavior = args.ambiguous.parse()?;
     let options = PrepareOptions {
         organism: args.organism,
         keep_incorrect: args.keep_incorrect,
         shuffle_seed: args.shuffle_seed,
-        protein_config: ProteinConfig::new(behavior),
-        seed: args.seed,
+        protein_config: args.protein.config()?,
+        seed: args.protein.seed,
     };
     let report =
         prepare(&args.input, &args.output, &options).with_context(|| format!("preparing {}", args.input.display()))?;

@@ -13,8 +13,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+
+#[path = "common/protein_args.rs"]
+mod protein_args;
 use codon_ascend::data::write_atomically;
-use codon_ascend::model::{merged_sequence_with, AmbiguousBehavior, CodonTokenizer, OrganismRef, ProteinConfig};
+use codon_ascend::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
@@ -31,12 +34,8 @@ struct Args {
     /// Use this tokenizer.json instead of the built-in tokenizer.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
-    /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
-    #[arg(long, default_value = "standardize_random")]
-    ambiguous: String,
-    /// Seed for resolving ambiguous amino acids at random.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    protein: protein_args::ProteinArgs,
 }
 
 #[derive(Deserialize)]
@@ -53,8 +52,8 @@ fn run() -> anyhow::Result<()> {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
     };
-    let config = ProteinConfig::new(args.ambiguous.parse::<AmbiguousBehavior>()?);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed);
+    let config = args.protein.config()?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed);
     let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);
     write_atomically(&args.output, |out| {
