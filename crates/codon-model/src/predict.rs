@@ -106,8 +106,19 @@ struct Prepared {
 }
 
 impl Predictor {
-    /// A predictor over a loaded model.
+    /// A predictor over a loaded model, which must have CodonTransformer's vocabulary and
+    /// organism table.
     pub fn new(model: BigBirdForMaskedLM) -> Result<Self> {
+        let c = model.config();
+        if c.vocab_size != crate::vocab::VOCAB_SIZE || c.type_vocab_size < crate::organisms::NUM_ORGANISMS {
+            return Err(CodonError::Config(format!(
+                "prediction needs CodonTransformer's vocabulary ({} tokens) and organism table ({} types); the model has vocab_size {} and type_vocab_size {}",
+                crate::vocab::VOCAB_SIZE,
+                crate::organisms::NUM_ORGANISMS,
+                c.vocab_size,
+                c.type_vocab_size
+            )));
+        }
         Ok(Self { model, tokenizer: CodonTokenizer::new()? })
     }
 

@@ -167,3 +167,17 @@ fn batches_keep_order_and_equal_single_predictions() {
     }
     assert!(batch[2].is_err() && batch[3].is_err());
 }
+
+#[test]
+fn models_without_the_codontransformer_vocabulary_are_rejected() {
+    use codon_model::bigbird::{init_weights, BigBirdConfig, BigBirdForMaskedLM};
+    let config = BigBirdConfig::from_json(
+        r#"{"vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8}"#,
+    )
+    .unwrap();
+    let model =
+        BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, DType::F32).unwrap())
+            .unwrap();
+    let err = Predictor::new(model).err().unwrap().to_string();
+    assert!(err.contains("vocab_size 50"), "{err}");
+}
