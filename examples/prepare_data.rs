@@ -9,10 +9,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
+use codon_ascend::data::{prepare, PrepareOptions};
 
 #[path = "common/protein_args.rs"]
 mod protein_args;
-use codon_ascend::data::{prepare, PrepareOptions};
 
 /// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
 #[derive(Parser)]

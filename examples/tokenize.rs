@@ -13,14 +13,14 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-
-#[path = "common/protein_args.rs"]
-mod protein_args;
 use codon_ascend::data::write_atomically;
 use codon_ascend::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
+
+#[path = "common/protein_args.rs"]
+mod protein_args;
 
 /// Turn protein records into model inputs.
 #[derive(Parser)]
