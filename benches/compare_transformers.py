@@ -1,10 +1,12 @@
 """Side-by-side forward timing: this crate vs Hugging Face transformers (CPU, f32, eval,
 CodonTransformer configuration, random weights, batch 1).
 
-usage: python3 benches/compare_transformers.py [--repeats 3] [--lengths 502 1002]
+usage: python3 benches/compare_transformers.py [--repeats 3] [--rounds 3] [--lengths 502 1002]
 
-Each configuration runs in a fresh process, alternating the two implementations, and the
-script prints median seconds, the ratio (ours / torch) and each process's peak RSS.
+Each configuration runs in fresh processes, `--rounds` times, alternating the two
+implementations within each round so both see the same machine load; the script prints
+the median over rounds of each side's median seconds, the ratio (ours / torch) and the
+peak RSS.
 Without torch + transformers installed it reports this crate's figures only.
 """
 import argparse
@@ -49,9 +51,15 @@ def torch_run(n, attention, repeats):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def median_run(runs):
+    runs = sorted(runs, key=lambda r: r["median_s"])
+    return runs[len(runs) // 2]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--lengths", type=int, nargs="*", default=[502, 1002])
     args = p.parse_args()
     try:
@@ -64,12 +72,17 @@ def main():
     configs = [(n, "full") for n in args.lengths] + [(2048, "full"), (2048, "block-sparse")]
     print(f"{'config':>22} {'ours s':>8} {'torch s':>8} {'ratio':>6} {'ours RSS MB':>12} {'torch RSS MB':>13}")
     for n, attention in configs:
-        a = ours(n, attention, args.repeats)
-        b = torch_run(n, attention, args.repeats) if have_torch else None
+        a_runs, b_runs = [], []
+        for _ in range(args.rounds):
+            a_runs.append(ours(n, attention, args.repeats))
+            b = torch_run(n, attention, args.repeats) if have_torch else None
+            if b:
+                b_runs.append(b)
+        a = median_run(a_runs)
+        b = median_run(b_runs) if b_runs else None
         ratio = f"{a['median_s'] / b['median_s']:.2f}" if b else "-"
         print(f"{attention + ' ' + str(n):>22} {a['median_s']:8.3f} {b['median_s'] if b else float('nan'):8.3f} "
-              f"{ratio:>6} {a['peak_rss_mb']:12.0f} {b['peak_rss_mb'] if b else float('nan'):13.0f}")
-
+              f"{ratio:>6} {a['peak_rss_mb']:12.0f} {b['peak_rss_mb'] if b else float('nan'):13.0f}", flush=True)
 
 if __name__ == "__main__":
     main()

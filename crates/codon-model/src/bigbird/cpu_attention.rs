@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use super::fast_math;
 
 /// Query rows per chunk: the chunk's scores stay in cache.
-const CHUNK_ROWS: usize = 64;
+const CHUNK_ROWS: usize = 128;
 
 fn f32_slice(t: &Tensor) -> Option<Vec<f32>> {
     // Small copies are fine; large tensors are borrowed when contiguous.

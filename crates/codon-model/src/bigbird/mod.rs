@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod config;
 mod cpu_attention;
+mod cpu_linear;
 mod fast_math;
 pub mod kernels;
 pub mod model;

@@ -25,6 +25,16 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         kernels::linear(x, &self.weight, self.bias.as_ref())
     }
+
+    /// `gelu_new(forward(x))`, fused where the kernels allow.
+    fn forward_gelu_new(&self, x: &Tensor) -> Result<Tensor> {
+        kernels::linear_gelu_new(x, &self.weight, self.bias.as_ref())
+    }
+
+    /// `forward(x) + residual`, fused where the kernels allow.
+    fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        kernels::linear_residual(x, &self.weight, self.bias.as_ref(), Some(residual))
+    }
 }
 
 /// A `LayerNorm` over the last dimension.
@@ -399,17 +409,20 @@ impl BigBirdForMaskedLM {
         let k = heads(layer.key.forward(x)?)?;
         let v = heads(layer.value.forward(x)?)?;
         let ctx = attend(&q, &k, &v)?.transpose(1, 2)?.reshape((b, n, hd))?;
-        let mut a = layer.attention_output.forward(&ctx)?;
-        if let Some(d) = dropout.as_deref_mut() {
-            a = d.apply(&a, c.hidden_dropout_prob)?;
-        }
-        let x = layer.attention_norm.forward(&(a + x)?)?;
-        let inter = activation(c.hidden_act, &layer.intermediate.forward(&x)?)?;
-        let mut o = layer.output.forward(&inter)?;
-        if let Some(d) = dropout {
-            o = d.apply(&o, c.hidden_dropout_prob)?;
-        }
-        layer.output_norm.forward(&(o + x)?)
+        // Dropout sits between each dense layer and its residual connection.
+        let dense_residual =
+            |dense: &Linear, input: &Tensor, residual: &Tensor, dropout: Option<&mut Dropout>| match dropout {
+                Some(d) => Ok::<_, CodonError>((d.apply(&dense.forward(input)?, c.hidden_dropout_prob)? + residual)?),
+                None => dense.forward_residual(input, residual),
+            };
+        let a = dense_residual(&layer.attention_output, &ctx, x, dropout.as_deref_mut())?;
+        let x = layer.attention_norm.forward(&a)?;
+        let inter = match c.hidden_act {
+            HiddenAct::GeluNew => layer.intermediate.forward_gelu_new(&x)?,
+            act => activation(act, &layer.intermediate.forward(&x)?)?,
+        };
+        let o = dense_residual(&layer.output, &inter, &x, dropout)?;
+        layer.output_norm.forward(&o)
     }
 
     fn mlm_head(&self, x: &Tensor) -> Result<Tensor> {
