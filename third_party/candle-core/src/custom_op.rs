@@ -1,3 +1,4 @@
+use crate::custom_backend::{BoxStorage, DynBackendStorage};
 use crate::layout::LayoutRelation;
 use crate::op::{BackpropOp, Op};
 use crate::tensor::from_storage;
@@ -30,6 +31,16 @@ pub trait CustomOp1 {
     ) -> Result<(MetalStorage, Shape)> {
         Err(crate::Error::Metal(
             format!("no metal implementation for {}", self.name()).into(),
+        ))
+    }
+
+    /// The forward pass on a device of an out-of-tree backend. The default copies the input to
+    /// the host, runs `cpu_fwd` and uploads the result.
+    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> Result<(BoxStorage, Shape)> {
+        let (out, shape) = self.cpu_fwd(&s.dyn_to_cpu_storage()?, l)?;
+        Ok((
+            s.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
+            shape,
         ))
     }
 
@@ -79,6 +90,22 @@ pub trait CustomOp2 {
     ) -> Result<(MetalStorage, Shape)> {
         Err(crate::Error::Metal(
             format!("no metal implementation for {}", self.name()).into(),
+        ))
+    }
+
+    /// The forward pass on a device of an out-of-tree backend; defaults to a host round trip.
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> Result<(BoxStorage, Shape)> {
+        let (c1, c2) = (s1.dyn_to_cpu_storage()?, s2.dyn_to_cpu_storage()?);
+        let (out, shape) = self.cpu_fwd(&c1, l1, &c2, l2)?;
+        Ok((
+            s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
+            shape,
         ))
     }
 
@@ -137,6 +164,29 @@ pub trait CustomOp3 {
     ) -> Result<(MetalStorage, Shape)> {
         Err(crate::Error::Metal(
             format!("no metal implementation for {}", self.name()).into(),
+        ))
+    }
+
+    /// The forward pass on a device of an out-of-tree backend; defaults to a host round trip.
+    #[allow(clippy::too_many_arguments)]
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+        s3: &dyn DynBackendStorage,
+        l3: &Layout,
+    ) -> Result<(BoxStorage, Shape)> {
+        let (c1, c2, c3) = (
+            s1.dyn_to_cpu_storage()?,
+            s2.dyn_to_cpu_storage()?,
+            s3.dyn_to_cpu_storage()?,
+        );
+        let (out, shape) = self.cpu_fwd(&c1, l1, &c2, l2, &c3, l3)?;
+        Ok((
+            s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
+            shape,
         ))
     }
 
@@ -271,6 +321,11 @@ pub trait InplaceOp1 {
             format!("no metal implementation for {}", self.name()).into(),
         ))
     }
+
+    /// The forward pass on a device of an out-of-tree backend.
+    fn custom_fwd(&self, _storage: &mut BoxStorage, _layout: &Layout) -> Result<()> {
+        bail!("no custom-backend implementation for {}", self.name())
+    }
 }
 
 /// In-place ops that can be defined in user-land.
@@ -342,6 +397,29 @@ pub trait InplaceOpN<const N: usize> {
     ) -> Result<()> {
         let _ = (dst, dst_l, srcs);
         bail!("no aliased metal implementation for {}", self.name())
+    }
+
+    fn custom_fwd(
+        &self,
+        dst: &mut BoxStorage,
+        dst_l: &Layout,
+        srcs: [(&BoxStorage, &Layout); N],
+    ) -> Result<()> {
+        let _ = (dst, dst_l, srcs);
+        bail!("no custom-backend implementation for {}", self.name())
+    }
+
+    fn custom_fwd_aliased(
+        &self,
+        dst: &mut BoxStorage,
+        dst_l: &Layout,
+        srcs: [(Src<'_, BoxStorage>, &Layout); N],
+    ) -> Result<()> {
+        let _ = (dst, dst_l, srcs);
+        bail!(
+            "no aliased custom-backend implementation for {}",
+            self.name()
+        )
     }
 }
 
@@ -428,6 +506,7 @@ impl<C: InplaceOp1> InplaceOpN<0> for C {
     forward_op1!(cpu_fwd, cpu_fwd_aliased, CpuStorage);
     forward_op1!(cuda_fwd, cuda_fwd_aliased, CudaStorage);
     forward_op1!(metal_fwd, metal_fwd_aliased, MetalStorage);
+    forward_op1!(custom_fwd, custom_fwd_aliased, BoxStorage);
 }
 
 macro_rules! forward_op2 {
@@ -467,6 +546,7 @@ impl<C: InplaceOp2> InplaceOpN<1> for C {
     forward_op2!(cpu_fwd, cpu_fwd_aliased, CpuStorage);
     forward_op2!(cuda_fwd, cuda_fwd_aliased, CudaStorage);
     forward_op2!(metal_fwd, metal_fwd_aliased, MetalStorage);
+    forward_op2!(custom_fwd, custom_fwd_aliased, BoxStorage);
 }
 
 pub trait InplaceOp2 {
@@ -505,6 +585,18 @@ pub trait InplaceOp2 {
         Err(crate::Error::Metal(
             format!("no metal implementation for {}", self.name()).into(),
         ))
+    }
+
+    /// The forward pass on a device of an out-of-tree backend.
+    fn custom_fwd(
+        &self,
+        s1: &mut BoxStorage,
+        l1: &Layout,
+        s2: &BoxStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        _ = (s1, l1, s2, l2);
+        bail!("no custom-backend implementation for {}", self.name())
     }
 }
 
@@ -547,6 +639,7 @@ impl<C: InplaceOp3> InplaceOpN<2> for C {
     forward_op3!(cpu_fwd, cpu_fwd_aliased, CpuStorage);
     forward_op3!(cuda_fwd, cuda_fwd_aliased, CudaStorage);
     forward_op3!(metal_fwd, metal_fwd_aliased, MetalStorage);
+    forward_op3!(custom_fwd, custom_fwd_aliased, BoxStorage);
 }
 
 pub trait InplaceOp3 {
@@ -594,6 +687,19 @@ pub trait InplaceOp3 {
         Err(crate::Error::Metal(
             format!("no metal implementation for {}", self.name()).into(),
         ))
+    }
+
+    /// The forward pass on a device of an out-of-tree backend.
+    fn custom_fwd(
+        &self,
+        _: &mut BoxStorage,
+        _: &Layout,
+        _: &BoxStorage,
+        _: &Layout,
+        _: &BoxStorage,
+        _: &Layout,
+    ) -> Result<()> {
+        bail!("no custom-backend implementation for {}", self.name())
     }
 }
 

@@ -7,8 +7,17 @@ use crate::{CpuStorage, DType, Result, Shape, Storage, WithDType};
 #[derive(Debug, Copy, Clone, PartialEq, Eq, Hash)]
 pub enum DeviceLocation {
     Cpu,
-    Cuda { gpu_id: usize },
-    Metal { gpu_id: usize },
+    Cuda {
+        gpu_id: usize,
+    },
+    Metal {
+        gpu_id: usize,
+    },
+    /// A device of an out-of-tree backend, e.g. `npu:0`.
+    Custom {
+        name: &'static str,
+        id: usize,
+    },
 }
 
 /// Cpu, Cuda, or Metal
@@ -17,6 +26,8 @@ pub enum Device {
     Cpu,
     Cuda(crate::CudaDevice),
     Metal(crate::MetalDevice),
+    /// A device of an out-of-tree backend (see [`crate::custom_backend`]).
+    Custom(std::sync::Arc<dyn crate::custom_backend::DynBackendDevice>),
 }
 
 pub trait NdArray {
@@ -240,6 +251,7 @@ impl Device {
             Self::Cuda(d) => Ok(d),
             Self::Cpu => crate::bail!("expected a cuda device, got cpu"),
             Self::Metal(_) => crate::bail!("expected a cuda device, got Metal"),
+            Self::Custom(_) => crate::bail!("expected a cuda device, got a custom device"),
         }
     }
 
@@ -248,6 +260,24 @@ impl Device {
             Self::Cuda(_) => crate::bail!("expected a metal device, got cuda"),
             Self::Cpu => crate::bail!("expected a metal device, got cpu"),
             Self::Metal(d) => Ok(d),
+            Self::Custom(_) => crate::bail!("expected a metal device, got a custom device"),
+        }
+    }
+
+    /// Wrap a device of an out-of-tree backend.
+    pub fn new_custom<D: crate::custom_backend::DynBackendDevice>(device: D) -> Self {
+        Self::Custom(std::sync::Arc::new(device))
+    }
+
+    pub fn is_custom(&self) -> bool {
+        matches!(self, Self::Custom(_))
+    }
+
+    /// The concrete device of an out-of-tree backend, if this is one of type `D`.
+    pub fn as_custom_device<D: 'static>(&self) -> Option<&D> {
+        match self {
+            Self::Custom(d) => d.as_any().downcast_ref::<D>(),
+            _ => None,
         }
     }
 
@@ -280,6 +310,7 @@ impl Device {
             Self::Cpu => CpuDevice.set_seed(seed),
             Self::Cuda(c) => c.set_seed(seed),
             Self::Metal(m) => m.set_seed(seed),
+            Self::Custom(d) => d.dyn_set_seed(seed),
         }
     }
 
@@ -288,6 +319,7 @@ impl Device {
             Self::Cpu => CpuDevice.get_current_seed(),
             Self::Cuda(c) => c.get_current_seed(),
             Self::Metal(m) => m.get_current_seed(),
+            Self::Custom(d) => d.dyn_get_current_seed(),
         }
     }
 
@@ -296,6 +328,7 @@ impl Device {
             (Self::Cpu, Self::Cpu) => true,
             (Self::Cuda(lhs), Self::Cuda(rhs)) => lhs.same_device(rhs),
             (Self::Metal(lhs), Self::Metal(rhs)) => lhs.same_device(rhs),
+            (Self::Custom(lhs), Self::Custom(rhs)) => lhs.dyn_same_device(rhs.as_ref()),
             _ => false,
         }
     }
@@ -305,6 +338,7 @@ impl Device {
             Self::Cpu => DeviceLocation::Cpu,
             Self::Cuda(device) => device.location(),
             Device::Metal(device) => device.location(),
+            Device::Custom(device) => device.dyn_location(),
         }
     }
 
@@ -322,7 +356,7 @@ impl Device {
 
     pub fn supports_bf16(&self) -> bool {
         match self {
-            Self::Cuda(_) | Self::Metal(_) => true,
+            Self::Cuda(_) | Self::Metal(_) | Self::Custom(_) => true,
             Self::Cpu => false,
         }
     }
@@ -378,6 +412,9 @@ impl Device {
                 let storage = device.rand_uniform(shape, dtype, lo, up)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(
+                device.dyn_rand_uniform(shape, dtype, lo, up)?,
+            )),
         }
     }
 
@@ -416,6 +453,9 @@ impl Device {
                 let storage = device.rand_normal(shape, dtype, mean, std)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(
+                device.dyn_rand_normal(shape, dtype, mean, std)?,
+            )),
         }
     }
 
@@ -442,6 +482,7 @@ impl Device {
                 let storage = device.zeros_impl(shape, dtype)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(device.dyn_zeros(shape, dtype)?)),
         }
     }
 
@@ -459,6 +500,7 @@ impl Device {
                 let storage = device.alloc_uninit(shape, dtype)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(device.dyn_alloc_uninit(shape, dtype)?)),
         }
     }
 
@@ -473,6 +515,9 @@ impl Device {
                 let storage = device.storage_from_slice(data)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(
+                device.dyn_storage_from_cpu_storage_owned(data.to_cpu_storage())?,
+            )),
         }
     }
 
@@ -489,6 +534,9 @@ impl Device {
                 let storage = device.storage_from_cpu_storage_owned(storage)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(
+                device.dyn_storage_from_cpu_storage_owned(array.to_cpu_storage())?,
+            )),
         }
     }
 
@@ -505,6 +553,9 @@ impl Device {
                 let storage = device.storage_from_cpu_storage_owned(storage)?;
                 Ok(Storage::Metal(storage))
             }
+            Device::Custom(device) => Ok(Storage::Custom(
+                device.dyn_storage_from_cpu_storage_owned(S::to_cpu_storage_owned(data))?,
+            )),
         }
     }
 
@@ -513,6 +564,7 @@ impl Device {
             Self::Cpu => Ok(()),
             Self::Cuda(d) => d.synchronize(),
             Self::Metal(d) => d.synchronize(),
+            Self::Custom(d) => d.dyn_synchronize(),
         }
     }
 }

@@ -254,6 +254,11 @@ impl Tensor {
                         };
                         Storage::Cuda(storage)
                     }
+                    Device::Custom(_) => {
+                        return Err(Error::Msg(format!(
+                            "{dtype:?} is not supported on custom devices"
+                        )));
+                    }
                     #[cfg(not(feature = "cuda"))]
                     Device::Cuda(_) => {
                         return Err(Error::Msg("CUDA support not compiled".to_string()));
@@ -357,6 +362,11 @@ fn convert_dummy(view: &st::TensorView<'_>, device: &Device) -> Result<Tensor> {
                 device: device.clone(),
             };
             Storage::Cuda(storage)
+        }
+        Device::Custom(_) => {
+            return Err(Error::Msg(format!(
+                "{dtype:?} is not supported on custom devices"
+            )));
         }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => {

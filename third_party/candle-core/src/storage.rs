@@ -13,6 +13,8 @@ pub enum Storage {
     Cpu(CpuStorage),
     Cuda(CudaStorage),
     Metal(MetalStorage),
+    /// A storage of an out-of-tree backend (see [`crate::custom_backend`]).
+    Custom(crate::custom_backend::BoxStorage),
 }
 
 pub type StorageRef<'a> = RwLockReadGuard<'a, Storage>;
@@ -30,6 +32,10 @@ impl Storage {
                 let storage = storage.try_clone(layout)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_try_clone(layout)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -38,6 +44,7 @@ impl Storage {
             Self::Cpu(_) => Device::Cpu,
             Self::Cuda(storage) => Device::Cuda(storage.device().clone()),
             Self::Metal(storage) => Device::Metal(storage.device().clone()),
+            Self::Custom(storage) => Device::Custom(storage.dyn_device()),
         }
     }
 
@@ -46,6 +53,7 @@ impl Storage {
             Self::Cpu(storage) => storage.dtype(),
             Self::Cuda(storage) => storage.dtype(),
             Self::Metal(storage) => storage.dtype(),
+            Self::Custom(storage) => storage.dyn_dtype(),
         }
     }
 
@@ -54,7 +62,7 @@ impl Storage {
         let rhs_device = rhs.device();
         let lhs = lhs_device.location();
         let rhs = rhs_device.location();
-        let same_device = if self.device().is_metal() {
+        let same_device = if self.device().is_metal() || self.device().is_custom() {
             // On metal, we require the device to be exactly the same rather than
             // having the same location. In cuda this is not necessary as all CudaDevice on the
             // same GPU will use the same cuda stream.
@@ -84,6 +92,7 @@ impl Storage {
             Storage::Cpu(storage) => storage.const_set(v, l),
             Storage::Cuda(storage) => storage.const_set(v, l),
             Storage::Metal(storage) => storage.const_set(v, l),
+            Self::Custom(storage) => storage.dyn_const_set(v, l),
         }
     }
 
@@ -100,6 +109,10 @@ impl Storage {
             Self::Metal(storage) => {
                 let storage = storage.affine(layout, mul, add)?;
                 Ok(Self::Metal(storage))
+            }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_affine(layout, mul, add)?;
+                Ok(Self::Custom(storage))
             }
         }
     }
@@ -118,6 +131,10 @@ impl Storage {
                 let storage = storage.powf(layout, alpha)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_powf(layout, alpha)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -134,6 +151,10 @@ impl Storage {
             Self::Metal(storage) => {
                 let storage = storage.elu(layout, alpha)?;
                 Ok(Self::Metal(storage))
+            }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_elu(layout, alpha)?;
+                Ok(Self::Custom(storage))
             }
         }
     }
@@ -159,6 +180,10 @@ impl Storage {
             (Self::Metal(lhs), Self::Metal(rhs)) => {
                 let storage = lhs.cmp(op, rhs, lhs_layout, rhs_layout)?;
                 Ok(Self::Metal(storage))
+            }
+            (Self::Custom(lhs), Self::Custom(rhs)) => {
+                let storage = lhs.dyn_cmp(op, &**rhs, lhs_layout, rhs_layout)?;
+                Ok(Self::Custom(storage))
             }
             (lhs, rhs) => {
                 // Should not happen because of the same device check above but we're defensive
@@ -187,6 +212,10 @@ impl Storage {
                 let storage = storage.reduce_op(op, layout, s)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_reduce_op(op, layout, s)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -204,6 +233,10 @@ impl Storage {
                 let storage = storage.to_dtype(layout, dtype)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_to_dtype(layout, dtype)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -220,6 +253,10 @@ impl Storage {
             Self::Metal(storage) => {
                 let (storage, shape) = c.metal_fwd(storage, l)?;
                 Ok((Self::Metal(storage), shape))
+            }
+            Self::Custom(storage) => {
+                let (storage, shape) = c.custom_fwd(&**storage, l)?;
+                Ok((Self::Custom(storage), shape))
             }
         }
     }
@@ -244,6 +281,10 @@ impl Storage {
             (Self::Metal(s1), Self::Metal(s2)) => {
                 let (s, shape) = c.metal_fwd(s1, l1, s2, l2)?;
                 Ok((Self::Metal(s), shape))
+            }
+            (Self::Custom(s1), Self::Custom(s2)) => {
+                let (s, shape) = c.custom_fwd(&**s1, l1, &**s2, l2)?;
+                Ok((Self::Custom(s), shape))
             }
             _ => unreachable!(),
         }
@@ -272,6 +313,10 @@ impl Storage {
             (Self::Metal(s1), Self::Metal(s2), Self::Metal(s3)) => {
                 let (s, shape) = c.metal_fwd(s1, l1, s2, l2, s3, l3)?;
                 Ok((Self::Metal(s), shape))
+            }
+            (Self::Custom(s1), Self::Custom(s2), Self::Custom(s3)) => {
+                let (s, shape) = c.custom_fwd(&**s1, l1, &**s2, l2, &**s3, l3)?;
+                Ok((Self::Custom(s), shape))
             }
             _ => unreachable!(),
         }
@@ -320,6 +365,7 @@ impl Storage {
             Storage::Cpu(dst) => inplace_dispatch!(dst, Cpu, cpu_fwd, cpu_fwd_aliased),
             Storage::Cuda(dst) => inplace_dispatch!(dst, Cuda, cuda_fwd, cuda_fwd_aliased),
             Storage::Metal(dst) => inplace_dispatch!(dst, Metal, metal_fwd, metal_fwd_aliased),
+            Storage::Custom(dst) => inplace_dispatch!(dst, Custom, custom_fwd, custom_fwd_aliased),
         }
     }
 
@@ -336,6 +382,11 @@ impl Storage {
             Self::Metal(storage) => {
                 let storage = storage.unary_impl::<B>(layout)?;
                 Ok(Self::Metal(storage))
+            }
+            Self::Custom(storage) => {
+                let storage =
+                    storage.dyn_unary(crate::custom_backend::UnaryOpKind::of::<B>()?, layout)?;
+                Ok(Self::Custom(storage))
             }
         }
     }
@@ -360,6 +411,15 @@ impl Storage {
             (Self::Metal(lhs), Self::Metal(rhs)) => {
                 let storage = lhs.binary_impl::<B>(rhs, lhs_layout, rhs_layout)?;
                 Ok(Self::Metal(storage))
+            }
+            (Self::Custom(lhs), Self::Custom(rhs)) => {
+                let storage = lhs.dyn_binary(
+                    crate::custom_backend::BinaryOpKind::of::<B>()?,
+                    &**rhs,
+                    lhs_layout,
+                    rhs_layout,
+                )?;
+                Ok(Self::Custom(storage))
             }
             (lhs, rhs) => {
                 // Should not happen because of the same device check above but we're defensive
@@ -396,6 +456,10 @@ impl Storage {
                 let s = inp.conv1d(l, kernel, kernel_l, params)?;
                 Ok(Self::Metal(s))
             }
+            (Self::Custom(inp), Self::Custom(kernel)) => {
+                let s = inp.dyn_conv1d(l, &**kernel, kernel_l, params)?;
+                Ok(Self::Custom(s))
+            }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
                 rhs: rhs.device().location(),
@@ -426,6 +490,10 @@ impl Storage {
             (Storage::Metal(inp), Storage::Metal(kernel)) => {
                 let s = inp.conv_transpose1d(l, kernel, kernel_l, params)?;
                 Ok(Self::Metal(s))
+            }
+            (Self::Custom(inp), Self::Custom(kernel)) => {
+                let s = inp.dyn_conv_transpose1d(l, &**kernel, kernel_l, params)?;
+                Ok(Self::Custom(s))
             }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
@@ -458,6 +526,10 @@ impl Storage {
                 let s = inp.conv2d(l, kernel, kernel_l, params)?;
                 Ok(Self::Metal(s))
             }
+            (Self::Custom(inp), Self::Custom(kernel)) => {
+                let s = inp.dyn_conv2d(l, &**kernel, kernel_l, params)?;
+                Ok(Self::Custom(s))
+            }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
                 rhs: rhs.device().location(),
@@ -489,6 +561,10 @@ impl Storage {
                 let s = inp.conv_transpose2d(l, kernel, kernel_l, params)?;
                 Ok(Self::Metal(s))
             }
+            (Self::Custom(inp), Self::Custom(kernel)) => {
+                let s = inp.dyn_conv_transpose2d(l, &**kernel, kernel_l, params)?;
+                Ok(Self::Custom(s))
+            }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
                 rhs: rhs.device().location(),
@@ -517,6 +593,10 @@ impl Storage {
                 let storage = storage.avg_pool2d(layout, kernel_size, stride)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_avg_pool2d(layout, kernel_size, stride)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -539,6 +619,10 @@ impl Storage {
                 let storage = storage.max_pool2d(layout, kernel_size, stride)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_max_pool2d(layout, kernel_size, stride)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -556,6 +640,10 @@ impl Storage {
                 let storage = storage.upsample_nearest1d(layout, sz)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_upsample_nearest1d(layout, sz)?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -572,6 +660,10 @@ impl Storage {
             Self::Metal(storage) => {
                 let storage = storage.upsample_nearest2d(layout, h, w)?;
                 Ok(Self::Metal(storage))
+            }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_upsample_nearest2d(layout, h, w)?;
+                Ok(Self::Custom(storage))
             }
         }
     }
@@ -601,6 +693,17 @@ impl Storage {
                     storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
                 Ok(Self::Metal(storage))
             }
+            Self::Custom(storage) => {
+                let storage = storage.dyn_upsample_bilinear2d(
+                    layout,
+                    h,
+                    w,
+                    align_corners,
+                    scale_h,
+                    scale_w,
+                )?;
+                Ok(Self::Custom(storage))
+            }
         }
     }
 
@@ -627,6 +730,10 @@ impl Storage {
             (Self::Metal(cond), Self::Metal(t), Self::Metal(f)) => {
                 let storage = cond.where_cond(layout, t, layout_t, f, layout_f)?;
                 Ok(Self::Metal(storage))
+            }
+            (Self::Custom(cond), Self::Custom(t), Self::Custom(f)) => {
+                let storage = cond.dyn_where_cond(layout, &**t, layout_t, &**f, layout_f)?;
+                Ok(Self::Custom(storage))
             }
             (_, lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
@@ -658,6 +765,10 @@ impl Storage {
                 let storage = s.gather(l, indexes, indexes_l, d)?;
                 Ok(Self::Metal(storage))
             }
+            (Self::Custom(s), Self::Custom(indexes)) => {
+                let storage = s.dyn_gather(l, &**indexes, indexes_l, d)?;
+                Ok(Self::Custom(storage))
+            }
             _ => unreachable!(),
         }
     }
@@ -682,6 +793,9 @@ impl Storage {
             }
             (Self::Metal(s), Self::Metal(indexes), Self::Metal(source)) => {
                 s.scatter_set(l, indexes, indexes_l, source, source_l, d)?;
+            }
+            (Self::Custom(s), Self::Custom(indexes), Self::Custom(source)) => {
+                s.dyn_scatter_set(l, &**indexes, indexes_l, &**source, source_l, d)?;
             }
             _ => unreachable!(),
         }
@@ -708,6 +822,9 @@ impl Storage {
             }
             (Self::Metal(s), Self::Metal(indexes), Self::Metal(source)) => {
                 s.scatter_add_set(l, indexes, indexes_l, source, source_l, d)?;
+            }
+            (Self::Custom(s), Self::Custom(indexes), Self::Custom(source)) => {
+                s.dyn_scatter_add_set(l, &**indexes, indexes_l, &**source, source_l, d)?;
             }
             _ => unreachable!(),
         }
@@ -738,6 +855,10 @@ impl Storage {
                 let storage = s.index_add(l, indexes, indexes_l, source, source_l, d)?;
                 Ok(Self::Metal(storage))
             }
+            (Self::Custom(s), Self::Custom(indexes), Self::Custom(source)) => {
+                let storage = s.dyn_index_add(l, &**indexes, indexes_l, &**source, source_l, d)?;
+                Ok(Self::Custom(storage))
+            }
             _ => unreachable!(),
         }
     }
@@ -762,6 +883,10 @@ impl Storage {
             (Self::Metal(lhs), Self::Metal(rhs)) => {
                 let storage = lhs.index_select(rhs, lhs_l, rhs_l, d)?;
                 Ok(Self::Metal(storage))
+            }
+            (Self::Custom(lhs), Self::Custom(rhs)) => {
+                let storage = lhs.dyn_index_select(&**rhs, lhs_l, rhs_l, d)?;
+                Ok(Self::Custom(storage))
             }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
@@ -794,6 +919,10 @@ impl Storage {
                 let storage = lhs.matmul(rhs, bmnk, lhs_layout, rhs_layout)?;
                 Ok(Self::Metal(storage))
             }
+            (Self::Custom(lhs), Self::Custom(rhs)) => {
+                let storage = lhs.dyn_matmul(&**rhs, bmnk, lhs_layout, rhs_layout)?;
+                Ok(Self::Custom(storage))
+            }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
                 rhs: rhs.device().location(),
@@ -815,6 +944,9 @@ impl Storage {
             (Self::Cuda(src), Self::Cuda(dst)) => Ok(src.copy_strided_src(dst, dst_offset, src_l)?),
             (Self::Metal(src), Self::Metal(dst)) => {
                 Ok(src.copy_strided_src(dst, dst_offset, src_l)?)
+            }
+            (Self::Custom(src), Self::Custom(dst)) => {
+                Ok(src.dyn_copy_strided_src(&mut **dst, dst_offset, src_l)?)
             }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
@@ -843,6 +975,9 @@ impl Storage {
             }
             (Self::Metal(src), Self::Metal(dst)) => {
                 Ok(src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o)?)
+            }
+            (Self::Custom(src), Self::Custom(dst)) => {
+                Ok(src.dyn_copy2d(&mut **dst, d1, d2, src_s, dst_s, src_o, dst_o)?)
             }
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),

@@ -678,6 +678,7 @@ impl Tensor {
             Storage::Cpu(cpu_storage) => from_cpu_storage(cpu_storage),
             Storage::Cuda(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
             Storage::Metal(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
+            Storage::Custom(storage) => from_cpu_storage(&storage.dyn_to_cpu_storage()?),
         }
     }
 
@@ -1976,6 +1977,7 @@ impl Tensor {
             Storage::Cpu(storage) => from_cpu_storage(storage),
             Storage::Cuda(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
             Storage::Metal(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
+            Storage::Custom(storage) => from_cpu_storage(&storage.dyn_to_cpu_storage()?),
         }
     }
 
@@ -2007,6 +2009,7 @@ impl Tensor {
             Storage::Cpu(storage) => from_cpu_storage(storage),
             Storage::Cuda(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
             Storage::Metal(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
+            Storage::Custom(storage) => from_cpu_storage(&storage.dyn_to_cpu_storage()?),
         }
     }
 
@@ -2048,6 +2051,7 @@ impl Tensor {
             Storage::Cpu(storage) => from_cpu_storage(storage),
             Storage::Cuda(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
             Storage::Metal(storage) => from_cpu_storage(&storage.to_cpu_storage()?),
+            Storage::Custom(storage) => from_cpu_storage(&storage.dyn_to_cpu_storage()?),
         }
     }
 
@@ -2412,6 +2416,15 @@ impl Tensor {
                     Storage::Cuda(dst_storage)
                 }
                 (Storage::Cpu(storage), Device::Cpu) => Storage::Cpu(storage.clone()),
+                (Storage::Cpu(storage), Device::Custom(d)) => {
+                    Storage::Custom(d.dyn_storage_from_cpu_storage(storage)?)
+                }
+                (Storage::Custom(storage), Device::Cpu) => {
+                    Storage::Cpu(storage.dyn_to_cpu_storage()?)
+                }
+                (Storage::Custom(storage), Device::Custom(d)) => Storage::Custom(
+                    d.dyn_storage_from_cpu_storage_owned(storage.dyn_to_cpu_storage()?)?,
+                ),
                 _ => {
                     bail!(
                         "not implemented yet, self.device: {:?}, device: {:?}",

@@ -84,6 +84,9 @@ impl Device {
                 let storage = cuda::QCudaStorage::zeros(cuda, elem_count, dtype)?;
                 Ok(QStorage::Cuda(storage))
             }
+            Device::Custom(_) => {
+                crate::bail!("quantized tensors are not supported on custom devices")
+            }
         }
     }
 }
@@ -98,6 +101,9 @@ impl QStorage {
     pub fn from_data(data: Cow<'_, [u8]>, device: &Device, dtype: GgmlDType) -> Result<Self> {
         let data: &[u8] = &data;
         match device {
+            Device::Custom(_) => {
+                crate::bail!("quantized tensors are not supported on custom devices")
+            }
             Device::Cpu => Ok(Self::Cpu(dtype.from_data(Cow::Borrowed(data)))),
             Device::Metal(d) => match dtype {
                 GgmlDType::F32 => metal::load_quantized(d, as_t_slice::<f32>(data)),
