@@ -1,0 +1,421 @@
+/* Emulated libascendcl.so: init, devices, one worker thread per stream, device memory that the
+ * host cannot dereference, copies, error messages, counters and fault injection. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* Device addresses are host addresses with bit 62 set: non-canonical on x86-64 and aarch64,
+ * so a host dereference of a device pointer faults instead of silently working. */
+#define DEVICE_TAG (1ull << 62)
+#define DEVICE_COUNT 2
+#define DEVICE_MEMORY (64ull << 30)
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_initialized;
+static __thread int t_device = -1;
+static __thread char t_error[1024];
+static __thread char t_error_out[1024];
+static __thread int t_has_error;
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+SIM_EXPORT void aclsimSetError(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_error, sizeof t_error, fmt, ap);
+    va_end(ap);
+    t_has_error = 1;
+}
+
+SIM_EXPORT const char *aclGetRecentErrMsg(void) {
+    if (!t_has_error) return NULL;
+    memcpy(t_error_out, t_error, sizeof t_error_out);
+    t_has_error = 0;
+    return t_error_out;
+}
+
+/* ---- counters and fault injection ----------------------------------------------------- */
+
+typedef struct { char name[64]; uint64_t count; } OpCount;
+static OpCount g_ops[256];
+static int g_nops;
+static uint64_t g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs;
+static uint64_t g_current, g_peak;
+static long g_fail_alloc_at = -1; /* 1-based index of the aclrtMalloc call that fails */
+static char g_fail_op[128];
+
+static void read_faults(void) {
+    const char *a = getenv("CANDLE_ASCEND_SIM_FAIL_ALLOC");
+    const char *o = getenv("CANDLE_ASCEND_SIM_FAIL_OP");
+    g_fail_alloc_at = a ? atol(a) : -1;
+    snprintf(g_fail_op, sizeof g_fail_op, "%s", o ? o : "");
+}
+
+SIM_EXPORT void aclsimCountLaunch(const char *op) {
+    pthread_mutex_lock(&g_lock);
+    int i;
+    for (i = 0; i < g_nops; i++)
+        if (strcmp(g_ops[i].name, op) == 0) break;
+    if (i == g_nops && g_nops < 256) snprintf(g_ops[g_nops++].name, 64, "%s", op);
+    if (i < 256) g_ops[i].count++;
+    pthread_mutex_unlock(&g_lock);
+}
+
+SIM_EXPORT int aclsimFailOp(const char *op) { return g_fail_op[0] && strcmp(g_fail_op, op) == 0; }
+
+/* Counters, in this order: allocations, frees, h2d copies, h2d bytes, d2h copies, d2h bytes,
+ * d2d copies, stream synchronisations, current device bytes, peak device bytes. */
+SIM_EXPORT void aclsimCounters(uint64_t out[10]) {
+    pthread_mutex_lock(&g_lock);
+    uint64_t v[10] = {g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs, g_current, g_peak};
+    memcpy(out, v, sizeof v);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Kernel launches per op as "name count" lines; returns the bytes needed. */
+SIM_EXPORT size_t aclsimOpCounts(char *buf, size_t len) {
+    pthread_mutex_lock(&g_lock);
+    size_t used = 0;
+    for (int i = 0; i < g_nops; i++) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "%s %llu\n", g_ops[i].name, (unsigned long long)g_ops[i].count);
+        if (buf && used + (size_t)n < len) memcpy(buf + used, line, (size_t)n + 1);
+        used += (size_t)n;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return used;
+}
+
+SIM_EXPORT void aclsimResetCounters(void) {
+    pthread_mutex_lock(&g_lock);
+    g_nops = 0;
+    g_allocs = g_frees = g_h2d = g_h2d_bytes = g_d2h = g_d2h_bytes = g_d2d = g_syncs = 0;
+    g_peak = g_current;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- init and devices ----------------------------------------------------------------- */
+
+SIM_EXPORT aclError aclInit(const char *config) {
+    (void)config;
+    pthread_mutex_lock(&g_lock);
+    int again = g_initialized;
+    g_initialized = 1;
+    if (!again) read_faults();
+    pthread_mutex_unlock(&g_lock);
+    return again ? ACL_ERROR_REPEAT_INITIALIZE : ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclFinalize(void) { return ACL_SUCCESS; }
+
+SIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count) {
+    if (!count) return ACL_ERROR_INVALID_PARAM;
+    if (!g_initialized) return ACL_ERROR_UNINITIALIZE;
+    *count = DEVICE_COUNT;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtSetDevice(int32_t id) {
+    if (!g_initialized) return ACL_ERROR_UNINITIALIZE;
+    if (id < 0 || id >= DEVICE_COUNT) {
+        aclsimSetError("aclrtSetDevice: device id %d out of range 0..%d", id, DEVICE_COUNT - 1);
+        return ACL_ERROR_RT_INVALID_DEVICEID;
+    }
+    t_device = id;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtResetDevice(int32_t id) { (void)id; return ACL_SUCCESS; }
+
+SIM_EXPORT aclError aclrtGetDevice(int32_t *id) {
+    if (!id) return ACL_ERROR_INVALID_PARAM;
+    *id = t_device < 0 ? 0 : t_device;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT const char *aclrtGetSocName(void) { return "Ascend910B-sim"; }
+
+SIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free_bytes, size_t *total) {
+    (void)attr;
+    if (!free_bytes || !total) return ACL_ERROR_INVALID_PARAM;
+    if (t_device < 0) return ACL_ERROR_RT_PARAM_INVALID;
+    pthread_mutex_lock(&g_lock);
+    *total = DEVICE_MEMORY;
+    *free_bytes = DEVICE_MEMORY - g_current;
+    pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+/* ---- device memory -------------------------------------------------------------------- */
+
+typedef struct { uintptr_t host; uint64_t size; } Block;
+static Block *g_blocks;
+static size_t g_nblocks, g_capblocks;
+
+static Block *find_block(uintptr_t host, uint64_t bytes) {
+    for (size_t i = 0; i < g_nblocks; i++)
+        if (host >= g_blocks[i].host && host + bytes <= g_blocks[i].host + g_blocks[i].size) return &g_blocks[i];
+    return NULL;
+}
+
+/* The host address behind a device range, or NULL when the range is not device memory. */
+SIM_EXPORT void *aclsimHostPtr(const void *dev, uint64_t bytes) {
+    uintptr_t d = (uintptr_t)dev;
+    if (!(d & DEVICE_TAG)) return NULL;
+    uintptr_t host = d & ~DEVICE_TAG;
+    pthread_mutex_lock(&g_lock);
+    Block *b = find_block(host, bytes);
+    pthread_mutex_unlock(&g_lock);
+    return b ? (void *)host : NULL;
+}
+
+SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
+    (void)policy;
+    if (!ptr || size == 0) {
+        aclsimSetError("aclrtMalloc: size must be > 0");
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    if (t_device < 0) {
+        aclsimSetError("aclrtMalloc: no device set on this thread");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    pthread_mutex_lock(&g_lock);
+    g_allocs++;
+    int fail = g_fail_alloc_at > 0 && (long)g_allocs == g_fail_alloc_at;
+    uint64_t rounded = (size + 31) / 32 * 32 + 32; /* CANN: a multiple of 32, plus 32 */
+    if (fail || g_current + rounded > DEVICE_MEMORY) {
+        pthread_mutex_unlock(&g_lock);
+        aclsimSetError("aclrtMalloc: out of device memory allocating %zu bytes%s", size,
+                       fail ? " (injected by CANDLE_ASCEND_SIM_FAIL_ALLOC)" : "");
+        return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    }
+    void *host = NULL;
+    if (posix_memalign(&host, 64, rounded) != 0) {
+        pthread_mutex_unlock(&g_lock);
+        return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    }
+    if (g_nblocks == g_capblocks) {
+        g_capblocks = g_capblocks ? 2 * g_capblocks : 1024;
+        g_blocks = realloc(g_blocks, g_capblocks * sizeof *g_blocks);
+    }
+    g_blocks[g_nblocks++] = (Block){(uintptr_t)host, rounded};
+    g_current += rounded;
+    if (g_current > g_peak) g_peak = g_current;
+    pthread_mutex_unlock(&g_lock);
+    *ptr = (void *)((uintptr_t)host | DEVICE_TAG);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtFree(void *ptr) {
+    uintptr_t d = (uintptr_t)ptr;
+    if (!ptr || !(d & DEVICE_TAG)) {
+        aclsimSetError("aclrtFree: %p is not a device address", ptr);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    uintptr_t host = d & ~DEVICE_TAG;
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < g_nblocks; i++) {
+        if (g_blocks[i].host == host) {
+            g_current -= g_blocks[i].size;
+            g_frees++;
+            g_blocks[i] = g_blocks[--g_nblocks];
+            pthread_mutex_unlock(&g_lock);
+            free((void *)host);
+            return ACL_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    aclsimSetError("aclrtFree: %p was not returned by aclrtMalloc", ptr);
+    return ACL_ERROR_INVALID_PARAM;
+}
+
+/* ---- streams: one worker thread each, tasks run in order -------------------------------- */
+
+typedef struct Task { void (*fn)(void *); void *ctx; struct Task *next; } Task;
+typedef struct Stream {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake, idle;
+    Task *head, *tail;
+    int busy, stop;
+} Stream;
+
+static void *stream_main(void *arg) {
+    Stream *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop) pthread_cond_wait(&s->wake, &s->lock);
+        if (!s->head && s->stop) break;
+        Task *t = s->head;
+        s->head = t->next;
+        if (!s->head) s->tail = NULL;
+        s->busy = 1;
+        pthread_mutex_unlock(&s->lock);
+        t->fn(t->ctx);
+        free(t);
+        pthread_mutex_lock(&s->lock);
+        s->busy = 0;
+        if (!s->head) pthread_cond_broadcast(&s->idle);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+SIM_EXPORT aclError aclrtCreateStream(aclrtStream *out) {
+    if (!out) return ACL_ERROR_INVALID_PARAM;
+    if (t_device < 0) {
+        aclsimSetError("aclrtCreateStream: no device set on this thread");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    Stream *s = calloc(1, sizeof *s);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        free(s);
+        return ACL_ERROR_INTERNAL_ERROR;
+    }
+    *out = s;
+    return ACL_SUCCESS;
+}
+
+static void wait_idle(Stream *s) {
+    pthread_mutex_lock(&s->lock);
+    while (s->head || s->busy) pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* A kernel that hit bad input (say an index out of range) records an AI Core exception; the
+ * next synchronisation reports it, as on hardware. */
+static char g_fault[512];
+static int g_has_fault;
+
+SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) {
+    pthread_mutex_lock(&g_lock);
+    if (!g_has_fault) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g_fault, sizeof g_fault, fmt, ap);
+        va_end(ap);
+        g_has_fault = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
+    if (!stream) {
+        aclsimSetError("aclrtSynchronizeStream: null stream");
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    wait_idle(stream);
+    pthread_mutex_lock(&g_lock);
+    g_syncs++;
+    int fault = g_has_fault;
+    g_has_fault = 0;
+    pthread_mutex_unlock(&g_lock);
+    if (fault) {
+        aclsimSetError("aicore exception: %s", g_fault);
+        return ACL_ERROR_RT_AICORE_EXCEPTION;
+    }
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream) {
+    Stream *s = stream;
+    if (!s) return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    free(s);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx) {
+    Stream *s = stream;
+    if (!s) return -1;
+    Task *t = malloc(sizeof *t);
+    *t = (Task){fn, ctx, NULL};
+    pthread_mutex_lock(&s->lock);
+    if (s->tail) s->tail->next = t; else s->head = t;
+    s->tail = t;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* ---- copies ----------------------------------------------------------------------------- */
+
+static aclError resolve(void **dst, const void **src, size_t count, int kind) {
+    void *d = *dst;
+    const void *s = *src;
+    if (kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE) d = aclsimHostPtr(*dst, count);
+    if (kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE) s = aclsimHostPtr(*src, count);
+    if (kind < 0 || kind > ACL_MEMCPY_DEVICE_TO_DEVICE || !d || !s) {
+        aclsimSetError("aclrtMemcpy: kind %d does not match the addresses %p <- %p (%zu bytes)", kind, *dst, *src, count);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    *dst = d;
+    *src = s;
+    return ACL_SUCCESS;
+}
+
+static void count_copy(int kind, size_t count) {
+    pthread_mutex_lock(&g_lock);
+    if (kind == ACL_MEMCPY_HOST_TO_DEVICE) { g_h2d++; g_h2d_bytes += count; }
+    if (kind == ACL_MEMCPY_DEVICE_TO_HOST) { g_d2h++; g_d2h_bytes += count; }
+    if (kind == ACL_MEMCPY_DEVICE_TO_DEVICE) g_d2d++;
+    pthread_mutex_unlock(&g_lock);
+}
+
+SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
+    if (count == 0) return ACL_SUCCESS;
+    if (count > dest_max) return ACL_ERROR_INVALID_PARAM;
+    aclError e = resolve(&dst, &src, count, kind);
+    if (e) return e;
+    memmove(dst, src, count);
+    count_copy(kind, count);
+    return ACL_SUCCESS;
+}
+
+typedef struct { void *dst; const void *src; size_t count; } CopyTask;
+static void run_copy(void *arg) {
+    CopyTask *c = arg;
+    memmove(c->dst, c->src, c->count);
+    free(c);
+}
+
+/* With pageable host memory the copy is ordered on the stream and returns once it is done. */
+SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, int kind,
+                                     aclrtStream stream) {
+    if (count == 0) return ACL_SUCCESS;
+    if (count > dest_max || !stream) return ACL_ERROR_INVALID_PARAM;
+    aclError e = resolve(&dst, &src, count, kind);
+    if (e) return e;
+    CopyTask *c = malloc(sizeof *c);
+    *c = (CopyTask){dst, src, count};
+    aclsimEnqueue(stream, run_copy, c);
+    if (kind != ACL_MEMCPY_DEVICE_TO_DEVICE) {
+        aclError e = aclrtSynchronizeStream(stream);
+        pthread_mutex_lock(&g_lock);
+        g_syncs--; /* part of the copy, not a synchronisation the caller asked for */
+        pthread_mutex_unlock(&g_lock);
+        if (e) return e;
+    }
+    count_copy(kind, count);
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtMemset(void *dev, size_t max, int32_t value, size_t count) {
+    if (count == 0) return ACL_SUCCESS;
+    void *h = aclsimHostPtr(dev, count);
+    if (!h || count > max) return ACL_ERROR_INVALID_PARAM;
+    memset(h, value, count);
+    return ACL_SUCCESS;
+}

@@ -1,0 +1,1005 @@
+/* Emulated libopapi.so: aclnn operators with CANN's two-phase convention. Phase 1 validates
+ * the views and dtypes and captures the op in a single-use executor; phase 2 checks the
+ * workspace and enqueues the executor on the stream, whose worker runs and frees it.
+ * Arithmetic goes through double and is stored back in the output dtype. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* ---- element access --------------------------------------------------------------------- */
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (man == 0) bits = sign;
+        else { /* subnormal */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) { man <<= 1; exp--; }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+    else bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+    return (uint16_t)half;
+}
+
+static float bf16_to_f32(uint16_t b) {
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static double ld(const void *base, int dt, int64_t i) {
+    switch (dt) {
+    case ACL_FLOAT: return ((const float *)base)[i];
+    case ACL_FLOAT16: return f16_to_f32(((const uint16_t *)base)[i]);
+    case ACL_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
+    case ACL_DOUBLE: return ((const double *)base)[i];
+    case ACL_INT64: return (double)((const int64_t *)base)[i];
+    case ACL_INT32: return ((const int32_t *)base)[i];
+    case ACL_UINT32: return ((const uint32_t *)base)[i];
+    case ACL_UINT8: case ACL_BOOL: return ((const uint8_t *)base)[i];
+    case ACL_INT8: return ((const int8_t *)base)[i];
+    default: return 0;
+    }
+}
+
+static void st(void *base, int dt, int64_t i, double v) {
+    switch (dt) {
+    case ACL_FLOAT: ((float *)base)[i] = (float)v; break;
+    case ACL_FLOAT16: ((uint16_t *)base)[i] = f32_to_f16((float)v); break;
+    case ACL_BF16: ((uint16_t *)base)[i] = f32_to_bf16((float)v); break;
+    case ACL_DOUBLE: ((double *)base)[i] = v; break;
+    case ACL_INT64: ((int64_t *)base)[i] = (int64_t)v; break;
+    case ACL_INT32: ((int32_t *)base)[i] = (int32_t)v; break;
+    case ACL_UINT32: ((uint32_t *)base)[i] = (uint32_t)v; break;
+    case ACL_UINT8: ((uint8_t *)base)[i] = (uint8_t)v; break;
+    case ACL_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    case ACL_INT8: ((int8_t *)base)[i] = (int8_t)v; break;
+    }
+}
+
+static int is_float(int dt) { return dt == ACL_FLOAT || dt == ACL_FLOAT16 || dt == ACL_BF16 || dt == ACL_DOUBLE; }
+
+static int64_t numel(const aclTensor *t) {
+    int64_t n = 1;
+    for (uint64_t d = 0; d < t->ndim; d++) n *= t->dims[d];
+    return n;
+}
+
+/* Host base of a view (the storage start): valid while the device memory is. */
+static void *host_base(const aclTensor *t) {
+    int64_t extent = t->offset + 1;
+    for (uint64_t d = 0; d < t->ndim; d++)
+        if (t->dims[d] > 0) extent += (t->dims[d] - 1) * t->strides[d];
+    if (numel(t) == 0) extent = 1;
+    return aclsimHostPtr(t->data, (uint64_t)extent * sim_dtype_size(t->dtype));
+}
+
+/* ---- validation --------------------------------------------------------------------- */
+
+static int bad(aclnnStatus code, const char *op, const char *why) {
+    aclsimSetError("%s: %s", op, why);
+    return code;
+}
+
+static int check(const char *op, const aclTensor *t, const char *name) {
+    if (!t) {
+        aclsimSetError("%s: %s is null", op, name);
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (t->magic != SIM_TENSOR_MAGIC) {
+        aclsimSetError("%s: %s is not a live aclTensor", op, name);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (!host_base(t)) {
+        aclsimSetError("%s: %s does not lie in device memory (data %p, offset %lld)", op, name, t->data,
+                       (long long)t->offset);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    return 0;
+}
+
+static int same_shape(const aclTensor *a, const aclTensor *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (uint64_t d = 0; d < a->ndim; d++)
+        if (a->dims[d] != b->dims[d]) return 0;
+    return 1;
+}
+
+/* Strides of `in` broadcast (NumPy rules) to `out`'s shape; 0 when incompatible. */
+static int bcast(const aclTensor *in, const aclTensor *out, int64_t *strides) {
+    if (in->ndim > out->ndim) return 0;
+    uint64_t lead = out->ndim - in->ndim;
+    for (uint64_t d = 0; d < out->ndim; d++) {
+        if (d < lead) { strides[d] = 0; continue; }
+        int64_t n = in->dims[d - lead];
+        if (n == out->dims[d]) strides[d] = n == 1 ? 0 : in->strides[d - lead];
+        else if (n == 1) strides[d] = 0;
+        else return 0;
+    }
+    return 1;
+}
+
+static int float_dtype(const char *op, const aclTensor *t) {
+    if (!is_float(t->dtype)) {
+        aclsimSetError("%s: dtype %d is not supported (expected FLOAT, FLOAT16 or BF16)", op, t->dtype);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    return 0;
+}
+
+/* ---- executors ------------------------------------------------------------------------ */
+
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static aclOpExecutor **g_live;
+static size_t g_nlive, g_caplive;
+
+static aclnnStatus make(const char *op, void (*run)(aclOpExecutor *), uint64_t ws, uint64_t *ws_out,
+                        aclOpExecutor **exec) {
+    if (!ws_out || !exec) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "workspaceSize or executor is null");
+    if (aclsimFailOp(op)) return bad(ACLNN_ERR_INNER, op, "failure injected by CANDLE_ASCEND_SIM_FAIL_OP");
+    aclOpExecutor *e = calloc(1, sizeof *e);
+    e->magic = SIM_EXEC_MAGIC;
+    e->op = op;
+    e->run = run;
+    e->workspace_size = ws;
+    pthread_mutex_lock(&g_live_lock);
+    if (g_nlive == g_caplive) {
+        g_caplive = g_caplive ? 2 * g_caplive : 256;
+        g_live = realloc(g_live, g_caplive * sizeof *g_live);
+    }
+    g_live[g_nlive++] = e;
+    pthread_mutex_unlock(&g_live_lock);
+    *ws_out = ws;
+    *exec = e;
+    return ACLNN_SUCCESS;
+}
+
+static void run_and_free(void *arg) {
+    aclOpExecutor *e = arg;
+    e->run(e);
+    e->magic = SIM_EXEC_DEAD;
+    free(e);
+}
+
+static aclnnStatus launch(const char *op, void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream) {
+    pthread_mutex_lock(&g_live_lock);
+    size_t i = 0;
+    while (i < g_nlive && g_live[i] != e) i++;
+    int live = i < g_nlive;
+    if (live) g_live[i] = g_live[--g_nlive];
+    pthread_mutex_unlock(&g_live_lock);
+    if (!e || !live) return bad(ACLNN_ERR_INNER_NULLPTR, op, "not a live executor (executors are single-use)");
+    if (strcmp(e->op, op) != 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "executor was created by another op");
+    if (ws_size < e->workspace_size || (e->workspace_size && !ws)) {
+        aclsimSetError("%s: workspace of %llu bytes given, %llu requested", op, (unsigned long long)ws_size,
+                       (unsigned long long)e->workspace_size);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (e->workspace_size) {
+        e->workspace = aclsimHostPtr(ws, e->workspace_size);
+        if (!e->workspace) return bad(ACLNN_ERR_PARAM_INVALID, op, "workspace is not device memory");
+    }
+    if (!stream) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "stream is null");
+    aclsimCountLaunch(op);
+    aclsimEnqueue(stream, run_and_free, e);
+    return ACLNN_SUCCESS;
+}
+
+#define PHASE2(Name)                                                                                      \
+    SIM_EXPORT aclnnStatus aclnn##Name(void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream) { \
+        return launch("aclnn" #Name, ws, ws_size, e, stream);                                             \
+    }
+
+/* Iterate an output view and up to three inputs broadcast to it. */
+typedef struct { void *base; int dt; int64_t st[SIM_MAX_DIMS]; int64_t off; } It;
+
+static void it_init(It *it, const aclTensor *t, const aclTensor *out) {
+    it->base = host_base(t);
+    it->dt = t->dtype;
+    it->off = t->offset;
+    if (out) bcast(t, out, it->st);
+    else memcpy(it->st, t->strides, sizeof it->st);
+}
+
+/* Element offsets of flat index `k` of `out`'s shape for each iterator. */
+static void offsets(const aclTensor *out, int64_t k, It *its, int n, int64_t *offs) {
+    for (int j = 0; j < n; j++) offs[j] = its[j].off;
+    for (int64_t d = (int64_t)out->ndim - 1; d >= 0; d--) {
+        int64_t idx = k % out->dims[d];
+        k /= out->dims[d];
+        for (int j = 0; j < n; j++) offs[j] += idx * its[j].st[d];
+    }
+}
+
+/* ---- element-wise ops ----------------------------------------------------------------- */
+
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE };
+
+static double binop(int k, double a, double b, double alpha) {
+    switch (k) {
+    case B_ADD: return a + alpha * b;
+    case B_SUB: return a - alpha * b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MAX: return a > b || isnan(a) ? a : b;
+    case B_MIN: return a < b || isnan(a) ? a : b;
+    case B_EQ: return a == b;
+    case B_NE: return a != b;
+    case B_LT: return a < b;
+    case B_LE: return a <= b;
+    case B_GT: return a > b;
+    default: return a >= b;
+    }
+}
+
+/* t[0] = out, t[1] = self, t[2] = other; i[0] = kind; f[0] = alpha. */
+static void run_binary(aclOpExecutor *e) {
+    It its[3];
+    for (int j = 0; j < 3; j++) it_init(&its[j], &e->t[j], &e->t[0]);
+    int64_t n = numel(&e->t[0]), offs[3];
+    int integral = !is_float(e->t[0].dtype) && e->i[0] == B_DIV;
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, its, 3, offs);
+        double v = binop((int)e->i[0], ld(its[1].base, its[1].dt, offs[1]), ld(its[2].base, its[2].dt, offs[2]), e->f[0]);
+        st(its[0].base, its[0].dt, offs[0], integral ? trunc(v) : v);
+    }
+}
+
+static aclnnStatus binary(const char *op, int kind, const aclTensor *a, const aclTensor *b, double alpha,
+                          const aclTensor *out, uint64_t *ws, aclOpExecutor **exec) {
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, b, "other")) || (r = check(op, out, "out"))) return r;
+    int64_t tmp[SIM_MAX_DIMS];
+    if (!bcast(a, out, tmp) || !bcast(b, out, tmp))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes do not broadcast to out");
+    int cmp = kind >= B_EQ;
+    if (a->dtype != b->dtype || (!cmp && a->dtype != out->dtype))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes are not inferable");
+    if (cmp && out->dtype != ACL_BOOL && out->dtype != ACL_UINT8)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be BOOL or UINT8");
+    aclnnStatus s = make(op, run_binary, 0, ws, exec);
+    if (s) return s;
+    (*exec)->t[0] = *out;
+    (*exec)->t[1] = *a;
+    (*exec)->t[2] = *b;
+    (*exec)->i[0] = kind;
+    (*exec)->f[0] = alpha;
+    return 0;
+}
+
+static double scalar_value(const aclScalar *s) { return s ? s->value : 1.0; }
+
+#define BINARY_ALPHA(Name, kind)                                                                             \
+    SIM_EXPORT aclnnStatus aclnn##Name##GetWorkspaceSize(const aclTensor *a, const aclTensor *b,             \
+                                                         const aclScalar *alpha, aclTensor *out, uint64_t *ws, \
+                                                         aclOpExecutor **e) {                                \
+        if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnn" #Name, "alpha is null");                    \
+        return binary("aclnn" #Name, kind, a, b, scalar_value(alpha), out, ws, e);                           \
+    }                                                                                                        \
+    PHASE2(Name)
+#define BINARY(Name, kind)                                                                                   \
+    SIM_EXPORT aclnnStatus aclnn##Name##GetWorkspaceSize(const aclTensor *a, const aclTensor *b,             \
+                                                         aclTensor *out, uint64_t *ws, aclOpExecutor **e) {  \
+        return binary("aclnn" #Name, kind, a, b, 1.0, out, ws, e);                                           \
+    }                                                                                                        \
+    PHASE2(Name)
+
+BINARY_ALPHA(Add, B_ADD)
+BINARY_ALPHA(Sub, B_SUB)
+BINARY(Mul, B_MUL)
+BINARY(Div, B_DIV)
+BINARY(Maximum, B_MAX)
+BINARY(Minimum, B_MIN)
+BINARY(EqTensor, B_EQ)
+BINARY(NeTensor, B_NE)
+BINARY(LtTensor, B_LT)
+BINARY(LeTensor, B_LE)
+BINARY(GtTensor, B_GT)
+BINARY(GeTensor, B_GE)
+
+/* Muls / Adds: a tensor and a host scalar. t[0] = out, t[1] = self; f[0] = scalar, f[1] = alpha. */
+static void run_scalar(aclOpExecutor *e) {
+    It its[2];
+    for (int j = 0; j < 2; j++) it_init(&its[j], &e->t[j], &e->t[0]);
+    int64_t n = numel(&e->t[0]), offs[2];
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, its, 2, offs);
+        double x = ld(its[1].base, its[1].dt, offs[1]);
+        st(its[0].base, its[0].dt, offs[0], e->i[0] == B_MUL ? x * e->f[0] : x + e->f[1] * e->f[0]);
+    }
+}
+
+static aclnnStatus scalar_op(const char *op, int kind, const aclTensor *a, const aclScalar *s, double alpha,
+                             const aclTensor *out, uint64_t *ws, aclOpExecutor **exec) {
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
+    if (!s) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "scalar is null");
+    if (!same_shape(a, out) || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must match self");
+    aclnnStatus st_ = make(op, run_scalar, 0, ws, exec);
+    if (st_) return st_;
+    (*exec)->t[0] = *out;
+    (*exec)->t[1] = *a;
+    (*exec)->i[0] = kind;
+    (*exec)->f[0] = s->value;
+    (*exec)->f[1] = alpha;
+    return 0;
+}
+
+SIM_EXPORT aclnnStatus aclnnMulsGetWorkspaceSize(const aclTensor *a, const aclScalar *s, aclTensor *out, uint64_t *ws,
+                                                 aclOpExecutor **e) {
+    return scalar_op("aclnnMuls", B_MUL, a, s, 1.0, out, ws, e);
+}
+PHASE2(Muls)
+
+SIM_EXPORT aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *a, const aclScalar *s, const aclScalar *alpha,
+                                                 aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnAdds", "alpha is null");
+    return scalar_op("aclnnAdds", B_ADD, a, s, alpha->value, out, ws, e);
+}
+PHASE2(Adds)
+
+/* Unary ops. t[0] = out, t[1] = self; i[0] = kind; f[0] = parameter. */
+enum { U_EXP, U_LOG, U_SQRT, U_RSQRT, U_TANH, U_NEG, U_ABS, U_ERF, U_SIN, U_COS, U_SIGMOID, U_SILU, U_RELU,
+       U_RECIP, U_FLOOR, U_CEIL, U_ROUND, U_SIGN, U_SQUARE, U_GELU, U_POW };
+
+static double unop(int k, double x, double p) {
+    switch (k) {
+    case U_EXP: return exp(x);
+    case U_LOG: return log(x);
+    case U_SQRT: return sqrt(x);
+    case U_RSQRT: return 1.0 / sqrt(x);
+    case U_TANH: return tanh(x);
+    case U_NEG: return -x;
+    case U_ABS: return fabs(x);
+    case U_ERF: return erf(x);
+    case U_SIN: return sin(x);
+    case U_COS: return cos(x);
+    case U_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case U_SILU: return x / (1.0 + exp(-x));
+    case U_RELU: return x > 0 ? x : 0;
+    case U_RECIP: return 1.0 / x;
+    case U_FLOOR: return floor(x);
+    case U_CEIL: return ceil(x);
+    case U_ROUND: return nearbyint(x); /* half to even, like torch.round */
+    case U_SIGN: return (x > 0) - (x < 0);
+    case U_SQUARE: return x * x;
+    case U_GELU: /* p = approximate: 0 erf, 1 tanh */
+        return p == 0 ? 0.5 * x * (1.0 + erf(x / sqrt(2.0)))
+                      : 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    default: return pow(x, p);
+    }
+}
+
+static void run_unary(aclOpExecutor *e) {
+    It its[2];
+    for (int j = 0; j < 2; j++) it_init(&its[j], &e->t[j], &e->t[0]);
+    int64_t n = numel(&e->t[0]), offs[2];
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, its, 2, offs);
+        st(its[0].base, its[0].dt, offs[0], unop((int)e->i[0], ld(its[1].base, its[1].dt, offs[1]), e->f[0]));
+    }
+}
+
+static aclnnStatus unary(const char *op, int kind, int ints_ok, const aclTensor *a, double p, const aclTensor *out,
+                         uint64_t *ws, aclOpExecutor **exec) {
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
+    if (!same_shape(a, out) || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must match self");
+    if (!ints_ok && (r = float_dtype(op, a))) return r;
+    aclnnStatus s = make(op, run_unary, 0, ws, exec);
+    if (s) return s;
+    (*exec)->t[0] = *out;
+    (*exec)->t[1] = *a;
+    (*exec)->i[0] = kind;
+    (*exec)->f[0] = p;
+    return 0;
+}
+
+#define UNARY(Name, kind, ints_ok)                                                                         \
+    SIM_EXPORT aclnnStatus aclnn##Name##GetWorkspaceSize(const aclTensor *a, aclTensor *out, uint64_t *ws, \
+                                                         aclOpExecutor **e) {                              \
+        return unary("aclnn" #Name, kind, ints_ok, a, 0, out, ws, e);                                      \
+    }                                                                                                      \
+    PHASE2(Name)
+
+UNARY(Exp, U_EXP, 0)
+UNARY(Log, U_LOG, 0)
+UNARY(Sqrt, U_SQRT, 0)
+UNARY(Rsqrt, U_RSQRT, 0)
+UNARY(Tanh, U_TANH, 0)
+UNARY(Neg, U_NEG, 1)
+UNARY(Abs, U_ABS, 1)
+UNARY(Erf, U_ERF, 0)
+UNARY(Sin, U_SIN, 0)
+UNARY(Cos, U_COS, 0)
+UNARY(Sigmoid, U_SIGMOID, 0)
+UNARY(Silu, U_SILU, 0)
+UNARY(Relu, U_RELU, 1)
+UNARY(Reciprocal, U_RECIP, 0)
+UNARY(Floor, U_FLOOR, 0)
+UNARY(Ceil, U_CEIL, 0)
+UNARY(Round, U_ROUND, 0)
+UNARY(Sign, U_SIGN, 1)
+UNARY(Square, U_SQUARE, 1)
+
+SIM_EXPORT aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
+                                                   uint64_t *ws, aclOpExecutor **e) {
+    if (approximate != 0 && approximate != 1) return bad(ACLNN_ERR_PARAM_INVALID, "aclnnGeluV2", "approximate must be 0 or 1");
+    return unary("aclnnGeluV2", U_GELU, 0, x, (double)approximate, y, ws, e);
+}
+PHASE2(GeluV2)
+
+SIM_EXPORT aclnnStatus aclnnPowTensorScalarGetWorkspaceSize(const aclTensor *a, const aclScalar *exponent,
+                                                            aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    if (!exponent) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnPowTensorScalar", "exponent is null");
+    return unary("aclnnPowTensorScalar", U_POW, 0, a, exponent->value, out, ws, e);
+}
+PHASE2(PowTensorScalar)
+
+/* SWhere: t[0] = out, t[1] = condition (BOOL), t[2] = self, t[3] = other. */
+static void run_where(aclOpExecutor *e) {
+    It its[4];
+    for (int j = 0; j < 4; j++) it_init(&its[j], &e->t[j], &e->t[0]);
+    int64_t n = numel(&e->t[0]), offs[4];
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, its, 4, offs);
+        int c = ld(its[1].base, its[1].dt, offs[1]) != 0;
+        st(its[0].base, its[0].dt, offs[0], c ? ld(its[2].base, its[2].dt, offs[2]) : ld(its[3].base, its[3].dt, offs[3]));
+    }
+}
+
+SIM_EXPORT aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *cond, const aclTensor *a, const aclTensor *b,
+                                                   aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnSWhere";
+    int r;
+    if ((r = check(op, cond, "condition")) || (r = check(op, a, "self")) || (r = check(op, b, "other")) ||
+        (r = check(op, out, "out")))
+        return r;
+    if (cond->dtype != ACL_BOOL) return bad(ACLNN_ERR_PARAM_INVALID, op, "condition must be BOOL");
+    if (a->dtype != b->dtype || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes");
+    int64_t tmp[SIM_MAX_DIMS];
+    if (!bcast(cond, out, tmp) || !bcast(a, out, tmp) || !bcast(b, out, tmp))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes do not broadcast to out");
+    aclnnStatus s = make(op, run_where, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *cond;
+    (*e)->t[2] = *a;
+    (*e)->t[3] = *b;
+    return 0;
+}
+PHASE2(SWhere)
+
+/* Cast and InplaceCopy: out[...] = convert(src broadcast). t[0] = out, t[1] = src. */
+static void run_copy(aclOpExecutor *e) {
+    It its[2];
+    for (int j = 0; j < 2; j++) it_init(&its[j], &e->t[j], &e->t[0]);
+    int64_t n = numel(&e->t[0]), offs[2];
+    int to_int = !is_float(e->t[0].dtype), from_float = is_float(e->t[1].dtype);
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, its, 2, offs);
+        double v = ld(its[1].base, its[1].dt, offs[1]);
+        st(its[0].base, its[0].dt, offs[0], to_int && from_float ? trunc(v) : v);
+    }
+}
+
+SIM_EXPORT aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *a, int32_t dtype, aclTensor *out, uint64_t *ws,
+                                                 aclOpExecutor **e) {
+    const char *op = "aclnnCast";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
+    if (out->dtype != dtype || !same_shape(a, out)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have self's shape and the target dtype");
+    aclnnStatus s = make(op, run_copy, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    return 0;
+}
+PHASE2(Cast)
+
+SIM_EXPORT aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *dst, const aclTensor *src, uint64_t *ws,
+                                                        aclOpExecutor **e) {
+    const char *op = "aclnnInplaceCopy";
+    int r;
+    int64_t tmp[SIM_MAX_DIMS];
+    if ((r = check(op, dst, "selfRef")) || (r = check(op, src, "src"))) return r;
+    if (!bcast(src, dst, tmp)) return bad(ACLNN_ERR_PARAM_INVALID, op, "src does not broadcast to selfRef");
+    aclnnStatus s = make(op, run_copy, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *dst;
+    (*e)->t[1] = *src;
+    return 0;
+}
+PHASE2(InplaceCopy)
+
+static void run_fill(aclOpExecutor *e) {
+    It it;
+    it_init(&it, &e->t[0], NULL);
+    int64_t n = numel(&e->t[0]), off;
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, &it, 1, &off);
+        st(it.base, it.dt, off, e->f[0]);
+    }
+}
+
+SIM_EXPORT aclnnStatus aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *dst, const aclScalar *value, uint64_t *ws,
+                                                              aclOpExecutor **e) {
+    int r;
+    if ((r = check("aclnnInplaceFillScalar", dst, "selfRef"))) return r;
+    if (!value) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnInplaceFillScalar", "value is null");
+    aclnnStatus s = make("aclnnInplaceFillScalar", run_fill, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *dst;
+    (*e)->f[0] = value->value;
+    return 0;
+}
+PHASE2(InplaceFillScalar)
+
+SIM_EXPORT aclnnStatus aclnnInplaceZeroGetWorkspaceSize(aclTensor *dst, uint64_t *ws, aclOpExecutor **e) {
+    int r;
+    if ((r = check("aclnnInplaceZero", dst, "selfRef"))) return r;
+    aclnnStatus s = make("aclnnInplaceZero", run_fill, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *dst;
+    return 0;
+}
+PHASE2(InplaceZero)
+
+/* ---- reductions: accumulate in the workspace (one double pair per output element) ------ */
+
+enum { R_SUM, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN };
+
+/* t[0] = out, t[1] = self; i[0] = kind; dims[] = reduced dims (mask), i[1] = keepdim. */
+static void run_reduce(aclOpExecutor *e) {
+    const aclTensor *in = &e->t[1], *out = &e->t[0];
+    int64_t nout = numel(out), nin = numel(in);
+    double *acc = e->workspace, *arg = acc + nout;
+    int kind = (int)e->i[0];
+    for (int64_t j = 0; j < nout; j++) {
+        acc[j] = kind == R_SUM ? 0 : NAN;
+        arg[j] = 0;
+    }
+    int reduced[SIM_MAX_DIMS] = {0};
+    for (int d = 0; d < e->ndims; d++) reduced[e->dims[d]] = 1;
+    It it;
+    it_init(&it, in, NULL);
+    for (int64_t k = 0; k < nin; k++) {
+        int64_t off, rem = k, o = 0, mul = 1, along = 0, along_mul = 1;
+        offsets(in, k, &it, 1, &off);
+        for (int64_t d = (int64_t)in->ndim - 1; d >= 0; d--) { /* flat output index, reduced dims dropped */
+            int64_t idx = rem % in->dims[d];
+            rem /= in->dims[d];
+            if (!reduced[d]) { o += idx * mul; mul *= in->dims[d]; }
+            else { along += idx * along_mul; along_mul *= in->dims[d]; }
+        }
+        double v = ld(it.base, it.dt, off);
+        switch (kind) {
+        case R_SUM: acc[o] += v; break;
+        case R_MAX: case R_ARGMAX:
+            if (isnan(acc[o]) || v > acc[o]) { acc[o] = v; arg[o] = (double)along; }
+            break;
+        default:
+            if (isnan(acc[o]) || v < acc[o]) { acc[o] = v; arg[o] = (double)along; }
+        }
+    }
+    It ot;
+    it_init(&ot, out, NULL);
+    for (int64_t j = 0; j < nout; j++) {
+        int64_t off;
+        offsets(out, j, &ot, 1, &off);
+        st(ot.base, ot.dt, off, kind >= R_ARGMAX ? arg[j] : acc[j]);
+    }
+}
+
+static aclnnStatus reduce(const char *op, int kind, const aclTensor *a, const int64_t *dims, uint64_t ndims, int keep,
+                          const aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
+    int mask[SIM_MAX_DIMS] = {0};
+    for (uint64_t d = 0; d < ndims; d++) {
+        int64_t x = dims[d] < 0 ? dims[d] + (int64_t)a->ndim : dims[d];
+        if (x < 0 || x >= (int64_t)a->ndim) return bad(ACLNN_ERR_PARAM_INVALID, op, "dim out of range");
+        mask[x] = 1;
+    }
+    int64_t expect = 0, nout = 1; /* the output shape: reduced dims become 1 (keep) or vanish */
+    for (uint64_t d = 0; d < a->ndim; d++) {
+        if (mask[d] && !keep) continue;
+        int64_t want = mask[d] ? 1 : a->dims[d];
+        if ((uint64_t)expect >= out->ndim || out->dims[expect] != want)
+            return bad(ACLNN_ERR_PARAM_INVALID, op, "out has the wrong shape for this reduction");
+        nout *= want;
+        expect++;
+    }
+    if ((uint64_t)expect != out->ndim) return bad(ACLNN_ERR_PARAM_INVALID, op, "out has the wrong rank");
+    if (kind >= R_ARGMAX && out->dtype != ACL_INT64 && out->dtype != ACL_INT32)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be INT32 or INT64");
+    aclnnStatus s = make(op, run_reduce, (uint64_t)nout * 2 * sizeof(double), ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->i[0] = kind;
+    (*e)->ndims = 0;
+    for (uint64_t d = 0; d < a->ndim; d++)
+        if (mask[d]) (*e)->dims[(*e)->ndims++] = (int64_t)d;
+    return 0;
+}
+
+SIM_EXPORT aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *a, const aclIntArray *dims, bool keep,
+                                                      int32_t dtype, aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    if (!dims) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnReduceSum", "dims is null");
+    if (out && out->dtype != dtype) return bad(ACLNN_ERR_PARAM_INVALID, "aclnnReduceSum", "dtype must be out's dtype");
+    return reduce("aclnnReduceSum", R_SUM, a, dims->values, dims->size, keep, out, ws, e);
+}
+PHASE2(ReduceSum)
+
+SIM_EXPORT aclnnStatus aclnnAmaxGetWorkspaceSize(const aclTensor *a, const aclIntArray *dims, bool keep,
+                                                 aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    if (!dims) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnAmax", "dim is null");
+    return reduce("aclnnAmax", R_MAX, a, dims->values, dims->size, keep, out, ws, e);
+}
+PHASE2(Amax)
+
+SIM_EXPORT aclnnStatus aclnnAminGetWorkspaceSize(const aclTensor *a, const aclIntArray *dims, bool keep,
+                                                 aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    if (!dims) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnAmin", "dim is null");
+    return reduce("aclnnAmin", R_MIN, a, dims->values, dims->size, keep, out, ws, e);
+}
+PHASE2(Amin)
+
+SIM_EXPORT aclnnStatus aclnnArgMaxGetWorkspaceSize(const aclTensor *a, int64_t dim, bool keep, aclTensor *out,
+                                                   uint64_t *ws, aclOpExecutor **e) {
+    return reduce("aclnnArgMax", R_ARGMAX, a, &dim, 1, keep, out, ws, e);
+}
+PHASE2(ArgMax)
+
+SIM_EXPORT aclnnStatus aclnnArgMinGetWorkspaceSize(const aclTensor *a, int64_t dim, bool keep, aclTensor *out,
+                                                   uint64_t *ws, aclOpExecutor **e) {
+    return reduce("aclnnArgMin", R_ARGMIN, a, &dim, 1, keep, out, ws, e);
+}
+PHASE2(ArgMin)
+
+/* ---- matmul: f32 accumulation in the workspace ----------------------------------------- */
+
+/* t[0] = out (b, m, n), t[1] = self (b, m, k), t[2] = mat2 (b, k, n); batch dims broadcast. */
+static void run_bmm(aclOpExecutor *e) {
+    const aclTensor *o = &e->t[0], *a = &e->t[1], *b = &e->t[2];
+    int64_t bs = o->dims[0], m = o->dims[1], n = o->dims[2], k = a->dims[2];
+    void *pa = host_base(a), *pb = host_base(b), *po = host_base(o);
+    float *acc = e->workspace;
+    int64_t sab = a->dims[0] == 1 ? 0 : a->strides[0], sbb = b->dims[0] == 1 ? 0 : b->strides[0];
+    for (int64_t z = 0; z < bs; z++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                float s = 0;
+                for (int64_t l = 0; l < k; l++)
+                    s += (float)ld(pa, a->dtype, a->offset + z * sab + i * a->strides[1] + l * a->strides[2]) *
+                         (float)ld(pb, b->dtype, b->offset + z * sbb + l * b->strides[1] + j * b->strides[2]);
+                acc[(z * m + i) * n + j] = s;
+            }
+    for (int64_t z = 0; z < bs; z++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                st(po, o->dtype, o->offset + z * o->strides[0] + i * o->strides[1] + j * o->strides[2],
+                   acc[(z * m + i) * n + j]);
+}
+
+SIM_EXPORT aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *a, const aclTensor *b, aclTensor *out,
+                                                        int8_t cube_math_type, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnBatchMatMul";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, b, "mat2")) || (r = check(op, out, "out"))) return r;
+    if (a->ndim != 3 || b->ndim != 3 || out->ndim != 3) return bad(ACLNN_ERR_PARAM_INVALID, op, "operands must be 3-D");
+    if (a->dims[2] != b->dims[1] || out->dims[1] != a->dims[1] || out->dims[2] != b->dims[2] ||
+        (a->dims[0] != out->dims[0] && a->dims[0] != 1) || (b->dims[0] != out->dims[0] && b->dims[0] != 1))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes are not (b, m, k) x (b, k, n) -> (b, m, n)");
+    if (a->dtype != b->dtype || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes are not inferable");
+    if ((r = float_dtype(op, a))) return r;
+    if (cube_math_type == 2 && a->dtype == ACL_BF16) return bad(ACLNN_ERR_PARAM_INVALID, op, "cubeMathType USE_FP16 is not allowed with BF16");
+    aclnnStatus s = make(op, run_bmm, (uint64_t)numel(out) * sizeof(float), ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->t[2] = *b;
+    return 0;
+}
+PHASE2(BatchMatMul)
+
+/* ---- indexing ------------------------------------------------------------------------- */
+
+static int index_dtype(const char *op, const aclTensor *idx) {
+    if (idx->dtype != ACL_INT32 && idx->dtype != ACL_INT64) return bad(ACLNN_ERR_PARAM_INVALID, op, "index must be INT32 or INT64");
+    return 0;
+}
+
+/* IndexSelect (i[1] = 0) and IndexAdd (i[1] = 1): t[0] = out, t[1] = self, t[2] = index (1-D),
+ * t[3] = source (IndexAdd); i[0] = dim; f[0] = alpha. */
+static void run_index(aclOpExecutor *e) {
+    const aclTensor *o = &e->t[0], *s = &e->t[1], *ix = &e->t[2], *src = &e->t[3];
+    int64_t dim = e->i[0];
+    void *po = host_base(o), *ps = host_base(s), *pi = host_base(ix);
+    It ito, its;
+    it_init(&ito, o, NULL);
+    it_init(&its, s, NULL);
+    int64_t limit = s->dims[dim];
+    if (e->i[1] == 0) { /* out[..., j, ...] = self[..., index[j], ...] */
+        int64_t n = numel(o);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t rem = k, off_o = o->offset, off_s = s->offset;
+            for (int64_t d = (int64_t)o->ndim - 1; d >= 0; d--) {
+                int64_t idx = rem % o->dims[d];
+                rem /= o->dims[d];
+                off_o += idx * o->strides[d];
+                if (d == dim) {
+                    int64_t v = (int64_t)ld(pi, ix->dtype, ix->offset + idx * ix->strides[0]);
+                    if (v < 0 || v >= limit) { aclsimKernelFault("aclnnIndexSelect: index %lld out of range 0..%lld", (long long)v, (long long)limit); v = 0; }
+                    idx = v;
+                }
+                off_s += idx * s->strides[d];
+            }
+            st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
+        }
+        return;
+    }
+    /* IndexAdd: out = self; out[..., index[j], ...] += alpha * source[..., j, ...] */
+    int64_t n = numel(o);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t off_o, off_s;
+        offsets(o, k, &ito, 1, &off_o);
+        offsets(s, k, &its, 1, &off_s);
+        st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
+    }
+    void *pr = host_base(src);
+    int64_t ns = numel(src);
+    for (int64_t k = 0; k < ns; k++) {
+        int64_t rem = k, off_r = src->offset, off_o = o->offset;
+        for (int64_t d = (int64_t)src->ndim - 1; d >= 0; d--) {
+            int64_t idx = rem % src->dims[d];
+            rem /= src->dims[d];
+            off_r += idx * src->strides[d];
+            if (d == dim) {
+                int64_t v = (int64_t)ld(pi, ix->dtype, ix->offset + idx * ix->strides[0]);
+                if (v < 0 || v >= limit) { aclsimKernelFault("aclnnIndexAdd: index %lld out of range 0..%lld", (long long)v, (long long)limit); v = 0; }
+                idx = v;
+            }
+            off_o += idx * o->strides[d];
+        }
+        st(po, o->dtype, off_o, ld(po, o->dtype, off_o) + e->f[0] * ld(pr, src->dtype, off_r));
+    }
+}
+
+SIM_EXPORT aclnnStatus aclnnIndexSelectGetWorkspaceSize(const aclTensor *a, int64_t dim, const aclTensor *index,
+                                                        aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnIndexSelect";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, index, "index")) || (r = check(op, out, "out")) ||
+        (r = index_dtype(op, index)))
+        return r;
+    if (dim < 0) dim += (int64_t)a->ndim;
+    if (dim < 0 || dim >= (int64_t)a->ndim || index->ndim != 1 || out->ndim != a->ndim || out->dtype != a->dtype)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index rank or out");
+    for (uint64_t d = 0; d < a->ndim; d++)
+        if (out->dims[d] != ((int64_t)d == dim ? index->dims[0] : a->dims[d])) return bad(ACLNN_ERR_PARAM_INVALID, op, "out has the wrong shape");
+    aclnnStatus s = make(op, run_index, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->t[2] = *index;
+    (*e)->i[0] = dim;
+    (*e)->i[1] = 0;
+    return 0;
+}
+PHASE2(IndexSelect)
+
+SIM_EXPORT aclnnStatus aclnnIndexAddGetWorkspaceSize(const aclTensor *a, int64_t dim, const aclTensor *index,
+                                                     const aclTensor *source, const aclScalar *alpha, aclTensor *out,
+                                                     uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnIndexAdd";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, index, "index")) || (r = check(op, source, "source")) ||
+        (r = check(op, out, "out")) || (r = index_dtype(op, index)))
+        return r;
+    if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "alpha is null");
+    if (dim < 0) dim += (int64_t)a->ndim;
+    if (dim < 0 || dim >= (int64_t)a->ndim || index->ndim != 1 || !same_shape(a, out) || source->ndim != a->ndim ||
+        source->dims[dim] != index->dims[0] || source->dtype != a->dtype || out->dtype != a->dtype)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index, source or out");
+    aclnnStatus s = make(op, run_index, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->t[2] = *index;
+    (*e)->t[3] = *source;
+    (*e)->i[0] = dim;
+    (*e)->i[1] = 1;
+    (*e)->f[0] = alpha->value;
+    return 0;
+}
+PHASE2(IndexAdd)
+
+/* Gather (i[1] = 0): out[p] = self[p with dim replaced by index[p]]. ScatterAdd (i[1] = 1):
+ * out = self; out[p with dim replaced by index[p]] += src[p] for p over index.
+ * t[0] = out, t[1] = self, t[2] = index, t[3] = src. */
+static void run_gather(aclOpExecutor *e) {
+    const aclTensor *o = &e->t[0], *s = &e->t[1], *ix = &e->t[2], *src = &e->t[3];
+    int64_t dim = e->i[0], limit = (e->i[1] ? o : s)->dims[dim];
+    void *po = host_base(o), *ps = host_base(s), *pi = host_base(ix);
+    if (e->i[1]) {
+        It ito, its;
+        it_init(&ito, o, NULL);
+        it_init(&its, s, NULL);
+        int64_t n = numel(o);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t off_o, off_s;
+            offsets(o, k, &ito, 1, &off_o);
+            offsets(s, k, &its, 1, &off_s);
+            st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
+        }
+    }
+    void *pr = e->i[1] ? host_base(src) : NULL;
+    int64_t n = numel(ix);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t rem = k, off_i = ix->offset, off_a = 0, off_b = 0, v = 0;
+        int64_t idxs[SIM_MAX_DIMS];
+        for (int64_t d = (int64_t)ix->ndim - 1; d >= 0; d--) {
+            idxs[d] = rem % ix->dims[d];
+            rem /= ix->dims[d];
+            off_i += idxs[d] * ix->strides[d];
+        }
+        v = (int64_t)ld(pi, ix->dtype, off_i);
+        if (v < 0 || v >= limit) {
+            aclsimKernelFault("%s: index %lld out of range 0..%lld", e->op, (long long)v, (long long)limit);
+            continue;
+        }
+        if (!e->i[1]) { /* gather: a = self at (idx with dim = v), b = out at idx */
+            off_a = s->offset;
+            off_b = o->offset;
+            for (uint64_t d = 0; d < ix->ndim; d++) {
+                off_a += ((int64_t)d == dim ? v : idxs[d]) * s->strides[d];
+                off_b += idxs[d] * o->strides[d];
+            }
+            st(po, o->dtype, off_b, ld(ps, s->dtype, off_a));
+        } else { /* scatter-add: a = out at (idx with dim = v), b = src at idx */
+            off_a = o->offset;
+            off_b = src->offset;
+            for (uint64_t d = 0; d < ix->ndim; d++) {
+                off_a += ((int64_t)d == dim ? v : idxs[d]) * o->strides[d];
+                off_b += idxs[d] * src->strides[d];
+            }
+            st(po, o->dtype, off_a, ld(po, o->dtype, off_a) + ld(pr, src->dtype, off_b));
+        }
+    }
+}
+
+SIM_EXPORT aclnnStatus aclnnGatherGetWorkspaceSize(const aclTensor *a, const int64_t dim, const aclTensor *index,
+                                                   aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnGather";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, index, "index")) || (r = check(op, out, "out")) ||
+        (r = index_dtype(op, index)))
+        return r;
+    int64_t d = dim < 0 ? dim + (int64_t)a->ndim : dim;
+    if (d < 0 || d >= (int64_t)a->ndim || index->ndim != a->ndim || !same_shape(index, out) || out->dtype != a->dtype)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index rank or out");
+    aclnnStatus s = make(op, run_gather, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->t[2] = *index;
+    (*e)->i[0] = d;
+    (*e)->i[1] = 0;
+    return 0;
+}
+PHASE2(Gather)
+
+SIM_EXPORT aclnnStatus aclnnScatterAddGetWorkspaceSize(const aclTensor *a, int64_t dim, const aclTensor *index,
+                                                       const aclTensor *src, aclTensor *out, uint64_t *ws,
+                                                       aclOpExecutor **e) {
+    const char *op = "aclnnScatterAdd";
+    int r;
+    if ((r = check(op, a, "self")) || (r = check(op, index, "index")) || (r = check(op, src, "src")) ||
+        (r = check(op, out, "out")) || (r = index_dtype(op, index)))
+        return r;
+    if (dim < 0) dim += (int64_t)a->ndim;
+    if (dim < 0 || dim >= (int64_t)a->ndim || index->ndim != a->ndim || src->ndim != a->ndim || !same_shape(a, out) ||
+        src->dtype != a->dtype || out->dtype != a->dtype)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index, src or out");
+    aclnnStatus s = make(op, run_gather, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *a;
+    (*e)->t[2] = *index;
+    (*e)->t[3] = *src;
+    (*e)->i[0] = dim;
+    (*e)->i[1] = 1;
+    return 0;
+}
+PHASE2(ScatterAdd)
+
+/* ---- random: a counter-based generator keyed by (seed, offset, element) --------------- */
+
+static uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double unit(uint64_t seed, uint64_t offset, int64_t k, int stream) {
+    return ((double)(mix(mix(seed ^ mix(offset)) + (uint64_t)k * 2 + (uint64_t)stream) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* t[0] = selfRef; i[0] = 0 uniform / 1 normal; f[0], f[1] = from/to or mean/std; i[2], i[3] = seed, offset. */
+static void run_random(aclOpExecutor *e) {
+    It it;
+    it_init(&it, &e->t[0], NULL);
+    int64_t n = numel(&e->t[0]), off;
+    for (int64_t k = 0; k < n; k++) {
+        offsets(&e->t[0], k, &it, 1, &off);
+        double u = unit((uint64_t)e->i[2], (uint64_t)e->i[3], k, 0), v;
+        if (e->i[0] == 0) v = e->f[0] + (e->f[1] - e->f[0]) * u;
+        else v = e->f[0] + e->f[1] * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * unit((uint64_t)e->i[2], (uint64_t)e->i[3], k, 1));
+        st(it.base, it.dt, off, v);
+    }
+}
+
+static aclnnStatus random_op(const char *op, int kind, const aclTensor *t, double a, double b, uint64_t seed,
+                             uint64_t offset, uint64_t *ws, aclOpExecutor **e) {
+    int r;
+    if ((r = check(op, t, "selfRef")) || (r = float_dtype(op, t))) return r;
+    aclnnStatus s = make(op, run_random, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *t;
+    (*e)->i[0] = kind;
+    (*e)->f[0] = a;
+    (*e)->f[1] = b;
+    (*e)->i[2] = (int64_t)seed;
+    (*e)->i[3] = (int64_t)offset;
+    return 0;
+}
+
+SIM_EXPORT aclnnStatus aclnnInplaceUniformGetWorkspaceSize(const aclTensor *t, double from, double to, uint64_t seed,
+                                                           uint64_t offset, uint64_t *ws, aclOpExecutor **e) {
+    return random_op("aclnnInplaceUniform", 0, t, from, to, seed, offset, ws, e);
+}
+PHASE2(InplaceUniform)
+
+SIM_EXPORT aclnnStatus aclnnInplaceNormalGetWorkspaceSize(const aclTensor *t, float mean, float std, int64_t seed,
+                                                          int64_t offset, uint64_t *ws, aclOpExecutor **e) {
+    return random_op("aclnnInplaceNormal", 1, t, mean, std, (uint64_t)seed, (uint64_t)offset, ws, e);
+}
+PHASE2(InplaceNormal)

@@ -1,0 +1,94 @@
+/* Emulated CANN toolkit: definitions shared by the three libraries.
+ * The public types, enum values and error codes follow CANN's acl_base_rt.h, acl_meta.h and
+ * aclnn_base.h; everything named aclsim* is private to the emulator. */
+#ifndef CANDLE_ASCEND_SIM_H
+#define CANDLE_ASCEND_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_EXPORT __attribute__((visibility("default")))
+#define SIM_MAX_DIMS 8
+
+typedef int aclError;
+typedef int32_t aclnnStatus;
+typedef void *aclrtStream;
+
+enum { ACL_SUCCESS = 0, ACL_ERROR_INVALID_PARAM = 100000, ACL_ERROR_UNINITIALIZE = 100001,
+       ACL_ERROR_REPEAT_INITIALIZE = 100002, ACL_ERROR_BAD_ALLOC = 200000,
+       ACL_ERROR_INVALID_DEVICE = 200002, ACL_ERROR_RT_AICORE_EXCEPTION = 507015, ACL_ERROR_RT_PARAM_INVALID = 107000,
+       ACL_ERROR_RT_INVALID_DEVICEID = 107001, ACL_ERROR_RT_MEMORY_ALLOCATION = 207001,
+       ACL_ERROR_INTERNAL_ERROR = 500000 };
+
+enum { ACLNN_SUCCESS = 0, ACLNN_ERR_PARAM_NULLPTR = 161001, ACLNN_ERR_PARAM_INVALID = 161002,
+       ACLNN_ERR_RUNTIME_ERROR = 361001, ACLNN_ERR_INNER = 561000,
+       ACLNN_ERR_INNER_NULLPTR = 561103 };
+
+enum { ACL_DT_UNDEFINED = -1, ACL_FLOAT = 0, ACL_FLOAT16 = 1, ACL_INT8 = 2, ACL_INT32 = 3,
+       ACL_UINT8 = 4, ACL_INT16 = 6, ACL_UINT16 = 7, ACL_UINT32 = 8, ACL_INT64 = 9,
+       ACL_UINT64 = 10, ACL_DOUBLE = 11, ACL_BOOL = 12, ACL_BF16 = 27 };
+
+enum { ACL_FORMAT_ND = 2 };
+
+enum { ACL_MEMCPY_HOST_TO_HOST = 0, ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_HOST = 2,
+       ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
+
+/* An aclTensor: a strided view (element strides and offset) over device memory. */
+typedef struct aclTensor {
+    uint32_t magic;
+    int32_t dtype;
+    int32_t format;
+    uint64_t ndim;
+    int64_t dims[SIM_MAX_DIMS];
+    int64_t strides[SIM_MAX_DIMS];
+    int64_t offset;
+    int64_t storage_elems;
+    void *data; /* device address of the storage start */
+} aclTensor;
+
+typedef struct aclScalar { uint32_t magic; int32_t dtype; double value; } aclScalar;
+typedef struct aclIntArray { uint32_t magic; uint64_t size; int64_t values[SIM_MAX_DIMS * 4]; } aclIntArray;
+typedef struct aclBoolArray { uint32_t magic; uint64_t size; bool values[SIM_MAX_DIMS * 4]; } aclBoolArray;
+typedef struct aclTensorList { uint32_t magic; uint64_t size; aclTensor **values; } aclTensorList;
+
+#define SIM_TENSOR_MAGIC 0x7e45011u
+#define SIM_SCALAR_MAGIC 0x5ca1a40u
+#define SIM_ARRAY_MAGIC 0xa7a7a70u
+#define SIM_EXEC_MAGIC 0xe8ec0d0u
+#define SIM_EXEC_DEAD 0xdeadbeefu
+
+/* A captured op: phase 1 fills it, phase 2 enqueues it, the stream worker runs and frees it. */
+typedef struct aclOpExecutor {
+    uint32_t magic;
+    const char *op;
+    void (*run)(struct aclOpExecutor *);
+    uint64_t workspace_size;
+    void *workspace; /* host view of the workspace, set by phase 2 */
+    aclTensor t[5];
+    int nt;
+    double f[4];
+    int64_t i[4];
+    int64_t dims[SIM_MAX_DIMS * 4];
+    int ndims;
+} aclOpExecutor;
+
+/* Private services of libascendcl.so used by the other two libraries. */
+SIM_EXPORT void aclsimSetError(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+SIM_EXPORT void *aclsimHostPtr(const void *dev, uint64_t bytes);
+SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx);
+SIM_EXPORT void aclsimCountLaunch(const char *op);
+SIM_EXPORT int aclsimFailOp(const char *op);
+SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline size_t sim_dtype_size(int32_t dtype) {
+    switch (dtype) {
+    case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: return 4;
+    case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;
+    case ACL_INT8: case ACL_UINT8: case ACL_BOOL: return 1;
+    case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: return 8;
+    default: return 0;
+    }
+}
+
+#endif

@@ -1,0 +1,43 @@
+//! ACL/aclnn types and enum values, as in CANN's `acl_base_rt.h` and `acl_meta.h`.
+#![allow(missing_docs)]
+use std::ffi::c_void;
+
+pub type AclError = i32;
+pub type AclnnStatus = i32;
+pub type AclrtStream = *mut c_void;
+/// Opaque `aclTensor*`, `aclScalar*`, `aclIntArray*`, `aclOpExecutor*`.
+pub type AclTensorPtr = *mut c_void;
+pub type AclScalarPtr = *mut c_void;
+pub type AclIntArrayPtr = *mut c_void;
+pub type AclExecutorPtr = *mut c_void;
+
+pub const ACL_SUCCESS: AclError = 0;
+pub const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100_002;
+pub const ACL_ERROR_BAD_ALLOC: AclError = 200_000;
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
+
+/// `aclDataType`.
+pub mod dtype {
+    pub const FLOAT: i32 = 0;
+    pub const FLOAT16: i32 = 1;
+    pub const INT32: i32 = 3;
+    pub const UINT8: i32 = 4;
+    pub const INT16: i32 = 6;
+    pub const UINT32: i32 = 8;
+    pub const INT64: i32 = 9;
+    pub const DOUBLE: i32 = 11;
+    pub const BOOL: i32 = 12;
+    pub const BF16: i32 = 27;
+}
+
+pub const ACL_FORMAT_ND: i32 = 2;
+pub const ACL_MEM_MALLOC_HUGE_FIRST: i32 = 0;
+pub const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
+pub const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
+pub const ACL_HBM_MEM: i32 = 1;
+
+/// `cubeMathType`: keep the input dtype.
+pub const CUBE_KEEP_DTYPE: i8 = 0;
+
+/// Phase 2 of every aclnn op.
+pub type Phase2 = unsafe extern "C" fn(*mut c_void, u64, AclExecutorPtr, AclrtStream) -> AclnnStatus;

@@ -1,0 +1,17 @@
+//! Batched matrix products; transposed operands are expressed through strides.
+use std::sync::Arc;
+
+use super::{launch, phase1, View};
+use crate::error::Result;
+use crate::ffi::types::*;
+use crate::runtime::device::DeviceInner;
+
+type T = AclTensorPtr;
+
+/// `out (b, m, n) = a (b, m, k) · b (b, k, n)` (`aclnnBatchMatMul`, cubeMathType KEEP_DTYPE).
+pub fn batch_matmul(dev: &Arc<DeviceInner>, a: &View, b: &View, out: &View) -> Result<()> {
+    let (ta, tb, to) = (a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
+    launch(dev, "aclnnBatchMatMul", &[a, b, out], |addr, ws, ex| {
+        phase1!(addr, ws, ex, fn(T, T, T, i8), ta.ptr(), tb.ptr(), to.ptr(), CUBE_KEEP_DTYPE)
+    })
+}

@@ -1,0 +1,211 @@
+//! aclnn operators, grouped by family. Every op has the same small shape: build the views
+//! (`View::acl`), call phase 1 for the workspace size, launch phase 2 on the device's stream
+//! (`launch`). `View` is the one place where a candle layout becomes an `aclTensor`.
+pub mod copy;
+pub mod elementwise;
+pub mod index;
+pub mod matmul;
+pub mod random;
+pub mod reduce;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use candle_core::{DType, Layout};
+
+use crate::error::{AscendError, Result};
+use crate::ffi::types::*;
+use crate::runtime::device::DeviceInner;
+use crate::runtime::DeviceBuffer;
+
+/// The `aclDataType` of a candle dtype.
+pub fn acl_dtype(dtype: DType) -> Result<i32> {
+    Ok(match dtype {
+        DType::F32 => dtype::FLOAT,
+        DType::F16 => dtype::FLOAT16,
+        DType::BF16 => dtype::BF16,
+        DType::F64 => dtype::DOUBLE,
+        DType::U8 => dtype::UINT8,
+        DType::U32 => dtype::UINT32,
+        DType::I16 => dtype::INT16,
+        DType::I32 => dtype::INT32,
+        DType::I64 => dtype::INT64,
+        other => return Err(AscendError::Unsupported { op: "dtype", detail: format!("{other:?} has no aclDataType") }),
+    })
+}
+
+/// A strided view of a device buffer: dims, element strides and element offset (broadcast
+/// dimensions have stride 0), in a given `aclDataType`.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub(crate) ptr: *mut c_void,
+    pub(crate) capacity_elems: usize,
+    pub(crate) acl_dtype: i32,
+    pub(crate) dims: Vec<i64>,
+    pub(crate) strides: Vec<i64>,
+    pub(crate) offset: i64,
+}
+
+impl View {
+    /// The view of `layout` over `buffer` holding elements of `dtype`.
+    pub fn of(buffer: &DeviceBuffer, dtype: DType, layout: &Layout) -> Result<Self> {
+        Ok(Self {
+            ptr: buffer.ptr(),
+            capacity_elems: buffer.size() / dtype.size_in_bytes(),
+            acl_dtype: acl_dtype(dtype)?,
+            dims: layout.dims().iter().map(|&d| d as i64).collect(),
+            strides: layout.stride().iter().map(|&s| s as i64).collect(),
+            offset: layout.start_offset() as i64,
+        })
+    }
+
+    /// The same memory read as another dtype of the same width (e.g. u32 ids as INT32).
+    pub fn reinterpret(mut self, acl_dtype: i32) -> Self {
+        self.acl_dtype = acl_dtype;
+        self
+    }
+
+    /// Shape and dtype, for error messages.
+    pub fn describe(&self) -> String {
+        let contiguous = self.strides == contiguous_strides(&self.dims);
+        let dt = match self.acl_dtype {
+            dtype::FLOAT => "f32",
+            dtype::FLOAT16 => "f16",
+            dtype::BF16 => "bf16",
+            dtype::DOUBLE => "f64",
+            dtype::UINT8 => "u8",
+            dtype::UINT32 => "u32",
+            dtype::INT32 => "i32",
+            dtype::INT64 => "i64",
+            dtype::BOOL => "bool",
+            _ => "?",
+        };
+        if contiguous && self.offset == 0 {
+            format!("{dt}{:?}", self.dims)
+        } else {
+            format!("{dt}{:?} (strides {:?}, offset {})", self.dims, self.strides, self.offset)
+        }
+    }
+
+    /// Create the `aclTensor`; storage dims are the whole buffer, as torch_npu passes them.
+    pub(crate) fn acl(&self, dev: &DeviceInner) -> Result<AclObject> {
+        let storage = [self.capacity_elems as i64];
+        let api = &dev.toolkit.api;
+        // SAFETY: dims/strides have `dims.len()` entries and are copied by aclCreateTensor; the
+        // data pointer is the device buffer's start and the view lies inside it.
+        let ptr = unsafe {
+            (api.aclCreateTensor)(
+                self.dims.as_ptr(),
+                self.dims.len() as u64,
+                self.acl_dtype,
+                self.strides.as_ptr(),
+                self.offset,
+                ACL_FORMAT_ND,
+                storage.as_ptr(),
+                1,
+                self.ptr,
+            )
+        };
+        AclObject::new(dev, ptr, api.aclDestroyTensor, "aclCreateTensor")
+    }
+}
+
+/// Row-major strides of `dims`.
+pub fn contiguous_strides(dims: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1];
+    }
+    strides
+}
+
+/// An `aclTensor*`, `aclScalar*` or `aclIntArray*`, destroyed on drop.
+pub(crate) struct AclObject {
+    ptr: *mut c_void,
+    destroy: unsafe extern "C" fn(*mut c_void) -> AclnnStatus,
+}
+
+impl AclObject {
+    fn new(
+        dev: &DeviceInner,
+        ptr: *mut c_void,
+        destroy: unsafe extern "C" fn(*mut c_void) -> AclnnStatus,
+        call: &'static str,
+    ) -> Result<Self> {
+        if ptr.is_null() {
+            return Err(AscendError::Runtime { call, code: 161_001, message: dev.toolkit.recent_message() });
+        }
+        Ok(Self { ptr, destroy })
+    }
+
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+impl Drop for AclObject {
+    fn drop(&mut self) {
+        // SAFETY: the object came from the matching aclCreate* and is destroyed once.
+        unsafe { (self.destroy)(self.ptr) };
+    }
+}
+
+/// A host scalar as `ACL_DOUBLE`.
+pub(crate) fn scalar(dev: &DeviceInner, value: f64) -> Result<AclObject> {
+    let mut v = value;
+    let api = &dev.toolkit.api;
+    // SAFETY: aclCreateScalar copies the value it points to.
+    let ptr = unsafe { (api.aclCreateScalar)((&mut v as *mut f64).cast(), dtype::DOUBLE) };
+    AclObject::new(dev, ptr, api.aclDestroyScalar, "aclCreateScalar")
+}
+
+/// An `aclIntArray`.
+pub(crate) fn int_array(dev: &DeviceInner, values: &[i64]) -> Result<AclObject> {
+    let api = &dev.toolkit.api;
+    // SAFETY: the values are copied.
+    let ptr = unsafe { (api.aclCreateIntArray)(values.as_ptr(), values.len() as u64) };
+    AclObject::new(dev, ptr, api.aclDestroyIntArray, "aclCreateIntArray")
+}
+
+/// Run one aclnn op: `phase1(fn_address, &mut workspace_size, &mut executor)` returns the
+/// phase-1 status; then the workspace is taken from the device cache and phase 2 is enqueued.
+/// `operands` describe the views for error messages.
+pub(crate) fn launch(
+    dev: &Arc<DeviceInner>,
+    op: &'static str,
+    operands: &[&View],
+    phase1: impl FnOnce(usize, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
+) -> Result<()> {
+    dev.bind_thread()?;
+    let (p1, p2) = dev.toolkit.op(op)?;
+    let describe = || operands.iter().map(|v| v.describe()).collect::<Vec<_>>().join(", ");
+    let mut ws_size = 0u64;
+    let mut exec: AclExecutorPtr = std::ptr::null_mut();
+    let code = phase1(p1, &mut ws_size, &mut exec);
+    if code != 0 {
+        return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
+    }
+    // The workspace goes back to the cache right after the launch: the stream orders its reuse.
+    let workspace = if ws_size > 0 { Some(DeviceBuffer::new(dev, ws_size as usize)?) } else { None };
+    let ws_ptr = workspace.as_ref().map_or(std::ptr::null_mut(), |w| w.ptr());
+    // SAFETY: phase 2 consumes the executor that phase 1 produced, on this device's stream.
+    let code = unsafe { p2(ws_ptr, ws_size, exec, dev.stream()) };
+    if code != 0 {
+        return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
+    }
+    Ok(())
+}
+
+/// Call a phase-1 function at `addr` with the given C prototype and arguments.
+macro_rules! phase1 {
+    ($addr:expr, $ws:expr, $exec:expr, fn($($ty:ty),*), $($arg:expr),*) => {{
+        // SAFETY: `addr` is the op's GetWorkspaceSize symbol, whose C prototype is the one given
+        // (CANN's aclnn headers; reference/aclnn.md §4); every pointer argument is live.
+        unsafe {
+            let f: unsafe extern "C" fn($($ty),*, *mut u64, *mut $crate::ffi::types::AclExecutorPtr) -> i32 =
+                std::mem::transmute::<usize, _>($addr);
+            f($($arg),*, $ws, $exec)
+        }
+    }};
+}
+pub(crate) use phase1;

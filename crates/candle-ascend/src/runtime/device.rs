@@ -1,0 +1,302 @@
+//! Devices: `npu:N` on a real CANN toolkit, `npu-sim:N` on the emulated one. Each device has one
+//! stream; work is enqueued on it and the host waits only to read results back or on an
+//! explicit `synchronize`.
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::allocator::SharedCache;
+use crate::error::{AscendError, Result};
+use crate::ffi::loader::ToolkitKind;
+use crate::ffi::types::*;
+use crate::ffi::Toolkit;
+
+/// State shared by every handle to one device.
+#[derive(Debug)]
+pub struct DeviceInner {
+    pub(crate) id: usize,
+    pub(crate) toolkit: Arc<Toolkit>,
+    stream: usize,
+    pub(crate) cache: SharedCache,
+    seed: AtomicU64,
+    /// Advances with every random op, so each draws fresh numbers (as torch_npu's offset).
+    random_offset: AtomicU64,
+}
+
+thread_local! {
+    /// The (toolkit, device) this thread last bound with aclrtSetDevice: ACL binds per thread.
+    static BOUND: Cell<Option<(ToolkitKind, usize)>> = const { Cell::new(None) };
+}
+
+impl DeviceInner {
+    /// `npu:N` or `npu-sim:N`.
+    pub(crate) fn name(&self) -> String {
+        format!("{}:{}", self.location_name(), self.id)
+    }
+
+    pub(crate) fn location_name(&self) -> &'static str {
+        match self.toolkit.kind {
+            ToolkitKind::Cann => "npu",
+            ToolkitKind::Emulated => "npu-sim",
+        }
+    }
+
+    /// Bind this device to the calling thread, once per thread.
+    pub(crate) fn bind_thread(&self) -> Result<()> {
+        let key = (self.toolkit.kind, self.id);
+        if BOUND.with(|b| b.get()) == Some(key) {
+            return Ok(());
+        }
+        // SAFETY: plain runtime call with a validated device id.
+        let code = unsafe { (self.toolkit.api.aclrtSetDevice)(self.id as i32) };
+        self.check("aclrtSetDevice", code)?;
+        BOUND.with(|b| b.set(Some(key)));
+        Ok(())
+    }
+
+    pub(crate) fn check(&self, call: &'static str, code: AclError) -> Result<()> {
+        if code == ACL_SUCCESS {
+            Ok(())
+        } else {
+            Err(AscendError::Runtime { call, code, message: self.toolkit.recent_message() })
+        }
+    }
+
+    pub(crate) fn stream(&self) -> AclrtStream {
+        self.stream as AclrtStream
+    }
+
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.bind_thread()?;
+        // SAFETY: the stream belongs to this device and lives as long as the process.
+        let code = unsafe { (self.toolkit.api.aclrtSynchronizeStream)(self.stream()) };
+        self.check("aclrtSynchronizeStream", code)
+    }
+
+    /// Copy `bytes` host bytes to device address `dst`, ordered on the stream.
+    pub(crate) fn upload(&self, dst: *mut c_void, src: &[u8]) -> Result<()> {
+        self.bind_thread()?;
+        // SAFETY: `dst` holds at least `src.len()` bytes; the call returns once the pageable copy is done.
+        let code = unsafe {
+            (self.toolkit.api.aclrtMemcpyAsync)(
+                dst,
+                src.len(),
+                src.as_ptr().cast(),
+                src.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                self.stream(),
+            )
+        };
+        self.check("aclrtMemcpyAsync(host to device)", code)
+    }
+
+    /// Copy device bytes at `src` into `dst` after the stream's pending work.
+    pub(crate) fn download(&self, dst: &mut [u8], src: *const c_void) -> Result<()> {
+        self.bind_thread()?;
+        // SAFETY: `src` holds at least `dst.len()` bytes of device memory.
+        let code = unsafe {
+            (self.toolkit.api.aclrtMemcpyAsync)(
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                src,
+                dst.len(),
+                ACL_MEMCPY_DEVICE_TO_HOST,
+                self.stream(),
+            )
+        };
+        self.check("aclrtMemcpyAsync(device to host)", code)
+    }
+
+    /// The seed and a fresh offset for one random op.
+    pub(crate) fn next_random(&self, elements: u64) -> (u64, u64) {
+        (self.seed.load(Ordering::Relaxed), self.random_offset.fetch_add(elements.max(1), Ordering::Relaxed))
+    }
+}
+
+/// A handle to an Ascend device (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct AscendDevice {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+/// What the emulated toolkit has counted since the last reset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimCounters {
+    /// `aclrtMalloc` calls.
+    pub allocations: u64,
+    /// `aclrtFree` calls.
+    pub frees: u64,
+    /// Host-to-device copies and their bytes.
+    pub host_to_device: (u64, u64),
+    /// Device-to-host copies and their bytes.
+    pub device_to_host: (u64, u64),
+    /// Device-to-device copies.
+    pub device_to_device: u64,
+    /// Explicit stream synchronisations.
+    pub synchronizations: u64,
+    /// Device memory in use now, and its peak, in bytes (driver view, cache included).
+    pub memory: (u64, u64),
+    /// Kernel launches per aclnn op.
+    pub launches: BTreeMap<String, u64>,
+}
+
+impl SimCounters {
+    /// Total kernel launches.
+    pub fn total_launches(&self) -> u64 {
+        self.launches.values().sum()
+    }
+}
+
+impl AscendDevice {
+    /// Device `id` of a real CANN toolkit (`npu:id`).
+    pub fn npu(id: usize) -> Result<Self> {
+        Self::open(ToolkitKind::Cann, id)
+    }
+
+    /// Device `id` of the emulated toolkit (`npu-sim:id`).
+    pub fn sim(id: usize) -> Result<Self> {
+        Self::open(ToolkitKind::Emulated, id)
+    }
+
+    /// The process-wide handle of a device: every handle to it shares one stream and cache.
+    pub fn open(kind: ToolkitKind, id: usize) -> Result<Self> {
+        static DEVICES: OnceLock<Mutex<HashMap<(ToolkitKind, usize), Arc<DeviceInner>>>> = OnceLock::new();
+        let mut devices = DEVICES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(inner) = devices.get(&(kind, id)) {
+            return Ok(Self { inner: inner.clone() });
+        }
+        let toolkit = Toolkit::get(kind)?;
+        let api = &toolkit.api;
+        let mut count = 0u32;
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (api.aclrtGetDeviceCount)(&mut count) };
+        if code != ACL_SUCCESS {
+            return Err(AscendError::Runtime { call: "aclrtGetDeviceCount", code, message: toolkit.recent_message() });
+        }
+        if id >= count as usize {
+            return Err(AscendError::Runtime {
+                call: "aclrtSetDevice",
+                code: 107_001,
+                message: Some(format!("device {id} does not exist: this machine has {count} device(s)")),
+            });
+        }
+        // SAFETY: plain runtime calls; the stream out-pointer is valid.
+        let code = unsafe { (api.aclrtSetDevice)(id as i32) };
+        if code != ACL_SUCCESS {
+            return Err(AscendError::Runtime { call: "aclrtSetDevice", code, message: toolkit.recent_message() });
+        }
+        BOUND.with(|b| b.set(Some((kind, id))));
+        let mut stream: AclrtStream = std::ptr::null_mut();
+        let code = unsafe { (api.aclrtCreateStream)(&mut stream) };
+        if code != ACL_SUCCESS {
+            return Err(AscendError::Runtime { call: "aclrtCreateStream", code, message: toolkit.recent_message() });
+        }
+        let inner = Arc::new(DeviceInner {
+            id,
+            toolkit,
+            stream: stream as usize,
+            cache: Mutex::default(),
+            seed: AtomicU64::new(299_792_458),
+            random_offset: AtomicU64::new(0),
+        });
+        devices.insert((kind, id), inner.clone());
+        Ok(Self { inner })
+    }
+
+    /// The device ordinal.
+    pub fn id(&self) -> usize {
+        self.inner.id
+    }
+
+    /// `npu:N` or `npu-sim:N`.
+    pub fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    /// The loaded toolkit.
+    pub fn toolkit(&self) -> &Toolkit {
+        &self.inner.toolkit
+    }
+
+    /// Free and total device memory in bytes (`aclrtGetMemInfo(ACL_HBM_MEM)`).
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.inner.bind_thread()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; the device is bound to this thread.
+        let code = unsafe { (self.inner.toolkit.api.aclrtGetMemInfo)(ACL_HBM_MEM, &mut free, &mut total) };
+        self.inner.check("aclrtGetMemInfo", code)?;
+        Ok((free, total))
+    }
+
+    /// The SoC name (`aclrtGetSocName`), when the toolkit has it.
+    pub fn soc_name(&self) -> Option<String> {
+        let f = self.inner.toolkit.optional_symbol("aclrtGetSocName")?;
+        // SAFETY: `const char* aclrtGetSocName(void)`; NULL or a static string.
+        let f: unsafe extern "C" fn() -> *const std::ffi::c_char = unsafe { std::mem::transmute(f) };
+        let p = unsafe { f() };
+        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// Wait for all work queued on the device's stream.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize()
+    }
+
+    /// Give cached device memory back to the driver.
+    pub fn empty_cache(&self) {
+        self.inner.release_cache()
+    }
+
+    /// The emulator's counters; `None` on a real toolkit.
+    pub fn sim_counters(&self) -> Option<SimCounters> {
+        let tk = &self.inner.toolkit;
+        let counters = tk.optional_symbol("aclsimCounters")?;
+        let op_counts = tk.optional_symbol("aclsimOpCounts")?;
+        // SAFETY: emulator-only prototypes from csrc/ascendcl.c.
+        let counters: unsafe extern "C" fn(*mut u64) = unsafe { std::mem::transmute(counters) };
+        let op_counts: unsafe extern "C" fn(*mut u8, usize) -> usize = unsafe { std::mem::transmute(op_counts) };
+        let mut v = [0u64; 10];
+        unsafe { counters(v.as_mut_ptr()) };
+        let needed = unsafe { op_counts(std::ptr::null_mut(), 0) };
+        let mut buf = vec![0u8; needed + 1];
+        unsafe { op_counts(buf.as_mut_ptr(), buf.len()) };
+        let text = String::from_utf8_lossy(&buf[..needed]);
+        let launches = text
+            .lines()
+            .filter_map(|l| {
+                let (name, n) = l.rsplit_once(' ')?;
+                Some((name.to_string(), n.parse().ok()?))
+            })
+            .collect();
+        Some(SimCounters {
+            allocations: v[0],
+            frees: v[1],
+            host_to_device: (v[2], v[3]),
+            device_to_host: (v[4], v[5]),
+            device_to_device: v[6],
+            synchronizations: v[7],
+            memory: (v[8], v[9]),
+            launches,
+        })
+    }
+
+    /// Reset the emulator's counters (no-op on a real toolkit).
+    pub fn reset_sim_counters(&self) {
+        if let Some(f) = self.inner.toolkit.optional_symbol("aclsimResetCounters") {
+            // SAFETY: `void aclsimResetCounters(void)` from csrc/ascendcl.c.
+            let f: unsafe extern "C" fn() = unsafe { std::mem::transmute(f) };
+            unsafe { f() };
+        }
+    }
+
+    pub(crate) fn set_seed(&self, seed: u64) {
+        self.inner.seed.store(seed, Ordering::Relaxed);
+        self.inner.random_offset.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        self.inner.seed.load(Ordering::Relaxed)
+    }
+}

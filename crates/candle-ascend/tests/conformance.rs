@@ -1,0 +1,255 @@
+//! Op conformance: every implemented op, per dtype and layout (contiguous, transposed, sliced
+//! with an offset, broadcast), on `npu-sim:0` against candle's CPU backend.
+use candle_core::{DType, Device, IndexOp, Result, Tensor, D};
+
+fn sim() -> Device {
+    candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+/// Run `f` on CPU and on npu-sim with the same inputs and compare element by element.
+fn check(name: &str, inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    check_scaled(name, inputs, 1.0, f)
+}
+
+/// As `check`, with the dtype's tolerance times `scale` (for sums, whose rounding in f16/bf16
+/// depends on the accumulation order: the CPU accumulates in the dtype, aclnn in f32).
+fn check_scaled(name: &str, inputs: &[Tensor], scale: f64, f: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    let dev = sim();
+    let expected = f(inputs).unwrap_or_else(|e| panic!("{name} on cpu: {e}"));
+    let on_sim: Vec<Tensor> = inputs.iter().map(|t| t.to_device(&dev).unwrap()).collect();
+    let got = f(&on_sim).unwrap_or_else(|e| panic!("{name} on npu-sim: {e}"));
+    assert!(got.device().is_custom(), "{name}: result left the device");
+    assert_eq!(got.dims(), expected.dims(), "{name}: shape");
+    assert_eq!(got.dtype(), expected.dtype(), "{name}: dtype");
+    let got = got.to_device(&Device::Cpu).unwrap();
+    let tol = tolerance(expected.dtype()) * scale;
+    let a: Vec<f64> = expected.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let b: Vec<f64> = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        let ok = (x - y).abs() <= tol * (1.0 + x.abs()) || (x.is_nan() && y.is_nan());
+        assert!(ok, "{name} [{:?}]: element {i}: cpu {x} vs npu-sim {y}", expected.dtype());
+    }
+}
+
+fn input(shape: (usize, usize), dtype: DType, seed: u64) -> Tensor {
+    let n = shape.0 * shape.1;
+    let v: Vec<f32> = (0..n).map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f32 / 250.0) - 2.0).collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
+}
+
+const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// The four layouts of an (6, 8) operand: contiguous, transposed, sliced with an offset, broadcast.
+fn layouts(x: &Tensor) -> Vec<(&'static str, Tensor)> {
+    vec![
+        ("contiguous", x.clone()),
+        ("transposed", x.t().unwrap()),
+        ("sliced", x.narrow(0, 1, 4).unwrap().narrow(1, 2, 5).unwrap()),
+        ("broadcast", x.i((.., 0..1)).unwrap().broadcast_as((6, 8)).unwrap()),
+    ]
+}
+
+#[test]
+fn unary_ops() {
+    type Op = fn(&Tensor) -> Result<Tensor>;
+    let ops: [(&str, Op); 16] = [
+        ("exp", |x| x.exp()),
+        ("log", |x| (x.abs()? + 0.5)?.log()),
+        ("sqrt", |x| x.abs()?.sqrt()),
+        ("tanh", |x| x.tanh()),
+        ("neg", |x| x.neg()),
+        ("abs", |x| x.abs()),
+        ("sqr", |x| x.sqr()),
+        ("recip", |x| (x.abs()? + 1.0)?.recip()),
+        ("gelu", |x| x.gelu()),
+        ("gelu_erf", |x| x.gelu_erf()),
+        ("erf", |x| x.erf()),
+        ("sin", |x| x.sin()),
+        ("cos", |x| x.cos()),
+        ("relu", |x| x.relu()),
+        ("silu", |x| x.silu()),
+        ("powf", |x| (x.abs()? + 0.1)?.powf(1.7)),
+    ];
+    for dtype in FLOATS {
+        for (layout, x) in layouts(&input((6, 8), dtype, 1)) {
+            for (name, op) in ops {
+                check(&format!("{name} {layout}"), std::slice::from_ref(&x), |t| op(&t[0]));
+            }
+        }
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let ops: [(&str, Op); 6] = [
+        ("add", |a, b| a.broadcast_add(b)),
+        ("sub", |a, b| a.broadcast_sub(b)),
+        ("mul", |a, b| a.broadcast_mul(b)),
+        ("div", |a, b| a.broadcast_div(&(b.abs()? + 1.0)?)),
+        ("maximum", |a, b| a.broadcast_maximum(b)),
+        ("minimum", |a, b| a.broadcast_minimum(b)),
+    ];
+    for dtype in FLOATS {
+        let b = input((6, 8), dtype, 2);
+        let row = input((1, 8), dtype, 3);
+        for (layout, a) in layouts(&input((6, 8), dtype, 1)) {
+            let b = match layout {
+                "sliced" => b.narrow(0, 0, 4).unwrap().narrow(1, 0, 5).unwrap(),
+                "transposed" => b.t().unwrap(),
+                _ => b.clone(),
+            };
+            for (name, op) in ops {
+                check(&format!("{name} {layout}"), &[a.clone(), b.clone()], |t| op(&t[0], &t[1]));
+                if layout == "contiguous" || layout == "broadcast" {
+                    check(&format!("{name} {layout} row"), &[a.clone(), row.clone()], |t| op(&t[0], &t[1]));
+                }
+            }
+        }
+    }
+    // Integer arithmetic, as candle uses it for ids and masks.
+    let ids = Tensor::new(&[[3u32, 7, 1], [0, 2, 9]], &Device::Cpu).unwrap();
+    check("u32 add", &[ids.clone(), ids.clone()], |t| &t[0] + &t[1]);
+    let l = ids.to_dtype(DType::I64).unwrap();
+    check("i64 mul", &[l.clone(), l.clone()], |t| &t[0] * &t[1]);
+}
+
+#[test]
+fn affine_cmp_where_and_casts() {
+    for dtype in FLOATS {
+        let a = input((6, 8), dtype, 4);
+        let b = input((6, 8), dtype, 5);
+        for (layout, x) in layouts(&a) {
+            check(&format!("affine {layout}"), std::slice::from_ref(&x), |t| t[0].affine(1.5, -0.25));
+            let y = match layout {
+                "sliced" => b.narrow(0, 0, 4).unwrap().narrow(1, 0, 5).unwrap(),
+                "transposed" => b.t().unwrap(),
+                _ => b.clone(),
+            };
+            check(&format!("eq {layout}"), &[x.clone(), x.clone()], |t| t[0].eq(&t[1]));
+            check(&format!("ne {layout}"), &[x.clone(), y.clone()], |t| t[0].ne(&t[1]));
+            check(&format!("lt {layout}"), &[x.clone(), y.clone()], |t| t[0].lt(&t[1]));
+            check(&format!("le {layout}"), &[x.clone(), y.clone()], |t| t[0].le(&t[1]));
+            check(&format!("gt {layout}"), &[x.clone(), y.clone()], |t| t[0].gt(&t[1]));
+            check(&format!("ge {layout}"), &[x.clone(), y.clone()], |t| t[0].ge(&t[1]));
+            check(&format!("where {layout}"), &[x.clone(), y.clone()], |t| t[0].ge(&t[1])?.where_cond(&t[0], &t[1]));
+            for to in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+                check(&format!("{dtype:?}->{to:?} {layout}"), std::slice::from_ref(&x), |t| t[0].to_dtype(to));
+            }
+        }
+    }
+    let mask = Tensor::new(&[[1u8, 0, 1], [0, 0, 1]], &Device::Cpu).unwrap();
+    check("u8 -> bf16", std::slice::from_ref(&mask), |t| t[0].to_dtype(DType::BF16));
+    let ids = Tensor::new(&[[3u32, 7, 1], [0, 2, 9]], &Device::Cpu).unwrap();
+    check("u32 -> f32", std::slice::from_ref(&ids), |t| t[0].to_dtype(DType::F32));
+    check("u32 -> i64", std::slice::from_ref(&ids), |t| t[0].to_dtype(DType::I64));
+    check("where u32 mask", &[ids.clone(), ids.ones_like().unwrap()], |t| {
+        t[0].gt(&t[1])?.where_cond(&t[0], &t[1].zeros_like()?)
+    });
+}
+
+#[test]
+fn reductions() {
+    for dtype in FLOATS {
+        for (layout, x) in layouts(&input((6, 8), dtype, 6)) {
+            let x = std::slice::from_ref(&x);
+            check_scaled(&format!("sum last {layout}"), x, 4.0, |t| t[0].sum_keepdim(D::Minus1));
+            check_scaled(&format!("sum first {layout}"), x, 4.0, |t| t[0].sum_keepdim(0));
+            check_scaled(&format!("sum all {layout}"), x, 4.0, |t| t[0].sum_all());
+            check(&format!("max {layout}"), x, |t| t[0].max_keepdim(D::Minus1));
+            check(&format!("min {layout}"), x, |t| t[0].min_keepdim(0));
+            if layout != "broadcast" {
+                check(&format!("argmax {layout}"), x, |t| t[0].argmax_keepdim(D::Minus1));
+                check(&format!("argmin {layout}"), x, |t| t[0].argmin(0));
+            }
+        }
+    }
+}
+
+#[test]
+fn matmuls() {
+    for dtype in FLOATS {
+        let a = input((6, 8), dtype, 7);
+        let b = input((8, 5), dtype, 8);
+        check("mm", &[a.clone(), b.clone()], |t| t[0].matmul(&t[1]));
+        let bt = input((5, 8), dtype, 9);
+        check("mm transposed rhs", &[a.clone(), bt.clone()], |t| t[0].matmul(&t[1].t()?));
+        check("mm transposed lhs", &[a.clone(), input((6, 5), dtype, 3)], |t| t[0].t()?.matmul(&t[1]));
+        check("mm sliced", &[a.clone(), b.clone()], |t| t[0].narrow(1, 2, 4)?.matmul(&t[1].narrow(0, 1, 4)?));
+        let q = input((24, 8), dtype, 10).reshape((2, 3, 4, 8)).unwrap();
+        let k = input((24, 8), dtype, 11).reshape((2, 3, 4, 8)).unwrap();
+        check("batched q·kᵀ", &[q.clone(), k.clone()], |t| t[0].matmul(&t[1].t()?));
+        check("batched kᵀ·q", &[q.clone(), k.clone()], |t| t[1].t()?.matmul(&t[0]));
+        let w = input((8, 5), dtype, 12);
+        check("broadcast weight", &[q.clone(), w], |t| t[0].broadcast_matmul(&t[1]));
+    }
+}
+
+#[test]
+fn indexing() {
+    for dtype in FLOATS {
+        let table = input((10, 4), dtype, 13);
+        let ids32 = Tensor::new(&[3u32, 0, 9, 3], &Device::Cpu).unwrap();
+        let ids64 = ids32.to_dtype(DType::I64).unwrap();
+        for ids in [&ids32, &ids64] {
+            check("index_select rows", &[table.clone(), ids.clone()], |t| t[0].index_select(&t[1], 0));
+            let cols = ids.ge(4u32 as f64).unwrap().where_cond(&ids.zeros_like().unwrap(), ids).unwrap();
+            check("index_select cols", &[table.clone(), cols], |t| t[0].index_select(&t[1], 1));
+            let src = input((4, 4), dtype, 14);
+            check("index_add", &[table.clone(), ids.clone(), src], |t| t[0].index_add(&t[1], &t[2], 0));
+        }
+        let g = Tensor::new(&[[1u32, 0, 3], [2, 2, 0]], &Device::Cpu).unwrap();
+        let x = input((2, 4), dtype, 15);
+        check("gather", &[x.clone(), g.clone()], |t| t[0].gather(&t[1], 1));
+        let src = input((2, 3), dtype, 16);
+        check("scatter_add", &[x, g, src], |t| t[0].scatter_add(&t[1], &t[2], 1));
+    }
+}
+
+#[test]
+fn copies_fills_and_transfers() {
+    for dtype in FLOATS {
+        for (layout, x) in layouts(&input((6, 8), dtype, 17)) {
+            check(&format!("contiguous {layout}"), std::slice::from_ref(&x), |t| t[0].contiguous());
+            check(&format!("cat {layout}"), std::slice::from_ref(&x), |t| Tensor::cat(&[&t[0], &t[0]], 1));
+        }
+        check("zeros_like", &[input((3, 5), dtype, 1)], |t| t[0].zeros_like());
+        check("ones_like", &[input((3, 5), dtype, 1)], |t| t[0].ones_like());
+        check("full", &[input((3, 5), dtype, 1)], |t| Tensor::full(2.5f32, (3, 5), t[0].device())?.to_dtype(dtype));
+    }
+    let dev = sim();
+    for v in [vec![1u8, 2, 3], vec![0, 255]] {
+        assert_eq!(Tensor::new(v.as_slice(), &dev).unwrap().to_vec1::<u8>().unwrap(), v);
+    }
+    let i = Tensor::new(&[-5i64, 1 << 40], &dev).unwrap();
+    assert_eq!(i.to_vec1::<i64>().unwrap(), vec![-5, 1 << 40]);
+}
+
+#[test]
+fn random_fills_have_the_right_moments() {
+    let dev = sim();
+    let u = Tensor::rand(-1f32, 3.0, 20_000, &dev).unwrap().to_vec1::<f32>().unwrap();
+    let mean = u.iter().sum::<f32>() / u.len() as f32;
+    assert!(u.iter().all(|&x| (-1.0..3.0).contains(&x)) && (mean - 1.0).abs() < 0.05, "uniform mean {mean}");
+    let n = Tensor::randn(2f32, 0.5, 20_000, &dev).unwrap().to_vec1::<f32>().unwrap();
+    let mean = n.iter().sum::<f32>() / n.len() as f32;
+    let var = n.iter().map(|x| (x - mean).powi(2)).sum::<f32>() / n.len() as f32;
+    assert!((mean - 2.0).abs() < 0.02 && (var.sqrt() - 0.5).abs() < 0.02, "normal mean {mean} std {}", var.sqrt());
+    let again = Tensor::randn(2f32, 0.5, 20_000, &dev).unwrap().to_vec1::<f32>().unwrap();
+    assert_ne!(n, again, "each draw must advance the generator");
+}
+
+#[test]
+fn custom_ops_fall_back_through_the_host() {
+    let x = input((4, 6), DType::F32, 18);
+    check("softmax_last_dim", std::slice::from_ref(&x), |t| candle_nn::ops::softmax_last_dim(&t[0]));
+}
