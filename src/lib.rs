@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+pub use candle_ascend as ascend;
 pub use codon_data as data;
 pub use codon_model as model;
 pub use codon_train as train;
@@ -15,15 +16,10 @@ pub fn demo_data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join("demo")
 }
 
-/// Parse a `--device` value: `cpu`, `npu:N` or `npu-sim:N`.
+/// Parse a `--device` value: `cpu`, `npu:N` (a CANN toolkit) or `npu-sim:N` (the emulated
+/// toolkit); the one parser lives in candle-ascend.
 pub fn parse_device(text: &str) -> Result<candle_core::Device, String> {
-    match text.trim() {
-        "cpu" => Ok(candle_core::Device::Cpu),
-        other if other.starts_with("npu:") || other.starts_with("npu-sim:") => Err(format!(
-            "device {other}: the Ascend backend (candle-ascend) is not part of this build yet; use --device cpu"
-        )),
-        other => Err(format!("unknown device {other:?} (expected cpu, npu:N or npu-sim:N)")),
-    }
+    candle_ascend::parse_device(text).map_err(|e| e.to_string())
 }
 
 /// Parse a `--dtype` value: `f32`, `bf16` or `f16`.
