@@ -186,7 +186,7 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
     }
     pthread_mutex_lock(&g_lock);
     g_allocs++;
-    int fail = g_fail_alloc_at > 0 && (long)g_allocs == g_fail_alloc_at;
+    int fail = g_fail_alloc_at > 0 && (long)g_allocs >= g_fail_alloc_at; /* from the Nth call on */
     uint64_t rounded = (size + 31) / 32 * 32 + 32; /* CANN: a multiple of 32, plus 32 */
     if (fail || g_current + rounded > DEVICE_MEMORY) {
         pthread_mutex_unlock(&g_lock);

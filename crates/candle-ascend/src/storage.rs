@@ -38,6 +38,11 @@ impl AscendStorage {
         View::of(&self.buffer, self.dtype, &Layout::contiguous(shape))
     }
 
+    /// The device address of the buffer (not dereferenceable on the host).
+    pub fn device_ptr(&self) -> *mut std::ffi::c_void {
+        self.buffer.ptr()
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
