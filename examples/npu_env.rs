@@ -1,0 +1,58 @@
+//! What a user needs to debug an Ascend setup, like `accelerate env` or `npu-smi info`: the
+//! toolkit root and version, the libraries loaded, the devices, SoC and memory, and which
+//! candle ops run natively.
+//!
+//! ```text
+//! cargo run --release --example npu_env -- [--device npu:0|npu-sim:0]
+//! cargo run --release --example npu_env -- --sim-toolkit-path
+//! ```
+use clap::Parser;
+use codon_ascend::ascend::{self, AscendDevice};
+
+/// Ascend environment report.
+#[derive(Parser)]
+struct Args {
+    /// The device to inspect.
+    #[arg(long, default_value = "npu:0")]
+    device: String,
+    /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
+    #[arg(long)]
+    sim_toolkit_path: bool,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.sim_toolkit_path {
+        println!("{}", ascend::emulated_root().display());
+        return Ok(());
+    }
+    let device = ascend::parse_device(&args.device)?;
+    let dev: &AscendDevice =
+        ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
+    let tk = dev.toolkit();
+    println!("device:          {}", dev.name());
+    println!("toolkit root:    {}", tk.root.display());
+    println!("toolkit version: {}", tk.version().unwrap_or_else(|| "unknown (no version.cfg)".into()));
+    println!("libraries:");
+    for lib in &tk.libraries {
+        println!("  {}", lib.display());
+    }
+    println!("SoC:             {}", dev.soc_name().unwrap_or_else(|| "unknown".into()));
+    let (free, total) = dev.memory_info()?;
+    println!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);
+    println!("ASCEND_OPP_PATH: {}", std::env::var("ASCEND_OPP_PATH").unwrap_or_else(|_| "(not set)".into()));
+    println!("op coverage (candle op -> aclnn):");
+    for (op, how) in ascend::backend::op_coverage() {
+        let status = match how {
+            "unsupported" => "unsupported",
+            h if h.starts_with("fallback") => "fallback",
+            _ => "native",
+        };
+        println!("  {op:<45} {status:<12} {how}");
+    }
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}
