@@ -202,7 +202,7 @@ fn indexing() {
         let ids64 = ids32.to_dtype(DType::I64).unwrap();
         for ids in [&ids32, &ids64] {
             check("index_select rows", &[table.clone(), ids.clone()], |t| t[0].index_select(&t[1], 0));
-            let cols = ids.ge(4u32 as f64).unwrap().where_cond(&ids.zeros_like().unwrap(), ids).unwrap();
+            let cols = ids.ge(4f64).unwrap().where_cond(&ids.zeros_like().unwrap(), ids).unwrap();
             check("index_select cols", &[table.clone(), cols], |t| t[0].index_select(&t[1], 1));
             let src = input((4, 4), dtype, 14);
             check("index_add", &[table.clone(), ids.clone(), src], |t| t[0].index_add(&t[1], &t[2], 0));

@@ -115,6 +115,9 @@ impl DeviceInner {
     }
 }
 
+/// Every opened device, by toolkit and ordinal.
+type DeviceRegistry = HashMap<(ToolkitKind, usize), Arc<DeviceInner>>;
+
 /// A handle to an Ascend device (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct AscendDevice {
@@ -162,7 +165,7 @@ impl AscendDevice {
 
     /// The process-wide handle of a device: every handle to it shares one stream and cache.
     pub fn open(kind: ToolkitKind, id: usize) -> Result<Self> {
-        static DEVICES: OnceLock<Mutex<HashMap<(ToolkitKind, usize), Arc<DeviceInner>>>> = OnceLock::new();
+        static DEVICES: OnceLock<Mutex<DeviceRegistry>> = OnceLock::new();
         let mut devices = DEVICES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
         if let Some(inner) = devices.get(&(kind, id)) {
             return Ok(Self { inner: inner.clone() });
