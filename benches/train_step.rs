@@ -26,32 +26,9 @@ impl BatchSource for OneBatch {
     }
 }
 
-fn batch(b: usize, n: usize) -> MlmBatch {
-    let mut input_ids = Vec::with_capacity(b * n);
-    let mut labels = Vec::with_capacity(b * n);
-    for i in 0..b * n {
-        let id = match i % n {
-            0 => 1,
-            p if p == n - 1 => 2,
-            p => 26 + ((p * 7 + i / n) % 64) as u32,
-        };
-        let masked = i % 7 == 3 && id >= 26;
-        input_ids.push(if masked { 5 } else { id });
-        labels.push(if masked { i64::from(id) } else { -100 });
-    }
-    MlmBatch {
-        batch_size: b,
-        seq_len: n,
-        input_ids,
-        attention_mask: vec![1; b * n],
-        token_type_ids: vec![51; b * n],
-        labels,
-    }
-}
-
 fn bench(c: &mut Criterion) {
     let config = BigBirdConfig::default();
-    let data = OneBatch(batch(2, 1024));
+    let data = OneBatch(codon_ascend::synthetic_mlm_batch(2, 1024));
     let mut group = c.benchmark_group("train_step");
     group.sample_size(10);
     // One step takes seconds: run each sample once instead of criterion's growing counts.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example score -- --model DIR --inputs in.safetensors --output out.safetensors \
-//!     [--attention full|block-sparse] [--train] [--grads] [--device cpu] [--dtype f32|bf16|f16]
+//!     [--attention full|block-sparse] [--train] [--grads] [--device cpu|npu:N|npu-sim:N] [--dtype f32|bf16|f16]
 //! ```
 //! Inputs: `input_ids`, `attention_mask`, `token_type_ids`, `labels`, i64 (batch, length).
 //! Output: `logits`, `loss`, and with `--grads` one tensor per parameter under its

@@ -22,6 +22,31 @@ pub fn parse_device(text: &str) -> Result<candle_core::Device, String> {
     candle_ascend::parse_device(text).map_err(|e| e.to_string())
 }
 
+/// A deterministic masked-LM batch of `b` sequences of `n` tokens ([CLS], codon tokens,
+/// [SEP]; every 7th token from the 4th masked), for benchmarks and timing runs.
+pub fn synthetic_mlm_batch(b: usize, n: usize) -> codon_data::MlmBatch {
+    let mut input_ids = Vec::with_capacity(b * n);
+    let mut labels = Vec::with_capacity(b * n);
+    for i in 0..b * n {
+        let id = match i % n {
+            0 => 1,
+            p if p == n - 1 => 2,
+            p => 26 + ((p * 7 + i / n) % 64) as u32,
+        };
+        let masked = i % 7 == 3 && id >= 26;
+        input_ids.push(if masked { 5 } else { id });
+        labels.push(if masked { i64::from(id) } else { -100 });
+    }
+    codon_data::MlmBatch {
+        batch_size: b,
+        seq_len: n,
+        input_ids,
+        attention_mask: vec![1; b * n],
+        token_type_ids: vec![51; b * n],
+        labels,
+    }
+}
+
 /// Parse a `--dtype` value: `f32`, `bf16` or `f16`.
 pub fn parse_dtype(text: &str) -> Result<candle_core::DType, String> {
     match text.trim() {

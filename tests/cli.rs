@@ -109,6 +109,12 @@ fn score_reproduces_transformers_through_the_cli() {
     assert_eq!(got.len(), 2 + 44, "logits, loss and one gradient per parameter");
     let g = "bert.encoder.layer.1.intermediate.dense.weight";
     assert!(max_diff(&got[g], &want[&format!("grad.{g}")]) < 1e-6);
+    // The same on the emulated NPU, against transformers' golden values.
+    let got = run_score(&["--attention", "block-sparse", "--train", "--grads", "--device", "npu-sim:0"]);
+    assert!(max_diff(&got["logits"], &want["logits"]) < 1e-5);
+    assert!(max_diff(&got["loss"], &want["loss"]) < 1e-5);
+    assert_eq!(got.len(), 2 + 44);
+    assert!(max_diff(&got[g], &want[&format!("grad.{g}")]) < 1e-6);
     let got = run_score(&["--attention", "full"]);
     let want = candle_core::safetensors::load(
         bigbird_fixture("case_pad_b2_45/full_eval.safetensors"),

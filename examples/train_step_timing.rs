@@ -1,0 +1,82 @@
+//! Time optimizer steps of the CodonTransformer-size model on the CPU (forward, backward,
+//! AdamW) on one synthetic batch, and report the median steady-state step (steps 2..N) and
+//! this process's peak RSS. Used by `benches/compare_train_step.py`.
+//!
+//! ```text
+//! cargo run --release --example train_step_timing -- --steps 3 --precision f32 --attention block-sparse
+//! ```
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use clap::Parser;
+use codon_ascend::data::MlmBatch;
+use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
+
+/// Train-step timing.
+#[derive(Parser)]
+struct Args {
+    /// Optimizer steps; the first is reported separately (fresh optimizer state, first-touch page faults).
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    precision: String,
+    /// block-sparse or full.
+    #[arg(long, default_value = "block-sparse")]
+    attention: String,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 2)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 1024)]
+    length: usize,
+}
+
+/// The same batch every epoch, one batch per epoch.
+struct OneBatch(MlmBatch);
+
+impl BatchSource for OneBatch {
+    type Batch = MlmBatch;
+    fn batches_per_epoch(&self) -> usize {
+        1
+    }
+    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<MlmBatch>> + '_> {
+        Box::new(std::iter::once(Ok(self.0.clone())))
+    }
+}
+
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
+    let attention: AttentionType = args.attention.parse()?;
+    let config = BigBirdConfig::default();
+    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, DType::F32)?)?;
+    let model = MaskedLmModel::new(model, precision, attention)?;
+    let data = OneBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
+    let steps = args.steps.max(2);
+    let trainer = Trainer::new(
+        TrainerConfig::builder().max_steps(Some(steps)).max_epochs(steps).precision(precision).quiet(true).build()?,
+    );
+    let report = trainer.fit(&model, &data, None::<&Path>)?;
+    let mut later: Vec<f64> = report.steps.iter().skip(1).map(|s| s.step_seconds).collect();
+    later.sort_by(f64::total_cmp);
+    println!(
+        "{{\"first_s\": {:.3}, \"median_s\": {:.3}, \"loss\": {:.4}, \"peak_rss_mb\": {:.0}}}",
+        report.steps[0].step_seconds,
+        later[later.len() / 2],
+        report.steps.last().map_or(f64::NAN, |s| s.loss),
+        peak_rss_mb().unwrap_or(f64::NAN)
+    );
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+}
