@@ -37,6 +37,9 @@ fn run() -> anyhow::Result<()> {
     for lib in &tk.libraries {
         println!("  {}", lib.display());
     }
+    let kind = dev.name().split(':').next().unwrap_or("npu").to_string();
+    let count = dev.count()?;
+    println!("devices:         {count} ({})", (0..count).map(|i| format!("{kind}:{i}")).collect::<Vec<_>>().join(", "));
     println!("SoC:             {}", dev.soc_name().unwrap_or_else(|| "unknown".into()));
     let (free, total) = dev.memory_info()?;
     println!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);

@@ -208,6 +208,15 @@ impl AscendDevice {
         Ok(Self { inner })
     }
 
+    /// How many devices the toolkit sees (`aclrtGetDeviceCount`).
+    pub fn count(&self) -> Result<usize> {
+        let mut n = 0u32;
+        // SAFETY: valid out-pointer.
+        let code = unsafe { (self.inner.toolkit.api.aclrtGetDeviceCount)(&mut n) };
+        self.inner.check("aclrtGetDeviceCount", code)?;
+        Ok(n as usize)
+    }
+
     /// The device ordinal.
     pub fn id(&self) -> usize {
         self.inner.id

@@ -1,0 +1,138 @@
+//! The emulated toolkit behaves like CANN where bugs hide, checked through its C ABI: single-use
+//! executors, honoured workspace sizes, documented status codes with messages, `aclInit`
+//! repeats, and copies of zero bytes.
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+
+use candle_ascend::ffi::types::*;
+use candle_ascend::ffi::Toolkit;
+use candle_ascend::ToolkitKind;
+
+type T = AclTensorPtr;
+type Unary = unsafe extern "C" fn(T, T, *mut u64, *mut AclExecutorPtr) -> i32;
+type ReduceSum = unsafe extern "C" fn(T, AclIntArrayPtr, bool, i32, T, *mut u64, *mut AclExecutorPtr) -> i32;
+type Bmm = unsafe extern "C" fn(T, T, T, i8, *mut u64, *mut AclExecutorPtr) -> i32;
+
+struct Env {
+    tk: std::sync::Arc<Toolkit>,
+    stream: AclrtStream,
+}
+
+impl Env {
+    fn new() -> Self {
+        let tk = Toolkit::get(ToolkitKind::Emulated).unwrap();
+        let mut stream = null_mut();
+        unsafe {
+            assert_eq!((tk.api.aclrtSetDevice)(0), 0);
+            assert_eq!((tk.api.aclrtCreateStream)(&mut stream), 0);
+        }
+        Self { tk, stream }
+    }
+
+    fn malloc(&self, bytes: usize) -> *mut c_void {
+        let mut p = null_mut();
+        assert_eq!(unsafe { (self.tk.api.aclrtMalloc)(&mut p, bytes, 0) }, 0);
+        p
+    }
+
+    fn tensor(&self, data: *mut c_void, dims: &[i64], dtype: i32) -> T {
+        let n: i64 = dims.iter().product();
+        let t = unsafe {
+            (self.tk.api.aclCreateTensor)(dims.as_ptr(), dims.len() as u64, dtype, std::ptr::null(), 0, 2, &n, 1, data)
+        };
+        assert!(!t.is_null());
+        t
+    }
+
+    fn message(&self) -> String {
+        let p = unsafe { (self.tk.api.aclGetRecentErrMsg)() };
+        assert!(!p.is_null(), "no error message");
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+#[test]
+fn executors_are_single_use() {
+    let env = Env::new();
+    let buf = env.malloc(64);
+    let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
+    let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
+    let p1: Unary = unsafe { std::mem::transmute(p1) };
+    let (mut ws, mut exec) = (0u64, null_mut());
+    unsafe {
+        assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
+        assert_eq!(ws, 0);
+        assert_eq!(p2(null_mut(), 0, exec, env.stream), 0);
+        assert_eq!(p2(null_mut(), 0, exec, env.stream), 561_103, "a second launch must fail");
+    }
+    assert!(env.message().contains("single-use"));
+}
+
+#[test]
+fn requested_workspaces_are_enforced() {
+    let env = Env::new();
+    let buf = env.malloc(64);
+    let out = env.malloc(64);
+    let (x, y) = (env.tensor(buf, &[2, 4], dtype::FLOAT), env.tensor(out, &[2, 1], dtype::FLOAT));
+    let dims = [1i64];
+    let dims = unsafe { (env.tk.api.aclCreateIntArray)(dims.as_ptr(), 1) };
+    let (p1, p2) = env.tk.op("aclnnReduceSum").unwrap();
+    let p1: ReduceSum = unsafe { std::mem::transmute(p1) };
+    let (mut ws, mut exec) = (0u64, null_mut());
+    unsafe {
+        assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
+        assert!(ws > 0, "the reduction asks for an accumulator");
+        assert_eq!(p2(null_mut(), 0, exec, env.stream), 161_002, "a missing workspace must be rejected");
+    }
+    assert!(env.message().contains("workspace"));
+    // With the workspace it runs.
+    let mut exec = null_mut();
+    unsafe {
+        assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
+        let w = env.malloc(ws as usize);
+        assert_eq!(p2(w, ws, exec, env.stream), 0);
+        assert_eq!((env.tk.api.aclrtSynchronizeStream)(env.stream), 0);
+    }
+}
+
+#[test]
+fn unsupported_combinations_return_documented_codes() {
+    let env = Env::new();
+    let buf = env.malloc(256);
+    let (p1, _) = env.tk.op("aclnnBatchMatMul").unwrap();
+    let p1: Bmm = unsafe { std::mem::transmute(p1) };
+    let (mut ws, mut exec) = (0u64, null_mut());
+    let a = env.tensor(buf, &[1, 2, 2], dtype::UINT32);
+    let code = unsafe { p1(a, a, a, 0, &mut ws, &mut exec) };
+    assert_eq!(code, 161_002);
+    assert!(env.message().contains("not supported"), "dtype error names the problem");
+    let b = env.tensor(buf, &[1, 2, 2], dtype::BF16);
+    assert_eq!(unsafe { p1(b, b, b, 2, &mut ws, &mut exec) }, 161_002, "USE_FP16 with BF16");
+    assert_eq!(unsafe { p1(null_mut(), b, b, 0, &mut ws, &mut exec) }, 161_001, "null operand");
+    // The message is returned once, then cleared.
+    let _ = unsafe { (env.tk.api.aclGetRecentErrMsg)() };
+    assert!(unsafe { (env.tk.api.aclGetRecentErrMsg)() }.is_null());
+    // A view outside device memory is refused.
+    let host = vec![0f32; 4];
+    let bad = env.tensor(host.as_ptr() as *mut c_void, &[1, 2, 2], dtype::FLOAT);
+    let (p1, _) = env.tk.op("aclnnAbs").unwrap();
+    let p1: Unary = unsafe { std::mem::transmute(p1) };
+    assert_eq!(unsafe { p1(bad, bad, &mut ws, &mut exec) }, 161_002);
+    assert!(env.message().contains("device memory"));
+}
+
+#[test]
+fn runtime_edge_cases_match_cann() {
+    let env = Env::new();
+    let api = &env.tk.api;
+    unsafe {
+        assert_eq!((api.aclInit)(std::ptr::null()), ACL_ERROR_REPEAT_INITIALIZE);
+        let mut p = null_mut();
+        assert_ne!((api.aclrtMalloc)(&mut p, 0, 0), 0, "size 0 is an error");
+        assert_ne!((api.aclrtFree)(null_mut()), 0, "freeing NULL is an error");
+        let d = env.malloc(32);
+        assert_eq!((api.aclrtMemcpyAsync)(d, 32, std::ptr::null(), 0, ACL_MEMCPY_HOST_TO_DEVICE, env.stream), 0);
+        assert!((api.aclCreateScalar)(null_mut(), dtype::FLOAT).is_null());
+        assert_eq!((api.aclDestroyTensor)(null_mut()), 0);
+    }
+}
