@@ -4,6 +4,9 @@
 use candle_core::{DType, Device};
 use codon_ascend::model::bigbird::{AttentionType, BigBirdForMaskedLM};
 
+/// The transfer counters are process-wide: tests that read them run one at a time.
+static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn sim() -> Device {
     codon_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
@@ -51,6 +54,7 @@ fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> V
 
 #[test]
 fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
+    let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
     use codon_ascend::train::Precision;
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
@@ -67,5 +71,36 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
         // Reads back to the host: the loss and gradient norm once per step, nothing per op.
         let reads = after.device_to_host.0 - before.device_to_host.0;
         assert!(reads <= 4 * 2, "{precision:?}: {reads} device-to-host reads in 4 steps");
+    }
+}
+
+#[test]
+fn inference_stays_on_the_device() {
+    let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig, ForwardMode, ModelInput};
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let config = BigBirdConfig::from_json(
+        r#"{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
+            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}"#,
+    )
+    .unwrap();
+    let model =
+        BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &dev, DType::F32).unwrap()).unwrap();
+    let batch = codon_ascend::synthetic_mlm_batch(2, 120);
+    let input = ModelInput {
+        input_ids: candle_core::Tensor::from_slice(&batch.input_ids, (2, 120), &dev).unwrap(),
+        token_type_ids: candle_core::Tensor::from_slice(&batch.token_type_ids, (2, 120), &dev).unwrap(),
+        attention_mask: candle_core::Tensor::from_slice(&batch.attention_mask, (2, 120), &dev).unwrap(),
+    };
+    for attention in [AttentionType::OriginalFull, AttentionType::BlockSparse] {
+        let before = ascend.sim_counters().unwrap();
+        let logits = model.forward(&input, ForwardMode::eval(attention)).unwrap();
+        let after = ascend.sim_counters().unwrap();
+        assert!(logits.device().is_custom());
+        assert_eq!(
+            after.device_to_host.0, before.device_to_host.0,
+            "{attention:?}: a forward pass read back to the host"
+        );
     }
 }

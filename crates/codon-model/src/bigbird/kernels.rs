@@ -23,7 +23,9 @@ fn needs_grad(tensors: &[&Tensor]) -> bool {
 /// LayerNorm over the last dimension: (x − mean)/√(var + eps)·w + b.
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
     let dtype = x.dtype();
-    if !needs_grad(&[x, weight, bias]) && x.is_contiguous() {
+    // candle-nn's fused kernel has CPU/CUDA/Metal bodies only; elsewhere it would round-trip
+    // through the host, so other devices compose device ops.
+    if !needs_grad(&[x, weight, bias]) && x.is_contiguous() && x.device().is_cpu() {
         return Ok(candle_nn::ops::layer_norm(x, weight, bias, eps as f32)?);
     }
     let x32 = x.to_dtype(DType::F32)?;
@@ -38,7 +40,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Resul
 /// Softmax over the last dimension, computed in f32; the result is f32.
 pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if !x.track_op() {
+    if !x.track_op() && x.device().is_cpu() {
         return Ok(candle_nn::ops::softmax_last_dim(&x.contiguous()?)?);
     }
     let max = x.max_keepdim(D::Minus1)?.detach();
