@@ -91,6 +91,32 @@ pub fn gelu_new(x: f32) -> f32 {
     x / (1.0 + exp(-2.0 * u))
 }
 
+/// d/dx gelu_new(x) = s + x·s·(1 − s)·2u', with s = σ(2u) and u' = √(2/π)·(1 + 3·0.044715·x²).
+#[inline(always)]
+fn gelu_new_derivative(x: f32) -> f32 {
+    let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+    let s = 1.0 / (1.0 + exp(-2.0 * u));
+    let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x);
+    s + x * s * (1.0 - s) * 2.0 * du
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn gelu_new_grad_avx2(xs: &[f32], grads: &mut [f32]) {
+    grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
+}
+
+/// `grads[i] *= gelu_new'(xs[i])`, using AVX2 when the CPU has it.
+pub fn gelu_new_grad(xs: &[f32], grads: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports the features the function was compiled for.
+        unsafe { gelu_new_grad_avx2(xs, grads) };
+        return;
+    }
+    grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn gelu_new_avx2(xs: &mut [f32]) {

@@ -40,8 +40,8 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Resul
 /// Softmax over the last dimension, computed in f32; the result is f32.
 pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if !x.track_op() && x.device().is_cpu() {
-        return Ok(candle_nn::ops::softmax_last_dim(&x.contiguous()?)?);
+    if x.device().is_cpu() {
+        return Ok(x.contiguous()?.apply_op1(super::cpu_activation::Softmax)?);
     }
     let max = x.max_keepdim(D::Minus1)?.detach();
     let exp = x.broadcast_sub(&max)?.exp()?;
@@ -52,65 +52,9 @@ pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
 /// as x·σ(2u) (the same function, one `exp` per element); elsewhere candle's `gelu`.
 pub fn gelu_new(x: &Tensor) -> Result<Tensor> {
     if x.device().is_cpu() {
-        return Ok(x.contiguous()?.apply_op1(GeluNew)?);
+        return Ok(x.contiguous()?.apply_op1(super::cpu_activation::GeluNew)?);
     }
     Ok(x.gelu()?)
-}
-
-/// The CPU `gelu_new` kernel, with its derivative composed from tensor ops.
-struct GeluNew;
-
-impl candle_core::CustomOp1 for GeluNew {
-    fn name(&self) -> &'static str {
-        "gelu_new"
-    }
-
-    fn cpu_fwd(
-        &self,
-        storage: &candle_core::CpuStorage,
-        layout: &candle_core::Layout,
-    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
-        use candle_core::CpuStorage as S;
-        use rayon::prelude::*;
-        fn map<T: Copy + Send + Sync>(
-            src: &[T],
-            layout: &candle_core::Layout,
-            f: impl Fn(&mut [T]) + Sync + Send,
-        ) -> Vec<T> {
-            let (a, b) = layout.contiguous_offsets().unwrap_or((0, 0));
-            let mut out = src[a..b].to_vec();
-            out.par_chunks_mut(4096).for_each(f);
-            out
-        }
-        let each = |f: fn(f32) -> f32| {
-            move |c: &mut [half::bf16]| c.iter_mut().for_each(|v| *v = half::bf16::from_f32(f(v.to_f32())))
-        };
-        if layout.contiguous_offsets().is_none() {
-            candle_core::bail!("gelu_new: the CPU kernel takes contiguous input");
-        }
-        let out = match storage {
-            S::F32(v) => S::F32(map(v, layout, fast_math::gelu_new_in_place)),
-            S::BF16(v) => S::BF16(map(v, layout, each(fast_math::gelu_new))),
-            S::F16(v) => S::F16(map(v, layout, |c: &mut [half::f16]| {
-                c.iter_mut().for_each(|v| *v = half::f16::from_f32(fast_math::gelu_new(v.to_f32())))
-            })),
-            _ => candle_core::bail!("gelu_new: unsupported dtype (expected f32, f16 or bf16)"),
-        };
-        Ok((out, layout.shape().clone()))
-    }
-
-    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        // d/dx = 0.5(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²), t = tanh(u)
-        const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-        const GELU_CUBIC: f32 = 0.044_715;
-        let x2 = x.sqr()?;
-        let u = ((x * SQRT_2_OVER_PI as f64)? * ((&x2 * GELU_CUBIC as f64)? + 1.0)?)?;
-        let t = u.tanh()?;
-        let du = ((&x2 * (3.0 * GELU_CUBIC as f64))? + 1.0)?.affine(SQRT_2_OVER_PI as f64, 0.0)?;
-        let left = ((&t + 1.0)? * 0.5)?;
-        let right = ((x * 0.5)? * (1.0 - t.sqr()?)?)?.mul(&du)?;
-        Ok(Some(grad.mul(&(left + right)?)?))
-    }
 }
 
 /// Matrix product. The CPU GEMM has no fast bf16 kernel, so bf16 operands are multiplied

@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod config;
+mod cpu_activation;
 mod cpu_attention;
 mod cpu_linear;
 mod fast_math;

@@ -1,0 +1,191 @@
+//! CPU custom ops for the activations, each with a fused backward pass: `gelu_new` and the
+//! last-dimension softmax. Composed from tensor ops, their backward passes take a dozen
+//! element-wise passes over the largest activations of a training step; fused, one.
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::fast_math;
+
+/// Elements per parallel task.
+const CHUNK: usize = 4096;
+
+fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("{op}: the CPU kernel takes contiguous input"),
+    }
+}
+
+/// Apply `f` to f32 values of any float storage, converting bf16/f16 through f32.
+fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) -> candle_core::Result<CpuStorage> {
+    fn via<T: Copy + Send + Sync>(
+        v: &[T],
+        to: impl Fn(T) -> f32 + Sync + Send,
+        from: impl Fn(f32) -> T + Sync + Send,
+        f: &(impl Fn(&mut [f32]) + Sync),
+    ) -> Vec<T> {
+        let mut x: Vec<f32> = v.par_iter().map(|&e| to(e)).collect();
+        f(&mut x);
+        x.into_par_iter().map(from).collect()
+    }
+    Ok(match s {
+        CpuStorage::F32(v) => {
+            let mut out = contiguous(v, l, op)?.to_vec();
+            f(&mut out);
+            CpuStorage::F32(out)
+        }
+        CpuStorage::BF16(v) => CpuStorage::BF16(via(contiguous(v, l, op)?, |e| e.to_f32(), half::bf16::from_f32, &f)),
+        CpuStorage::F16(v) => CpuStorage::F16(via(contiguous(v, l, op)?, |e| e.to_f32(), half::f16::from_f32, &f)),
+        _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
+    })
+}
+
+/// Two same-shaped float storages as f32 vectors.
+fn pair_f32(
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    op: &str,
+) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+    let one = |s: &CpuStorage, l: &Layout| -> candle_core::Result<Vec<f32>> {
+        Ok(match s {
+            CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
+            CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+            CpuStorage::F16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+            _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
+        })
+    };
+    if l1.shape() != l2.shape() {
+        candle_core::bail!("{op}: shapes {:?} and {:?} differ", l1.shape(), l2.shape());
+    }
+    Ok((one(s1, l1)?, one(s2, l2)?))
+}
+
+/// f32 results back in the dtype of `like`.
+fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
+    match like {
+        CpuStorage::BF16(_) => CpuStorage::BF16(v.into_par_iter().map(half::bf16::from_f32).collect()),
+        CpuStorage::F16(_) => CpuStorage::F16(v.into_par_iter().map(half::f16::from_f32).collect()),
+        _ => CpuStorage::F32(v),
+    }
+}
+
+/// `gelu_new(x)` on the CPU; its backward is [`GeluNewGrad`].
+pub struct GeluNew;
+
+impl CustomOp1 for GeluNew {
+    fn name(&self) -> &'static str {
+        "gelu_new"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let out = map_f32(s, l, "gelu_new", |x| x.par_chunks_mut(CHUNK).for_each(fast_math::gelu_new_in_place))?;
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &GeluNewGrad)?))
+    }
+}
+
+/// `grad · gelu_new'(x)` in one pass.
+struct GeluNewGrad;
+
+impl CustomOp2 for GeluNewGrad {
+    fn name(&self) -> &'static str {
+        "gelu_new_grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, mut g) = pair_f32(s1, l1, s2, l2, "gelu_new_grad")?;
+        g.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(g, x)| fast_math::gelu_new_grad(x, g));
+        Ok((store_like(s2, g), l1.shape().clone()))
+    }
+}
+
+/// Softmax over the last dimension on the CPU; its backward is [`SoftmaxGrad`].
+pub struct Softmax;
+
+impl CustomOp1 for Softmax {
+    fn name(&self) -> &'static str {
+        "softmax_last_dim"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let width = l.dims().last().copied().unwrap_or(1).max(1);
+        let zeros = vec![0f32; width];
+        let rows_per_task = (CHUNK / width).max(1) * width;
+        let out = map_f32(s, l, "softmax_last_dim", |x| {
+            x.par_chunks_mut(rows_per_task).for_each(|rows| fast_math::softmax_rows(rows, width, &zeros))
+        })?;
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(res.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?))
+    }
+}
+
+/// `y ⊙ (g − Σ g⊙y)` per row, from the softmax output `y` and the incoming gradient `g`.
+struct SoftmaxGrad;
+
+impl CustomOp2 for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "softmax_last_dim_grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let width = l1.dims().last().copied().unwrap_or(1).max(1);
+        let (y, mut g) = pair_f32(s1, l1, s2, l2, "softmax_last_dim_grad")?;
+        let rows_per_task = (CHUNK / width).max(1) * width;
+        g.par_chunks_mut(rows_per_task).zip(y.par_chunks(rows_per_task)).for_each(|(g, y)| {
+            for (g, y) in g.chunks_mut(width).zip(y.chunks(width)) {
+                let dot: f32 = g.iter().zip(y).map(|(a, b)| a * b).sum();
+                g.iter_mut().zip(y).for_each(|(g, y)| *g = y * (*g - dot));
+            }
+        });
+        Ok((store_like(s2, g), l1.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor, Var, D};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
+        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    #[test]
+    fn softmax_and_its_gradient_match_the_composed_ops() {
+        let x = Tensor::randn(0f32, 3.0, (3, 5, 37), &Device::Cpu).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (3, 5, 37), &Device::Cpu).unwrap();
+        let v = Var::from_tensor(&x).unwrap();
+        let ours = v.as_tensor().apply_op1(super::Softmax).unwrap();
+        let reference = candle_nn::ops::softmax(v.as_tensor(), D::Minus1).unwrap();
+        assert!(max_diff(&ours, &reference) < 1e-6);
+        let g_ours = (ours * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = (reference * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        assert!(max_diff(g_ours.get(&v).unwrap(), g_ref.get(&v).unwrap()) < 1e-6);
+        // bf16 storage computes in f32 and rounds once.
+        let xb = x.to_dtype(DType::BF16).unwrap();
+        let ours = xb.apply_op1(super::Softmax).unwrap();
+        let reference = candle_nn::ops::softmax(&xb.to_dtype(DType::F32).unwrap(), D::Minus1).unwrap();
+        assert_eq!(ours.dtype(), DType::BF16);
+        assert!(max_diff(&ours, &reference) < 4e-3);
+    }
+}
