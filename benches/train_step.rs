@@ -8,27 +8,13 @@
 use std::path::Path;
 
 use candle_core::{DType, Device};
-use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
-
-/// The same masked batch every step.
-struct OneBatch(MlmBatch);
-
-impl BatchSource for OneBatch {
-    type Batch = MlmBatch;
-    fn batches_per_epoch(&self) -> usize {
-        1
-    }
-    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<MlmBatch>> + '_> {
-        Box::new(std::iter::once(Ok(self.0.clone())))
-    }
-}
 
 fn bench(c: &mut Criterion) {
     let config = BigBirdConfig::default();
-    let data = OneBatch(codon_ascend::synthetic_mlm_batch(2, 1024));
+    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, 1024));
     let mut group = c.benchmark_group("train_step");
     group.sample_size(10);
     // One step takes seconds: run each sample once instead of criterion's growing counts.

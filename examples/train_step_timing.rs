@@ -9,9 +9,8 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 use clap::Parser;
-use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
 
 /// Train-step timing.
 #[derive(Parser)]
@@ -33,19 +32,6 @@ struct Args {
     length: usize,
 }
 
-/// The same batch every epoch, one batch per epoch.
-struct OneBatch(MlmBatch);
-
-impl BatchSource for OneBatch {
-    type Batch = MlmBatch;
-    fn batches_per_epoch(&self) -> usize {
-        1
-    }
-    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<MlmBatch>> + '_> {
-        Box::new(std::iter::once(Ok(self.0.clone())))
-    }
-}
-
 fn peak_rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kb: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
@@ -59,7 +45,7 @@ fn run() -> anyhow::Result<()> {
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
-    let data = OneBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
+    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps.max(2);
     let trainer = Trainer::new(
         TrainerConfig::builder().max_steps(Some(steps)).max_epochs(steps).precision(precision).quiet(true).build()?,

@@ -47,6 +47,20 @@ pub fn synthetic_mlm_batch(b: usize, n: usize) -> codon_data::MlmBatch {
     }
 }
 
+/// A [`train::BatchSource`] that yields the same batch once per epoch, for benchmarks, timing
+/// runs and tests.
+pub struct SameBatch(pub codon_data::MlmBatch);
+
+impl codon_train::BatchSource for SameBatch {
+    type Batch = codon_data::MlmBatch;
+    fn batches_per_epoch(&self) -> usize {
+        1
+    }
+    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_train::Result<Self::Batch>> + '_> {
+        Box::new(std::iter::once(Ok(self.0.clone())))
+    }
+}
+
 /// Parse a `--dtype` value: `f32`, `bf16` or `f16`.
 pub fn parse_dtype(text: &str) -> Result<candle_core::DType, String> {
     match text.trim() {

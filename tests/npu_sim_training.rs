@@ -11,19 +11,6 @@ fn sim() -> Device {
     codon_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
-/// The same batch every epoch, one batch per epoch.
-struct OneBatch(codon_ascend::data::MlmBatch);
-
-impl codon_ascend::train::BatchSource for OneBatch {
-    type Batch = codon_ascend::data::MlmBatch;
-    fn batches_per_epoch(&self) -> usize {
-        1
-    }
-    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<Self::Batch>> + '_> {
-        Box::new(std::iter::once(Ok(self.0.clone())))
-    }
-}
-
 fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {
     use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
     use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
@@ -37,7 +24,7 @@ fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> V
     let weights = weights.into_iter().map(|(n, t)| (n, t.to_device(device).unwrap())).collect();
     let model = BigBirdForMaskedLM::from_named(config, weights).unwrap();
     let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).unwrap();
-    let data = OneBatch(codon_ascend::synthetic_mlm_batch(2, 120));
+    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, 120));
     let trainer = Trainer::new(
         TrainerConfig::builder()
             .max_steps(Some(4))

@@ -113,7 +113,7 @@ fn unsupported_combinations_return_documented_codes() {
     let _ = unsafe { (env.tk.api.aclGetRecentErrMsg)() };
     assert!(unsafe { (env.tk.api.aclGetRecentErrMsg)() }.is_null());
     // A view outside device memory is refused.
-    let host = vec![0f32; 4];
+    let host = [0f32; 4];
     let bad = env.tensor(host.as_ptr() as *mut c_void, &[1, 2, 2], dtype::FLOAT);
     let (p1, _) = env.tk.op("aclnnAbs").unwrap();
     let p1: Unary = unsafe { std::mem::transmute(p1) };
