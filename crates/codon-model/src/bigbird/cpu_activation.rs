@@ -9,7 +9,7 @@ use super::fast_math;
 /// Elements per parallel task.
 const CHUNK: usize = 4096;
 
-fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+pub(super) fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&v[a..b]),
         None => candle_core::bail!("{op}: the CPU kernel takes contiguous input"),
@@ -41,7 +41,7 @@ fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) 
 }
 
 /// Two same-shaped float storages as f32 vectors.
-fn pair_f32(
+pub(super) fn pair_f32(
     s1: &CpuStorage,
     l1: &Layout,
     s2: &CpuStorage,
@@ -63,7 +63,7 @@ fn pair_f32(
 }
 
 /// f32 results back in the dtype of `like`.
-fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
+pub(super) fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
     match like {
         CpuStorage::BF16(_) => CpuStorage::BF16(v.into_par_iter().map(half::bf16::from_f32).collect()),
         CpuStorage::F16(_) => CpuStorage::F16(v.into_par_iter().map(half::f16::from_f32).collect()),

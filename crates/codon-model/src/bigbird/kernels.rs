@@ -28,6 +28,10 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Resul
     if !needs_grad(&[x, weight, bias]) && x.is_contiguous() && x.device().is_cpu() {
         return Ok(candle_nn::ops::layer_norm(x, weight, bias, eps as f32)?);
     }
+    if x.device().is_cpu() {
+        let op = super::cpu_layer_norm::LayerNorm { eps: eps as f32 };
+        return Ok(x.contiguous()?.apply_op3(weight, bias, op)?);
+    }
     let x32 = x.to_dtype(DType::F32)?;
     let mean = x32.mean_keepdim(D::Minus1)?;
     let centered = x32.broadcast_sub(&mean)?;

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod config;
 mod cpu_activation;
 mod cpu_attention;
+mod cpu_layer_norm;
 mod cpu_linear;
 mod fast_math;
 pub mod kernels;
