@@ -1,12 +1,14 @@
 //! The model's hot operations, behind one seam: layer norm, softmax, gelu_new, linear
 //! layers, dropout and the masked-softmax attention product.
 //!
-//! Model code calls only these functions. Each picks an implementation: when no operand
-//! needs a gradient (inference) it uses candle's fused kernels; otherwise it composes
-//! ops that have a backward pass (candle-nn 0.11.1's fused `layer_norm` and
-//! `softmax_last_dim` record none). A device backend supplies its own fused kernels by
-//! adding a branch here, without touching the model. Normalisation and softmax always
-//! run in f32, so bf16 and f16 models accumulate them in f32.
+//! Model code calls only these functions. Each picks an implementation. On the CPU:
+//! inference uses fused kernels without a backward pass (`cpu_linear`, `cpu_attention`,
+//! candle-nn's `layer_norm`); training uses this crate's fused custom ops that carry their
+//! own backward pass (`cpu_layer_norm`, `cpu_activation`), since candle-nn 0.11.1's fused
+//! `layer_norm` and `softmax_last_dim` record none. On other devices (candle-ascend) it
+//! composes device ops, which always have a backward pass. A device backend supplies its own
+//! fused kernels by adding a branch here, without touching the model. Normalisation and
+//! softmax always run in f32, so bf16 and f16 models accumulate them in f32.
 
 use candle_core::{DType, Tensor, D};
 use rand::{RngCore, SeedableRng};
