@@ -9,9 +9,8 @@ of its steps 2..N (step 1 pays for fresh optimizer state and first-touch page fa
 script prints the median round, the ratio (ours / torch) and peak RSS.
 """
 import argparse
-import json
-import subprocess
-import sys
+
+from side_by_side import have_torch, median_run, ours, python_snippet
 
 TORCH_SNIPPET = r"""
 import json, resource, sys, time, torch
@@ -47,27 +46,12 @@ print(json.dumps({"first_s": times[0], "median_s": later[len(later) // 2], "loss
 """
 
 
-def ours(steps, precision):
-    out = subprocess.run(
-        ["cargo", "run", "--quiet", "--release", "--example", "train_step_timing", "--",
-         "--steps", str(steps), "--precision", precision],
-        check=True, capture_output=True, text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def ours_run(steps, precision):
+    return ours("train_step_timing", ["--steps", steps, "--precision", precision])
 
 
 def torch_run(steps, precision):
-    out = subprocess.run([sys.executable, "-c", TORCH_SNIPPET, str(steps), "2", "1024", precision],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        print("torch failed:", out.stderr.strip().splitlines()[-1] if out.stderr.strip() else out.returncode)
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def median_run(runs):
-    runs = sorted(runs, key=lambda r: r["median_s"])
-    return runs[len(runs) // 2]
+    return python_snippet(TORCH_SNIPPET, [steps, 2, 1024, precision])
 
 
 def main():
@@ -76,17 +60,11 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--precision", default="f32")
     args = p.parse_args()
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        have_torch = True
-    except ImportError:
-        have_torch = False
-        print("torch/transformers not installed: reporting this crate only")
+    torch_available = have_torch()
     a_runs, b_runs = [], []
     for r in range(args.rounds):
-        a_runs.append(ours(args.steps, args.precision))
-        b = torch_run(args.steps, args.precision) if have_torch else None
+        a_runs.append(ours_run(args.steps, args.precision))
+        b = torch_run(args.steps, args.precision) if torch_available else None
         if b:
             b_runs.append(b)
         print(f"round {r + 1}: ours {a_runs[-1]['median_s']:.2f} s, torch {b['median_s'] if b else float('nan'):.2f} s",

@@ -10,9 +10,8 @@ peak RSS.
 Without torch + transformers installed it reports this crate's figures only.
 """
 import argparse
-import json
-import subprocess
-import sys
+
+from side_by_side import have_torch, median_run, ours, python_snippet
 
 TORCH_SNIPPET = r"""
 import json, resource, sys, time, torch
@@ -34,26 +33,12 @@ print(json.dumps({"median_s": times[len(times) // 2], "peak_rss_mb": resource.ge
 """
 
 
-def ours(n, attention, repeats):
-    out = subprocess.run(
-        ["cargo", "run", "--quiet", "--release", "--example", "forward_timing", "--",
-         "--length", str(n), "--attention", attention, "--repeats", str(repeats)],
-        check=True, capture_output=True, text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def ours_run(n, attention, repeats):
+    return ours("forward_timing", ["--length", n, "--attention", attention, "--repeats", repeats])
 
 
 def torch_run(n, attention, repeats):
-    out = subprocess.run([sys.executable, "-c", TORCH_SNIPPET, str(n), attention, str(repeats)],
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def median_run(runs):
-    runs = sorted(runs, key=lambda r: r["median_s"])
-    return runs[len(runs) // 2]
+    return python_snippet(TORCH_SNIPPET, [n, attention, repeats])
 
 
 def main():
@@ -62,20 +47,14 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--lengths", type=int, nargs="*", default=[502, 1002])
     args = p.parse_args()
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        have_torch = True
-    except ImportError:
-        have_torch = False
-        print("torch/transformers not installed: reporting this crate only")
+    torch_available = have_torch()
     configs = [(n, "full") for n in args.lengths] + [(2048, "full"), (2048, "block-sparse")]
     print(f"{'config':>22} {'ours s':>8} {'torch s':>8} {'ratio':>6} {'ours RSS MB':>12} {'torch RSS MB':>13}")
     for n, attention in configs:
         a_runs, b_runs = [], []
         for _ in range(args.rounds):
-            a_runs.append(ours(n, attention, args.repeats))
-            b = torch_run(n, attention, args.repeats) if have_torch else None
+            a_runs.append(ours_run(n, attention, args.repeats))
+            b = torch_run(n, attention, args.repeats) if torch_available else None
             if b:
                 b_runs.append(b)
         a = median_run(a_runs)
