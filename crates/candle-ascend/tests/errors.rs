@@ -78,3 +78,36 @@ fn steady_state_reuses_cached_memory() {
     }
     assert_eq!(ascend.sim_counters().unwrap().allocations, before, "steady state must not call aclrtMalloc");
 }
+
+/// A host read through a device pointer must fault, as on hardware. The test re-runs itself in
+/// a child process that performs the read, and expects the child to die of the signal.
+#[test]
+fn host_read_of_device_memory_faults() {
+    const CHILD: &str = "CANDLE_ASCEND_DEREFERENCE_DEVICE_POINTER";
+    if std::env::var_os(CHILD).is_some() {
+        let dev = candle_ascend::parse_device("npu-sim:0").unwrap();
+        let t = Tensor::new(&[1f32, 2.0], &dev).unwrap();
+        let (storage, _) = t.storage_and_layout();
+        if let candle_core::Storage::Custom(s) = &*storage {
+            let s = s.as_any().downcast_ref::<candle_ascend::AscendStorage>().unwrap();
+            // SAFETY: deliberately unsound: this must crash the child process.
+            let v = unsafe { std::ptr::read_volatile(s.device_ptr() as *const f32) };
+            println!("read {v} through a device pointer");
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "host_read_of_device_memory_faults", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success() && !stdout.contains("through a device pointer"), "the read did not fault: {stdout}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let signal = out.status.signal();
+        assert!(matches!(signal, Some(7) | Some(11)), "expected SIGSEGV or SIGBUS, got {:?}", out.status);
+    }
+}
