@@ -253,3 +253,48 @@ fn custom_ops_fall_back_through_the_host() {
     let x = input((4, 6), DType::F32, 18);
     check("softmax_last_dim", std::slice::from_ref(&x), |t| candle_nn::ops::softmax_last_dim(&t[0]));
 }
+
+/// Every candle unary and binary op crosses the patch's object boundary with a tag and runs on
+/// the device; after a rebase, an op whose name changed upstream fails here.
+#[test]
+fn every_candle_op_has_a_tag() {
+    use candle_core::custom_backend::{BinaryOpKind, UnaryOpKind};
+    assert_eq!(UnaryOpKind::ALL.len(), 19);
+    assert_eq!(BinaryOpKind::ALL.len(), 6);
+    let dev = sim();
+    let x = Tensor::new(&[0.25f32, -1.5, 2.0], &dev).unwrap();
+    type Op = fn(&Tensor) -> Result<Tensor>;
+    let unary: [Op; 19] = [
+        |x| x.exp(),
+        |x| x.log(),
+        |x| x.sin(),
+        |x| x.cos(),
+        |x| x.tanh(),
+        |x| x.neg(),
+        |x| x.recip(),
+        |x| x.sqr(),
+        |x| x.sqrt(),
+        |x| x.gelu(),
+        |x| x.gelu_erf(),
+        |x| x.erf(),
+        |x| x.relu(),
+        |x| x.silu(),
+        |x| x.abs(),
+        |x| x.ceil(),
+        |x| x.floor(),
+        |x| x.round(),
+        |x| x.sign(),
+    ];
+    for op in unary {
+        op(&x).unwrap().to_vec1::<f32>().unwrap();
+    }
+    type Bin = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let binary: [Bin; 6] =
+        [|a, b| a + b, |a, b| a - b, |a, b| a * b, |a, b| a / b, |a, b| a.minimum(b), |a, b| a.maximum(b)];
+    for op in binary {
+        op(&x, &x).unwrap().to_vec1::<f32>().unwrap();
+    }
+    for kind in UnaryOpKind::ALL {
+        assert!(kind.kernel().starts_with('u') && kind.kernel().ends_with(kind.name()));
+    }
+}
