@@ -746,59 +746,63 @@ static int index_dtype(const char *op, const aclTensor *idx) {
     return 0;
 }
 
-/* IndexSelect (i[1] = 0) and IndexAdd (i[1] = 1): t[0] = out, t[1] = self, t[2] = index (1-D),
- * t[3] = source (IndexAdd); i[0] = dim; f[0] = alpha. */
-static void run_index(aclOpExecutor *e) {
-    const aclTensor *o = &e->t[0], *s = &e->t[1], *ix = &e->t[2], *src = &e->t[3];
-    int64_t dim = e->i[0];
-    void *po = host_base(o), *ps = host_base(s), *pi = host_base(ix);
+/* For flat index k over `walk`'s shape: the element offset in `walk`, and the offset in `other`
+ * of the same position with coordinate `dim` replaced by index[coordinate]. An index out of
+ * range is reported as a kernel fault and read as 0. */
+static void index_walk(const aclTensor *walk, const aclTensor *other, const aclTensor *ix, const void *pi, int64_t dim,
+                       const char *op, int64_t k, int64_t *off_walk, int64_t *off_other) {
+    int64_t rem = k, limit = other->dims[dim];
+    *off_walk = walk->offset;
+    *off_other = other->offset;
+    for (int64_t d = (int64_t)walk->ndim - 1; d >= 0; d--) {
+        int64_t idx = rem % walk->dims[d];
+        rem /= walk->dims[d];
+        *off_walk += idx * walk->strides[d];
+        if (d == dim) {
+            int64_t v = (int64_t)ld(pi, ix->dtype, ix->offset + idx * ix->strides[0]);
+            if (v < 0 || v >= limit) {
+                aclsimKernelFault("%s: index %lld out of range 0..%lld", op, (long long)v, (long long)limit);
+                v = 0;
+            }
+            idx = v;
+        }
+        *off_other += idx * other->strides[d];
+    }
+}
+
+/* out = self, element by element (same shapes, any strides). */
+static void copy_self(const aclTensor *o, const aclTensor *s) {
     It ito, its;
     it_init(&ito, o, NULL);
     it_init(&its, s, NULL);
-    int64_t limit = s->dims[dim];
-    if (e->i[1] == 0) { /* out[..., j, ...] = self[..., index[j], ...] */
-        int64_t n = numel(o);
-        for (int64_t k = 0; k < n; k++) {
-            int64_t rem = k, off_o = o->offset, off_s = s->offset;
-            for (int64_t d = (int64_t)o->ndim - 1; d >= 0; d--) {
-                int64_t idx = rem % o->dims[d];
-                rem /= o->dims[d];
-                off_o += idx * o->strides[d];
-                if (d == dim) {
-                    int64_t v = (int64_t)ld(pi, ix->dtype, ix->offset + idx * ix->strides[0]);
-                    if (v < 0 || v >= limit) { aclsimKernelFault("aclnnIndexSelect: index %lld out of range 0..%lld", (long long)v, (long long)limit); v = 0; }
-                    idx = v;
-                }
-                off_s += idx * s->strides[d];
-            }
-            st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
+    int64_t n = numel(o), off_o, off_s;
+    for (int64_t k = 0; k < n; k++) {
+        offsets(o, k, &ito, 1, &off_o);
+        offsets(s, k, &its, 1, &off_s);
+        st(ito.base, o->dtype, off_o, ld(its.base, s->dtype, off_s));
+    }
+}
+
+/* IndexSelect (i[1] = 0): out[..., j, ...] = self[..., index[j], ...]. IndexAdd (i[1] = 1):
+ * out = self; out[..., index[j], ...] += alpha * source[..., j, ...].
+ * t[0] = out, t[1] = self, t[2] = index (1-D), t[3] = source; i[0] = dim; f[0] = alpha. */
+static void run_index(aclOpExecutor *e) {
+    const aclTensor *o = &e->t[0], *s = &e->t[1], *ix = &e->t[2], *src = &e->t[3];
+    void *po = host_base(o), *pi = host_base(ix);
+    int64_t off_a, off_b;
+    if (e->i[1] == 0) {
+        void *ps = host_base(s);
+        for (int64_t k = 0, n = numel(o); k < n; k++) {
+            index_walk(o, s, ix, pi, e->i[0], e->op, k, &off_a, &off_b);
+            st(po, o->dtype, off_a, ld(ps, s->dtype, off_b));
         }
         return;
     }
-    /* IndexAdd: out = self; out[..., index[j], ...] += alpha * source[..., j, ...] */
-    int64_t n = numel(o);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t off_o, off_s;
-        offsets(o, k, &ito, 1, &off_o);
-        offsets(s, k, &its, 1, &off_s);
-        st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
-    }
+    copy_self(o, s);
     void *pr = host_base(src);
-    int64_t ns = numel(src);
-    for (int64_t k = 0; k < ns; k++) {
-        int64_t rem = k, off_r = src->offset, off_o = o->offset;
-        for (int64_t d = (int64_t)src->ndim - 1; d >= 0; d--) {
-            int64_t idx = rem % src->dims[d];
-            rem /= src->dims[d];
-            off_r += idx * src->strides[d];
-            if (d == dim) {
-                int64_t v = (int64_t)ld(pi, ix->dtype, ix->offset + idx * ix->strides[0]);
-                if (v < 0 || v >= limit) { aclsimKernelFault("aclnnIndexAdd: index %lld out of range 0..%lld", (long long)v, (long long)limit); v = 0; }
-                idx = v;
-            }
-            off_o += idx * o->strides[d];
-        }
-        st(po, o->dtype, off_o, ld(po, o->dtype, off_o) + e->f[0] * ld(pr, src->dtype, off_r));
+    for (int64_t k = 0, n = numel(src); k < n; k++) {
+        index_walk(src, o, ix, pi, e->i[0], e->op, k, &off_a, &off_b);
+        st(po, o->dtype, off_b, ld(po, o->dtype, off_b) + e->f[0] * ld(pr, src->dtype, off_a));
     }
 }
 
@@ -858,18 +862,7 @@ static void run_gather(aclOpExecutor *e) {
     const aclTensor *o = &e->t[0], *s = &e->t[1], *ix = &e->t[2], *src = &e->t[3];
     int64_t dim = e->i[0], limit = (e->i[1] ? o : s)->dims[dim];
     void *po = host_base(o), *ps = host_base(s), *pi = host_base(ix);
-    if (e->i[1]) {
-        It ito, its;
-        it_init(&ito, o, NULL);
-        it_init(&its, s, NULL);
-        int64_t n = numel(o);
-        for (int64_t k = 0; k < n; k++) {
-            int64_t off_o, off_s;
-            offsets(o, k, &ito, 1, &off_o);
-            offsets(s, k, &its, 1, &off_s);
-            st(po, o->dtype, off_o, ld(ps, s->dtype, off_s));
-        }
-    }
+    if (e->i[1]) copy_self(o, s);
     void *pr = e->i[1] ? host_base(src) : NULL;
     int64_t n = numel(ix);
     for (int64_t k = 0; k < n; k++) {
