@@ -40,6 +40,16 @@ fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) 
     })
 }
 
+/// A contiguous float storage as an f32 vector.
+pub(super) fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
+    Ok(match s {
+        CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
+        CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+        CpuStorage::F16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+        _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
+    })
+}
+
 /// Two same-shaped float storages as f32 vectors.
 pub(super) fn pair_f32(
     s1: &CpuStorage,
@@ -48,18 +58,10 @@ pub(super) fn pair_f32(
     l2: &Layout,
     op: &str,
 ) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
-    let one = |s: &CpuStorage, l: &Layout| -> candle_core::Result<Vec<f32>> {
-        Ok(match s {
-            CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
-            CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
-            CpuStorage::F16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
-            _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
-        })
-    };
     if l1.shape() != l2.shape() {
         candle_core::bail!("{op}: shapes {:?} and {:?} differ", l1.shape(), l2.shape());
     }
-    Ok((one(s1, l1)?, one(s2, l2)?))
+    Ok((f32_vec(s1, l1, op)?, f32_vec(s2, l2, op)?))
 }
 
 /// f32 results back in the dtype of `like`.

@@ -5,16 +5,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_activation::{contiguous, pair_f32, store_like};
-
-fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
-    Ok(match s {
-        CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
-        CpuStorage::BF16(v) => contiguous(v, l, op)?.iter().map(|e| e.to_f32()).collect(),
-        CpuStorage::F16(v) => contiguous(v, l, op)?.iter().map(|e| e.to_f32()).collect(),
-        _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
-    })
-}
+use super::cpu_activation::{f32_vec, pair_f32, store_like};
 
 /// Mean and 1/σ of one row.
 #[inline]
