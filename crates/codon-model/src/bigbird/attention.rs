@@ -7,6 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 
+use super::cpu_block_attention::{AttentionPlan, KeyRange};
 use super::kernels::{self, Dropout};
 use super::random_blocks::RandomBlocks;
 use crate::error::Result;
@@ -16,17 +17,53 @@ pub const BLOCK_SPARSE_MASK_PENALTY: f32 = -10_000.0;
 /// Penalty for key slots that are not part of a query block's key set. Large enough that
 /// exp underflows to exactly 0 in f32, finite so no NaN can appear.
 const ABSENT_SLOT_PENALTY: f32 = -1.0e30;
+/// Query rows per block when full attention trains on the CPU.
+const FULL_QUERY_BLOCK: usize = 64;
 
-/// Full attention over (b, h, n, d) with an additive key mask (b, 1, 1, n) or none.
+/// Split (b, n, h·d) into contiguous (b, h, n, d) heads.
+fn split_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
+    let (b, n, hd) = t.dims3()?;
+    Ok(t.reshape((b, n, heads, hd / heads))?.transpose(1, 2)?.contiguous()?)
+}
+
+/// Merge (b, h, n, d) heads back into (b, n, h·d).
+fn merge_heads(t: &Tensor) -> Result<Tensor> {
+    let (b, h, n, d) = t.dims4()?;
+    Ok(t.transpose(1, 2)?.reshape((b, n, h * d))?)
+}
+
+/// Full attention over q, k, v of shape (b, n, h·d), with an additive key mask (b, 1, 1, n);
+/// the result is (b, n, h·d).
 pub fn full_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    key_bias: Option<&Tensor>,
+    heads: usize,
+    key_bias: &Tensor,
     dropout: Option<(&mut Dropout, f64)>,
 ) -> Result<Tensor> {
-    let scale = 1.0 / (q.dim(3)? as f64).sqrt();
-    kernels::attention(q, k, v, scale, key_bias, dropout)
+    let (b, n, hd) = q.dims3()?;
+    let scale = 1.0 / ((hd / heads) as f64).sqrt();
+    let mut dropout = dropout;
+    let planned = kernels::planned_attention(q, k, v, || {
+        let mask = dropout.take().map(|(rng, p)| rng.mask(b * heads * n * n, p));
+        Ok(AttentionPlan {
+            batch: b,
+            heads,
+            seq_len: n,
+            query_blocks: (0..n).step_by(FULL_QUERY_BLOCK).map(|s| (s, FULL_QUERY_BLOCK.min(n - s))).collect(),
+            keys: vec![vec![KeyRange { start: 0, len: n, penalty: 0.0 }]; heads * n.div_ceil(FULL_QUERY_BLOCK)],
+            key_penalty: key_bias.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            query_mask: None,
+            scale: scale as f32,
+            dropout: mask,
+        })
+    })?;
+    if let Some(ctx) = planned {
+        return Ok(ctx);
+    }
+    let (qh, kh, vh) = (split_heads(q, heads)?, split_heads(k, heads)?, split_heads(v, heads)?);
+    merge_heads(&kernels::attention(&qh, &kh, &vh, scale, Some(key_bias), dropout)?)
 }
 
 /// Per-forward inputs of block-sparse attention that do not depend on the layer.
@@ -72,7 +109,8 @@ fn key_block_table(rand: &RandomBlocks, nb: usize) -> (Vec<u32>, Vec<f32>) {
     (index, absent)
 }
 
-/// Block-sparse attention over (b, h, n, d), n a multiple of the block size.
+/// Block-sparse attention over q, k, v of shape (b, n, h·d), n a multiple of the block
+/// size; the result is (b, n, h·d).
 pub fn block_sparse_attention(
     q: &Tensor,
     k: &Tensor,
@@ -80,19 +118,59 @@ pub fn block_sparse_attention(
     masks: &BlockSparseMask,
     rand: &RandomBlocks,
 ) -> Result<Tensor> {
-    let (b, h, n, d) = q.dims4()?;
+    let (b, n, hd) = q.dims3()?;
+    let h = rand.heads;
+    let d = hd / h;
     let wm = masks.block_size;
     let nb = n / wm;
     let r = rand.r;
     let slots = 5 + r;
     let scale = 1.0 / (d as f64).sqrt();
     let device: &Device = q.device();
+    let (index, absent) = key_block_table(rand, nb);
+
+    let planned = kernels::planned_attention(q, k, v, || {
+        // Global blocks 0 and nb−1 see every key; block j in between sees its table row.
+        let mut keys = Vec::with_capacity(h * nb);
+        for head in 0..h {
+            for j in 0..nb {
+                if j == 0 || j == nb - 1 {
+                    keys.push(vec![KeyRange { start: 0, len: n, penalty: 0.0 }]);
+                    continue;
+                }
+                let row = (head * (nb - 2) + j - 1) * slots;
+                keys.push(
+                    (0..slots)
+                        .map(|slot| KeyRange {
+                            start: (index[row + slot] as usize % nb) * wm,
+                            len: wm,
+                            penalty: absent[(j - 1) * slots + slot],
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Ok(AttentionPlan {
+            batch: b,
+            heads: h,
+            seq_len: n,
+            query_blocks: (0..nb).map(|j| (j * wm, wm)).collect(),
+            keys,
+            key_penalty: masks.key_penalty.flatten_all()?.to_vec1()?,
+            query_mask: Some(masks.mask.flatten_all()?.to_vec1()?),
+            scale: scale as f32,
+            dropout: None,
+        })
+    })?;
+    if let Some(ctx) = planned {
+        return Ok(ctx);
+    }
+    let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
 
     // Global query blocks 0 and nb−1 attend to every key.
     let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
     let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
 
-    let (index, absent) = key_block_table(rand, nb);
     let no_grad = ![q, k, v].iter().any(|t| t.track_op());
     if no_grad {
         let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
@@ -108,7 +186,7 @@ pub fn block_sparse_attention(
             BLOCK_SPARSE_MASK_PENALTY,
         ) {
             let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
-            return Ok(ctx.broadcast_mul(&masks.query_mask)?);
+            return merge_heads(&ctx.broadcast_mul(&masks.query_mask)?);
         }
     }
     // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
@@ -144,5 +222,5 @@ pub fn block_sparse_attention(
     let ctx_mid = kernels::attention(&q_mid, &gk, &gv, scale, Some(&bias), None)?.reshape((b, h, n - 2 * wm, d))?;
 
     let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
-    Ok(ctx.broadcast_mul(&masks.query_mask)?)
+    merge_heads(&ctx.broadcast_mul(&masks.query_mask)?)
 }

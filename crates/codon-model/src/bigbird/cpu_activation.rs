@@ -4,17 +4,11 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::cpu_storage::{contiguous, pair_f32, store_like};
 use super::fast_math;
 
 /// Elements per parallel task.
 const CHUNK: usize = 4096;
-
-pub(super) fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&v[a..b]),
-        None => candle_core::bail!("{op}: the CPU kernel takes contiguous input"),
-    }
-}
 
 /// Apply `f` to f32 values of any float storage, converting bf16/f16 through f32.
 fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) -> candle_core::Result<CpuStorage> {
@@ -38,39 +32,6 @@ fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) 
         CpuStorage::F16(v) => CpuStorage::F16(via(contiguous(v, l, op)?, |e| e.to_f32(), half::f16::from_f32, &f)),
         _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
     })
-}
-
-/// A contiguous float storage as an f32 vector.
-pub(super) fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
-    Ok(match s {
-        CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
-        CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
-        CpuStorage::F16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
-        _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
-    })
-}
-
-/// Two same-shaped float storages as f32 vectors.
-pub(super) fn pair_f32(
-    s1: &CpuStorage,
-    l1: &Layout,
-    s2: &CpuStorage,
-    l2: &Layout,
-    op: &str,
-) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
-    if l1.shape() != l2.shape() {
-        candle_core::bail!("{op}: shapes {:?} and {:?} differ", l1.shape(), l2.shape());
-    }
-    Ok((f32_vec(s1, l1, op)?, f32_vec(s2, l2, op)?))
-}
-
-/// f32 results back in the dtype of `like`.
-pub(super) fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
-    match like {
-        CpuStorage::BF16(_) => CpuStorage::BF16(v.into_par_iter().map(half::bf16::from_f32).collect()),
-        CpuStorage::F16(_) => CpuStorage::F16(v.into_par_iter().map(half::f16::from_f32).collect()),
-        _ => CpuStorage::F32(v),
-    }
 }
 
 /// `gelu_new(x)` on the CPU; its backward is [`GeluNewGrad`].

@@ -5,7 +5,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_activation::{f32_vec, pair_f32, store_like};
+use super::cpu_storage::{f32_vec, pair_f32, store_like};
 
 /// Mean and 1/σ of one row.
 #[inline]

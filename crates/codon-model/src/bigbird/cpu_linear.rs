@@ -1,9 +1,21 @@
-//! A fused CPU linear layer for inference: y = x·Wᵀ + b (+ residual) with the bias and the
-//! residual written into the GEMM's destination first, so the output is produced in one
-//! pass instead of a GEMM followed by one or two element-wise passes.
+//! Fused CPU linear layers.
+//!
+//! Inference ([`fused_linear`]): y = x·Wᵀ + b (+ residual), with the bias and the residual
+//! written into the GEMM's destination first, so the output takes one pass instead of a
+//! GEMM followed by one or two element-wise passes.
+//!
+//! Training ([`TrainLinear`]): the same product with an element-wise epilogue (gelu_new or
+//! a dropout mask) and a backward pass that reads the weight and the input in place, so
+//! neither is transposed into a copy, and sums the bias gradient in the same step.
 
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
 use rayon::prelude::*;
+
+use super::cpu_gemm::{matmul_into, Mat};
+use super::cpu_storage::{cow_f32, store_like};
+use super::fast_math;
 
 /// Elements per parallel task of the epilogue.
 const EPILOGUE_CHUNK: usize = 16 * 1024;
@@ -56,40 +68,164 @@ pub fn fused_linear(
     if let Some(bias) = &bias {
         out.par_chunks_mut(out_f).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
     }
-    let read_dst = bias.is_some() || residual.is_some();
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let accumulate = bias.is_some() || residual.is_some();
     with_f32(x, |xv| {
         with_f32(weight, |wv| {
-            // SAFETY: x is (rows × in) row-major, Wᵀ is W read with row stride 1 and column
-            // stride `in`, and `out` is the (rows × out) row-major destination.
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    out_f,
-                    in_f,
-                    out.as_mut_ptr(),
-                    1,
-                    out_f as isize,
-                    read_dst,
-                    xv.as_ptr(),
-                    1,
-                    in_f as isize,
-                    wv.as_ptr(),
-                    in_f as isize,
-                    1,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    parallelism,
-                );
-            }
+            let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
+            matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true).ok()
         })
-    })??;
+    })???;
     if let Some(f) = epilogue {
         out.par_chunks_mut(EPILOGUE_CHUNK).for_each(f);
     }
     Tensor::from_vec(out, out_dims, x.device()).ok()
+}
+
+/// What [`TrainLinear`] applies to `z = x·Wᵀ + b`.
+pub enum Epilogue {
+    /// y = z.
+    Identity,
+    /// y = gelu_new(z).
+    GeluNew,
+    /// y = z ⊙ mask, the mask holding 0 or 1/(1 − p) per output element.
+    Dropout(Vec<f32>),
+}
+
+/// `epilogue(x·Wᵀ + b)` with x (…, in), W (out, in), b (out), computed in f32 for any float
+/// dtype; its backward pass gives dx = dz·W, dW = dzᵀ·x and db = Σ dz in one step.
+pub struct TrainLinear {
+    epilogue: Epilogue,
+    /// z, kept for gelu_new's derivative (the saved tensor of a framework's autograd).
+    pre_activation: Mutex<Vec<f32>>,
+}
+
+impl TrainLinear {
+    /// A linear layer followed by `epilogue`.
+    pub fn new(epilogue: Epilogue) -> Self {
+        Self { epilogue, pre_activation: Mutex::new(Vec::new()) }
+    }
+}
+
+/// (rows, in, out) of a linear layer's operands, checked.
+fn linear_dims(x: &[usize], w: &[usize], b: &[usize]) -> candle_core::Result<(usize, usize, usize)> {
+    let (&in_f, lead) = x.split_last().unwrap_or((&0, &[]));
+    match (w, b) {
+        ([out_f, w_in], [b_out]) if *w_in == in_f && b_out == out_f && in_f > 0 => {
+            Ok((lead.iter().product(), in_f, *out_f))
+        }
+        _ => candle_core::bail!("linear: input {x:?}, weight {w:?} and bias {b:?} do not fit"),
+    }
+}
+
+impl CustomOp3 for TrainLinear {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, in_f, out_f) = linear_dims(l1.dims(), l2.dims(), l3.dims())?;
+        let (x, w, b) = (cow_f32(s1, l1, "linear")?, cow_f32(s2, l2, "linear")?, cow_f32(s3, l3, "linear")?);
+        let mut z = vec![0f32; rows * out_f];
+        z.par_chunks_mut(out_f).for_each(|row| row.copy_from_slice(&b));
+        matmul_into(
+            &mut z,
+            out_f,
+            Mat::rows(&x, rows, in_f, in_f),
+            Mat::rows(&w, out_f, in_f, in_f).t(),
+            1.0,
+            true,
+            true,
+        )?;
+        match &self.epilogue {
+            Epilogue::Identity => {}
+            Epilogue::GeluNew => {
+                let mut saved = self.pre_activation.lock().map_err(|_| candle_core::Error::msg("linear: poisoned"))?;
+                *saved = z.clone();
+                z.par_chunks_mut(EPILOGUE_CHUNK).for_each(fast_math::gelu_new_in_place);
+            }
+            Epilogue::Dropout(mask) => {
+                if mask.len() != z.len() {
+                    candle_core::bail!("linear: dropout mask has {} elements, output {}", mask.len(), z.len());
+                }
+                z.par_chunks_mut(EPILOGUE_CHUNK)
+                    .zip(mask.par_chunks(EPILOGUE_CHUNK))
+                    .for_each(|(z, m)| z.iter_mut().zip(m).for_each(|(z, m)| *z *= m));
+            }
+        }
+        let mut shape = l1.dims().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = out_f;
+        }
+        Ok((store_like(s1, z), Shape::from(shape)))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (rows, in_f, out_f) = linear_dims(x.dims(), w.dims(), b.dims())?;
+        // dz = dy ⊙ epilogue'(z).
+        let mut dz = super::cpu_storage::with_f32(grad, "linear backward", <[f32]>::to_vec)?;
+        match &self.epilogue {
+            Epilogue::Identity => {}
+            Epilogue::GeluNew => {
+                let z = self.pre_activation.lock().map_err(|_| candle_core::Error::msg("linear: poisoned"))?;
+                if z.len() != dz.len() {
+                    candle_core::bail!("linear backward: no saved pre-activation");
+                }
+                dz.par_chunks_mut(EPILOGUE_CHUNK)
+                    .zip(z.par_chunks(EPILOGUE_CHUNK))
+                    .for_each(|(g, z)| fast_math::gelu_new_grad(z, g));
+            }
+            Epilogue::Dropout(mask) => dz
+                .par_chunks_mut(EPILOGUE_CHUNK)
+                .zip(mask.par_chunks(EPILOGUE_CHUNK))
+                .for_each(|(g, m)| g.iter_mut().zip(m).for_each(|(g, m)| *g *= m)),
+        }
+        let dz_mat = Mat::rows(&dz, rows, out_f, out_f);
+        let mut dx = vec![0f32; rows * in_f];
+        let mut dw = vec![0f32; out_f * in_f];
+        super::cpu_storage::with_f32(w, "linear backward", |w| {
+            matmul_into(&mut dx, in_f, dz_mat, Mat::rows(w, out_f, in_f, in_f), 1.0, false, true)
+        })??;
+        super::cpu_storage::with_f32(x, "linear backward", |x| {
+            matmul_into(&mut dw, in_f, dz_mat.t(), Mat::rows(x, rows, in_f, in_f), 1.0, false, true)
+        })??;
+        let db = column_sums(&dz, out_f);
+        Ok((
+            Some(super::cpu_storage::tensor_from_f32(dx, x.dims(), x.dtype())?),
+            Some(super::cpu_storage::tensor_from_f32(dw, w.dims(), w.dtype())?),
+            Some(super::cpu_storage::tensor_from_f32(db, b.dims(), b.dtype())?),
+        ))
+    }
+}
+
+/// Σ over rows of a row-major (rows × width) matrix: partial sums over fixed blocks of rows
+/// in parallel, then added in block order, so the result does not depend on the schedule.
+fn column_sums(m: &[f32], width: usize) -> Vec<f32> {
+    let rows_per_task = (EPILOGUE_CHUNK / width).max(1);
+    let partial: Vec<Vec<f32>> = m
+        .par_chunks(rows_per_task * width)
+        .map(|block| {
+            let mut acc = vec![0f32; width];
+            block.chunks(width).for_each(|row| acc.iter_mut().zip(row).for_each(|(a, v)| *a += v));
+            acc
+        })
+        .collect();
+    partial.into_iter().fold(vec![0f32; width], |mut a, b| {
+        a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+        a
+    })
 }

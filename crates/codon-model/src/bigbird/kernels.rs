@@ -15,6 +15,8 @@ use rand::{RngCore, SeedableRng};
 
 use rand_chacha::ChaCha8Rng;
 
+use super::cpu_block_attention::AttentionPlan;
+use super::cpu_linear::Epilogue;
 use super::fast_math;
 use crate::error::Result;
 
@@ -93,7 +95,10 @@ pub fn linear_residual(
             return Ok(y);
         }
     }
-    let y = composed_linear(x, weight, bias)?;
+    let y = match train_linear(x, weight, bias, Epilogue::Identity)? {
+        Some(y) => y,
+        None => composed_linear(x, weight, bias)?,
+    };
     Ok(match residual {
         Some(r) => (y + r)?,
         None => y,
@@ -111,7 +116,46 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Re
             return Ok(y);
         }
     }
-    gelu_new(&composed_linear(x, weight, bias)?)
+    match train_linear(x, weight, bias, Epilogue::GeluNew)? {
+        Some(y) => Ok(y),
+        None => gelu_new(&composed_linear(x, weight, bias)?),
+    }
+}
+
+/// `dropout(x·Wᵀ + b)`: a linear layer whose output passes through dropout; training on the
+/// CPU applies the mask in the GEMM's epilogue. The mask is drawn the same way on every
+/// device, so runs agree across devices.
+pub fn linear_dropout(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    dropout: &mut Dropout,
+    p: f64,
+) -> Result<Tensor> {
+    if x.device().is_cpu() && p > 0.0 {
+        let elements = x.elem_count() / x.dim(D::Minus1)?.max(1) * weight.dim(0)?;
+        if let Some(y) = train_linear(x, weight, bias, Epilogue::Dropout(dropout.mask(elements, p)))? {
+            return Ok(y);
+        }
+    }
+    dropout.apply(&composed_linear(x, weight, bias)?, p)
+}
+
+/// The CPU training linear layer with its own backward pass; `None` on other devices.
+fn train_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
+    if !x.device().is_cpu() || !weight.device().is_cpu() {
+        return Ok(None);
+    }
+    let zeros;
+    let bias = match bias {
+        Some(b) => b,
+        None => {
+            zeros = Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device())?;
+            &zeros
+        }
+    };
+    let op = super::cpu_linear::TrainLinear::new(epilogue);
+    Ok(Some(x.contiguous()?.apply_op3(&weight.contiguous()?, bias, op)?))
 }
 
 fn composed_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
@@ -157,6 +201,23 @@ pub fn attention(
     matmul(&probs, v)
 }
 
+/// Attention over q, k, v of shape (batch, tokens, heads·head_dim) by the plan that `plan`
+/// builds: the CPU training kernel, whose backward pass is fused. `None` (and `plan` never
+/// called) on other devices and in inference, which have their own kernels.
+pub fn planned_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    plan: impl FnOnce() -> Result<AttentionPlan>,
+) -> Result<Option<Tensor>> {
+    let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
+    if !on_cpu || !needs_grad(&[q, k, v]) {
+        return Ok(None);
+    }
+    let op = super::cpu_block_attention::BlockAttention::new(plan()?);
+    Ok(Some(q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?))
+}
+
 /// Dropout with masks from a seeded generator, so training is reproducible on any
 /// device (candle's CPU generator cannot be seeded).
 pub struct Dropout {
@@ -174,13 +235,17 @@ impl Dropout {
         if p <= 0.0 {
             return Ok(x.clone());
         }
+        let mask = self.mask(x.elem_count(), p);
+        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+        Ok((x * mask)?)
+    }
+
+    /// The next `len` mask values: 0 with probability `p`, 1/(1 − p) otherwise.
+    pub fn mask(&mut self, len: usize, p: f64) -> Vec<f32> {
         let keep = 1.0 - p;
         let scale = (1.0 / keep) as f32;
         let threshold = (keep * 4_294_967_296.0) as u64;
-        let mask: Vec<f32> =
-            (0..x.elem_count()).map(|_| if u64::from(self.rng.next_u32()) < threshold { scale } else { 0.0 }).collect();
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        Ok((x * mask)?)
+        (0..len).map(|_| if u64::from(self.rng.next_u32()) < threshold { scale } else { 0.0 }).collect()
     }
 }
 

@@ -31,6 +31,11 @@ impl Linear {
         kernels::linear_gelu_new(x, &self.weight, self.bias.as_ref())
     }
 
+    /// `dropout(forward(x))`, fused where the kernels allow.
+    fn forward_dropout(&self, x: &Tensor, dropout: &mut Dropout, p: f64) -> Result<Tensor> {
+        kernels::linear_dropout(x, &self.weight, self.bias.as_ref(), dropout, p)
+    }
+
     /// `forward(x) + residual`, fused where the kernels allow.
     fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
         kernels::linear_residual(x, &self.weight, self.bias.as_ref(), Some(residual))
@@ -358,7 +363,7 @@ impl BigBirdForMaskedLM {
                     .layer_forward(
                         layer,
                         &x,
-                        |q, k, v| full_attention(q, k, v, Some(&key_bias), drop.take()),
+                        |q, k, v| full_attention(q, k, v, c.num_attention_heads, &key_bias, drop.take()),
                         dropout.as_mut(),
                     )
                     .map_err(|e| layer_context(e, l))?;
@@ -402,17 +407,14 @@ impl BigBirdForMaskedLM {
         mut dropout: Option<&mut Dropout>,
     ) -> Result<Tensor> {
         let c = &self.config;
-        let (b, n, hd) = x.dims3()?;
-        let (h, d) = (c.num_attention_heads, c.head_dim());
-        let heads = |t: Tensor| -> Result<Tensor> { Ok(t.reshape((b, n, h, d))?.transpose(1, 2)?.contiguous()?) };
-        let q = heads(layer.query.forward(x)?)?;
-        let k = heads(layer.key.forward(x)?)?;
-        let v = heads(layer.value.forward(x)?)?;
-        let ctx = attend(&q, &k, &v)?.transpose(1, 2)?.reshape((b, n, hd))?;
+        let q = layer.query.forward(x)?;
+        let k = layer.key.forward(x)?;
+        let v = layer.value.forward(x)?;
+        let ctx = attend(&q, &k, &v)?;
         // Dropout sits between each dense layer and its residual connection.
         let dense_residual =
             |dense: &Linear, input: &Tensor, residual: &Tensor, dropout: Option<&mut Dropout>| match dropout {
-                Some(d) => Ok::<_, CodonError>((d.apply(&dense.forward(input)?, c.hidden_dropout_prob)? + residual)?),
+                Some(d) => Ok::<_, CodonError>((dense.forward_dropout(input, d, c.hidden_dropout_prob)? + residual)?),
                 None => dense.forward_residual(input, residual),
             };
         let a = dense_residual(&layer.attention_output, &ctx, x, dropout.as_deref_mut())?;

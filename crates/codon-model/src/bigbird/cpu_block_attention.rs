@@ -1,0 +1,390 @@
+//! Attention with its own backward pass, for training on the CPU.
+//!
+//! The queries are cut into blocks of rows, and each block attends to a list of key ranges:
+//! full attention is one range of every key, BigBird's block-sparse attention is the global,
+//! sliding and random key blocks (bigbird.md §5). Per (sequence, head) the kernel gathers a
+//! block's keys and values, computes softmax(q·kᵀ·scale + penalty)·v, and keeps the
+//! probabilities for the backward pass, which then needs four small GEMMs per block and no
+//! saved score, gathered key or transposed copy. q, k, v and the output stay in the
+//! (batch, tokens, heads·head_dim) layout of the projections: a head is a column range.
+
+use std::sync::Mutex;
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::cpu_gemm::{matmul_into, Mat};
+use super::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use super::fast_math;
+
+/// Key rows `start..start + len`, each with `penalty` added to its score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeyRange {
+    /// First key row.
+    pub start: usize,
+    /// Number of key rows.
+    pub len: usize,
+    /// Added to every score of the range (BigBird's absent slots get a huge negative one).
+    pub penalty: f32,
+}
+
+/// Which keys every block of query rows attends to.
+#[derive(Debug, Clone)]
+pub struct AttentionPlan {
+    /// Sequences.
+    pub batch: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Tokens per sequence.
+    pub seq_len: usize,
+    /// Query row blocks `(start, len)`, covering every row once; shared by all heads.
+    pub query_blocks: Vec<(usize, usize)>,
+    /// The key ranges of query block `j` of head `h`, at `h·query_blocks.len() + j`.
+    pub keys: Vec<Vec<KeyRange>>,
+    /// Additive penalty per key, (batch, seq_len): 0 or the masked-key penalty.
+    pub key_penalty: Vec<f32>,
+    /// 0/1 per query, (batch, seq_len): output rows of 0-queries are zeroed (block-sparse).
+    pub query_mask: Option<Vec<f32>>,
+    /// Score scale, 1/√head_dim.
+    pub scale: f32,
+    /// Dropout on the probabilities, (batch, heads, seq_len, seq_len) of 0 or 1/(1 − p);
+    /// only when every query block attends to all keys.
+    pub dropout: Option<Vec<f32>>,
+}
+
+impl AttentionPlan {
+    fn check(&self, dims: &[usize]) -> candle_core::Result<usize> {
+        let (b, n, nq) = (self.batch, self.seq_len, self.query_blocks.len());
+        let [db, dn, hd] = dims else { candle_core::bail!("attention: q, k, v must be (batch, tokens, hidden)") };
+        let covered: usize = self.query_blocks.iter().map(|&(_, len)| len).sum();
+        let ranges_fit = self.keys.iter().flatten().all(|r| r.start + r.len <= n);
+        let full = self.keys.iter().all(|k| k.len() == 1 && k[0].start == 0 && k[0].len == n);
+        let ok = *db == b
+            && *dn == n
+            && self.heads > 0
+            && hd % self.heads == 0
+            && covered == n
+            && self.query_blocks.iter().all(|&(s, l)| s + l <= n)
+            && self.keys.len() == self.heads * nq
+            && ranges_fit
+            && self.key_penalty.len() == b * n
+            && self.query_mask.as_ref().is_none_or(|m| m.len() == b * n)
+            && self.dropout.as_ref().is_none_or(|m| full && m.len() == b * self.heads * n * n);
+        if !ok {
+            candle_core::bail!("attention: the plan does not fit q, k, v of shape {dims:?}");
+        }
+        Ok(hd / self.heads)
+    }
+}
+
+/// Block attention over q, k, v of shape (batch, tokens, heads·head_dim); see the module.
+pub struct BlockAttention {
+    plan: AttentionPlan,
+    /// Softmax probabilities (before dropout) per (sequence, head), block after block.
+    probs: Mutex<Vec<Vec<f32>>>,
+}
+
+impl BlockAttention {
+    /// The op for one forward pass.
+    pub fn new(plan: AttentionPlan) -> Self {
+        Self { plan, probs: Mutex::new(Vec::new()) }
+    }
+}
+
+/// One (sequence, head): where its rows and columns sit in the (batch, tokens, hidden) tensors.
+#[derive(Clone, Copy)]
+struct Slice {
+    batch: usize,
+    head: usize,
+    n: usize,
+    hidden: usize,
+    d: usize,
+}
+
+impl Slice {
+    /// Offset of (token `row`, this head's first column).
+    fn at(&self, row: usize) -> usize {
+        (self.batch * self.n + row) * self.hidden + self.head * self.d
+    }
+
+    /// `len` rows of this head from `data`, starting at token `row`.
+    fn rows<'a>(&self, data: &'a [f32], row: usize, len: usize) -> Mat<'a> {
+        Mat::rows(&data[self.at(row)..], len, self.d, self.hidden)
+    }
+}
+
+/// A query block's keys and values as matrices: read in place when they are one range,
+/// gathered into `kbuf`/`vbuf` otherwise.
+fn keys_and_values<'a>(
+    s: Slice,
+    ranges: &[KeyRange],
+    k: &'a [f32],
+    v: &'a [f32],
+    kbuf: &'a mut Vec<f32>,
+    vbuf: &'a mut Vec<f32>,
+) -> (Mat<'a>, Mat<'a>) {
+    let total: usize = ranges.iter().map(|r| r.len).sum();
+    if let [r] = ranges {
+        return (s.rows(k, r.start, r.len), s.rows(v, r.start, r.len));
+    }
+    kbuf.clear();
+    vbuf.clear();
+    for r in ranges {
+        for row in r.start..r.start + r.len {
+            let at = s.at(row);
+            kbuf.extend_from_slice(&k[at..at + s.d]);
+            vbuf.extend_from_slice(&v[at..at + s.d]);
+        }
+    }
+    (Mat::rows(kbuf, total, s.d, s.d), Mat::rows(vbuf, total, s.d, s.d))
+}
+
+/// Additive score bias of every gathered key.
+fn key_bias(plan: &AttentionPlan, batch: usize, ranges: &[KeyRange], out: &mut Vec<f32>) {
+    out.clear();
+    let penalty = &plan.key_penalty[batch * plan.seq_len..(batch + 1) * plan.seq_len];
+    for r in ranges {
+        out.extend(penalty[r.start..r.start + r.len].iter().map(|p| p + r.penalty));
+    }
+}
+
+/// Add a gathered (keys × d) gradient back onto the rows its keys came from.
+fn scatter_add(s: Slice, ranges: &[KeyRange], src: &[f32], dst: &mut [f32]) {
+    let mut rows = src.chunks(s.d);
+    for r in ranges {
+        for row in r.start..r.start + r.len {
+            if let Some(g) = rows.next() {
+                dst[row * s.d..(row + 1) * s.d].iter_mut().zip(g).for_each(|(a, b)| *a += b);
+            }
+        }
+    }
+}
+
+impl BlockAttention {
+    fn forward_slice(&self, s: Slice, q: &[f32], k: &[f32], v: &[f32]) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+        let plan = &self.plan;
+        let nq = plan.query_blocks.len();
+        let mut ctx = vec![0f32; s.n * s.d];
+        let mut probs = Vec::new();
+        let (mut kbuf, mut vbuf, mut bias, mut dropped) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (j, &(start, m)) in plan.query_blocks.iter().enumerate() {
+            let ranges = &plan.keys[s.head * nq + j];
+            key_bias(plan, s.batch, ranges, &mut bias);
+            let width = bias.len();
+            let (kmat, vmat) = keys_and_values(s, ranges, k, v, &mut kbuf, &mut vbuf);
+            let offset = probs.len();
+            probs.resize(offset + m * width, 0.0);
+            let p = &mut probs[offset..];
+            matmul_into(p, width, s.rows(q, start, m), kmat.t(), plan.scale, false, false)?;
+            fast_math::softmax_rows(p, width, &bias);
+            let p: &[f32] = match &plan.dropout {
+                Some(mask) => {
+                    let at = ((s.batch * plan.heads + s.head) * s.n + start) * s.n;
+                    dropped.clear();
+                    dropped.extend(p.iter().zip(&mask[at..at + m * width]).map(|(p, m)| p * m));
+                    &dropped
+                }
+                None => p,
+            };
+            matmul_into(&mut ctx[start * s.d..], s.d, Mat::rows(p, m, width, width), vmat, 1.0, false, false)?;
+        }
+        Ok((ctx, probs))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn backward_slice(
+        &self,
+        s: Slice,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        grad: &[f32],
+        probs: &[f32],
+    ) -> candle_core::Result<[Vec<f32>; 3]> {
+        let plan = &self.plan;
+        let nq = plan.query_blocks.len();
+        let [mut dq, mut dk, mut dv] = [0; 3].map(|_| vec![0f32; s.n * s.d]);
+        let (mut kbuf, mut vbuf, mut bias) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut dout, mut dscores, mut dropped, mut gathered) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut offset = 0;
+        for (j, &(start, m)) in plan.query_blocks.iter().enumerate() {
+            let ranges = &plan.keys[s.head * nq + j];
+            key_bias(plan, s.batch, ranges, &mut bias);
+            let width = bias.len();
+            let p = &probs[offset..offset + m * width];
+            offset += m * width;
+            // The output gradient of this block; zeroed queries pass none back.
+            dout.clear();
+            for row in start..start + m {
+                let keep = plan.query_mask.as_ref().is_none_or(|qm| qm[s.batch * s.n + row] != 0.0);
+                let at = s.at(row);
+                if keep {
+                    dout.extend_from_slice(&grad[at..at + s.d]);
+                } else {
+                    dout.extend(std::iter::repeat_n(0.0, s.d));
+                }
+            }
+            let dout_mat = Mat::rows(&dout, m, s.d, s.d);
+            let mask = plan.dropout.as_ref().map(|mask| {
+                let at = ((s.batch * plan.heads + s.head) * s.n + start) * s.n;
+                &mask[at..at + m * width]
+            });
+            let used: &[f32] = match mask {
+                Some(mask) => {
+                    dropped.clear();
+                    dropped.extend(p.iter().zip(mask).map(|(p, m)| p * m));
+                    &dropped
+                }
+                None => p,
+            };
+            let (kmat, vmat) = keys_and_values(s, ranges, k, v, &mut kbuf, &mut vbuf);
+            // dv += pᵀ·dout.
+            accumulate_keys(s, ranges, &mut dv, &mut gathered, Mat::rows(used, m, width, width).t(), dout_mat)?;
+            // dp = dout·vᵀ (⊙ dropout mask), then the softmax backward: ds = p ⊙ (dp − Σ dp⊙p)·scale.
+            dscores.clear();
+            dscores.resize(m * width, 0.0);
+            matmul_into(&mut dscores, width, dout_mat, vmat.t(), 1.0, false, false)?;
+            if let Some(mask) = mask {
+                dscores.iter_mut().zip(mask).for_each(|(g, m)| *g *= m);
+            }
+            for (g, p) in dscores.chunks_mut(width).zip(p.chunks(width)) {
+                let dot: f32 = g.iter().zip(p).map(|(g, p)| g * p).sum();
+                g.iter_mut().zip(p).for_each(|(g, p)| *g = p * (*g - dot) * plan.scale);
+            }
+            let ds = Mat::rows(&dscores, m, width, width);
+            // dq = ds·k; dk += dsᵀ·q.
+            matmul_into(&mut dq[start * s.d..], s.d, ds, kmat, 1.0, false, false)?;
+            accumulate_keys(s, ranges, &mut dk, &mut gathered, ds.t(), s.rows(q, start, m))?;
+        }
+        Ok([dq, dk, dv])
+    }
+}
+
+/// `dst[key rows] += a·b` for the (keys × d) product a·b: straight into `dst` when the keys
+/// are one range, through `scratch` and a scatter otherwise.
+fn accumulate_keys(
+    s: Slice,
+    ranges: &[KeyRange],
+    dst: &mut [f32],
+    scratch: &mut Vec<f32>,
+    a: Mat<'_>,
+    b: Mat<'_>,
+) -> candle_core::Result<()> {
+    if let [r] = ranges {
+        return matmul_into(&mut dst[r.start * s.d..], s.d, a, b, 1.0, true, false);
+    }
+    let total: usize = ranges.iter().map(|r| r.len).sum();
+    scratch.clear();
+    scratch.resize(total * s.d, 0.0);
+    matmul_into(scratch, s.d, a, b, 1.0, false, false)?;
+    scatter_add(s, ranges, scratch, dst);
+    Ok(())
+}
+
+/// Write per-(sequence, head) results (tokens × d) into a (batch, tokens, heads·d) tensor.
+fn interleave(parts: &[Vec<f32>], batch: usize, n: usize, heads: usize, d: usize) -> Vec<f32> {
+    let hidden = heads * d;
+    let mut out = vec![0f32; batch * n * hidden];
+    out.par_chunks_mut(hidden).enumerate().for_each(|(row, out)| {
+        let (b, t) = (row / n, row % n);
+        for (h, cols) in out.chunks_mut(d).enumerate() {
+            cols.copy_from_slice(&parts[b * heads + h][t * d..(t + 1) * d]);
+        }
+    });
+    out
+}
+
+impl BlockAttention {
+    fn slices(&self, d: usize) -> Vec<Slice> {
+        let p = &self.plan;
+        (0..p.batch * p.heads)
+            .map(|i| Slice { batch: i / p.heads, head: i % p.heads, n: p.seq_len, hidden: p.heads * d, d })
+            .collect()
+    }
+}
+
+impl CustomOp3 for BlockAttention {
+    fn name(&self) -> &'static str {
+        "block_attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        if l2.dims() != l1.dims() || l3.dims() != l1.dims() {
+            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
+        }
+        let d = self.plan.check(l1.dims())?;
+        let name = "block_attention";
+        let (q, k, v) = (cow_f32(s1, l1, name)?, cow_f32(s2, l2, name)?, cow_f32(s3, l3, name)?);
+        let results: Vec<(Vec<f32>, Vec<f32>)> = self
+            .slices(d)
+            .into_par_iter()
+            .map(|s| self.forward_slice(s, &q, &k, &v))
+            .collect::<candle_core::Result<_>>()?;
+        let (mut ctx, probs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = results.into_iter().unzip();
+        if let Some(mask) = &self.plan.query_mask {
+            let n = self.plan.seq_len;
+            for (i, part) in ctx.iter_mut().enumerate() {
+                let b = i / self.plan.heads;
+                for (row, cols) in part.chunks_mut(d).enumerate() {
+                    if mask[b * n + row] == 0.0 {
+                        cols.fill(0.0);
+                    }
+                }
+            }
+        }
+        *self.probs.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))? = probs;
+        let p = &self.plan;
+        let out = interleave(&ctx, p.batch, p.seq_len, p.heads, d);
+        Ok((store_like(s1, out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let d = self.plan.check(q.dims())?;
+        let probs = self.probs.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))?;
+        if probs.len() != self.plan.batch * self.plan.heads {
+            candle_core::bail!("attention backward: the forward pass saved no probabilities");
+        }
+        let name = "block_attention backward";
+        let grads: Vec<[Vec<f32>; 3]> = with_f32(q, name, |q| {
+            with_f32(k, name, |k| {
+                with_f32(v, name, |v| {
+                    with_f32(grad, name, |g| {
+                        self.slices(d)
+                            .into_par_iter()
+                            .zip(probs.par_iter())
+                            .map(|(s, p)| self.backward_slice(s, q, k, v, g, p))
+                            .collect::<candle_core::Result<Vec<_>>>()
+                    })
+                })
+            })
+        })?????;
+        let p = &self.plan;
+        let mut parts: [Vec<Vec<f32>>; 3] = Default::default();
+        for slice_grads in grads {
+            for (part, g) in parts.iter_mut().zip(slice_grads) {
+                part.push(g);
+            }
+        }
+        let [dq, dk, dv] = parts.map(|part| interleave(&part, p.batch, p.seq_len, p.heads, d));
+        Ok((
+            Some(tensor_from_f32(dq, q.dims(), q.dtype())?),
+            Some(tensor_from_f32(dk, k.dims(), k.dtype())?),
+            Some(tensor_from_f32(dv, v.dims(), v.dtype())?),
+        ))
+    }
+}

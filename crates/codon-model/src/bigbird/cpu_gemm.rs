@@ -1,0 +1,131 @@
+//! Bounds-checked f32 matrix products on the `gemm` crate, for the fused CPU kernels.
+//!
+//! A [`Mat`] is a strided view into a slice, so transposed operands and one head's columns
+//! of a (tokens × hidden) activation are multiplied in place, without a copy.
+
+use candle_core::Result;
+
+/// A (rows × cols) f32 matrix inside a slice: element (i, j) is at `i·row_stride + j·col_stride`.
+#[derive(Clone, Copy)]
+pub struct Mat<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// A row-major matrix whose rows are `row_stride` apart (`row_stride ≥ cols`).
+    pub fn rows(data: &'a [f32], rows: usize, cols: usize, row_stride: usize) -> Self {
+        Self { data, rows, cols, row_stride, col_stride: 1 }
+    }
+
+    /// The transposed view.
+    pub fn t(self) -> Self {
+        Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+    }
+
+    /// Whether every element lies inside the slice.
+    fn in_bounds(&self) -> bool {
+        self.rows == 0
+            || self.cols == 0
+            || (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride < self.data.len()
+    }
+}
+
+/// `dst ← a·b·beta` (or `dst += a·b·beta` when `accumulate`), dst row-major with rows
+/// `dst_row_stride` apart. `parallel` splits the product over rayon's threads; kernels
+/// that already run one task per thread pass false.
+pub fn matmul_into(
+    dst: &mut [f32],
+    dst_row_stride: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    beta: f32,
+    accumulate: bool,
+    parallel: bool,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let dst_fits = m == 0 || n == 0 || (m - 1) * dst_row_stride + n <= dst.len();
+    if b.rows != k || !a.in_bounds() || !b.in_bounds() || !dst_fits || (m > 1 && n > dst_row_stride) {
+        candle_core::bail!(
+            "cpu gemm: ({m}×{k})·({}×{n}) into {} elements with row stride {dst_row_stride}",
+            b.rows,
+            dst.len()
+        );
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.chunks_mut(dst_row_stride).take(m).for_each(|row| row[..n].fill(0.0));
+        }
+        return Ok(());
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if parallel && threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // SAFETY: the checks above keep every element of a, b and dst inside its slice, and dst
+    // (a unique borrow) cannot overlap a or b.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_row_stride as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.col_stride as isize,
+            a.row_stride as isize,
+            b.data.as_ptr(),
+            b.col_stride as isize,
+            b.row_stride as isize,
+            1.0,
+            beta,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut out = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn transposed_and_strided_operands_match_a_naive_product() {
+        let (m, k, n) = (5, 7, 3);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+        let expected = naive(&a, &b, m, k, n);
+        // aᵀ stored row-major, read back transposed; b embedded in wider rows.
+        let at: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+        let wide: Vec<f32> =
+            (0..k * (n + 2)).map(|i| if i % (n + 2) < n { b[(i / (n + 2)) * n + i % (n + 2)] } else { 9.0 }).collect();
+        let mut dst = vec![1f32; m * n];
+        matmul_into(&mut dst, n, Mat::rows(&at, k, m, m).t(), Mat::rows(&wide, k, n, n + 2), 2.0, true, false).unwrap();
+        for (d, e) in dst.iter().zip(&expected) {
+            assert!((d - (1.0 + 2.0 * e)).abs() < 1e-5);
+        }
+        // A view that runs past its slice is refused, not read.
+        assert!(
+            matmul_into(&mut dst, n, Mat::rows(&a[1..], m, k, k), Mat::rows(&b, k, n, n), 1.0, false, true).is_err()
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! Float CPU storages as f32 slices and vectors, shared by the fused CPU kernels: they
+//! compute in f32 whatever the storage dtype, and return results in the operand's dtype.
+use std::borrow::Cow;
+
+use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
+use rayon::prelude::*;
+
+/// The elements of a contiguous storage.
+pub(super) fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&v[a..b]),
+        None => candle_core::bail!("{op}: the CPU kernel takes contiguous input"),
+    }
+}
+
+/// A contiguous float storage as an f32 vector.
+pub(super) fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
+    Ok(match s {
+        CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
+        CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+        CpuStorage::F16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
+        _ => candle_core::bail!("{op}: unsupported dtype (expected f32, f16 or bf16)"),
+    })
+}
+
+/// A contiguous float storage as f32: borrowed when it is f32, converted otherwise.
+pub(super) fn cow_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Cow<'a, [f32]>> {
+    Ok(match s {
+        CpuStorage::F32(v) => Cow::Borrowed(contiguous(v, l, op)?),
+        other => Cow::Owned(f32_vec(other, l, op)?),
+    })
+}
+
+/// Two same-shaped float storages as f32 vectors.
+pub(super) fn pair_f32(
+    s1: &CpuStorage,
+    l1: &Layout,
+    s2: &CpuStorage,
+    l2: &Layout,
+    op: &str,
+) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+    if l1.shape() != l2.shape() {
+        candle_core::bail!("{op}: shapes {:?} and {:?} differ", l1.shape(), l2.shape());
+    }
+    Ok((f32_vec(s1, l1, op)?, f32_vec(s2, l2, op)?))
+}
+
+/// f32 results back in the dtype of `like`.
+pub(super) fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
+    match like {
+        CpuStorage::BF16(_) => CpuStorage::BF16(v.into_par_iter().map(half::bf16::from_f32).collect()),
+        CpuStorage::F16(_) => CpuStorage::F16(v.into_par_iter().map(half::f16::from_f32).collect()),
+        _ => CpuStorage::F32(v),
+    }
+}
+
+/// Run `f` on a float CPU tensor's elements as f32: borrowed when the tensor is contiguous
+/// f32, converted otherwise.
+pub(super) fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(s) => Ok(f(&cow_f32(s, layout, op)?)),
+        _ => candle_core::bail!("{op}: the CPU kernel got a tensor on {:?}", t.device().location()),
+    }
+}
+
+/// A CPU tensor of `dtype` from f32 values.
+pub(super) fn tensor_from_f32(v: Vec<f32>, shape: &[usize], dtype: DType) -> candle_core::Result<Tensor> {
+    Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
+}
