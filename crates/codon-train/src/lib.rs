@@ -26,6 +26,7 @@
 
 pub mod allocator;
 pub mod checkpoint;
+mod cpu_adamw;
 pub mod error;
 pub mod masked_lm;
 pub mod optim;

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Tensor, Var};
 
+use crate::cpu_adamw::{MomentUpdate, ParameterUpdate, SumOfSquares};
 use crate::error::{Result, TrainError};
 
 /// AdamW hyper-parameters other than the learning rate; the defaults are torch's.
@@ -50,12 +51,14 @@ impl AdamW {
     pub fn new(params: Vec<(String, Var)>, config: AdamWConfig) -> Result<Self> {
         let mut slots = Vec::with_capacity(params.len());
         for (name, param) in params {
+            // Every state tensor owns its storage: the CPU update writes it in place.
             let master = match param.dtype() {
                 DType::F32 => None,
-                _ => Some(param.as_tensor().to_dtype(DType::F32)?.detach()),
+                _ => Some(param.as_tensor().to_dtype(DType::F32)?.copy()?.detach()),
             };
-            let zeros = param.as_tensor().zeros_like()?.to_dtype(DType::F32)?;
-            slots.push(Slot { name, param, master, exp_avg: zeros.clone(), exp_avg_sq: zeros });
+            let zeros = || Tensor::zeros(param.shape(), DType::F32, param.device());
+            let (exp_avg, exp_avg_sq) = (zeros()?, zeros()?);
+            slots.push(Slot { name, param, master, exp_avg, exp_avg_sq });
         }
         Ok(Self { slots, config, step: 0 })
     }
@@ -98,8 +101,26 @@ impl AdamW {
                 Some(m) => m.clone(),
                 None => slot.param.as_tensor().detach(),
             };
+            let decay = 1.0 - lr * c.weight_decay;
+            if theta.device().is_cpu() {
+                // In place: θ (the parameter or its master copy) and the moments are storage
+                // that only this optimizer writes.
+                let fused = || -> candle_core::Result<()> {
+                    let g = g.contiguous()?;
+                    slot.exp_avg.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
+                    slot.exp_avg_sq.inplace_op2(&g, &MomentUpdate { beta: c.beta2, squared: true })?;
+                    let update = ParameterUpdate { decay, step_size, bias2_sqrt, eps: c.eps };
+                    theta.inplace_op3(&slot.exp_avg, &slot.exp_avg_sq, &update)?;
+                    if slot.master.is_some() {
+                        slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                    }
+                    Ok(())
+                };
+                fused().map_err(op)?;
+                continue;
+            }
             let update = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-                let theta = (theta * (1.0 - lr * c.weight_decay))?;
+                let theta = (theta * decay)?;
                 let m = (&slot.exp_avg + ((&g - &slot.exp_avg)? * (1.0 - beta1))?)?;
                 let v = ((&slot.exp_avg_sq * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
                 let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
@@ -143,13 +164,16 @@ impl AdamW {
                 if t.dims() != s.param.dims() {
                     return Err(format!("{key} has shape {:?}, parameter {:?}", t.dims(), s.param.dims()));
                 }
-                t.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())).map_err(|e| e.to_string())
+                // A copy: the CPU update writes the moments in place.
+                t.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())?.copy()).map_err(|e| e.to_string())
             };
             s.exp_avg = get(format!("exp_avg.{}", s.name))?;
             s.exp_avg_sq = get(format!("exp_avg_sq.{}", s.name))?;
             let master = masters.get(&s.name).ok_or_else(|| format!("missing weight {}", s.name))?;
-            let master =
-                master.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())).map_err(|e| e.to_string())?;
+            let master = master
+                .to_dtype(DType::F32)
+                .and_then(|t| t.to_device(s.param.device())?.copy())
+                .map_err(|e| e.to_string())?;
             if s.master.is_some() {
                 s.master = Some(master.clone());
             }
@@ -165,7 +189,9 @@ impl AdamW {
 pub fn global_norm(grads: &[Tensor]) -> candle_core::Result<Tensor> {
     let mut total: Option<Tensor> = None;
     for g in grads {
-        let s = g.to_dtype(DType::F32)?.sqr()?.sum_all()?;
+        let g = g.to_dtype(DType::F32)?;
+        let s =
+            if g.device().is_cpu() { g.contiguous()?.apply_op1_no_bwd(&SumOfSquares)? } else { g.sqr()?.sum_all()? };
         total = Some(match total {
             Some(t) => (t + s)?,
             None => s,
