@@ -388,3 +388,144 @@ impl CustomOp3 for BlockAttention {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor, Var, D};
+
+    use super::*;
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    /// The plan as dense (b, h, n, n) score biases: a key outside every range of the query's
+    /// block gets −1e30 (zero weight), the same as an absent slot.
+    fn dense_bias(plan: &AttentionPlan) -> Vec<f32> {
+        let (b, h, n) = (plan.batch, plan.heads, plan.seq_len);
+        let mut bias = vec![-1.0e30f32; b * h * n * n];
+        for bi in 0..b {
+            for hi in 0..h {
+                for (j, &(start, len)) in plan.query_blocks.iter().enumerate() {
+                    for r in &plan.keys[hi * plan.query_blocks.len() + j] {
+                        if r.penalty < -1.0e29 {
+                            continue;
+                        }
+                        for row in start..start + len {
+                            for key in r.start..r.start + r.len {
+                                bias[((bi * h + hi) * n + row) * n + key] = plan.key_penalty[bi * n + key] + r.penalty;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        bias
+    }
+
+    /// softmax(q·kᵀ·scale + bias) (⊙ dropout) · v (⊙ query mask), composed from candle ops.
+    fn reference(plan: &AttentionPlan, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+        let (b, h, n) = (plan.batch, plan.heads, plan.seq_len);
+        let dev = &Device::Cpu;
+        let split = |t: &Tensor| t.reshape((b, n, h, ())).unwrap().transpose(1, 2).unwrap().contiguous().unwrap();
+        let (qh, kh, vh) = (split(q), split(k), split(v));
+        let bias = Tensor::from_vec(dense_bias(plan), (b, h, n, n), dev).unwrap();
+        let scores = ((qh.matmul(&kh.t().unwrap()).unwrap() * plan.scale as f64).unwrap() + bias).unwrap();
+        let mut probs = candle_nn::ops::softmax(&scores, D::Minus1).unwrap();
+        if let Some(mask) = &plan.dropout {
+            probs = (probs * Tensor::from_vec(mask.clone(), (b, h, n, n), dev).unwrap()).unwrap();
+        }
+        let ctx = probs.matmul(&vh).unwrap().transpose(1, 2).unwrap().reshape((b, n, ())).unwrap();
+        match &plan.query_mask {
+            Some(m) => ctx.broadcast_mul(&Tensor::from_vec(m.clone(), (b, n, 1), dev).unwrap()).unwrap(),
+            None => ctx,
+        }
+    }
+
+    fn check(plan: AttentionPlan, hidden: usize) {
+        let (b, n) = (plan.batch, plan.seq_len);
+        let dev = &Device::Cpu;
+        let var = |seed: f32| {
+            let t = Tensor::arange(0u32, (b * n * hidden) as u32, dev).unwrap().to_dtype(DType::F32).unwrap();
+            let t = ((t * 0.37).unwrap() + seed as f64).unwrap().sin().unwrap();
+            Var::from_tensor(&t.reshape((b, n, hidden)).unwrap()).unwrap()
+        };
+        let (q, k, v) = (var(0.1), var(1.3), var(2.9));
+        let weights = var(4.2);
+        let ours = q.as_tensor().apply_op3(k.as_tensor(), v.as_tensor(), BlockAttention::new(plan.clone())).unwrap();
+        let expected = reference(&plan, q.as_tensor(), k.as_tensor(), v.as_tensor());
+        assert!(max_diff(&ours, &expected) < 1e-5, "output differs by {}", max_diff(&ours, &expected));
+        let g_ours = (ours * weights.as_tensor()).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = (expected * weights.as_tensor()).unwrap().sum_all().unwrap().backward().unwrap();
+        for (name, x) in [("q", &q), ("k", &k), ("v", &v)] {
+            let d = max_diff(g_ours.get(x).unwrap(), g_ref.get(x).unwrap());
+            assert!(d < 1e-5, "d{name} differs by {d}");
+        }
+    }
+
+    #[test]
+    fn full_attention_with_dropout_and_masked_keys_matches_composed_ops() {
+        let (b, h, n) = (2, 2, 10);
+        let key_penalty: Vec<f32> = (0..b * n).map(|i| if i % n >= 8 && i / n == 1 { f32::MIN } else { 0.0 }).collect();
+        let dropout: Vec<f32> = (0..b * h * n * n).map(|i| if i % 7 == 3 { 0.0 } else { 1.0 / 0.9 }).collect();
+        let plan = AttentionPlan {
+            batch: b,
+            heads: h,
+            seq_len: n,
+            query_blocks: vec![(0, 4), (4, 4), (8, 2)],
+            keys: vec![vec![KeyRange { start: 0, len: n, penalty: 0.0 }]; h * 3],
+            key_penalty,
+            query_mask: None,
+            scale: 0.5,
+            dropout: Some(dropout),
+        };
+        check(plan, h * 4);
+    }
+
+    #[test]
+    fn gathered_key_blocks_absent_slots_and_masked_queries_match_composed_ops() {
+        let (b, h, n, w) = (2, 2, 12, 3);
+        let range = |block: usize, penalty: f32| KeyRange { start: block * w, len: w, penalty };
+        // Per head and query block: global rows see all keys; others see a few blocks, one
+        // of them a duplicate marked absent (as BigBird's edge slots are).
+        let mut keys = Vec::new();
+        for head in 0..h {
+            keys.push(vec![KeyRange { start: 0, len: n, penalty: 0.0 }]);
+            keys.push(vec![range(0, 0.0), range(0, -1.0e30), range(1, 0.0), range(3 - head, 0.0)]);
+            keys.push(vec![range(2, 0.0), range(head, 0.0), range(3, 0.0)]);
+            keys.push(vec![KeyRange { start: 0, len: n, penalty: 0.0 }]);
+        }
+        let key_penalty: Vec<f32> = (0..b * n).map(|i| if i / n == 1 && i % n >= 10 { -10_000.0 } else { 0.0 }).collect();
+        let query_mask: Vec<f32> = (0..b * n).map(|i| if i / n == 1 && i % n >= 10 { 0.0 } else { 1.0 }).collect();
+        let plan = AttentionPlan {
+            batch: b,
+            heads: h,
+            seq_len: n,
+            query_blocks: (0..4).map(|j| (j * w, w)).collect(),
+            keys,
+            key_penalty,
+            query_mask: Some(query_mask),
+            scale: 0.35,
+            dropout: None,
+        };
+        check(plan, h * 5);
+    }
+
+    #[test]
+    fn a_plan_that_does_not_fit_is_an_error() {
+        let plan = AttentionPlan {
+            batch: 1,
+            heads: 2,
+            seq_len: 4,
+            query_blocks: vec![(0, 3)],
+            keys: vec![vec![KeyRange { start: 0, len: 4, penalty: 0.0 }]; 2],
+            key_penalty: vec![0.0; 4],
+            query_mask: None,
+            scale: 1.0,
+            dropout: None,
+        };
+        let x = Tensor::zeros((1, 4, 4), DType::F32, &Device::Cpu).unwrap();
+        let err = x.apply_op3(&x, &x, BlockAttention::new(plan)).unwrap_err();
+        assert!(err.to_string().contains("plan does not fit"), "{err}");
+    }
+}
