@@ -495,7 +495,8 @@ mod tests {
             keys.push(vec![range(2, 0.0), range(head, 0.0), range(3, 0.0)]);
             keys.push(vec![KeyRange { start: 0, len: n, penalty: 0.0 }]);
         }
-        let key_penalty: Vec<f32> = (0..b * n).map(|i| if i / n == 1 && i % n >= 10 { -10_000.0 } else { 0.0 }).collect();
+        let key_penalty: Vec<f32> =
+            (0..b * n).map(|i| if i / n == 1 && i % n >= 10 { -10_000.0 } else { 0.0 }).collect();
         let query_mask: Vec<f32> = (0..b * n).map(|i| if i / n == 1 && i % n >= 10 { 0.0 } else { 1.0 }).collect();
         let plan = AttentionPlan {
             batch: b,

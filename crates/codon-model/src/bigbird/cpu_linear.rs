@@ -229,3 +229,57 @@ fn column_sums(m: &[f32], width: usize) -> Vec<f32> {
         a
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor, Var};
+
+    use super::{Epilogue, TrainLinear};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
+        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    #[test]
+    fn every_epilogue_and_all_three_gradients_match_composed_ops() {
+        let dev = &Device::Cpu;
+        let (rows, in_f, out_f) = (7, 24, 40);
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (1, rows, in_f), dev).unwrap()).unwrap();
+        let w = Var::from_tensor(&Tensor::randn(0f32, 0.3, (out_f, in_f), dev).unwrap()).unwrap();
+        let b = Var::from_tensor(&Tensor::randn(0f32, 1.0, out_f, dev).unwrap()).unwrap();
+        let weights = Tensor::randn(0f32, 1.0, (1, rows, out_f), dev).unwrap();
+        let mask: Vec<f32> = (0..rows * out_f).map(|i| if i % 5 == 2 { 0.0 } else { 1.25 }).collect();
+        let z =
+            x.as_tensor().broadcast_matmul(&w.as_tensor().t().unwrap()).unwrap().broadcast_add(b.as_tensor()).unwrap();
+        let cases = [
+            (Epilogue::Identity, z.clone()),
+            (Epilogue::GeluNew, z.gelu().unwrap()),
+            (Epilogue::Dropout(mask.clone()), (&z * Tensor::from_vec(mask, (1, rows, out_f), dev).unwrap()).unwrap()),
+        ];
+        for (epilogue, expected) in cases {
+            let name = match epilogue {
+                Epilogue::Identity => "identity",
+                Epilogue::GeluNew => "gelu_new",
+                Epilogue::Dropout(_) => "dropout",
+            };
+            let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), TrainLinear::new(epilogue)).unwrap();
+            assert!(max_diff(&ours, &expected) < 1e-5, "{name}: output");
+            let g_ours = (ours * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+            let g_ref = (&expected * &weights).unwrap().sum_all().unwrap().backward().unwrap();
+            for (what, v) in [("x", &x), ("W", &w), ("b", &b)] {
+                let d = max_diff(g_ours.get(v).unwrap(), g_ref.get(v).unwrap());
+                assert!(d < 1e-4, "{name}: d{what} differs by {d}");
+            }
+        }
+        // bf16 operands compute in f32 and keep their dtype.
+        let xb = x.as_tensor().to_dtype(DType::BF16).unwrap();
+        let (wb, bb) = (w.as_tensor().to_dtype(DType::BF16).unwrap(), b.as_tensor().to_dtype(DType::BF16).unwrap());
+        let ours = xb.apply_op3(&wb, &bb, TrainLinear::new(Epilogue::Identity)).unwrap();
+        assert_eq!(ours.dtype(), DType::BF16);
+        assert!(max_diff(&ours, &z) < 0.1);
+        // Shapes that do not fit are an error, not a panic.
+        let err = x.as_tensor().apply_op3(b.as_tensor(), b.as_tensor(), TrainLinear::new(Epilogue::Identity));
+        assert!(err.is_err());
+    }
+}
