@@ -14,6 +14,7 @@ use candle_core::{DType, Tensor, D};
 use rand::{RngCore, SeedableRng};
 
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 use super::cpu_block_attention::AttentionPlan;
 use super::cpu_linear::Epilogue;
@@ -218,6 +219,9 @@ pub fn planned_attention(
     Ok(Some(q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?))
 }
 
+/// Mask elements per parallel task.
+const MASK_CHUNK: usize = 64 * 1024;
+
 /// Dropout with masks from a seeded generator, so training is reproducible on any
 /// device (candle's CPU generator cannot be seeded).
 pub struct Dropout {
@@ -240,12 +244,21 @@ impl Dropout {
         Ok((x * mask)?)
     }
 
-    /// The next `len` mask values: 0 with probability `p`, 1/(1 − p) otherwise.
+    /// The next `len` mask values: 0 with probability `p`, 1/(1 − p) otherwise. Element i
+    /// comes from word i of the stream, so chunks are drawn in parallel by seeking.
     pub fn mask(&mut self, len: usize, p: f64) -> Vec<f32> {
         let keep = 1.0 - p;
         let scale = (1.0 / keep) as f32;
         let threshold = (keep * 4_294_967_296.0) as u64;
-        (0..len).map(|_| if u64::from(self.rng.next_u32()) < threshold { scale } else { 0.0 }).collect()
+        let start = self.rng.get_word_pos();
+        let mut mask = vec![0f32; len];
+        mask.par_chunks_mut(MASK_CHUNK).enumerate().for_each(|(i, chunk)| {
+            let mut rng = self.rng.clone();
+            rng.set_word_pos(start + (i * MASK_CHUNK) as u128);
+            chunk.iter_mut().for_each(|m| *m = if u64::from(rng.next_u32()) < threshold { scale } else { 0.0 });
+        });
+        self.rng.set_word_pos(start + len as u128);
+        mask
     }
 }
 
@@ -274,6 +287,23 @@ mod tests {
         // A gradient-tracking input takes the composed path and still agrees.
         let v = Var::from_tensor(&x).unwrap();
         assert!(max_diff(&linear_residual(v.as_tensor(), &w, Some(&b), Some(&r)).unwrap(), &with_residual) < 1e-5);
+    }
+
+    #[test]
+    fn dropout_masks_are_the_generator_stream_in_order() {
+        // Drawn in parallel chunks, the mask is still word i of the stream at element i, and
+        // the generator continues after the last word used.
+        let mut dropout = Dropout::new(7);
+        let len = 3 * MASK_CHUNK + 5;
+        let a = dropout.mask(len, 0.25);
+        let b = dropout.mask(10, 0.25);
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let threshold = (0.75 * 4_294_967_296.0) as u64;
+        let serial: Vec<f32> =
+            (0..len + 10).map(|_| if u64::from(rng.next_u32()) < threshold { 1.0 / 0.75 } else { 0.0 }).collect();
+        assert_eq!([a, b].concat(), serial);
+        let kept = serial.iter().filter(|&&m| m > 0.0).count() as f64 / serial.len() as f64;
+        assert!((kept - 0.75).abs() < 0.01, "kept {kept}");
     }
 
     #[test]
