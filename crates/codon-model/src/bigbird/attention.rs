@@ -1,9 +1,10 @@
 //! Self-attention: `original_full` and `block_sparse` (bigbird.md §4–5).
 //!
 //! Block-sparse attention is computed sparsely: the two global query blocks attend to
-//! every key, and each other query block gathers its 5 + r key blocks (global first and
-//! last, the sliding window, the random blocks) with one index-select, so time and
-//! memory grow linearly with the sequence length.
+//! every key, and each other query block attends to its 5 + r key blocks (global first and
+//! last, the sliding window, the random blocks), so time and memory grow linearly with the
+//! sequence length. CPU training hands the key blocks to the `BlockAttention` kernel as an
+//! `AttentionPlan`; other devices gather them with one index-select.
 
 use candle_core::{DType, Device, Tensor};
 
