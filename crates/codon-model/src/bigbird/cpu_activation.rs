@@ -128,10 +128,7 @@ impl CustomOp2 for SoftmaxGrad {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var, D};
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
-        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
+    use super::super::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn softmax_and_its_gradient_match_the_composed_ops() {

@@ -395,9 +395,7 @@ mod tests {
 
     use super::*;
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
+    use super::super::cpu_storage::max_abs_diff as max_diff;
 
     /// The plan as dense (b, h, n, n) score biases: a key outside every range of the query's
     /// block gets −1e30 (zero weight), the same as an absent slot.

@@ -158,7 +158,7 @@ impl CustomOp2 for LayerNormParamGrad {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{DType, Device, Tensor, Var, D};
+    use candle_core::{Device, Tensor, Var, D};
 
     fn composed(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
         let mean = x.mean_keepdim(D::Minus1).unwrap();
@@ -168,10 +168,7 @@ mod tests {
         n.broadcast_mul(w).unwrap().broadcast_add(b).unwrap()
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
-        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
+    use super::super::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn layer_norm_and_all_three_gradients_match_the_composed_ops() {

@@ -236,10 +236,7 @@ mod tests {
 
     use super::{Epilogue, TrainLinear};
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
-        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
-    }
+    use super::super::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn every_epilogue_and_all_three_gradients_match_composed_ops() {

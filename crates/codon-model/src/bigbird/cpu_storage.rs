@@ -69,3 +69,10 @@ pub(super) fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> 
 pub(super) fn tensor_from_f32(v: Vec<f32>, shape: &[usize], dtype: DType) -> candle_core::Result<Tensor> {
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
+
+/// Largest |a − b| over two same-shaped tensors of any float dtype (tests of the kernels).
+#[cfg(test)]
+pub(super) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
+    d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
