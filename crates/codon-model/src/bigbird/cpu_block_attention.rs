@@ -57,7 +57,8 @@ impl AttentionPlan {
         let (b, n, nq) = (self.batch, self.seq_len, self.query_blocks.len());
         let [db, dn, hd] = dims else { candle_core::bail!("attention: q, k, v must be (batch, tokens, hidden)") };
         let covered: usize = self.query_blocks.iter().map(|&(_, len)| len).sum();
-        let ranges_fit = self.keys.iter().flatten().all(|r| r.start + r.len <= n);
+        let ranges_fit =
+            self.keys.iter().all(|k| !k.is_empty()) && self.keys.iter().flatten().all(|r| r.start + r.len <= n);
         let full = self.keys.iter().all(|k| k.len() == 1 && k[0].start == 0 && k[0].len == n);
         let ok = *db == b
             && *dn == n
@@ -524,7 +525,10 @@ mod tests {
             dropout: None,
         };
         let x = Tensor::zeros((1, 4, 4), DType::F32, &Device::Cpu).unwrap();
-        let err = x.apply_op3(&x, &x, BlockAttention::new(plan)).unwrap_err();
+        let err = x.apply_op3(&x, &x, BlockAttention::new(plan.clone())).unwrap_err();
         assert!(err.to_string().contains("plan does not fit"), "{err}");
+        // Rows covered, but a block with no keys at all.
+        let no_keys = AttentionPlan { query_blocks: vec![(0, 4)], keys: vec![vec![], vec![]], ..plan };
+        assert!(x.apply_op3(&x, &x, BlockAttention::new(no_keys)).is_err());
     }
 }
