@@ -6,10 +6,11 @@
 //! candle-nn's `layer_norm`); training uses this crate's fused custom ops that carry their
 //! own backward pass (`cpu_linear::TrainLinear`, `cpu_block_attention`, `cpu_layer_norm`,
 //! `cpu_activation`), since candle-nn 0.11.1's fused `layer_norm` and `softmax_last_dim`
-//! record none and composed ops spend most of a step on temporaries. On other devices (candle-ascend) it
-//! composes device ops, which always have a backward pass. A device backend supplies its own
-//! fused kernels by adding a branch here, without touching the model. Normalisation and
-//! softmax always run in f32, so bf16 and f16 models accumulate them in f32.
+//! record none and composed ops spend most of a step on temporaries. On other devices
+//! (candle-ascend) it composes device ops, which always have a backward pass. A device
+//! backend supplies its own fused kernels by adding a branch here, without touching the
+//! model. Normalisation and softmax always run in f32, so bf16 and f16 models accumulate
+//! them in f32.
 
 use candle_core::{DType, Tensor, D};
 use rand::{RngCore, SeedableRng};
