@@ -189,6 +189,10 @@ impl BlockAttention {
             };
             matmul_into(&mut ctx[start * s.d..], s.d, Mat::rows(p, m, width, width), vmat, 1.0, false, false)?;
         }
+        if let Some(mask) = &plan.query_mask {
+            let mask = &mask[s.batch * s.n..(s.batch + 1) * s.n];
+            ctx.chunks_mut(s.d).zip(mask).filter(|(_, &m)| m == 0.0).for_each(|(row, _)| row.fill(0.0));
+        }
         Ok((ctx, probs))
     }
 
@@ -329,18 +333,7 @@ impl CustomOp3 for BlockAttention {
             .into_par_iter()
             .map(|s| self.forward_slice(s, &q, &k, &v))
             .collect::<candle_core::Result<_>>()?;
-        let (mut ctx, probs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = results.into_iter().unzip();
-        if let Some(mask) = &self.plan.query_mask {
-            let n = self.plan.seq_len;
-            for (i, part) in ctx.iter_mut().enumerate() {
-                let b = i / self.plan.heads;
-                for (row, cols) in part.chunks_mut(d).enumerate() {
-                    if mask[b * n + row] == 0.0 {
-                        cols.fill(0.0);
-                    }
-                }
-            }
-        }
+        let (ctx, probs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = results.into_iter().unzip();
         *self.probs.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))? = probs;
         let p = &self.plan;
         let out = interleave(&ctx, p.batch, p.seq_len, p.heads, d);

@@ -10,28 +10,15 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_gemm::{matmul_into, Mat};
-use super::cpu_storage::{cow_f32, store_like};
+use super::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 use super::fast_math;
 
 /// Elements per parallel task of the epilogue.
 const EPILOGUE_CHUNK: usize = 16 * 1024;
-
-/// Borrow a contiguous f32 CPU tensor's elements and run `f` on them.
-fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Option<R> {
-    if !t.is_contiguous() {
-        return None;
-    }
-    let (storage, layout) = t.storage_and_layout();
-    let (a, b) = layout.contiguous_offsets()?;
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Some(f(&v[a..b])),
-        _ => None,
-    }
-}
 
 /// `x·Wᵀ + bias + residual` for contiguous f32 CPU tensors: x (…, in), W (out, in), bias
 /// (out), residual shaped like the output; then `epilogue` (an element-wise activation)
@@ -58,23 +45,26 @@ pub fn fused_linear(
         return None;
     }
     let bias = match bias {
-        Some(b) => Some(with_f32(b, <[f32]>::to_vec)?),
+        Some(b) => Some(with_f32(b, "linear", <[f32]>::to_vec).ok()?),
         None => None,
     };
     let mut out: Vec<f32> = match residual {
-        Some(r) => with_f32(r, <[f32]>::to_vec)?,
+        Some(r) => with_f32(r, "linear", <[f32]>::to_vec).ok()?,
         None => vec![0f32; rows * out_f],
     };
     if let Some(bias) = &bias {
         out.par_chunks_mut(out_f).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
     }
     let accumulate = bias.is_some() || residual.is_some();
-    with_f32(x, |xv| {
-        with_f32(weight, |wv| {
+    with_f32(x, "linear", |xv| {
+        with_f32(weight, "linear", |wv| {
             let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
-            matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true).ok()
+            matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
         })
-    })???;
+    })
+    .ok()?
+    .ok()?
+    .ok()?;
     if let Some(f) = epilogue {
         out.par_chunks_mut(EPILOGUE_CHUNK).for_each(f);
     }
@@ -177,7 +167,7 @@ impl CustomOp3 for TrainLinear {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (rows, in_f, out_f) = linear_dims(x.dims(), w.dims(), b.dims())?;
         // dz = dy ⊙ epilogue'(z).
-        let mut dz = super::cpu_storage::with_f32(grad, "linear backward", <[f32]>::to_vec)?;
+        let mut dz = with_f32(grad, "linear backward", <[f32]>::to_vec)?;
         match &self.epilogue {
             Epilogue::Identity => {}
             Epilogue::GeluNew => {
@@ -197,17 +187,17 @@ impl CustomOp3 for TrainLinear {
         let dz_mat = Mat::rows(&dz, rows, out_f, out_f);
         let mut dx = vec![0f32; rows * in_f];
         let mut dw = vec![0f32; out_f * in_f];
-        super::cpu_storage::with_f32(w, "linear backward", |w| {
+        with_f32(w, "linear backward", |w| {
             matmul_into(&mut dx, in_f, dz_mat, Mat::rows(w, out_f, in_f, in_f), 1.0, false, true)
         })??;
-        super::cpu_storage::with_f32(x, "linear backward", |x| {
+        with_f32(x, "linear backward", |x| {
             matmul_into(&mut dw, in_f, dz_mat.t(), Mat::rows(x, rows, in_f, in_f), 1.0, false, true)
         })??;
         let db = column_sums(&dz, out_f);
         Ok((
-            Some(super::cpu_storage::tensor_from_f32(dx, x.dims(), x.dtype())?),
-            Some(super::cpu_storage::tensor_from_f32(dw, w.dims(), w.dtype())?),
-            Some(super::cpu_storage::tensor_from_f32(db, b.dims(), b.dtype())?),
+            Some(tensor_from_f32(dx, x.dims(), x.dtype())?),
+            Some(tensor_from_f32(dw, w.dims(), w.dtype())?),
+            Some(tensor_from_f32(db, b.dims(), b.dtype())?),
         ))
     }
 }
