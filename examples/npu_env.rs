@@ -1,12 +1,13 @@
 //! What a user needs to debug an Ascend setup, like `accelerate env` or `npu-smi info`: the
-//! toolkit root and version, the libraries loaded, the devices, SoC and memory, and which
-//! candle ops run natively.
+//! toolkit root and version, the libraries loaded, the devices, SoC and memory, and for each
+//! candle op and dtype whether this SoC runs it natively, composed, or not at all.
 //!
 //! ```text
 //! cargo run --release --example npu_env -- [--device npu:0|npu-sim:0]
 //! cargo run --release --example npu_env -- --sim-toolkit-path
 //! ```
 use clap::Parser;
+use codon_ascend::ascend::op_table::Coverage;
 use codon_ascend::ascend::{self, AscendDevice};
 
 /// Ascend environment report.
@@ -40,18 +41,30 @@ fn run() -> anyhow::Result<()> {
     let kind = dev.name().split(':').next().unwrap_or("npu").to_string();
     let count = dev.count()?;
     println!("devices:         {count} ({})", (0..count).map(|i| format!("{kind}:{i}")).collect::<Vec<_>>().join(", "));
-    println!("SoC:             {}", dev.soc_name().unwrap_or_else(|| "unknown".into()));
+    let soc = dev.soc();
+    println!("SoC:             {} ({})", soc.name, soc.family.description());
     let (free, total) = dev.memory_info()?;
     println!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);
+    println!("BF16:            {}", if soc.has_bf16() { "yes" } else { "no (use --precision f16)" });
     println!("ASCEND_OPP_PATH: {}", std::env::var("ASCEND_OPP_PATH").unwrap_or_else(|_| "(not set)".into()));
-    println!("op coverage (candle op -> aclnn):");
-    for (op, how) in ascend::backend::op_coverage() {
-        let status = match how {
-            "unsupported" => "unsupported",
-            h if h.starts_with("fallback") => "fallback",
-            _ => "native",
-        };
-        println!("  {op:<45} {status:<12} {how}");
+    println!("op coverage on {} (candle op: f32 / f16 / bf16):", soc.name);
+    for op in ascend::op_table::all_ops() {
+        let cells: Vec<String> = [ascend::DType::F32, ascend::DType::F16, ascend::DType::BF16]
+            .into_iter()
+            .map(|dt| match ascend::op_table::coverage(op, soc, ascend::ops::acl_dtype(dt).unwrap_or(-1)) {
+                Coverage::Unavailable(_) if dt == ascend::DType::BF16 && !soc.has_bf16() => {
+                    "no BF16 on this part".into()
+                }
+                Coverage::Native(aclnn) => format!("native {aclnn}"),
+                Coverage::Composed(ops) => format!("composed {}", ops.join("+")),
+                Coverage::Unavailable(why) => format!("unavailable: {why}"),
+            })
+            .collect();
+        if cells.iter().all(|c| c == &cells[0]) {
+            println!("  {:<14} {}", op.to_string(), cells[0]);
+        } else {
+            println!("  {:<14} {}", op.to_string(), cells.join(" / "));
+        }
     }
     Ok(())
 }

@@ -13,7 +13,20 @@
  * so a host dereference of a device pointer faults instead of silently working. */
 #define DEVICE_TAG (1ull << 62)
 #define DEVICE_COUNT 2
-#define DEVICE_MEMORY (64ull << 30)
+/* Stream work runs when the host waits for it, or once this many tasks are queued: a host
+ * read that skips the synchronisation sees stale memory, deterministically. */
+#define LAZY_DEPTH 64
+
+/* The emulated parts. Names from torch_npu NpuVariables.cpp; HBM from the parts' data sheets
+ * (vendor-facts.md: 910A 32 GB, 910B3 64 GB, 910B4 32 GB). */
+typedef struct { const char *name; int family; uint64_t hbm; } SocProfile;
+static const SocProfile g_socs[] = {
+    {"Ascend910A", SIM_SOC_910, 32ull << 30},   {"Ascend910ProA", SIM_SOC_910, 32ull << 30},
+    {"Ascend910B1", SIM_SOC_910B, 64ull << 30}, {"Ascend910B2", SIM_SOC_910B, 64ull << 30},
+    {"Ascend910B3", SIM_SOC_910B, 64ull << 30}, {"Ascend910B4", SIM_SOC_910B, 32ull << 30},
+};
+#define DEFAULT_SOC 4 /* Ascend910B3 */
+static const SocProfile *g_soc = &g_socs[DEFAULT_SOC];
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized;
@@ -48,6 +61,22 @@ static uint64_t g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d
 static uint64_t g_current, g_peak;
 static long g_fail_alloc_at = -1; /* 1-based index of the aclrtMalloc call that fails */
 static char g_fail_op[128];
+
+/* CANDLE_ASCEND_SIM_SOC selects the part; an unknown name fails aclInit. */
+static int read_soc(void) {
+    const char *name = getenv("CANDLE_ASCEND_SIM_SOC");
+    if (!name || !*name) return 1;
+    for (size_t i = 0; i < sizeof g_socs / sizeof *g_socs; i++)
+        if (strcmp(g_socs[i].name, name) == 0) {
+            g_soc = &g_socs[i];
+            return 1;
+        }
+    aclsimSetError("CANDLE_ASCEND_SIM_SOC=%s is not an emulated SoC (emulated: Ascend910A, Ascend910ProA, "
+                   "Ascend910B1, Ascend910B2, Ascend910B3, Ascend910B4)", name);
+    return 0;
+}
+
+SIM_EXPORT int aclsimSocFamily(void) { return g_soc->family; }
 
 static void read_faults(void) {
     const char *a = getenv("CANDLE_ASCEND_SIM_FAIL_ALLOC");
@@ -105,6 +134,10 @@ SIM_EXPORT aclError aclInit(const char *config) {
     (void)config;
     pthread_mutex_lock(&g_lock);
     int again = g_initialized;
+    if (!again && !read_soc()) {
+        pthread_mutex_unlock(&g_lock);
+        return ACL_ERROR_INVALID_PARAM;
+    }
     g_initialized = 1;
     if (!again) read_faults();
     pthread_mutex_unlock(&g_lock);
@@ -138,15 +171,15 @@ SIM_EXPORT aclError aclrtGetDevice(int32_t *id) {
     return ACL_SUCCESS;
 }
 
-SIM_EXPORT const char *aclrtGetSocName(void) { return "Ascend910B-sim"; }
+SIM_EXPORT const char *aclrtGetSocName(void) { return g_initialized ? g_soc->name : NULL; }
 
 SIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free_bytes, size_t *total) {
     (void)attr;
     if (!free_bytes || !total) return ACL_ERROR_INVALID_PARAM;
     if (t_device < 0) return ACL_ERROR_RT_PARAM_INVALID;
     pthread_mutex_lock(&g_lock);
-    *total = DEVICE_MEMORY;
-    *free_bytes = DEVICE_MEMORY - g_current;
+    *total = g_soc->hbm;
+    *free_bytes = g_soc->hbm - g_current;
     pthread_mutex_unlock(&g_lock);
     return ACL_SUCCESS;
 }
@@ -188,7 +221,7 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
     g_allocs++;
     int fail = g_fail_alloc_at > 0 && (long)g_allocs >= g_fail_alloc_at; /* from the Nth call on */
     uint64_t rounded = (size + 31) / 32 * 32 + 32; /* CANN: a multiple of 32, plus 32 */
-    if (fail || g_current + rounded > DEVICE_MEMORY) {
+    if (fail || g_current + rounded > g_soc->hbm) {
         pthread_mutex_unlock(&g_lock);
         aclsimSetError("aclrtMalloc: out of device memory allocating %zu bytes%s", size,
                        fail ? " (injected by CANDLE_ASCEND_SIM_FAIL_ALLOC)" : "");
@@ -234,7 +267,7 @@ SIM_EXPORT aclError aclrtFree(void *ptr) {
     return ACL_ERROR_INVALID_PARAM;
 }
 
-/* ---- streams: one worker thread each, tasks run in order -------------------------------- */
+/* ---- streams: one worker thread each, tasks run in order --------------------------------- */
 
 typedef struct Task { void (*fn)(void *); void *ctx; struct Task *next; } Task;
 typedef struct Stream {
@@ -242,18 +275,21 @@ typedef struct Stream {
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     Task *head, *tail;
-    int busy, stop;
+    int queued, waiters, busy, stop;
 } Stream;
 
+/* The worker runs a task once the host waits on the stream, or once LAZY_DEPTH are queued. */
 static void *stream_main(void *arg) {
     Stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->head && !s->stop) pthread_cond_wait(&s->wake, &s->lock);
+        while (!(s->head && (s->waiters || s->stop || s->queued >= LAZY_DEPTH)) && !(s->stop && !s->head))
+            pthread_cond_wait(&s->wake, &s->lock);
         if (!s->head && s->stop) break;
         Task *t = s->head;
         s->head = t->next;
         if (!s->head) s->tail = NULL;
+        s->queued--;
         s->busy = 1;
         pthread_mutex_unlock(&s->lock);
         t->fn(t->ctx);
@@ -266,27 +302,52 @@ static void *stream_main(void *arg) {
     return NULL;
 }
 
-SIM_EXPORT aclError aclrtCreateStream(aclrtStream *out) {
-    if (!out) return ACL_ERROR_INVALID_PARAM;
-    if (t_device < 0) {
-        aclsimSetError("aclrtCreateStream: no device set on this thread");
-        return ACL_ERROR_RT_PARAM_INVALID;
-    }
+static Stream *new_stream(void) {
     Stream *s = calloc(1, sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->idle, NULL);
     if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
         free(s);
-        return ACL_ERROR_INTERNAL_ERROR;
+        return NULL;
     }
+    return s;
+}
+
+SIM_EXPORT aclError aclrtCreateStream(aclrtStream *out) {
+    if (!out) return ACL_ERROR_INVALID_PARAM;
+    if (t_device < 0) {
+        aclsimSetError("aclrtCreateStream: no device set on this thread");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    Stream *s = new_stream();
+    if (!s) return ACL_ERROR_INTERNAL_ERROR;
     *out = s;
     return ACL_SUCCESS;
 }
 
+/* ACL: a NULL stream is the device's default stream (of the device bound to this thread). */
+static Stream *g_default_streams[DEVICE_COUNT];
+
+static Stream *stream_of(aclrtStream stream) {
+    if (stream) return stream;
+    if (t_device < 0) {
+        aclsimSetError("default stream: no device set on this thread");
+        return NULL;
+    }
+    pthread_mutex_lock(&g_lock);
+    if (!g_default_streams[t_device]) g_default_streams[t_device] = new_stream();
+    Stream *s = g_default_streams[t_device];
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
 static void wait_idle(Stream *s) {
     pthread_mutex_lock(&s->lock);
+    s->waiters++;
+    pthread_cond_signal(&s->wake);
     while (s->head || s->busy) pthread_cond_wait(&s->idle, &s->lock);
+    s->waiters--;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -308,11 +369,9 @@ SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) {
 }
 
 SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
-    if (!stream) {
-        aclsimSetError("aclrtSynchronizeStream: null stream");
-        return ACL_ERROR_INVALID_PARAM;
-    }
-    wait_idle(stream);
+    Stream *s = stream_of(stream);
+    if (!s) return ACL_ERROR_RT_PARAM_INVALID;
+    wait_idle(s);
     pthread_mutex_lock(&g_lock);
     g_syncs++;
     int fault = g_has_fault;
@@ -338,16 +397,62 @@ SIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream) {
 }
 
 SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx) {
-    Stream *s = stream;
+    Stream *s = stream_of(stream);
     if (!s) return -1;
     Task *t = malloc(sizeof *t);
     *t = (Task){fn, ctx, NULL};
     pthread_mutex_lock(&s->lock);
     if (s->tail) s->tail->next = t; else s->head = t;
     s->tail = t;
+    s->queued++;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+/* ---- pinned host memory --------------------------------------------------------------- */
+
+static Block *g_pinned;
+static size_t g_npinned, g_cappinned;
+
+static int is_pinned(const void *p, size_t bytes) {
+    uintptr_t h = (uintptr_t)p;
+    pthread_mutex_lock(&g_lock);
+    int found = 0;
+    for (size_t i = 0; i < g_npinned && !found; i++)
+        found = h >= g_pinned[i].host && h + bytes <= g_pinned[i].host + g_pinned[i].size;
+    pthread_mutex_unlock(&g_lock);
+    return found;
+}
+
+SIM_EXPORT aclError aclrtMallocHost(void **ptr, size_t size) {
+    if (!ptr || size == 0) return ACL_ERROR_INVALID_PARAM;
+    void *host = NULL;
+    if (posix_memalign(&host, 64, size) != 0) return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    pthread_mutex_lock(&g_lock);
+    if (g_npinned == g_cappinned) {
+        g_cappinned = g_cappinned ? 2 * g_cappinned : 64;
+        g_pinned = realloc(g_pinned, g_cappinned * sizeof *g_pinned);
+    }
+    g_pinned[g_npinned++] = (Block){(uintptr_t)host, size};
+    pthread_mutex_unlock(&g_lock);
+    *ptr = host;
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtFreeHost(void *ptr) {
+    pthread_mutex_lock(&g_lock);
+    for (size_t i = 0; i < g_npinned; i++) {
+        if (g_pinned[i].host == (uintptr_t)ptr) {
+            g_pinned[i] = g_pinned[--g_npinned];
+            pthread_mutex_unlock(&g_lock);
+            free(ptr);
+            return ACL_SUCCESS;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    aclsimSetError("aclrtFreeHost: %p was not returned by aclrtMallocHost", ptr);
+    return ACL_ERROR_INVALID_PARAM;
 }
 
 /* ---- copies ----------------------------------------------------------------------------- */
@@ -374,6 +479,8 @@ static void count_copy(int kind, size_t count) {
     pthread_mutex_unlock(&g_lock);
 }
 
+/* Synchronous for the host, and ordered with no stream: copying results the stream has not yet
+ * produced reads stale memory, as on hardware. torch_npu synchronises the stream first. */
 SIM_EXPORT aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
     if (count == 0) return ACL_SUCCESS;
     if (count > dest_max) return ACL_ERROR_INVALID_PARAM;
@@ -391,22 +498,26 @@ static void run_copy(void *arg) {
     free(c);
 }
 
-/* With pageable host memory the copy is ordered on the stream and returns once it is done. */
+/* The copy runs on the stream, when the stream gets to it; the call returns at once. Host
+ * memory must come from aclrtMallocHost: CANN 8.0 documents "unpredictable errors" for other
+ * host memory on Atlas training and A2 parts (vendor-facts.md §1), so it is refused here. */
 SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, int kind,
                                      aclrtStream stream) {
     if (count == 0) return ACL_SUCCESS;
-    if (count > dest_max || !stream) return ACL_ERROR_INVALID_PARAM;
+    if (count > dest_max) return ACL_ERROR_INVALID_PARAM;
+    const void *host = kind == ACL_MEMCPY_HOST_TO_DEVICE ? src : kind == ACL_MEMCPY_DEVICE_TO_HOST ? dst : NULL;
+    if (host && !is_pinned(host, count)) {
+        aclsimSetError("aclrtMemcpyAsync: host memory %p (%zu bytes) was not allocated with aclrtMallocHost; CANN 8.0 "
+                       "gives unpredictable errors for pageable memory on Atlas training and A2 parts", host, count);
+        return ACL_ERROR_INVALID_PARAM;
+    }
     aclError e = resolve(&dst, &src, count, kind);
     if (e) return e;
     CopyTask *c = malloc(sizeof *c);
     *c = (CopyTask){dst, src, count};
-    aclsimEnqueue(stream, run_copy, c);
-    if (kind != ACL_MEMCPY_DEVICE_TO_DEVICE) {
-        aclError e = aclrtSynchronizeStream(stream);
-        pthread_mutex_lock(&g_lock);
-        g_syncs--; /* part of the copy, not a synchronisation the caller asked for */
-        pthread_mutex_unlock(&g_lock);
-        if (e) return e;
+    if (aclsimEnqueue(stream, run_copy, c) != 0) {
+        free(c);
+        return ACL_ERROR_RT_PARAM_INVALID;
     }
     count_copy(kind, count);
     return ACL_SUCCESS;

@@ -1,4 +1,6 @@
 /* Emulated libnnopbase.so: tensor views, scalars and arrays. Dims and strides are copied. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,5 +123,67 @@ SIM_EXPORT aclnnStatus aclDestroyTensorList(const aclTensorList *l) {
 
 SIM_EXPORT aclnnStatus aclnnInit(const char *config) {
     (void)config;
+    return ACLNN_SUCCESS;
+}
+
+/* ---- executors: made by phase 1, consumed by phase 2 (opbase op_executor.cpp) ---------- */
+
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static aclOpExecutor **g_live;
+static size_t g_nlive, g_caplive;
+
+SIM_EXPORT aclOpExecutor *aclsimNewExecutor(const char *op, void (*run)(aclOpExecutor *), uint64_t workspace_size) {
+    aclOpExecutor *e = calloc(1, sizeof *e);
+    e->magic = SIM_EXEC_MAGIC;
+    e->op = op;
+    e->run = run;
+    e->workspace_size = workspace_size;
+    pthread_mutex_lock(&g_live_lock);
+    if (g_nlive == g_caplive) {
+        g_caplive = g_caplive ? 2 * g_caplive : 256;
+        g_live = realloc(g_live, g_caplive * sizeof *g_live);
+    }
+    g_live[g_nlive++] = e;
+    pthread_mutex_unlock(&g_live_lock);
+    return e;
+}
+
+static int take_live(aclOpExecutor *e) {
+    pthread_mutex_lock(&g_live_lock);
+    size_t i = 0;
+    while (i < g_nlive && g_live[i] != e) i++;
+    int live = i < g_nlive;
+    if (live) g_live[i] = g_live[--g_nlive];
+    pthread_mutex_unlock(&g_live_lock);
+    return live;
+}
+
+/* A non-repeatable executor is freed once it has run, so reusing one is a use after free on
+ * real CANN: undefined, with no status code to return. The emulator stops the process. */
+SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e) {
+    if (take_live(e)) return;
+    fprintf(stderr, "%s: executor %p is not live: it already ran or was destroyed (a use after free on real CANN)\n",
+            op, (void *)e);
+    abort();
+}
+
+/* Runs on the stream: a workspace that phase 2 did not provide in full is an AI Core fault. */
+SIM_EXPORT void aclsimRunExecutor(void *arg) {
+    aclOpExecutor *e = arg;
+    if (e->workspace_size && !e->workspace)
+        aclsimKernelFault("%s: the kernel needs a %llu-byte device workspace, which phase 2 did not provide", e->op,
+                          (unsigned long long)e->workspace_size);
+    else
+        e->run(e);
+    e->magic = SIM_EXEC_DEAD;
+    free(e);
+}
+
+/* An executor that phase 1 made and nobody launched. */
+SIM_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *e) {
+    if (!e) return ACLNN_ERR_PARAM_NULLPTR;
+    if (!take_live(e)) return ACLNN_ERR_PARAM_INVALID;
+    e->magic = SIM_EXEC_DEAD;
+    free(e);
     return ACLNN_SUCCESS;
 }

@@ -4,6 +4,7 @@
  * Arithmetic goes through double and is stored back in the output dtype. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,69 +155,96 @@ static int bcast(const aclTensor *in, const aclTensor *out, int64_t *strides) {
     return 1;
 }
 
-static int float_dtype(const char *op, const aclTensor *t) {
-    if (!is_float(t->dtype)) {
-        aclsimSetError("%s: dtype %d is not supported (expected FLOAT, FLOAT16 or BF16)", op, t->dtype);
+
+/* ---- the per-SoC support table (soc/op_support.tsv) ------------------------------------- */
+
+#include "op_support.h"
+
+static const char *dtype_name(int dt) {
+    switch (dt) {
+    case ACL_FLOAT: return "FLOAT";
+    case ACL_FLOAT16: return "FLOAT16";
+    case ACL_BF16: return "BF16";
+    case ACL_DOUBLE: return "DOUBLE";
+    case ACL_INT8: return "INT8";
+    case ACL_INT16: return "INT16";
+    case ACL_INT32: return "INT32";
+    case ACL_INT64: return "INT64";
+    case ACL_UINT8: return "UINT8";
+    case ACL_UINT16: return "UINT16";
+    case ACL_UINT32: return "UINT32";
+    case ACL_UINT64: return "UINT64";
+    case ACL_BOOL: return "BOOL";
+    default: return "UNDEFINED";
+    }
+}
+
+static const char *family_name(void) {
+    return aclsimSocFamily() == SIM_SOC_910 ? "Atlas training series" : "Atlas A2 training series";
+}
+
+static const SimOpRow *op_row(const char *op) {
+    int family = aclsimSocFamily();
+    for (size_t i = 0; i < sizeof SIM_OP_TABLE / sizeof *SIM_OP_TABLE; i++)
+        if (SIM_OP_TABLE[i].family == family && strcmp(SIM_OP_TABLE[i].op, op) == 0) return &SIM_OP_TABLE[i];
+    return NULL;
+}
+
+/* Phase 1 refuses, with 161002, an op or a dtype outside the part's row of the table. */
+static int soc_dtype(const char *op, const char *param, int dtype) {
+    const SimOpRow *r = op_row(op);
+    if (!r || !r->dtypes) {
+        aclsimSetError("%s is not supported on %s (%s)%s%s", op, aclrtGetSocName(), family_name(), r ? ": " : "",
+                       r ? r->source : "");
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (dtype < 0 || dtype > 63 || !(r->dtypes & (1ull << dtype))) {
+        aclsimSetError("%s: %s dtype %s is not supported on %s (%s; %s)", op, param, dtype_name(dtype),
+                       aclrtGetSocName(), family_name(), r->source);
         return ACLNN_ERR_PARAM_INVALID;
     }
     return 0;
 }
 
-/* ---- executors ------------------------------------------------------------------------ */
+/* opbase CanCast (data_type_utils.h): a floating value never casts to an integral or BOOL type,
+ * nor a non-BOOL value to BOOL. aclnnAdd/Adds/Sub check alpha this way (aclnn_add.cpp), and so
+ * does aclnnPowTensorScalar's promoted result; IndexAdd's doc states the same rule for alpha. The
+ * Muls/Adds scalar and the fill value are not checked by the vendor. */
+static int scalar_castable(const char *op, const char *name, const aclScalar *s, int to) {
+    int ok = !(is_float(s->dtype) && !is_float(to)) && !(to == ACL_BOOL && s->dtype != ACL_BOOL);
+    if (ok) return 0;
+    aclsimSetError("%s: %s of dtype %s cannot be cast to %s (opbase CanCast)", op, name, dtype_name(s->dtype),
+                   dtype_name(to));
+    return ACLNN_ERR_PARAM_INVALID;
+}
 
-static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
-static aclOpExecutor **g_live;
-static size_t g_nlive, g_caplive;
+/* ---- executors (kept by libnnopbase) --------------------------------------------------- */
 
-static aclnnStatus make(const char *op, void (*run)(aclOpExecutor *), uint64_t ws, uint64_t *ws_out,
+static aclnnStatus make(const char *op, int dtype, void (*run)(aclOpExecutor *), uint64_t ws, uint64_t *ws_out,
                         aclOpExecutor **exec) {
     if (!ws_out || !exec) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "workspaceSize or executor is null");
+    int r;
+    if ((r = soc_dtype(op, "self", dtype))) return r;
     if (aclsimFailOp(op)) return bad(ACLNN_ERR_INNER, op, "failure injected by CANDLE_ASCEND_SIM_FAIL_OP");
-    aclOpExecutor *e = calloc(1, sizeof *e);
-    e->magic = SIM_EXEC_MAGIC;
-    e->op = op;
-    e->run = run;
-    e->workspace_size = ws;
-    pthread_mutex_lock(&g_live_lock);
-    if (g_nlive == g_caplive) {
-        g_caplive = g_caplive ? 2 * g_caplive : 256;
-        g_live = realloc(g_live, g_caplive * sizeof *g_live);
-    }
-    g_live[g_nlive++] = e;
-    pthread_mutex_unlock(&g_live_lock);
+    *exec = aclsimNewExecutor(op, run, ws);
     *ws_out = ws;
-    *exec = e;
     return ACLNN_SUCCESS;
 }
 
-static void run_and_free(void *arg) {
-    aclOpExecutor *e = arg;
-    e->run(e);
-    e->magic = SIM_EXEC_DEAD;
-    free(e);
-}
-
+/* opbase's phase 2 (op_executor.cpp): a NULL executor, or a positive size with a NULL
+ * workspace, is 161001; the size is not compared with phase 1's, so a short workspace is an
+ * AI Core fault when the kernel runs; a NULL stream is the default stream. */
 static aclnnStatus launch(const char *op, void *ws, uint64_t ws_size, aclOpExecutor *e, aclrtStream stream) {
-    pthread_mutex_lock(&g_live_lock);
-    size_t i = 0;
-    while (i < g_nlive && g_live[i] != e) i++;
-    int live = i < g_nlive;
-    if (live) g_live[i] = g_live[--g_nlive];
-    pthread_mutex_unlock(&g_live_lock);
-    if (!e || !live) return bad(ACLNN_ERR_INNER_NULLPTR, op, "not a live executor (executors are single-use)");
+    if (!e) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "executor is null");
+    if (ws_size > 0 && !ws) {
+        aclDestroyAclOpExecutor(e); /* opbase destroys it on this path, even a repeatable one */
+        return bad(ACLNN_ERR_PARAM_NULLPTR, op, "workspaceSize > 0 with a null workspace");
+    }
+    aclsimTakeExecutor(op, e);
     if (strcmp(e->op, op) != 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "executor was created by another op");
-    if (ws_size < e->workspace_size || (e->workspace_size && !ws)) {
-        aclsimSetError("%s: workspace of %llu bytes given, %llu requested", op, (unsigned long long)ws_size,
-                       (unsigned long long)e->workspace_size);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    if (e->workspace_size) {
-        e->workspace = aclsimHostPtr(ws, e->workspace_size);
-        if (!e->workspace) return bad(ACLNN_ERR_PARAM_INVALID, op, "workspace is not device memory");
-    }
-    if (!stream) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "stream is null");
+    if (e->workspace_size) e->workspace = ws_size >= e->workspace_size ? aclsimHostPtr(ws, e->workspace_size) : NULL;
     aclsimCountLaunch(op);
-    aclsimEnqueue(stream, run_and_free, e);
+    if (aclsimEnqueue(stream, aclsimRunExecutor, e) != 0) return bad(ACLNN_ERR_RUNTIME_ERROR, op, "no stream");
     return ACLNN_SUCCESS;
 }
 
@@ -292,7 +320,7 @@ static aclnnStatus binary(const char *op, int kind, const aclTensor *a, const ac
         return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes are not inferable");
     if (cmp && out->dtype != ACL_BOOL && out->dtype != ACL_UINT8)
         return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be BOOL or UINT8");
-    aclnnStatus s = make(op, run_binary, 0, ws, exec);
+    aclnnStatus s = make(op, a->dtype, run_binary, 0, ws, exec);
     if (s) return s;
     (*exec)->t[0] = *out;
     (*exec)->t[1] = *a;
@@ -309,7 +337,8 @@ static double scalar_value(const aclScalar *s) { return s ? s->value : 1.0; }
                                                          const aclScalar *alpha, aclTensor *out, uint64_t *ws, \
                                                          aclOpExecutor **e) {                                \
         if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnn" #Name, "alpha is null");                    \
-        return binary("aclnn" #Name, kind, a, b, scalar_value(alpha), out, ws, e);                           \
+        int r = a && out ? scalar_castable("aclnn" #Name, "alpha", alpha, out->dtype) : 0;                   \
+        return r ? r : binary("aclnn" #Name, kind, a, b, scalar_value(alpha), out, ws, e);                   \
     }                                                                                                        \
     PHASE2(Name)
 #define BINARY(Name, kind)                                                                                   \
@@ -350,7 +379,7 @@ static aclnnStatus scalar_op(const char *op, int kind, const aclTensor *a, const
     if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
     if (!s) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "scalar is null");
     if (!same_shape(a, out) || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must match self");
-    aclnnStatus st_ = make(op, run_scalar, 0, ws, exec);
+    aclnnStatus st_ = make(op, a->dtype, run_scalar, 0, ws, exec);
     if (st_) return st_;
     (*exec)->t[0] = *out;
     (*exec)->t[1] = *a;
@@ -369,6 +398,8 @@ PHASE2(Muls)
 SIM_EXPORT aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *a, const aclScalar *s, const aclScalar *alpha,
                                                  aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
     if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnAdds", "alpha is null");
+    int r = a && out ? scalar_castable("aclnnAdds", "alpha", alpha, out->dtype) : 0;
+    if (r) return r;
     return scalar_op("aclnnAdds", B_ADD, a, s, alpha->value, out, ws, e);
 }
 PHASE2(Adds)
@@ -415,13 +446,12 @@ static void run_unary(aclOpExecutor *e) {
     }
 }
 
-static aclnnStatus unary(const char *op, int kind, int ints_ok, const aclTensor *a, double p, const aclTensor *out,
+static aclnnStatus unary(const char *op, int kind, const aclTensor *a, double p, const aclTensor *out,
                          uint64_t *ws, aclOpExecutor **exec) {
     int r;
     if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
     if (!same_shape(a, out) || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must match self");
-    if (!ints_ok && (r = float_dtype(op, a))) return r;
-    aclnnStatus s = make(op, run_unary, 0, ws, exec);
+    aclnnStatus s = make(op, a->dtype, run_unary, 0, ws, exec);
     if (s) return s;
     (*exec)->t[0] = *out;
     (*exec)->t[1] = *a;
@@ -430,44 +460,46 @@ static aclnnStatus unary(const char *op, int kind, int ints_ok, const aclTensor 
     return 0;
 }
 
-#define UNARY(Name, kind, ints_ok)                                                                         \
+#define UNARY(Name, kind)                                                                         \
     SIM_EXPORT aclnnStatus aclnn##Name##GetWorkspaceSize(const aclTensor *a, aclTensor *out, uint64_t *ws, \
                                                          aclOpExecutor **e) {                              \
-        return unary("aclnn" #Name, kind, ints_ok, a, 0, out, ws, e);                                      \
+        return unary("aclnn" #Name, kind, a, 0, out, ws, e);                                      \
     }                                                                                                      \
     PHASE2(Name)
 
-UNARY(Exp, U_EXP, 0)
-UNARY(Log, U_LOG, 0)
-UNARY(Sqrt, U_SQRT, 0)
-UNARY(Rsqrt, U_RSQRT, 0)
-UNARY(Tanh, U_TANH, 0)
-UNARY(Neg, U_NEG, 1)
-UNARY(Abs, U_ABS, 1)
-UNARY(Erf, U_ERF, 0)
-UNARY(Sin, U_SIN, 0)
-UNARY(Cos, U_COS, 0)
-UNARY(Sigmoid, U_SIGMOID, 0)
-UNARY(Silu, U_SILU, 0)
-UNARY(Relu, U_RELU, 1)
-UNARY(Reciprocal, U_RECIP, 0)
-UNARY(Floor, U_FLOOR, 0)
-UNARY(Ceil, U_CEIL, 0)
-UNARY(Round, U_ROUND, 0)
-UNARY(Sign, U_SIGN, 1)
-UNARY(Square, U_SQUARE, 1)
+UNARY(Exp, U_EXP)
+UNARY(Log, U_LOG)
+UNARY(Sqrt, U_SQRT)
+UNARY(Rsqrt, U_RSQRT)
+UNARY(Tanh, U_TANH)
+UNARY(Neg, U_NEG)
+UNARY(Abs, U_ABS)
+UNARY(Erf, U_ERF)
+UNARY(Sin, U_SIN)
+UNARY(Cos, U_COS)
+UNARY(Sigmoid, U_SIGMOID)
+UNARY(Silu, U_SILU)
+UNARY(Relu, U_RELU)
+UNARY(Reciprocal, U_RECIP)
+UNARY(Floor, U_FLOOR)
+UNARY(Ceil, U_CEIL)
+UNARY(Round, U_ROUND)
+UNARY(Sign, U_SIGN)
+UNARY(Square, U_SQUARE)
 
 SIM_EXPORT aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t approximate, aclTensor *y,
                                                    uint64_t *ws, aclOpExecutor **e) {
     if (approximate != 0 && approximate != 1) return bad(ACLNN_ERR_PARAM_INVALID, "aclnnGeluV2", "approximate must be 0 or 1");
-    return unary("aclnnGeluV2", U_GELU, 0, x, (double)approximate, y, ws, e);
+    return unary("aclnnGeluV2", U_GELU, x, (double)approximate, y, ws, e);
 }
 PHASE2(GeluV2)
 
 SIM_EXPORT aclnnStatus aclnnPowTensorScalarGetWorkspaceSize(const aclTensor *a, const aclScalar *exponent,
                                                             aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
     if (!exponent) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnPowTensorScalar", "exponent is null");
-    return unary("aclnnPowTensorScalar", U_POW, 0, a, exponent->value, out, ws, e);
+    int r = a && out ? scalar_castable("aclnnPowTensorScalar", "exponent", exponent, out->dtype) : 0;
+    if (r) return r;
+    return unary("aclnnPowTensorScalar", U_POW, a, exponent->value, out, ws, e);
 }
 PHASE2(PowTensorScalar)
 
@@ -495,7 +527,7 @@ SIM_EXPORT aclnnStatus aclnnSWhereGetWorkspaceSize(const aclTensor *cond, const 
     int64_t tmp[SIM_MAX_DIMS];
     if (!bcast(cond, out, tmp) || !bcast(a, out, tmp) || !bcast(b, out, tmp))
         return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes do not broadcast to out");
-    aclnnStatus s = make(op, run_where, 0, ws, e);
+    aclnnStatus s = make(op, a->dtype, run_where, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *cond;
@@ -524,7 +556,8 @@ SIM_EXPORT aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *a, int32_t dty
     int r;
     if ((r = check(op, a, "self")) || (r = check(op, out, "out"))) return r;
     if (out->dtype != dtype || !same_shape(a, out)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have self's shape and the target dtype");
-    aclnnStatus s = make(op, run_copy, 0, ws, e);
+    if ((r = soc_dtype(op, "out", out->dtype))) return r;
+    aclnnStatus s = make(op, a->dtype, run_copy, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -539,7 +572,8 @@ SIM_EXPORT aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *dst, const ac
     int64_t tmp[SIM_MAX_DIMS];
     if ((r = check(op, dst, "selfRef")) || (r = check(op, src, "src"))) return r;
     if (!bcast(src, dst, tmp)) return bad(ACLNN_ERR_PARAM_INVALID, op, "src does not broadcast to selfRef");
-    aclnnStatus s = make(op, run_copy, 0, ws, e);
+    if ((r = soc_dtype(op, "src", src->dtype))) return r;
+    aclnnStatus s = make(op, dst->dtype, run_copy, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *dst;
     (*e)->t[1] = *src;
@@ -562,7 +596,7 @@ SIM_EXPORT aclnnStatus aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *dst, co
     int r;
     if ((r = check("aclnnInplaceFillScalar", dst, "selfRef"))) return r;
     if (!value) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnInplaceFillScalar", "value is null");
-    aclnnStatus s = make("aclnnInplaceFillScalar", run_fill, 0, ws, e);
+    aclnnStatus s = make("aclnnInplaceFillScalar", dst->dtype, run_fill, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *dst;
     (*e)->f[0] = value->value;
@@ -573,7 +607,7 @@ PHASE2(InplaceFillScalar)
 SIM_EXPORT aclnnStatus aclnnInplaceZeroGetWorkspaceSize(aclTensor *dst, uint64_t *ws, aclOpExecutor **e) {
     int r;
     if ((r = check("aclnnInplaceZero", dst, "selfRef"))) return r;
-    aclnnStatus s = make("aclnnInplaceZero", run_fill, 0, ws, e);
+    aclnnStatus s = make("aclnnInplaceZero", dst->dtype, run_fill, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *dst;
     return 0;
@@ -648,7 +682,7 @@ static aclnnStatus reduce(const char *op, int kind, const aclTensor *a, const in
     if ((uint64_t)expect != out->ndim) return bad(ACLNN_ERR_PARAM_INVALID, op, "out has the wrong rank");
     if (kind >= R_ARGMAX && out->dtype != ACL_INT64 && out->dtype != ACL_INT32)
         return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be INT32 or INT64");
-    aclnnStatus s = make(op, run_reduce, (uint64_t)nout * 2 * sizeof(double), ws, e);
+    aclnnStatus s = make(op, a->dtype, run_reduce, (uint64_t)nout * 2 * sizeof(double), ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -696,19 +730,36 @@ PHASE2(ArgMin)
 /* ---- matmul: f32 accumulation in the workspace ----------------------------------------- */
 
 /* t[0] = out (b, m, n), t[1] = self (b, m, k), t[2] = mat2 (b, k, n); batch dims broadcast. */
+/* How the cube unit reads its inputs (i[0]): as they are, rounded to FP16, or rounded to HF32
+ * (FP32 with a 10-bit mantissa, round to nearest even). */
+enum { CUBE_NATIVE, CUBE_FP16, CUBE_HF32 };
+
+static float cube_input(double v, int mode) {
+    float f = (float)v;
+    if (mode == CUBE_FP16) return f16_to_f32(f32_to_f16(f));
+    if (mode == CUBE_HF32 && isfinite(f)) {
+        uint32_t x;
+        memcpy(&x, &f, 4);
+        x = (x + 0xfff + ((x >> 13) & 1)) & ~0x1fffu;
+        memcpy(&f, &x, 4);
+    }
+    return f;
+}
+
 static void run_bmm(aclOpExecutor *e) {
     const aclTensor *o = &e->t[0], *a = &e->t[1], *b = &e->t[2];
     int64_t bs = o->dims[0], m = o->dims[1], n = o->dims[2], k = a->dims[2];
     void *pa = host_base(a), *pb = host_base(b), *po = host_base(o);
     float *acc = e->workspace;
+    int mode = (int)e->i[0];
     int64_t sab = a->dims[0] == 1 ? 0 : a->strides[0], sbb = b->dims[0] == 1 ? 0 : b->strides[0];
     for (int64_t z = 0; z < bs; z++)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
                 float s = 0;
                 for (int64_t l = 0; l < k; l++)
-                    s += (float)ld(pa, a->dtype, a->offset + z * sab + i * a->strides[1] + l * a->strides[2]) *
-                         (float)ld(pb, b->dtype, b->offset + z * sbb + l * b->strides[1] + j * b->strides[2]);
+                    s += cube_input(ld(pa, a->dtype, a->offset + z * sab + i * a->strides[1] + l * a->strides[2]), mode) *
+                         cube_input(ld(pb, b->dtype, b->offset + z * sbb + l * b->strides[1] + j * b->strides[2]), mode);
                 acc[(z * m + i) * n + j] = s;
             }
     for (int64_t z = 0; z < bs; z++)
@@ -728,10 +779,27 @@ SIM_EXPORT aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *a, cons
         (a->dims[0] != out->dims[0] && a->dims[0] != 1) || (b->dims[0] != out->dims[0] && b->dims[0] != 1))
         return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes are not (b, m, k) x (b, k, n) -> (b, m, n)");
     if (a->dtype != b->dtype || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes are not inferable");
-    if ((r = float_dtype(op, a))) return r;
-    if (cube_math_type == 2 && a->dtype == ACL_BF16) return bad(ACLNN_ERR_PARAM_INVALID, op, "cubeMathType USE_FP16 is not allowed with BF16");
-    aclnnStatus s = make(op, run_bmm, (uint64_t)numel(out) * sizeof(float), ws, e);
+    if ((r = soc_dtype(op, "self", a->dtype))) return r;
+    /* cubeMathType per SoC and dtype: the table's cube column (ops-nn cube_util.cpp). */
+    const SimOpRow *row = op_row(op);
+    if (cube_math_type < 0 || cube_math_type > 3 || !(row->cube[a->dtype] & (1u << cube_math_type))) {
+        aclsimSetError("%s: cubeMathType %d is not supported for %s input on %s (%s; %s)", op, cube_math_type,
+                       dtype_name(a->dtype), aclrtGetSocName(), family_name(), row->source);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    int mode = CUBE_NATIVE;
+    if (a->dtype == ACL_FLOAT && (cube_math_type == 2 || (cube_math_type == 1 && aclsimSocFamily() == SIM_SOC_910)))
+        mode = CUBE_FP16;
+    else if (a->dtype == ACL_FLOAT && (cube_math_type == 1 || cube_math_type == 3))
+        mode = CUBE_HF32;
+    else if (a->dtype == ACL_BF16 && cube_math_type == 2) {
+        /* cube_util.cpp logs a warning and computes in FP16; it does not refuse. */
+        fprintf(stderr, "[WARNING] %s: cubeMathType USE_FP16 with BF16 input computes in FP16\n", op);
+        mode = CUBE_FP16;
+    }
+    aclnnStatus s = make(op, a->dtype, run_bmm, (uint64_t)numel(out) * sizeof(float), ws, e);
     if (s) return s;
+    (*e)->i[0] = mode;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
     (*e)->t[2] = *b;
@@ -818,7 +886,7 @@ SIM_EXPORT aclnnStatus aclnnIndexSelectGetWorkspaceSize(const aclTensor *a, int6
         return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index rank or out");
     for (uint64_t d = 0; d < a->ndim; d++)
         if (out->dims[d] != ((int64_t)d == dim ? index->dims[0] : a->dims[d])) return bad(ACLNN_ERR_PARAM_INVALID, op, "out has the wrong shape");
-    aclnnStatus s = make(op, run_index, 0, ws, e);
+    aclnnStatus s = make(op, a->dtype, run_index, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -838,11 +906,12 @@ SIM_EXPORT aclnnStatus aclnnIndexAddGetWorkspaceSize(const aclTensor *a, int64_t
         (r = check(op, out, "out")) || (r = index_dtype(op, index)))
         return r;
     if (!alpha) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "alpha is null");
+    if ((r = scalar_castable(op, "alpha", alpha, out->dtype))) return r;
     if (dim < 0) dim += (int64_t)a->ndim;
     if (dim < 0 || dim >= (int64_t)a->ndim || index->ndim != 1 || !same_shape(a, out) || source->ndim != a->ndim ||
         source->dims[dim] != index->dims[0] || source->dtype != a->dtype || out->dtype != a->dtype)
         return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index, source or out");
-    aclnnStatus s = make(op, run_index, 0, ws, e);
+    aclnnStatus s = make(op, a->dtype, run_index, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -908,7 +977,7 @@ SIM_EXPORT aclnnStatus aclnnGatherGetWorkspaceSize(const aclTensor *a, const int
     int64_t d = dim < 0 ? dim + (int64_t)a->ndim : dim;
     if (d < 0 || d >= (int64_t)a->ndim || index->ndim != a->ndim || !same_shape(index, out) || out->dtype != a->dtype)
         return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index rank or out");
-    aclnnStatus s = make(op, run_gather, 0, ws, e);
+    aclnnStatus s = make(op, a->dtype, run_gather, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -931,7 +1000,7 @@ SIM_EXPORT aclnnStatus aclnnScatterAddGetWorkspaceSize(const aclTensor *a, int64
     if (dim < 0 || dim >= (int64_t)a->ndim || index->ndim != a->ndim || src->ndim != a->ndim || !same_shape(a, out) ||
         src->dtype != a->dtype || out->dtype != a->dtype)
         return bad(ACLNN_ERR_PARAM_INVALID, op, "bad dim, index, src or out");
-    aclnnStatus s = make(op, run_gather, 0, ws, e);
+    aclnnStatus s = make(op, a->dtype, run_gather, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *a;
@@ -973,8 +1042,8 @@ static void run_random(aclOpExecutor *e) {
 static aclnnStatus random_op(const char *op, int kind, const aclTensor *t, double a, double b, uint64_t seed,
                              uint64_t offset, uint64_t *ws, aclOpExecutor **e) {
     int r;
-    if ((r = check(op, t, "selfRef")) || (r = float_dtype(op, t))) return r;
-    aclnnStatus s = make(op, run_random, 0, ws, e);
+    if ((r = check(op, t, "selfRef"))) return r;
+    aclnnStatus s = make(op, t->dtype, run_random, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *t;
     (*e)->i[0] = kind;

@@ -31,6 +31,9 @@ enum { ACL_DT_UNDEFINED = -1, ACL_FLOAT = 0, ACL_FLOAT16 = 1, ACL_INT8 = 2, ACL_
 
 enum { ACL_FORMAT_ND = 2 };
 
+/* SoC families of the emulated parts: Atlas training series (Ascend910A/ProA) and A2 (910B). */
+enum { SIM_SOC_910 = 0, SIM_SOC_910B = 1 };
+
 enum { ACL_MEMCPY_HOST_TO_HOST = 0, ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_HOST = 2,
        ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
 
@@ -73,13 +76,20 @@ typedef struct aclOpExecutor {
     int ndims;
 } aclOpExecutor;
 
-/* Private services of libascendcl.so used by the other two libraries. */
+/* Private services (aclsim*) shared by the three libraries: errors, memory, streams and
+ * counters live in libascendcl.so; executors in libnnopbase.so. */
 SIM_EXPORT void aclsimSetError(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 SIM_EXPORT void *aclsimHostPtr(const void *dev, uint64_t bytes);
 SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx);
 SIM_EXPORT void aclsimCountLaunch(const char *op);
 SIM_EXPORT int aclsimFailOp(const char *op);
 SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+SIM_EXPORT int aclsimSocFamily(void);
+SIM_EXPORT aclOpExecutor *aclsimNewExecutor(const char *op, void (*run)(aclOpExecutor *), uint64_t workspace_size);
+SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e);
+SIM_EXPORT void aclsimRunExecutor(void *arg);
+SIM_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *e);
+SIM_EXPORT const char *aclrtGetSocName(void);
 
 static inline size_t sim_dtype_size(int32_t dtype) {
     switch (dtype) {

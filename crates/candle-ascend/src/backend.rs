@@ -2,12 +2,14 @@
 //! or two aclnn launches on the device's stream; nothing goes through the host but explicit
 //! transfers.
 use candle_core::backend::{BackendDevice, BackendStorage};
+use candle_core::custom_backend::{BinaryOpKind, UnaryOpKind};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
 use candle_core::{conv, CpuStorage, DType, DeviceLocation, Layout, Result, Shape};
 
 use crate::error::AscendError;
 use crate::ffi::types::dtype as acl;
-use crate::ops::{self, View};
+use crate::op_table::{route, CandleOp, Route};
+use crate::ops::{self, acl_dtype, View};
 use crate::runtime::AscendDevice;
 use crate::storage::AscendStorage;
 
@@ -15,74 +17,12 @@ fn unsupported<T>(op: &'static str) -> Result<T> {
     Err(AscendError::Unsupported { op, detail: "BigBird does not need it; run it on the CPU".into() }.into())
 }
 
-/// The aclnn op behind a candle unary op (by `UnaryOpT::NAME`).
-fn unary_op(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "exp" => "aclnnExp",
-        "log" => "aclnnLog",
-        "sin" => "aclnnSin",
-        "cos" => "aclnnCos",
-        "tanh" => "aclnnTanh",
-        "neg" => "aclnnNeg",
-        "recip" => "aclnnReciprocal",
-        "sqr" => "aclnnSquare",
-        "sqrt" => "aclnnSqrt",
-        "erf" => "aclnnErf",
-        "relu" => "aclnnRelu",
-        "silu" => "aclnnSilu",
-        "abs" => "aclnnAbs",
-        "ceil" => "aclnnCeil",
-        "floor" => "aclnnFloor",
-        "round" => "aclnnRound",
-        "sign" => "aclnnSign",
-        _ => return None,
-    })
-}
-
-/// The aclnn op behind a candle binary op (by `BinaryOpT::NAME`).
-fn binary_op(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "add" => "aclnnAdd",
-        "sub" => "aclnnSub",
-        "mul" => "aclnnMul",
-        "div" => "aclnnDiv",
-        "minimum" => "aclnnMinimum",
-        "maximum" => "aclnnMaximum",
-        _ => return None,
-    })
-}
-
-/// Every candle op and how this backend runs it, for `npu_env`'s coverage table.
-pub fn op_coverage() -> Vec<(&'static str, &'static str)> {
-    let mut v: Vec<(&'static str, &'static str)> = vec![
-        ("affine", "aclnnMuls + aclnnAdds"),
-        ("powf", "aclnnPowTensorScalar"),
-        ("cmp (eq/ne/lt/le/gt/ge)", "aclnn{Eq,Ne,Lt,Le,Gt,Ge}Tensor"),
-        ("to_dtype", "aclnnCast"),
-        ("where_cond", "aclnnCast (to BOOL) + aclnnSWhere"),
-        ("sum", "aclnnReduceSum"),
-        ("max / min", "aclnnAmax / aclnnAmin"),
-        ("argmax / argmin", "aclnnArgMax / aclnnArgMin + aclnnCast"),
-        ("matmul", "aclnnBatchMatMul (strided operands)"),
-        ("index_select", "aclnnIndexSelect"),
-        ("index_add", "aclnnIndexAdd"),
-        ("gather", "aclnnGather"),
-        ("scatter_add", "aclnnScatterAdd"),
-        ("copy_strided_src / copy2d / try_clone", "aclnnInplaceCopy"),
-        ("const_set / zeros", "aclnnInplaceFillScalar / aclnnInplaceZero"),
-        ("rand_uniform / rand_normal", "aclnnInplaceUniform / aclnnInplaceNormal"),
-        ("host <-> device", "aclrtMemcpyAsync"),
-        ("gelu / gelu_erf", "aclnnGeluV2 (tanh / erf)"),
-        ("CustomOp1/2/3 without an Ascend kernel", "fallback: host round trip"),
-        ("elu, scatter_set, conv*, pooling, upsampling", "unsupported"),
-    ];
-    for n in ["exp", "log", "sin", "cos", "tanh", "neg", "recip", "sqr", "sqrt", "erf", "relu", "silu", "abs"] {
-        v.push((n, unary_op(n).unwrap_or("unsupported")));
+/// The single aclnn op of a natively routed candle operation.
+fn native(op: CandleOp) -> Result<&'static str> {
+    match route(op) {
+        Route::Native(name) => Ok(name),
+        _ => Err(AscendError::Unsupported { op: "route", detail: format!("{op} has no single aclnn op") }.into()),
     }
-    for n in ["add", "sub", "mul", "div", "minimum", "maximum"] {
-        v.push((n, binary_op(n).unwrap_or("unsupported")));
-    }
-    v
 }
 
 impl AscendStorage {
@@ -90,6 +30,46 @@ impl AscendStorage {
         let out = Self::empty(&self.device, shape.elem_count(), dtype)?;
         let view = out.contiguous(shape)?;
         Ok((out, view))
+    }
+
+    /// The dtype `aclnn` computes in for this storage: its own, or INT64 for an integer dtype
+    /// the part lacks for that op (u32 on most ops; the table, `soc/op_support.tsv`, decides).
+    fn compute_dtype(&self, aclnn: &str) -> Result<DType> {
+        let soc = &self.dev().soc;
+        if soc.runs(aclnn, acl_dtype(self.dtype)?) || !self.dtype.is_int() || !soc.runs(aclnn, acl::INT64) {
+            return Ok(self.dtype);
+        }
+        Ok(DType::I64)
+    }
+
+    /// This operand as a view of `dtype`: itself, or a cast copy kept alive by the storage returned.
+    fn view_as(&self, l: &Layout, dtype: DType) -> Result<(View, Option<AscendStorage>)> {
+        if dtype == self.dtype {
+            return Ok((self.view(l)?, None));
+        }
+        let (tmp, tv) = self.new_like(l.shape(), dtype)?;
+        ops::copy::cast(self.dev(), &self.view(l)?, &tv)?;
+        Ok((tv, Some(tmp)))
+    }
+
+    /// An output of `shape` and `dtype` computed by `f` into a view of `compute` dtype, cast to
+    /// `dtype` afterwards when the two differ.
+    fn output(
+        &self,
+        shape: &Shape,
+        dtype: DType,
+        compute: DType,
+        f: impl FnOnce(&View) -> crate::error::Result<()>,
+    ) -> Result<Self> {
+        let (out, ov) = self.new_like(shape, dtype)?;
+        if compute == dtype {
+            f(&ov)?;
+        } else {
+            let (_tmp, tv) = self.new_like(shape, compute)?;
+            f(&tv)?;
+            ops::copy::cast(self.dev(), &tv, &ov)?;
+        }
+        Ok(out)
     }
 
     /// 3-D (batch, rows, cols) view of a matmul operand, or `None` if its batch dims do not
@@ -168,12 +148,15 @@ impl BackendStorage for AscendStorage {
     }
 
     fn affine(&self, l: &Layout, mul: f64, add: f64) -> Result<Self> {
-        let (out, ov) = self.new_like(l.shape(), self.dtype)?;
-        ops::elementwise::mul_scalar(self.dev(), &self.view(l)?, mul, &ov)?;
-        if add != 0.0 {
-            ops::elementwise::add_scalar(self.dev(), &ov, add, &ov)?;
-        }
-        Ok(out)
+        let dt = self.compute_dtype("aclnnMuls")?;
+        let (src, _tmp) = self.view_as(l, dt)?;
+        self.output(l.shape(), self.dtype, dt, |ov| {
+            ops::elementwise::mul_scalar(self.dev(), &src, mul, ov)?;
+            if add != 0.0 {
+                ops::elementwise::add_scalar(self.dev(), ov, add, ov)?;
+            }
+            Ok(())
+        })
     }
 
     fn powf(&self, l: &Layout, e: f64) -> Result<Self> {
@@ -193,42 +176,27 @@ impl BackendStorage for AscendStorage {
         }
         let shape = Shape::from(out_dims);
         let axes: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
-        let src = self.view(l)?;
         let dev = self.dev();
+        let aclnn = route(CandleOp::Reduce(op)).aclnn_ops()[0];
+        let dt = self.compute_dtype(aclnn)?;
+        let (src, _tmp) = self.view_as(l, dt)?;
         match op {
-            ReduceOp::Sum => {
-                let (out, ov) = self.new_like(&shape, self.dtype)?;
-                ops::reduce::sum(dev, &src, &axes, &ov)?;
-                Ok(out)
-            }
+            ReduceOp::Sum => self.output(&shape, self.dtype, dt, |ov| ops::reduce::sum(dev, &src, &axes, ov)),
             ReduceOp::Max | ReduceOp::Min => {
-                let (out, ov) = self.new_like(&shape, self.dtype)?;
-                let name = if op == ReduceOp::Max { "aclnnAmax" } else { "aclnnAmin" };
-                ops::reduce::extremum(dev, name, &src, &axes, &ov)?;
-                Ok(out)
+                self.output(&shape, self.dtype, dt, |ov| ops::reduce::extremum(dev, aclnn, &src, &axes, ov))
             }
-            ReduceOp::ArgMax | ReduceOp::ArgMin => {
-                let name = if op == ReduceOp::ArgMax { "aclnnArgMax" } else { "aclnnArgMin" };
-                let (_idx, iv) = self.new_like(&shape, DType::I64)?;
-                ops::reduce::arg_extremum(dev, name, &src, axes[0], &iv)?;
-                let (out, ov) = self.new_like(&shape, DType::U32)?;
-                ops::copy::cast(dev, &iv, &ov)?;
-                Ok(out)
-            }
+            ReduceOp::ArgMax | ReduceOp::ArgMin => self
+                .output(&shape, DType::U32, DType::I64, |iv| ops::reduce::arg_extremum(dev, aclnn, &src, axes[0], iv)),
         }
     }
 
     fn cmp(&self, op: CmpOp, rhs: &Self, l: &Layout, rl: &Layout) -> Result<Self> {
-        let name = match op {
-            CmpOp::Eq => "aclnnEqTensor",
-            CmpOp::Ne => "aclnnNeTensor",
-            CmpOp::Lt => "aclnnLtTensor",
-            CmpOp::Le => "aclnnLeTensor",
-            CmpOp::Gt => "aclnnGtTensor",
-            CmpOp::Ge => "aclnnGeTensor",
-        };
+        let name = native(CandleOp::Cmp(op))?;
+        let dt = self.compute_dtype(name)?;
+        let (a, _ta) = self.view_as(l, dt)?;
+        let (b, _tb) = rhs.view_as(rl, dt)?;
         let (out, ov) = self.new_like(l.shape(), DType::U8)?;
-        ops::elementwise::binary(self.dev(), name, &self.view(l)?, &rhs.view(rl)?, &ov)?;
+        ops::elementwise::binary(self.dev(), name, &a, &b, &ov)?;
         Ok(out)
     }
 
@@ -239,33 +207,36 @@ impl BackendStorage for AscendStorage {
     }
 
     fn unary_impl<B: UnaryOpT>(&self, l: &Layout) -> Result<Self> {
-        let (out, ov) = self.new_like(l.shape(), self.dtype)?;
-        let src = self.view(l)?;
-        match B::NAME {
-            "gelu" => ops::elementwise::gelu(self.dev(), true, &src, &ov)?,
-            "gelu_erf" => ops::elementwise::gelu(self.dev(), false, &src, &ov)?,
-            name => match unary_op(name) {
-                Some(op) => ops::elementwise::unary(self.dev(), op, &src, &ov)?,
-                None => return unsupported(B::NAME),
-            },
-        }
-        Ok(out)
+        let kind = UnaryOpKind::of::<B>()?;
+        let ops = route(CandleOp::Unary(kind)).aclnn_ops();
+        let dt = self.compute_dtype(ops[0])?;
+        let (src, _tmp) = self.view_as(l, dt)?;
+        let dev = self.dev();
+        self.output(l.shape(), self.dtype, dt, |ov| match kind {
+            UnaryOpKind::Sqr => ops::elementwise::binary(dev, ops[0], &src, &src, ov),
+            UnaryOpKind::Gelu | UnaryOpKind::GeluErf => {
+                ops::elementwise::gelu(dev, kind == UnaryOpKind::Gelu, &src, ov)
+            }
+            _ => ops::elementwise::unary(dev, ops[0], &src, ov),
+        })
     }
 
     fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, l: &Layout, rl: &Layout) -> Result<Self> {
-        let Some(op) = binary_op(B::NAME) else { return unsupported(B::NAME) };
-        let (out, ov) = self.new_like(l.shape(), self.dtype)?;
-        ops::elementwise::binary(self.dev(), op, &self.view(l)?, &rhs.view(rl)?, &ov)?;
-        Ok(out)
+        let op = native(CandleOp::Binary(BinaryOpKind::of::<B>()?))?;
+        let dt = self.compute_dtype(op)?;
+        let (a, _ta) = self.view_as(l, dt)?;
+        let (b, _tb) = rhs.view_as(rl, dt)?;
+        self.output(l.shape(), self.dtype, dt, |ov| ops::elementwise::binary(self.dev(), op, &a, &b, ov))
     }
 
     fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
         let (_cond, cv) = self.new_like(l.shape(), DType::U8)?;
         let cv = cv.reinterpret(acl::BOOL);
         ops::copy::cast(self.dev(), &self.view(l)?, &cv)?;
-        let (out, ov) = self.new_like(l.shape(), t.dtype)?;
-        ops::elementwise::select(self.dev(), &cv, &t.view(tl)?, &f.view(fl)?, &ov)?;
-        Ok(out)
+        let dt = t.compute_dtype("aclnnSWhere")?;
+        let (tv, _tt) = t.view_as(tl, dt)?;
+        let (fv, _tf) = f.view_as(fl, dt)?;
+        self.output(l.shape(), t.dtype, dt, |ov| ops::elementwise::select(self.dev(), &cv, &tv, &fv, ov))
     }
 
     fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &conv::ParamsConv1D) -> Result<Self> {
@@ -392,7 +363,14 @@ impl BackendStorage for AscendStorage {
     }
 
     fn const_set(&mut self, v: candle_core::scalar::Scalar, l: &Layout) -> Result<()> {
-        Ok(ops::copy::fill(self.dev(), &self.view(l)?, v.to_f64())?)
+        let view = self.view(l)?;
+        // InplaceFillScalar has no UINT32: fill the same bits as INT32.
+        if let candle_core::scalar::Scalar::U32(x) = v {
+            if !self.dev().soc.runs("aclnnInplaceFillScalar", acl::UINT32) {
+                return Ok(ops::copy::fill(self.dev(), &view.reinterpret(acl::INT32), f64::from(x as i32))?);
+            }
+        }
+        Ok(ops::copy::fill(self.dev(), &view, v.to_f64())?)
     }
 }
 
@@ -426,7 +404,12 @@ impl BackendDevice for AscendDevice {
     fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<AscendStorage> {
         let out = AscendStorage::empty(self, shape.elem_count(), dtype)?;
         if shape.elem_count() > 0 {
-            ops::copy::zero(&self.inner, &out.contiguous(shape)?)?;
+            let mut view = out.contiguous(shape)?;
+            // InplaceZero has no UINT32 (ops-math math/zero_op): zero the same bits as INT32.
+            if dtype == DType::U32 && !self.inner.soc.runs("aclnnInplaceZero", acl::UINT32) {
+                view = view.reinterpret(acl::INT32);
+            }
+            ops::copy::zero(&self.inner, &view)?;
         }
         Ok(out)
     }

@@ -81,6 +81,20 @@ pub enum AscendError {
         /// Why, or what would be needed.
         detail: String,
     },
+    /// A preflight found ops the part refuses.
+    #[error(
+        "{device} ({soc}) cannot run this: the part refuses {} op(s): {}",
+        .refused.len(),
+        .refused.join("; ")
+    )]
+    Preflight {
+        /// The device, e.g. `npu:0`.
+        device: String,
+        /// `aclrtGetSocName`.
+        soc: String,
+        /// Each refused op with its operands and the reason.
+        refused: Vec<String>,
+    },
     /// A device string that does not parse.
     #[error("unknown device {0:?} (expected cpu, npu:N or npu-sim:N)")]
     BadDevice(String),

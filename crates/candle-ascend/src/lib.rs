@@ -20,13 +20,17 @@
 pub mod backend;
 pub mod error;
 pub mod ffi;
+pub mod op_table;
 pub mod ops;
 pub mod runtime;
+pub mod soc;
 pub mod storage;
 
+pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
 pub use runtime::{AscendDevice, SimCounters};
+pub use soc::{Soc, SocFamily};
 pub use storage::AscendStorage;
 
 /// Parse a device string: `cpu`, `npu:N` (a real CANN toolkit) or `npu-sim:N` (the emulator).

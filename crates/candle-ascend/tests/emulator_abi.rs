@@ -1,6 +1,6 @@
 //! The emulated toolkit behaves like CANN where bugs hide, checked through its C ABI: single-use
-//! executors, honoured workspace sizes, documented status codes with messages, `aclInit`
-//! repeats, and copies of zero bytes.
+//! executors, opbase's phase-2 rules, the default stream, pinned and ordered async copies,
+//! documented status codes with messages, `aclInit` repeats, and copies of zero bytes.
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 
@@ -51,25 +51,46 @@ impl Env {
     }
 }
 
+/// Reusing an executor is a use after free on real CANN (opbase frees it after it runs): the
+/// emulator stops the process. The test re-runs itself in a child that does the reuse.
 #[test]
-fn executors_are_single_use() {
-    let env = Env::new();
-    let buf = env.malloc(64);
-    let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
-    let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
-    let p1: Unary = unsafe { std::mem::transmute(p1) };
-    let (mut ws, mut exec) = (0u64, null_mut());
-    unsafe {
-        assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
-        assert_eq!(ws, 0);
-        assert_eq!(p2(null_mut(), 0, exec, env.stream), 0);
-        assert_eq!(p2(null_mut(), 0, exec, env.stream), 561_103, "a second launch must fail");
+fn reusing_an_executor_aborts() {
+    const CHILD: &str = "CANDLE_ASCEND_REUSE_EXECUTOR";
+    if std::env::var_os(CHILD).is_some() {
+        let env = Env::new();
+        let buf = env.malloc(64);
+        let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
+        let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
+        let p1: Unary = unsafe { std::mem::transmute(p1) };
+        let (mut ws, mut exec) = (0u64, null_mut());
+        unsafe {
+            assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
+            assert_eq!(p2(null_mut(), 0, exec, env.stream), 0);
+            p2(null_mut(), 0, exec, env.stream);
+        }
+        println!("the second launch returned");
+        return;
     }
-    assert!(env.message().contains("single-use"));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "reusing_an_executor_aborts", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("second launch returned"), "{stderr}");
+    assert!(stderr.contains("use after free"), "{stderr}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(6), "expected SIGABRT, got {:?}", out.status);
+    }
 }
 
+/// opbase's phase 2: a positive size with a NULL workspace is 161001; the size itself is not
+/// checked, so a short workspace fails when the kernel runs (an AI Core fault at the next
+/// synchronisation); a NULL executor is 161001.
 #[test]
-fn requested_workspaces_are_enforced() {
+fn phase_two_checks_the_workspace_as_opbase_does() {
     let env = Env::new();
     let buf = env.malloc(64);
     let out = env.malloc(64);
@@ -82,16 +103,64 @@ fn requested_workspaces_are_enforced() {
     unsafe {
         assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
         assert!(ws > 0, "the reduction asks for an accumulator");
-        assert_eq!(p2(null_mut(), 0, exec, env.stream), 161_002, "a missing workspace must be rejected");
-    }
-    assert!(env.message().contains("workspace"));
-    // With the workspace it runs.
-    let mut exec = null_mut();
-    unsafe {
+        assert_eq!(p2(null_mut(), ws, exec, env.stream), 161_001, "positive size, NULL workspace");
+        assert!(env.message().contains("null workspace"));
+        assert_eq!(p2(null_mut(), 0, null_mut(), env.stream), 161_001, "NULL executor");
+        // Size 0 passes phase 2 (no size check), and the kernel then faults.
+        assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
+        assert_eq!(p2(null_mut(), 0, exec, env.stream), 0, "phase 2 does not compare sizes");
+        assert_eq!((env.tk.api.aclrtSynchronizeStream)(env.stream), 507_015);
+        assert!(env.message().contains("workspace"));
+        // With the workspace it runs.
         assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
         let w = env.malloc(ws as usize);
         assert_eq!(p2(w, ws, exec, env.stream), 0);
         assert_eq!((env.tk.api.aclrtSynchronizeStream)(env.stream), 0);
+    }
+}
+
+/// In ACL a NULL stream is the default stream, for launches and for synchronisation.
+#[test]
+fn a_null_stream_is_the_default_stream() {
+    let env = Env::new();
+    let buf = env.malloc(64);
+    let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
+    let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
+    let p1: Unary = unsafe { std::mem::transmute(p1) };
+    let (mut ws, mut exec) = (0u64, null_mut());
+    unsafe {
+        assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
+        assert_eq!(p2(null_mut(), 0, exec, null_mut()), 0, "launch on the default stream");
+        assert_eq!((env.tk.api.aclrtSynchronizeStream)(null_mut()), 0, "synchronise the default stream");
+    }
+}
+
+/// aclrtMemcpyAsync takes only pinned host memory (CANN 8.0 on Atlas training and A2), and the
+/// copy happens when the stream gets to it: reading the destination before synchronising sees
+/// the old bytes.
+#[test]
+fn async_copies_need_pinned_memory_and_a_synchronisation() {
+    let env = Env::new();
+    let api = &env.tk.api;
+    let dev = env.malloc(16);
+    let pageable = [7u8; 16];
+    unsafe {
+        let code = (api.aclrtMemcpyAsync)(dev, 16, pageable.as_ptr().cast(), 16, ACL_MEMCPY_HOST_TO_DEVICE, env.stream);
+        assert_ne!(code, 0, "pageable host memory must be refused");
+        assert!(env.message().contains("aclrtMallocHost"));
+        let mut pinned = null_mut();
+        assert_eq!((api.aclrtMallocHost)(&mut pinned, 16), 0);
+        std::ptr::write_bytes(pinned.cast::<u8>(), 7, 16);
+        assert_eq!((api.aclrtMemcpyAsync)(dev, 16, pinned, 16, ACL_MEMCPY_HOST_TO_DEVICE, env.stream), 0);
+        let mut back = [0u8; 16];
+        // A synchronous copy is not ordered after the stream: without a synchronisation it
+        // reads the device memory as it was.
+        assert_eq!((api.aclrtMemcpy)(back.as_mut_ptr().cast(), 16, dev, 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
+        assert_ne!(back, [7u8; 16], "the async copy ran before the stream was synchronised");
+        assert_eq!((api.aclrtSynchronizeStream)(env.stream), 0);
+        assert_eq!((api.aclrtMemcpy)(back.as_mut_ptr().cast(), 16, dev, 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
+        assert_eq!(back, [7u8; 16]);
+        assert_eq!((api.aclrtFreeHost)(pinned), 0);
     }
 }
 
@@ -106,9 +175,9 @@ fn unsupported_combinations_return_documented_codes() {
     let code = unsafe { p1(a, a, a, 0, &mut ws, &mut exec) };
     assert_eq!(code, 161_002);
     assert!(env.message().contains("not supported"), "dtype error names the problem");
-    let b = env.tensor(buf, &[1, 2, 2], dtype::BF16);
-    assert_eq!(unsafe { p1(b, b, b, 2, &mut ws, &mut exec) }, 161_002, "USE_FP16 with BF16");
-    assert_eq!(unsafe { p1(null_mut(), b, b, 0, &mut ws, &mut exec) }, 161_001, "null operand");
+    let f = env.tensor(buf, &[1, 2, 2], dtype::FLOAT);
+    assert_eq!(unsafe { p1(f, f, f, 4, &mut ws, &mut exec) }, 161_002, "cubeMathType out of range");
+    assert_eq!(unsafe { p1(null_mut(), f, f, 0, &mut ws, &mut exec) }, 161_001, "null operand");
     // The message is returned once, then cleared.
     let _ = unsafe { (env.tk.api.aclGetRecentErrMsg)() };
     assert!(unsafe { (env.tk.api.aclGetRecentErrMsg)() }.is_null());

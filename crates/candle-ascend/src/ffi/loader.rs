@@ -42,8 +42,12 @@ runtime_api! {
     aclrtSynchronizeStream: fn(AclrtStream) -> AclError;
     aclrtMalloc: fn(*mut *mut c_void, usize, i32) -> AclError;
     aclrtFree: fn(*mut c_void) -> AclError;
+    aclrtMemcpy: fn(*mut c_void, usize, *const c_void, usize, i32) -> AclError;
     aclrtMemcpyAsync: fn(*mut c_void, usize, *const c_void, usize, i32, AclrtStream) -> AclError;
+    aclrtMallocHost: fn(*mut *mut c_void, usize) -> AclError;
+    aclrtFreeHost: fn(*mut c_void) -> AclError;
     aclrtGetMemInfo: fn(i32, *mut usize, *mut usize) -> AclError;
+    aclrtGetSocName: fn() -> *const c_char;
     aclGetRecentErrMsg: fn() -> *const c_char;
     aclCreateTensor: fn(*const i64, u64, i32, *const i64, i64, i32, *const i64, u64, *mut c_void) -> AclTensorPtr;
     aclDestroyTensor: fn(AclTensorPtr) -> AclnnStatus;
@@ -75,8 +79,7 @@ pub struct Toolkit {
     /// Runtime and tensor-object entry points.
     pub api: RuntimeApi,
     acl: Library,
-    /// Kept loaded: `api` points into it.
-    _nnopbase: Library,
+    nnopbase: Library,
     op_libs: Vec<Library>,
     ops: Mutex<HashMap<&'static str, Option<(usize, usize)>>>,
 }
@@ -125,6 +128,42 @@ pub fn emulated_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CANDLE_ASCEND_SIM_ROOT")))
 }
 
+/// The op libraries of a toolkit, in torch_npu's search order (op-plugin `op_api_common.cpp`):
+/// every `libopapi_*.so` (math, nn, cv, transformer, and opbase's `_legacy` and `_oam`), then
+/// `libopapi.so`, then the older `libaclnn_*.so` set. An op is looked up in this order.
+pub fn op_library_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in lib_dirs(root) {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let mut split: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                name.starts_with("libopapi_") && name.ends_with(".so")
+            })
+            .collect();
+        split.sort();
+        files.extend(split);
+    }
+    const OLDER: [&str; 7] = [
+        "libopapi.so",
+        "libaclnn_ops_infer.so",
+        "libaclnn_ops_train.so",
+        "libaclnn_math.so",
+        "libaclnn_sparse.so",
+        "libaclnn_fft.so",
+        "libaclnn_rand.so",
+    ];
+    for file in OLDER {
+        if let Some(p) = find_lib(root, file) {
+            files.push(p);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|p| seen.insert(p.canonicalize().unwrap_or_else(|_| p.clone())));
+    files
+}
+
 fn open(path: &Path) -> Result<Library> {
     // SAFETY: loading a CANN library runs its initialisers, which have no preconditions.
     unsafe { Library::new(path) }.map_err(|source| AscendError::Library { path: path.to_path_buf(), source })
@@ -162,23 +201,15 @@ impl Toolkit {
         let acl = open(&acl_path)?;
         let nnopbase = open(&nnopbase_path)?;
         let mut libraries = vec![acl_path, nnopbase_path];
-        // The monolithic libopapi.so, or the newer split libraries; never both.
         let mut op_libs = Vec::new();
-        if let Some(p) = find_lib(root, "libopapi.so") {
+        for p in op_library_files(root) {
             op_libs.push(open(&p)?);
             libraries.push(p);
-        } else {
-            for file in ["libopapi_math.so", "libopapi_nn.so", "libopapi_transformer.so", "libopapi_cv.so"] {
-                if let Some(p) = find_lib(root, file) {
-                    op_libs.push(open(&p)?);
-                    libraries.push(p);
-                }
-            }
         }
         if op_libs.is_empty() {
             return Err(AscendError::MissingSymbol {
                 library: format!("{}/lib64", root.display()),
-                symbol: "libopapi.so (or libopapi_math.so/libopapi_nn.so)".into(),
+                symbol: "libopapi.so, libopapi_*.so or libaclnn_*.so".into(),
             });
         }
         let api = RuntimeApi::load(&acl, &nnopbase)?;
@@ -187,16 +218,7 @@ impl Toolkit {
         if code != ACL_SUCCESS && code != ACL_ERROR_REPEAT_INITIALIZE {
             return Err(AscendError::Runtime { call: "aclInit", code, message: recent_message(&api) });
         }
-        Ok(Self {
-            root: root.to_path_buf(),
-            kind,
-            libraries,
-            api,
-            acl,
-            _nnopbase: nnopbase,
-            op_libs,
-            ops: Mutex::default(),
-        })
+        Ok(Self { root: root.to_path_buf(), kind, libraries, api, acl, nnopbase, op_libs, ops: Mutex::default() })
     }
 
     /// The two phases of aclnn op `name` (e.g. `"aclnnAdd"`), as raw function addresses.
@@ -218,10 +240,13 @@ impl Toolkit {
         }
     }
 
-    /// An optional symbol of libascendcl (e.g. the emulator's `aclsim*` counters).
+    /// An optional symbol of libascendcl or libnnopbase (e.g. `aclDestroyAclOpExecutor`, or
+    /// the emulator's `aclsim*` counters).
     pub fn optional_symbol(&self, name: &str) -> Option<usize> {
-        // SAFETY: only the address is taken.
-        unsafe { self.acl.get::<*const c_void>(name.as_bytes()) }.ok().map(|s| *s as usize)
+        [&self.acl, &self.nnopbase].into_iter().find_map(|lib| {
+            // SAFETY: only the address is taken.
+            unsafe { lib.get::<*const c_void>(name.as_bytes()) }.ok().map(|s| *s as usize)
+        })
     }
 
     /// The toolkit version from `version.cfg`, if present.

@@ -15,16 +15,21 @@ pub const ACL_SUCCESS: AclError = 0;
 pub const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100_002;
 pub const ACL_ERROR_BAD_ALLOC: AclError = 200_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
+/// `ACL_ERROR_RT_DEVICE_OOM` (`rt_error_codes.h`).
+pub const ACL_ERROR_RT_DEVICE_OOM: AclError = 207_018;
 
 /// `aclDataType`.
 pub mod dtype {
     pub const FLOAT: i32 = 0;
     pub const FLOAT16: i32 = 1;
+    pub const INT8: i32 = 2;
     pub const INT32: i32 = 3;
     pub const UINT8: i32 = 4;
     pub const INT16: i32 = 6;
+    pub const UINT16: i32 = 7;
     pub const UINT32: i32 = 8;
     pub const INT64: i32 = 9;
+    pub const UINT64: i32 = 10;
     pub const DOUBLE: i32 = 11;
     pub const BOOL: i32 = 12;
     pub const BF16: i32 = 27;
@@ -34,10 +39,8 @@ pub const ACL_FORMAT_ND: i32 = 2;
 pub const ACL_MEM_MALLOC_HUGE_FIRST: i32 = 0;
 pub const ACL_MEMCPY_HOST_TO_DEVICE: i32 = 1;
 pub const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
+pub const ACL_MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
 pub const ACL_HBM_MEM: i32 = 1;
-
-/// `cubeMathType`: keep the input dtype.
-pub const CUBE_KEEP_DTYPE: i8 = 0;
 
 /// Phase 2 of every aclnn op.
 pub type Phase2 = unsafe extern "C" fn(*mut c_void, u64, AclExecutorPtr, AclrtStream) -> AclnnStatus;

@@ -23,7 +23,7 @@ pub fn copy_into(dev: &Arc<DeviceInner>, dst: &View, src: &View) -> Result<()> {
 
 /// `dst[...] = value` (`aclnnInplaceFillScalar`).
 pub fn fill(dev: &Arc<DeviceInner>, dst: &View, value: f64) -> Result<()> {
-    let (td, tv) = (dst.acl(dev)?, scalar(dev, value)?);
+    let (td, tv) = (dst.acl(dev)?, scalar(dev, value, dst.acl_dtype)?);
     launch(dev, "aclnnInplaceFillScalar", &[dst], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, AclScalarPtr), td.ptr(), tv.ptr())
     })

@@ -15,7 +15,7 @@ type S = AclScalarPtr;
 pub fn binary(dev: &Arc<DeviceInner>, op: &'static str, a: &View, b: &View, out: &View) -> Result<()> {
     let (ta, tb, to) = (a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
     if matches!(op, "aclnnAdd" | "aclnnSub") {
-        let alpha = scalar(dev, 1.0)?;
+        let alpha = scalar(dev, 1.0, out.acl_dtype)?;
         return launch(dev, op, &[a, b, out], |addr, ws, ex| {
             phase1!(addr, ws, ex, fn(T, T, S, T), ta.ptr(), tb.ptr(), alpha.ptr(), to.ptr())
         });
@@ -25,13 +25,14 @@ pub fn binary(dev: &Arc<DeviceInner>, op: &'static str, a: &View, b: &View, out:
 
 /// `out = a · s` (`aclnnMuls`).
 pub fn mul_scalar(dev: &Arc<DeviceInner>, a: &View, s: f64, out: &View) -> Result<()> {
-    let (ta, to, ts) = (a.acl(dev)?, out.acl(dev)?, scalar(dev, s)?);
+    let (ta, to, ts) = (a.acl(dev)?, out.acl(dev)?, scalar(dev, s, out.acl_dtype)?);
     launch(dev, "aclnnMuls", &[a, out], |addr, ws, ex| phase1!(addr, ws, ex, fn(T, S, T), ta.ptr(), ts.ptr(), to.ptr()))
 }
 
 /// `out = a + s` (`aclnnAdds`, alpha 1).
 pub fn add_scalar(dev: &Arc<DeviceInner>, a: &View, s: f64, out: &View) -> Result<()> {
-    let (ta, to, ts, alpha) = (a.acl(dev)?, out.acl(dev)?, scalar(dev, s)?, scalar(dev, 1.0)?);
+    let (ta, to, ts, alpha) =
+        (a.acl(dev)?, out.acl(dev)?, scalar(dev, s, out.acl_dtype)?, scalar(dev, 1.0, out.acl_dtype)?);
     launch(dev, "aclnnAdds", &[a, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, S, S, T), ta.ptr(), ts.ptr(), alpha.ptr(), to.ptr())
     })
@@ -54,7 +55,7 @@ pub fn gelu(dev: &Arc<DeviceInner>, tanh: bool, a: &View, out: &View) -> Result<
 
 /// `out = a^e` (`aclnnPowTensorScalar`).
 pub fn pow_scalar(dev: &Arc<DeviceInner>, a: &View, e: f64, out: &View) -> Result<()> {
-    let (ta, to, te) = (a.acl(dev)?, out.acl(dev)?, scalar(dev, e)?);
+    let (ta, to, te) = (a.acl(dev)?, out.acl(dev)?, scalar(dev, e, out.acl_dtype)?);
     launch(dev, "aclnnPowTensorScalar", &[a, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, S, T), ta.ptr(), te.ptr(), to.ptr())
     })

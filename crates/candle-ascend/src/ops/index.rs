@@ -18,7 +18,8 @@ pub fn index_select(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, out:
 
 /// `out = a` with `src` rows added at `idx` along `dim` (`aclnnIndexAdd`, alpha 1).
 pub fn index_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: &View, out: &View) -> Result<()> {
-    let (ta, ti, ts, to, alpha) = (a.acl(dev)?, idx.acl(dev)?, src.acl(dev)?, out.acl(dev)?, scalar(dev, 1.0)?);
+    let (ta, ti, ts, to, alpha) =
+        (a.acl(dev)?, idx.acl(dev)?, src.acl(dev)?, out.acl(dev)?, scalar(dev, 1.0, out.acl_dtype)?);
     launch(dev, "aclnnIndexAdd", &[a, idx, src, out], |addr, ws, ex| {
         phase1!(
             addr,

@@ -150,12 +150,29 @@ impl Drop for AclObject {
     }
 }
 
-/// A host scalar as `ACL_DOUBLE`.
-pub(crate) fn scalar(dev: &DeviceInner, value: f64) -> Result<AclObject> {
-    let mut v = value;
+/// A host scalar for an op on tensors of `acl_dtype`, in that dtype's kind, as torch_npu passes
+/// it (op-plugin `op_api_common.cpp`): DOUBLE for floating tensors, INT64 for integral and BOOL
+/// ones, since aclnnAdd/Sub/Adds refuse an alpha that cannot be cast to the tensor's type (opbase
+/// `CanCast`: floating to integral never casts). A fractional value for an integral tensor is an
+/// error here, not a silent truncation.
+pub(crate) fn scalar(dev: &DeviceInner, value: f64, acl_dtype: i32) -> Result<AclObject> {
     let api = &dev.toolkit.api;
-    // SAFETY: aclCreateScalar copies the value it points to.
-    let ptr = unsafe { (api.aclCreateScalar)((&mut v as *mut f64).cast(), dtype::DOUBLE) };
+    let floating = matches!(acl_dtype, dtype::FLOAT | dtype::FLOAT16 | dtype::BF16 | dtype::DOUBLE);
+    let ptr = if floating {
+        let mut v = value;
+        // SAFETY: aclCreateScalar copies the value it points to.
+        unsafe { (api.aclCreateScalar)((&mut v as *mut f64).cast(), dtype::DOUBLE) }
+    } else {
+        if value.fract() != 0.0 || !value.is_finite() {
+            return Err(AscendError::Unsupported {
+                op: "scalar",
+                detail: format!("{value} is not an integer, but the tensor is {}", crate::soc::dtype_name(acl_dtype)),
+            });
+        }
+        let mut v = value as i64;
+        // SAFETY: as above.
+        unsafe { (api.aclCreateScalar)((&mut v as *mut i64).cast(), dtype::INT64) }
+    };
     AclObject::new(dev, ptr, api.aclDestroyScalar, "aclCreateScalar")
 }
 
@@ -177,13 +194,27 @@ pub(crate) fn launch(
     phase1: impl FnOnce(usize, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
 ) -> Result<()> {
     dev.bind_thread()?;
-    let (p1, p2) = dev.toolkit.op(op)?;
     let describe = || operands.iter().map(|v| v.describe()).collect::<Vec<_>>().join(", ");
+    let (p1, p2) = match dev.toolkit.op(op) {
+        Ok(f) => f,
+        Err(e) if dev.preflight_refuse(|| format!("{op} ({}): {e}", describe())) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let mut ws_size = 0u64;
     let mut exec: AclExecutorPtr = std::ptr::null_mut();
     let code = phase1(p1, &mut ws_size, &mut exec);
     if code != 0 {
-        return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
+        let message = dev.toolkit.recent_message();
+        if dev.preflight_refuse(|| {
+            format!("{op} ({}): status {code}: {}", describe(), message.clone().unwrap_or_default())
+        }) {
+            return Ok(());
+        }
+        return Err(AscendError::Op { op, code, operands: describe(), message });
+    }
+    if dev.in_preflight() {
+        dev.destroy_executor(exec);
+        return Ok(());
     }
     // The workspace goes back to the cache right after the launch: the stream orders its reuse.
     let workspace = if ws_size > 0 { Some(DeviceBuffer::new(dev, ws_size as usize)?) } else { None };

@@ -87,12 +87,14 @@ impl DeviceInner {
         let code = unsafe { (api.aclrtMalloc)(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) };
         match code {
             ACL_SUCCESS => Ok(ptr as usize),
-            ACL_ERROR_RT_MEMORY_ALLOCATION | ACL_ERROR_BAD_ALLOC => Err(AscendError::OutOfMemory {
-                bytes: size,
-                device: self.name(),
-                code,
-                message: self.toolkit.recent_message(),
-            }),
+            ACL_ERROR_RT_MEMORY_ALLOCATION | ACL_ERROR_RT_DEVICE_OOM | ACL_ERROR_BAD_ALLOC => {
+                Err(AscendError::OutOfMemory {
+                    bytes: size,
+                    device: self.name(),
+                    code,
+                    message: self.toolkit.recent_message(),
+                })
+            }
             code => Err(AscendError::Runtime { call: "aclrtMalloc", code, message: self.toolkit.recent_message() }),
         }
     }

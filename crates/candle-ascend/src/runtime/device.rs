@@ -3,15 +3,18 @@
 //! explicit `synchronize`.
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::allocator::SharedCache;
+use super::preflight::Preflight;
+use super::staging::Staging;
 use crate::error::{AscendError, Result};
 use crate::ffi::loader::ToolkitKind;
 use crate::ffi::types::*;
 use crate::ffi::Toolkit;
+use crate::soc::Soc;
 
 /// State shared by every handle to one device.
 #[derive(Debug)]
@@ -20,6 +23,14 @@ pub struct DeviceInner {
     pub(crate) toolkit: Arc<Toolkit>,
     stream: usize,
     pub(crate) cache: SharedCache,
+    /// The part, from `aclrtGetSocName`.
+    pub(crate) soc: Soc,
+    /// Whether FP32 matmuls may use HF32 on parts that have it (`CANDLE_ASCEND_ALLOW_HF32=1`).
+    pub(crate) allow_hf32: AtomicBool,
+    /// Pinned host buffers of uploads still on the stream.
+    pub(crate) staging: Mutex<Staging>,
+    /// Set while a preflight records the ops a run would launch.
+    pub(crate) preflight: Mutex<Option<Preflight>>,
     seed: AtomicU64,
     /// Advances with every random op, so each draws fresh numbers (as torch_npu's offset).
     random_offset: AtomicU64,
@@ -68,45 +79,112 @@ impl DeviceInner {
         self.stream as AclrtStream
     }
 
+    /// Wait for the stream; the pinned buffers of finished uploads become free again.
     pub(crate) fn synchronize(&self) -> Result<()> {
         self.bind_thread()?;
+        let mark = self.staging.lock().unwrap_or_else(|p| p.into_inner()).mark();
         // SAFETY: the stream belongs to this device and lives as long as the process.
         let code = unsafe { (self.toolkit.api.aclrtSynchronizeStream)(self.stream()) };
-        self.check("aclrtSynchronizeStream", code)
+        self.check("aclrtSynchronizeStream", code)?;
+        self.staging.lock().unwrap_or_else(|p| p.into_inner()).recycle(mark);
+        Ok(())
     }
 
-    /// Copy `bytes` host bytes to device address `dst`, ordered on the stream.
+    /// Copy host bytes to device address `dst`, ordered on the stream. Small uploads are
+    /// staged through pinned memory (`aclrtMallocHost`) and copied asynchronously, the buffer
+    /// kept until a synchronisation shows the copy done; large ones synchronise the stream and
+    /// copy synchronously, as torch_npu does. Pageable memory never reaches `aclrtMemcpyAsync`.
     pub(crate) fn upload(&self, dst: *mut c_void, src: &[u8]) -> Result<()> {
         self.bind_thread()?;
-        // SAFETY: `dst` holds at least `src.len()` bytes; the call returns once the pageable copy is done.
+        if src.is_empty() {
+            return Ok(());
+        }
+        if src.len() > Staging::MAX_STAGED || !self.staging_has_room(src.len())? {
+            self.synchronize()?;
+            // SAFETY: `dst` holds at least `src.len()` bytes; the stream is idle, so no queued
+            // kernel still reads the block being overwritten.
+            let code = unsafe {
+                (self.toolkit.api.aclrtMemcpy)(
+                    dst,
+                    src.len(),
+                    src.as_ptr().cast(),
+                    src.len(),
+                    ACL_MEMCPY_HOST_TO_DEVICE,
+                )
+            };
+            return self.check("aclrtMemcpy(host to device)", code);
+        }
+        let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        let pinned = staging.take(&self.toolkit.api, src.len()).map_err(|code| AscendError::Runtime {
+            call: "aclrtMallocHost",
+            code,
+            message: self.toolkit.recent_message(),
+        })?;
+        // SAFETY: the pinned buffer holds at least `src.len()` bytes and no copy uses it now.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), pinned.ptr().cast(), src.len()) };
+        // SAFETY: pinned source, device destination of `src.len()` bytes; the buffer stays alive
+        // in `staging` until the stream has been synchronised.
         let code = unsafe {
             (self.toolkit.api.aclrtMemcpyAsync)(
                 dst,
                 src.len(),
-                src.as_ptr().cast(),
+                pinned.ptr(),
                 src.len(),
                 ACL_MEMCPY_HOST_TO_DEVICE,
                 self.stream(),
             )
         };
+        staging.in_flight(pinned);
         self.check("aclrtMemcpyAsync(host to device)", code)
     }
 
-    /// Copy device bytes at `src` into `dst` after the stream's pending work.
+    fn staging_has_room(&self, bytes: usize) -> Result<bool> {
+        Ok(self.staging.lock().unwrap_or_else(|p| p.into_inner()).has_room(bytes))
+    }
+
+    /// Copy device bytes at `src` into `dst`: synchronise the stream, then copy synchronously
+    /// (torch_npu's blocking copy), so no host read observes an unfinished kernel.
     pub(crate) fn download(&self, dst: &mut [u8], src: *const c_void) -> Result<()> {
-        self.bind_thread()?;
-        // SAFETY: `src` holds at least `dst.len()` bytes of device memory.
+        if dst.is_empty() || self.in_preflight() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        // SAFETY: `src` holds at least `dst.len()` bytes of device memory; the stream is idle.
         let code = unsafe {
-            (self.toolkit.api.aclrtMemcpyAsync)(
+            (self.toolkit.api.aclrtMemcpy)(
                 dst.as_mut_ptr().cast(),
                 dst.len(),
                 src,
                 dst.len(),
                 ACL_MEMCPY_DEVICE_TO_HOST,
-                self.stream(),
             )
         };
-        self.check("aclrtMemcpyAsync(device to host)", code)
+        self.check("aclrtMemcpy(device to host)", code)
+    }
+
+    /// Free an executor that phase 1 made and that will not be launched
+    /// (`aclDestroyAclOpExecutor`, opbase `acl_meta.h`; leaked on toolkits without it).
+    pub(crate) fn destroy_executor(&self, exec: AclExecutorPtr) {
+        if let Some(f) = self.toolkit.optional_symbol("aclDestroyAclOpExecutor") {
+            // SAFETY: `aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor*)`; the executor is unlaunched.
+            let f: unsafe extern "C" fn(AclExecutorPtr) -> AclnnStatus = unsafe { std::mem::transmute(f) };
+            unsafe { f(exec) };
+        }
+    }
+
+    pub(crate) fn in_preflight(&self) -> bool {
+        self.preflight.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Record a refusal if a preflight is running; true when it is.
+    pub(crate) fn preflight_refuse(&self, what: impl FnOnce() -> String) -> bool {
+        match self.preflight.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            Some(p) => {
+                p.refused.insert(what());
+                true
+            }
+            None => false,
+        }
     }
 
     /// The seed and a fresh offset for one random op.
@@ -196,11 +274,20 @@ impl AscendDevice {
         if code != ACL_SUCCESS {
             return Err(AscendError::Runtime { call: "aclrtCreateStream", code, message: toolkit.recent_message() });
         }
+        // SAFETY: `const char* aclrtGetSocName(void)`: NULL or a static string.
+        let soc = unsafe { (api.aclrtGetSocName)() };
+        let soc =
+            if soc.is_null() { String::new() } else { unsafe { CStr::from_ptr(soc) }.to_string_lossy().into_owned() };
+        let allow_hf32 = std::env::var("CANDLE_ASCEND_ALLOW_HF32").is_ok_and(|v| v == "1");
         let inner = Arc::new(DeviceInner {
             id,
             toolkit,
             stream: stream as usize,
             cache: Mutex::default(),
+            soc: Soc::new(&soc),
+            allow_hf32: AtomicBool::new(allow_hf32),
+            staging: Mutex::default(),
+            preflight: Mutex::default(),
             seed: AtomicU64::new(299_792_458),
             random_offset: AtomicU64::new(0),
         });
@@ -242,13 +329,32 @@ impl AscendDevice {
         Ok((free, total))
     }
 
-    /// The SoC name (`aclrtGetSocName`), when the toolkit has it.
-    pub fn soc_name(&self) -> Option<String> {
-        let f = self.inner.toolkit.optional_symbol("aclrtGetSocName")?;
-        // SAFETY: `const char* aclrtGetSocName(void)`; NULL or a static string.
-        let f: unsafe extern "C" fn() -> *const std::ffi::c_char = unsafe { std::mem::transmute(f) };
-        let p = unsafe { f() };
-        (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    /// The SoC (`aclrtGetSocName`) and its family.
+    pub fn soc(&self) -> &Soc {
+        &self.inner.soc
+    }
+
+    /// Whether FP32 matmuls may run on the HF32 cube (A2 and later; like torch's
+    /// `allow_hf32`). Off by default; `CANDLE_ASCEND_ALLOW_HF32=1` turns it on at open.
+    pub fn set_allow_hf32(&self, allow: bool) {
+        self.inner.allow_hf32.store(allow, Ordering::Relaxed);
+    }
+
+    /// Run `step` with every launch reduced to phase 1 (validation only, nothing executes and
+    /// host reads return zeros), and fail with one error listing every op the part refuses.
+    /// `step` should be one step of the real run: the same model, dtypes and code path.
+    pub fn preflight(&self, step: impl FnOnce() -> candle_core::Result<()>) -> Result<()> {
+        *self.inner.preflight.lock().unwrap_or_else(|p| p.into_inner()) = Some(Preflight::default());
+        let ran = step();
+        let found = self.inner.preflight.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+        if !found.refused.is_empty() {
+            return Err(AscendError::Preflight {
+                device: self.name(),
+                soc: self.inner.soc.name.clone(),
+                refused: found.refused.into_iter().collect(),
+            });
+        }
+        ran.map_err(|e| AscendError::Unsupported { op: "preflight", detail: e.to_string() })
     }
 
     /// Wait for all work queued on the device's stream.

@@ -1,0 +1,201 @@
+//! The SoC behind a device, and what it supports: the per-SoC op table `soc/op_support.tsv`
+//! (shared with the emulator, which refuses what the table does not list), BF16, and the
+//! cubeMathType the backend passes to matmuls.
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::ffi::types::dtype;
+
+/// The families the support table distinguishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SocFamily {
+    /// Atlas training series: Ascend910A, Ascend910ProA, Ascend910PremiumA.
+    AtlasTraining,
+    /// Atlas A2 (Ascend910B1…B4) and A3 (Ascend910_93xx), which share one architecture (DAV_2201).
+    AtlasA2,
+    /// Anything else (Ascend 950, inference parts, unknown names): no table rows.
+    Other,
+}
+
+impl SocFamily {
+    /// The family of a SoC name as `aclrtGetSocName` reports it (names from torch_npu
+    /// `NpuVariables.cpp`).
+    pub fn of(name: &str) -> Self {
+        if matches!(name, "Ascend910A" | "Ascend910ProA" | "Ascend910PremiumA" | "Ascend910ProB" | "Ascend910B") {
+            SocFamily::AtlasTraining
+        } else if name.starts_with("Ascend910B") || name.starts_with("Ascend910_93") {
+            SocFamily::AtlasA2
+        } else {
+            SocFamily::Other
+        }
+    }
+
+    /// The family's key in `soc/op_support.tsv`.
+    fn key(self) -> Option<&'static str> {
+        match self {
+            SocFamily::AtlasTraining => Some("910"),
+            SocFamily::AtlasA2 => Some("910b"),
+            SocFamily::Other => None,
+        }
+    }
+
+    /// The family as the vendor's documents name it.
+    pub fn description(self) -> &'static str {
+        match self {
+            SocFamily::AtlasTraining => "Atlas training series",
+            SocFamily::AtlasA2 => "Atlas A2/A3 training series",
+            SocFamily::Other => "a part without support data",
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug)]
+struct Row {
+    dtypes: u64,
+    source: &'static str,
+}
+
+fn table() -> &'static HashMap<(&'static str, &'static str), Row> {
+    static TABLE: OnceLock<HashMap<(&'static str, &'static str), Row>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut rows = HashMap::new();
+        for line in include_str!("../soc/op_support.tsv").lines() {
+            if line.trim().is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let f: Vec<&'static str> = line.split('|').map(str::trim).collect();
+            let dtypes = f[2].split_whitespace().filter_map(dtype_of_name).fold(0u64, |m, d| m | (1 << d));
+            rows.insert((f[0], f[1]), Row { dtypes, source: f[4] });
+        }
+        rows
+    })
+}
+
+/// Every aclnn op the table lists, in table order.
+pub fn table_ops() -> Vec<&'static str> {
+    let mut ops: Vec<&'static str> = Vec::new();
+    for line in include_str!("../soc/op_support.tsv").lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let op = line.split('|').next().unwrap_or("").trim();
+        if ops.last() != Some(&op) {
+            ops.push(op);
+        }
+    }
+    ops
+}
+
+fn dtype_of_name(name: &str) -> Option<i32> {
+    Some(match name {
+        "FLOAT" => dtype::FLOAT,
+        "FLOAT16" => dtype::FLOAT16,
+        "INT8" => dtype::INT8,
+        "INT32" => dtype::INT32,
+        "UINT8" => dtype::UINT8,
+        "INT16" => dtype::INT16,
+        "UINT16" => dtype::UINT16,
+        "UINT32" => dtype::UINT32,
+        "INT64" => dtype::INT64,
+        "UINT64" => dtype::UINT64,
+        "DOUBLE" => dtype::DOUBLE,
+        "BOOL" => dtype::BOOL,
+        "BF16" => dtype::BF16,
+        _ => return None,
+    })
+}
+
+/// The vendor name of an `aclDataType`, for messages.
+pub fn dtype_name(acl: i32) -> &'static str {
+    match acl {
+        dtype::FLOAT => "FLOAT",
+        dtype::FLOAT16 => "FLOAT16",
+        dtype::INT8 => "INT8",
+        dtype::INT32 => "INT32",
+        dtype::UINT8 => "UINT8",
+        dtype::INT16 => "INT16",
+        dtype::UINT16 => "UINT16",
+        dtype::UINT32 => "UINT32",
+        dtype::INT64 => "INT64",
+        dtype::UINT64 => "UINT64",
+        dtype::DOUBLE => "DOUBLE",
+        dtype::BOOL => "BOOL",
+        dtype::BF16 => "BF16",
+        _ => "UNDEFINED",
+    }
+}
+
+/// Whether a SoC runs an aclnn op on a dtype, by the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    /// Listed.
+    Yes,
+    /// The op is not supported on this part at all.
+    NoOp {
+        /// The vendor document that says so.
+        source: &'static str,
+    },
+    /// The op exists but not for this dtype.
+    NoDtype {
+        /// The vendor document that lists the dtypes.
+        source: &'static str,
+    },
+    /// The table has no data for this part or op: the toolkit's phase 1 decides.
+    Unknown,
+}
+
+/// A SoC: its name and family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Soc {
+    /// `aclrtGetSocName`, e.g. `Ascend910B3`.
+    pub name: String,
+    /// Its family.
+    pub family: SocFamily,
+}
+
+/// cubeMathType values (aclnn matmul ops' `int8_t cubeMathType`).
+pub mod cube {
+    /// Compute in the input dtype.
+    pub const KEEP_DTYPE: i8 = 0;
+    /// FP32 inputs go through the FP16 cube.
+    pub const USE_FP16: i8 = 2;
+    /// FP32 inputs go through the HF32 cube.
+    pub const USE_HF32: i8 = 3;
+}
+
+impl Soc {
+    /// The SoC of this name.
+    pub fn new(name: &str) -> Self {
+        Self { name: name.to_string(), family: SocFamily::of(name) }
+    }
+
+    /// BF16 exists from Ascend910B1 on (torch_npu `NpuVariables.cpp`, `IsBF16Supported`).
+    pub fn has_bf16(&self) -> bool {
+        self.family == SocFamily::AtlasA2
+    }
+
+    /// Whether this part runs `op` on `acl_dtype`, per the table.
+    pub fn supports(&self, op: &str, acl_dtype: i32) -> Support {
+        let Some(key) = self.family.key() else { return Support::Unknown };
+        match table().get(&(op, key)) {
+            None => Support::Unknown,
+            Some(r) if r.dtypes == 0 => Support::NoOp { source: r.source },
+            Some(r) if (0..64).contains(&acl_dtype) && r.dtypes & (1 << acl_dtype) != 0 => Support::Yes,
+            Some(r) => Support::NoDtype { source: r.source },
+        }
+    }
+
+    /// Whether `op` runs on `acl_dtype` (unknown counts as yes: the toolkit decides).
+    pub fn runs(&self, op: &str, acl_dtype: i32) -> bool {
+        matches!(self.supports(op, acl_dtype), Support::Yes | Support::Unknown)
+    }
+
+    /// The cubeMathType for a matmul, as torch_npu chooses it (`CalcuOpUtil::GetCubeMathType`):
+    /// USE_FP16 on the Atlas training series, whose cube refuses FP32 with KEEP_DTYPE
+    /// (ops-nn `cube_util.cpp`); KEEP_DTYPE from 910B on, or USE_HF32 when `allow_hf32`.
+    pub fn cube_math_type(&self, allow_hf32: bool) -> i8 {
+        match (self.family, allow_hf32) {
+            (SocFamily::AtlasTraining, _) => cube::USE_FP16,
+            (_, true) => cube::USE_HF32,
+            (_, false) => cube::KEEP_DTYPE,
+        }
+    }
+}
