@@ -70,8 +70,8 @@ pub struct Args {
     /// cpu, npu:N or npu-sim:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// bf16, f16 or f32.
-    #[arg(long, default_value = "bf16")]
+    /// auto, bf16, f16 or f32. auto: bf16 where the device has BF16, f16 on an Ascend 910A, f32 on the CPU.
+    #[arg(long, default_value = "auto")]
     pub precision: String,
     /// block-sparse or full.
     #[arg(long, default_value = "block-sparse")]
@@ -117,7 +117,24 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         );
     }
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
-    let precision: Precision = if demo { Precision::F32 } else { args.precision.parse()? };
+    let precision = match args.precision.as_str() {
+        _ if demo => Precision::F32,
+        "auto" => Precision::auto(&device),
+        other => other.parse()?,
+    };
+    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+        let soc = ascend.soc();
+        if precision == Precision::Bf16 && !soc.has_bf16() {
+            anyhow::bail!(
+                "--precision bf16: {} ({}) has no BF16; use --precision f16 (dynamic loss scaling) or f32",
+                soc.name,
+                ascend.name()
+            );
+        }
+        println!("device: {} ({}), precision {:?}", ascend.name(), soc.name, precision);
+    } else {
+        println!("device: {}, precision {:?}", args.device, precision);
+    }
     let attention: AttentionType = args.attention.parse()?;
     let out_dir = PathBuf::from("demo-output");
 
@@ -186,6 +203,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .metrics_path(args.metrics.clone())
         .quiet(args.quiet)
         .build()?;
+    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+        preflight(ascend, &model, precision, config_for_preflight(&model))?;
+    }
     let trainer = Trainer::new(trainer_config);
     let report = trainer.fit(&model, &data, args.resume.as_deref())?;
     if let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) {
@@ -204,5 +224,29 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     if checkpoint_dir.is_none() {
         println!("no --checkpoint_dir: nothing was saved");
     }
+    Ok(())
+}
+
+/// The shortest sequence on which the model runs its configured attention (block-sparse needs
+/// more than `(5 + 2r)` blocks), so the preflight launches what the run will.
+fn config_for_preflight(model: &MaskedLmModel) -> usize {
+    let c = model.model().config();
+    ((7 + 2 * c.num_random_blocks) * c.block_size).min(c.max_position_embeddings)
+}
+
+/// One optimizer step of this run, on a synthetic batch, with every launch reduced to phase 1:
+/// fails before the first real step, listing every op the part refuses.
+fn preflight(
+    ascend: &codon_ascend::ascend::AscendDevice,
+    model: &MaskedLmModel,
+    precision: Precision,
+    seq_len: usize,
+) -> anyhow::Result<()> {
+    let config = TrainerConfig::builder().max_steps(Some(1)).max_epochs(1).precision(precision).quiet(true).build()?;
+    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(1, seq_len));
+    ascend.preflight(|| {
+        Trainer::new(config).fit(model, &data, None).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
+    })?;
+    println!("preflight on {}: every op of a training step is supported", ascend.soc().name);
     Ok(())
 }

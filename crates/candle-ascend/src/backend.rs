@@ -473,6 +473,11 @@ impl BackendDevice for AscendDevice {
     fn synchronize(&self) -> Result<()> {
         Ok(AscendDevice::synchronize(self)?)
     }
+
+    /// BF16 exists from Ascend910B1 on (torch_npu `IsBF16Supported`).
+    fn supports_bf16(&self) -> bool {
+        self.inner.soc.has_bf16()
+    }
 }
 
 /// Byte views of plain numeric slices, without a dependency for four lines.

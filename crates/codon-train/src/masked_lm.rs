@@ -23,6 +23,7 @@ impl MaskedLmModel {
     /// Make a model trainable in `precision` (its weights are cast to the compute dtype; the
     /// optimizer keeps f32 masters of the original values).
     pub fn new(model: BigBirdForMaskedLM, precision: Precision, attention: AttentionType) -> Result<Self> {
+        precision.check_device(model.device())?;
         let dtype = precision.dtype();
         let mut vars = Vec::new();
         let mut named = HashMap::new();

@@ -36,6 +36,31 @@ impl Precision {
     }
 }
 
+impl Precision {
+    /// What `--precision auto` means on `device`: f32 on the CPU, bf16 where the device has it,
+    /// otherwise f16 with dynamic loss scaling (an Ascend 910A has no BF16).
+    pub fn auto(device: &candle_core::Device) -> Self {
+        if device.is_cpu() {
+            Precision::F32
+        } else if device.supports_bf16() {
+            Precision::Bf16
+        } else {
+            Precision::F16
+        }
+    }
+
+    /// Refuse bf16 on an accelerator without BF16, before anything runs (the CPU emulates it).
+    pub fn check_device(self, device: &candle_core::Device) -> Result<()> {
+        if self == Precision::Bf16 && !device.is_cpu() && !device.supports_bf16() {
+            return Err(TrainError::Config(format!(
+                "bf16 precision on {:?}, which has no BF16: use f16 (dynamic loss scaling) or f32",
+                device.location()
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl std::str::FromStr for Precision {
     type Err = TrainError;
     fn from_str(s: &str) -> Result<Self> {

@@ -171,4 +171,9 @@ pub trait BackendDevice: Sized + std::fmt::Debug + Clone {
 
     /// Synchronize should block until all the operations on the device are completed.
     fn synchronize(&self) -> Result<()>;
+
+    /// Whether the device computes in bf16 (custom devices answer for their hardware).
+    fn supports_bf16(&self) -> bool {
+        true
+    }
 }

@@ -236,6 +236,7 @@ pub trait DynBackendDevice: Any + Send + Sync + Debug {
     fn dyn_set_seed(&self, seed: u64) -> Result<()>;
     fn dyn_get_current_seed(&self) -> Result<u64>;
     fn dyn_synchronize(&self) -> Result<()>;
+    fn dyn_supports_bf16(&self) -> bool;
 }
 
 fn mixed() -> Error {
@@ -552,5 +553,8 @@ where
     }
     fn dyn_synchronize(&self) -> Result<()> {
         self.synchronize()
+    }
+    fn dyn_supports_bf16(&self) -> bool {
+        self.supports_bf16()
     }
 }

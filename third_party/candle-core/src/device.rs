@@ -356,7 +356,8 @@ impl Device {
 
     pub fn supports_bf16(&self) -> bool {
         match self {
-            Self::Cuda(_) | Self::Metal(_) | Self::Custom(_) => true,
+            Self::Cuda(_) | Self::Metal(_) => true,
+            Self::Custom(device) => device.dyn_supports_bf16(),
             Self::Cpu => false,
         }
     }
