@@ -257,3 +257,43 @@ fn finetune_flags_resume_and_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("from scratch"));
 }
+
+/// `finetune --device npu-sim:0` on each emulated part: the 910A trains in f16 and f32 (auto
+/// picks f16) and refuses bf16 before any step, naming the part and the alternative; the 910B3
+/// trains in bf16 (auto picks it).
+#[test]
+fn finetune_on_npu_sim_follows_each_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    let config = bigbird_fixture("config.json");
+    let train = |soc: &str, precision: &str| {
+        Command::new(example("finetune"))
+            .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
+            .args(["--precision", precision, "--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
+            .env("CANDLE_ASCEND_SIM_SOC", soc)
+            .output()
+            .unwrap()
+    };
+    for (soc, precision, chosen) in [
+        ("Ascend910A", "f16", "F16"),
+        ("Ascend910A", "f32", "F32"),
+        ("Ascend910A", "auto", "F16"),
+        ("Ascend910B3", "bf16", "Bf16"),
+        ("Ascend910B3", "auto", "Bf16"),
+    ] {
+        let o = train(soc, precision);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{soc} {precision}: {stdout}{}", String::from_utf8_lossy(&o.stderr));
+        assert!(stdout.contains(&format!("({soc}), precision {chosen}")), "{soc} {precision}: {stdout}");
+        assert!(stdout.contains("preflight on") && stdout.contains("2 optimizer steps"), "{stdout}");
+    }
+    let o = train("Ascend910A", "bf16");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("Ascend910A") && stderr.contains("no BF16") && stderr.contains("--precision f16"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("optimizer steps"), "a step ran before the refusal");
+}

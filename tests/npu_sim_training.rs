@@ -107,7 +107,8 @@ fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
             "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}"#,
     )
     .unwrap();
-    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &dev, DType::F32).unwrap()).unwrap();
+    let model =
+        BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &dev, DType::F32).unwrap()).unwrap();
     assert_eq!(Precision::auto(&dev), if soc.has_bf16() { Precision::Bf16 } else { Precision::F16 });
     let made = MaskedLmModel::new(model, Precision::Bf16, AttentionType::BlockSparse);
     if soc.has_bf16() {
