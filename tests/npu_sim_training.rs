@@ -114,7 +114,8 @@ fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
     if soc.has_bf16() {
         assert!(made.is_ok());
     } else {
-        let err = made.err().expect("bf16 must be refused").to_string();
+        let Err(err) = made else { panic!("bf16 must be refused") };
+        let err = err.to_string();
         assert!(err.contains("has no BF16") && err.contains("f16"), "{err}");
     }
 }
