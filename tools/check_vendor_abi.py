@@ -8,6 +8,8 @@ The torch-npu wheel on PyPI ships CANN's ACL headers, op-plugin's aclnn calling 
      prototype our FFI resolves (crates/candle-ascend/src/ffi/loader.rs, `runtime_api!`) with the
      vendor declaration: same arity, and per parameter the same type, or integers/enums of the same
      size, or pointers (the C ABI passes these alike);
+     It also compiles every runtime and tensor-object function the emulator exports (csrc/*.c,
+     everything but aclnn ops and the private aclsim* services) against the vendor declaration;
   2. compares every enum value and status code we use (src/ffi/types.rs) with the vendor's;
   3. looks up every aclnn op we call (soc/op_support.tsv) in libtorch_npu.so's strings, and lists
      the absent ones for review with their vendor document.
@@ -49,6 +51,27 @@ def our_prototypes():
     for m in re.finditer(r"(\w+): fn\(([^)]*)\)(?: -> (\w+))?;", block):
         name, args, ret = m.group(1), m.group(2), m.group(3) or "()"
         protos.append((name, [a.strip() for a in args.split(",") if a.strip()], ret))
+    return protos
+
+
+# Two opbase functions the wheel's headers do not declare, as hicann/opbase (aa3cd74) declares them in
+# include/nnopbase/aclnn/acl_meta.h and aclnn_base.h.
+OPBASE_ONLY = {
+    "aclDestroyAclOpExecutor": "int32_t (*)(aclOpExecutor*)",
+    "aclnnInit": "int32_t (*)(const char*)",
+}
+
+
+def emulator_prototypes():
+    """(name, C prototype) of each public function the emulator defines, aclnn ops aside."""
+    protos = []
+    for src in sorted((CRATE / "csrc").glob("*.c")):
+        text = src.read_text()
+        for m in re.finditer(r"SIM_EXPORT\s+([^;{]*?)\b(acl(?!sim)\w+)\s*\(([^)]*)\)\s*\{", text, re.S):
+            ret, name, params = " ".join(m.group(1).split()), m.group(2), " ".join(m.group(3).split())
+            if name.endswith("GetWorkspaceSize") or name + "GetWorkspaceSize" in text:
+                continue
+            protos.append((name, "%s %s(%s);" % (ret, name, params)))
     return protos
 
 
@@ -106,6 +129,13 @@ template <class R, class... A, class S, class... B> struct abi<R (*)(A...), S (*
 template <class R, class S, class... B> struct abi<R (*)(), S (*)(B...)> {
   static constexpr bool value = sizeof...(B) == 0 && same_abi<R, S>();
 };
+// The emulator's own declarations, in a namespace of their own so they cannot clash with the vendor's.
+%(hide)s
+namespace sim {
+#include "sim.h"
+%(emulator)s
+}
+%(unhide)s
 %(checks)s
 int main() { return 0; }
 """
@@ -127,18 +157,35 @@ def main():
         vendor = "_%s" % name if name in vendor_typedefs else "decltype(&%s)" % name
         checks.append('static_assert(abi<%s, %s>::value, "prototype of %s differs from the vendor header");'
                       % (vendor, ours, name))
+    emulator = emulator_prototypes()
+    for name, _ in emulator:
+        vendor = ("_%s" % name if name in vendor_typedefs else OPBASE_ONLY[name] if name in OPBASE_ONLY
+                  else "decltype(&::%s)" % name)
+        checks.append('static_assert(abi<%s, decltype(&sim::%s)>::value, '
+                      '"the emulator\'s %s differs from the vendor header");' % (vendor, name, name))
     for const, value in sorted(our_constants().items()):
         checks.append('static_assert((long long)(%s) == %dLL, "%s is not %d in the vendor header");'
                       % (const, value, const, value))
+    # Vendor macros that share a name with an emulator enumerator are hidden while sim.h is read.
+    sim_names = set(re.findall(r"\b(ACL\w+)\s*=", (CRATE / "csrc" / "sim.h").read_text()))
+    vendor_macros = set()
+    for header in (inc / "acl" / "inc").rglob("*.h"):
+        vendor_macros |= set(re.findall(r"#define\s+(ACL\w+)", header.read_text(errors="replace")))
+    clashes = sorted(sim_names & vendor_macros)
+    hide = "\n".join('#pragma push_macro("%s")\n#undef %s' % (n, n) for n in clashes)
+    unhide = "\n".join('#pragma pop_macro("%s")' % n for n in clashes)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "abi_check.cpp"
-        src.write_text(CHECK % {"nnopbase": nnopbase, "checks": "\n".join(checks)})
-        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(inc / "acl" / "inc"), str(src)],
+        src.write_text(CHECK % {"nnopbase": nnopbase, "checks": "\n".join(checks),
+                                "emulator": "\n".join(proto for _, proto in emulator),
+                                "hide": hide, "unhide": unhide})
+        r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(inc / "acl" / "inc"),
+                            "-I", str(CRATE / "csrc"), str(src)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             failures.append(r.stderr.strip())
-    print("vendor ABI: %d prototypes and %d constants compared against %s headers"
-          % (len(our_prototypes()), len(our_constants()), WHEEL))
+    print("vendor ABI: %d FFI prototypes, %d emulator prototypes and %d constants compared against %s headers"
+          % (len(our_prototypes()), len(emulator), len(our_constants()), WHEEL))
     strings = subprocess.run(["strings", str(pkg / "lib" / "libtorch_npu.so")], capture_output=True, text=True,
                              check=True).stdout.split()
     known = {s for s in strings if s.startswith("aclnn")}
