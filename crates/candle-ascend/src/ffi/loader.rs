@@ -266,3 +266,44 @@ fn recent_message(api: &RuntimeApi) -> Option<String> {
     let p = unsafe { (api.aclGetRecentErrMsg)() };
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_libraries_are_searched_in_torch_npus_order() {
+        let root = tempfile::tempdir().unwrap();
+        let lib64 = root.path().join("lib64");
+        std::fs::create_dir_all(&lib64).unwrap();
+        for file in [
+            "libaclnn_ops_train.so",
+            "libopapi.so",
+            "libopapi_nn.so",
+            "libopapi_math.so",
+            "libopapi_legacy.so",
+            "libopapi_oam.so",
+            "libaclnn_math.so",
+            "libascendcl.so",
+            "libopapi_math.so.bak",
+        ] {
+            std::fs::write(lib64.join(file), b"").unwrap();
+        }
+        let found: Vec<String> = op_library_files(root.path())
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "libopapi_legacy.so",
+                "libopapi_math.so",
+                "libopapi_nn.so",
+                "libopapi_oam.so",
+                "libopapi.so",
+                "libaclnn_ops_train.so",
+                "libaclnn_math.so",
+            ]
+        );
+    }
+}

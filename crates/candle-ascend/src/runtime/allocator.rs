@@ -87,14 +87,12 @@ impl DeviceInner {
         let code = unsafe { (api.aclrtMalloc)(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) };
         match code {
             ACL_SUCCESS => Ok(ptr as usize),
-            ACL_ERROR_RT_MEMORY_ALLOCATION | ACL_ERROR_RT_DEVICE_OOM | ACL_ERROR_BAD_ALLOC => {
-                Err(AscendError::OutOfMemory {
-                    bytes: size,
-                    device: self.name(),
-                    code,
-                    message: self.toolkit.recent_message(),
-                })
-            }
+            code if is_out_of_memory(code) => Err(AscendError::OutOfMemory {
+                bytes: size,
+                device: self.name(),
+                code,
+                message: self.toolkit.recent_message(),
+            }),
             code => Err(AscendError::Runtime { call: "aclrtMalloc", code, message: self.toolkit.recent_message() }),
         }
     }
@@ -116,3 +114,24 @@ impl DeviceInner {
 
 /// The cache of a device.
 pub(crate) type SharedCache = Mutex<BlockCache>;
+
+/// The `aclrtMalloc` codes that mean the device is out of memory (`rt_error_codes.h`, `acl_base_rt.h`):
+/// these release the cache and retry once, then surface as [`AscendError::OutOfMemory`].
+fn is_out_of_memory(code: AclError) -> bool {
+    matches!(code, ACL_ERROR_RT_MEMORY_ALLOCATION | ACL_ERROR_RT_DEVICE_OOM | ACL_ERROR_BAD_ALLOC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_oom_is_out_of_memory() {
+        // 207018 ACL_ERROR_RT_DEVICE_OOM, 207001 ACL_ERROR_RT_MEMORY_ALLOCATION, 200000 ACL_ERROR_BAD_ALLOC.
+        for code in [207_018, 207_001, 200_000] {
+            assert!(is_out_of_memory(code), "{code}");
+        }
+        // 107000 ACL_ERROR_RT_PARAM_INVALID is a caller error, not a full device.
+        assert!(!is_out_of_memory(107_000));
+    }
+}
