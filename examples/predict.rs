@@ -65,6 +65,15 @@ fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
+    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+        if dtype == candle_core::DType::BF16 && !ascend.soc().has_bf16() {
+            anyhow::bail!(
+                "--dtype bf16: {} ({}) has no BF16; use --dtype f16 or f32",
+                ascend.soc().name,
+                ascend.name()
+            );
+        }
+    }
     let options = PredictOptions {
         deterministic: args.temperature.is_none(),
         temperature: args.temperature.unwrap_or(0.2),
@@ -76,6 +85,9 @@ fn run() -> anyhow::Result<()> {
     };
     options.validate()?;
     let predictor = Predictor::new(load_model(&args.model, None, &device, dtype)?)?;
+    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+        preflight(ascend, &predictor, &options)?;
+    }
     if let Some(protein) = &args.protein {
         let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
         for p in predictor.predict(protein, organism_ref(organism), &options)? {
@@ -120,6 +132,25 @@ fn run() -> anyhow::Result<()> {
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
     codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
     println!("predicted {} proteins ({failed} failed); wrote {}", rows.len() - failed, output.display());
+    Ok(())
+}
+
+/// A prediction of a short and a long protein with every launch reduced to phase 1: fails before
+/// the first real prediction, listing every op the part refuses. The long one reaches the model's
+/// block-sparse length where it has one, so the preflight launches what any input can.
+fn preflight(
+    ascend: &codon_ascend::ascend::AscendDevice,
+    predictor: &Predictor,
+    options: &PredictOptions,
+) -> anyhow::Result<()> {
+    let c = predictor.model().config();
+    let long = ((7 + 2 * c.num_random_blocks) * c.block_size).min(c.max_position_embeddings.saturating_sub(2)).max(1);
+    let items: Vec<(String, OrganismRef)> =
+        [1, long].iter().map(|&n| ("M".repeat(n), OrganismRef::Name("Escherichia coli general".into()))).collect();
+    ascend.preflight(|| {
+        predictor.predict_batch(&items, options).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
+    })?;
+    eprintln!("preflight on {}: every op of a prediction is supported", ascend.soc().name);
     Ok(())
 }
 

@@ -297,3 +297,33 @@ fn finetune_on_npu_sim_follows_each_part() {
     );
     assert!(!String::from_utf8_lossy(&o.stdout).contains("optimizer steps"), "a step ran before the refusal");
 }
+
+/// `predict --device npu-sim:0` preflights the prediction on the part before predicting, and
+/// refuses bf16 on a 910A before loading anything, naming the part and the alternatives.
+#[test]
+fn predict_on_npu_sim_preflights_each_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model").to_string_lossy().into_owned();
+    let o = run("init_model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let predict = |soc: &str, dtype: &str| {
+        Command::new(example("predict"))
+            .args(["--model", &model, "--protein", "MWWMW", "--organism", "51", "--match-protein"])
+            .args(["--device", "npu-sim:0", "--dtype", dtype])
+            .env("CANDLE_ASCEND_SIM_SOC", soc)
+            .output()
+            .unwrap()
+    };
+    for (soc, dtype) in [("Ascend910A", "f16"), ("Ascend910A", "f32"), ("Ascend910B3", "bf16")] {
+        let o = predict(soc, dtype);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{soc} {dtype}: {stderr}");
+        assert!(stderr.contains(&format!("preflight on {soc}")), "{soc} {dtype}: {stderr}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim().len(), 18, "{soc} {dtype}: MWWMW plus a stop");
+    }
+    let o = predict("Ascend910A", "bf16");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr.contains("Ascend910A") && stderr.contains("no BF16") && stderr.contains("--dtype f16"), "{stderr}");
+    assert!(!stderr.contains("preflight on"), "{stderr}");
+}
