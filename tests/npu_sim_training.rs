@@ -68,16 +68,10 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
 #[test]
 fn inference_stays_on_the_device() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
-    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig, ForwardMode, ModelInput};
+    use codon_ascend::model::bigbird::{ForwardMode, ModelInput};
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
-    let config = BigBirdConfig::from_json(
-        r#"{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
-            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}"#,
-    )
-    .unwrap();
-    let model =
-        BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &dev, DType::F32).unwrap()).unwrap();
+    let model = tiny_model(2, &dev);
     let batch = codon_ascend::synthetic_mlm_batch(2, 120);
     let input = ModelInput {
         input_ids: candle_core::Tensor::from_slice(&batch.input_ids, (2, 120), &dev).unwrap(),
@@ -98,17 +92,10 @@ fn inference_stays_on_the_device() {
 
 #[test]
 fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
-    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
     use codon_ascend::train::{MaskedLmModel, Precision};
     let dev = sim();
     let soc = codon_ascend::ascend::ascend_device(&dev).unwrap().soc().clone();
-    let config = BigBirdConfig::from_json(
-        r#"{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 48,
-            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}"#,
-    )
-    .unwrap();
-    let model =
-        BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &dev, DType::F32).unwrap()).unwrap();
+    let model = tiny_model(1, &dev);
     assert_eq!(Precision::auto(&dev), if soc.has_bf16() { Precision::Bf16 } else { Precision::F16 });
     let made = MaskedLmModel::new(model, Precision::Bf16, AttentionType::BlockSparse);
     if soc.has_bf16() {
@@ -118,4 +105,15 @@ fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
         let err = err.to_string();
         assert!(err.contains("has no BF16") && err.contains("f16"), "{err}");
     }
+}
+
+/// A tiny block-sparse-capable BigBird (hidden 32, block 8) with `layers` layers, f32 on `dev`.
+fn tiny_model(layers: usize, dev: &candle_core::Device) -> BigBirdForMaskedLM {
+    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
+    let config = BigBirdConfig::from_json(&format!(
+        r#"{{"hidden_size": 32, "num_hidden_layers": {layers}, "num_attention_heads": 2, "intermediate_size": 48,
+            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}}"#
+    ))
+    .unwrap();
+    BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, dev, DType::F32).unwrap()).unwrap()
 }

@@ -44,6 +44,17 @@ impl Env {
         t
     }
 
+    /// Phase 1 of aclnnAbs in place over a fresh 4-float buffer: its executor, and phase 2.
+    fn abs_in_place(&self) -> (AclExecutorPtr, Phase2) {
+        let buf = self.malloc(64);
+        let (x, y) = (self.tensor(buf, &[4], dtype::FLOAT), self.tensor(buf, &[4], dtype::FLOAT));
+        let (p1, p2) = self.tk.op("aclnnAbs").unwrap();
+        let p1: Unary = unsafe { std::mem::transmute(p1) };
+        let (mut ws, mut exec) = (0u64, null_mut());
+        assert_eq!(unsafe { p1(x, y, &mut ws, &mut exec) }, 0);
+        (exec, p2)
+    }
+
     fn message(&self) -> String {
         let p = unsafe { (self.tk.api.aclGetRecentErrMsg)() };
         assert!(!p.is_null(), "no error message");
@@ -58,13 +69,8 @@ fn reusing_an_executor_aborts() {
     const CHILD: &str = "CANDLE_ASCEND_REUSE_EXECUTOR";
     if std::env::var_os(CHILD).is_some() {
         let env = Env::new();
-        let buf = env.malloc(64);
-        let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
-        let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
-        let p1: Unary = unsafe { std::mem::transmute(p1) };
-        let (mut ws, mut exec) = (0u64, null_mut());
+        let (exec, p2) = env.abs_in_place();
         unsafe {
-            assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
             assert_eq!(p2(null_mut(), 0, exec, env.stream), 0);
             p2(null_mut(), 0, exec, env.stream);
         }
@@ -123,13 +129,8 @@ fn phase_two_checks_the_workspace_as_opbase_does() {
 #[test]
 fn a_null_stream_is_the_default_stream() {
     let env = Env::new();
-    let buf = env.malloc(64);
-    let (x, y) = (env.tensor(buf, &[4], dtype::FLOAT), env.tensor(buf, &[4], dtype::FLOAT));
-    let (p1, p2) = env.tk.op("aclnnAbs").unwrap();
-    let p1: Unary = unsafe { std::mem::transmute(p1) };
-    let (mut ws, mut exec) = (0u64, null_mut());
+    let (exec, p2) = env.abs_in_place();
     unsafe {
-        assert_eq!(p1(x, y, &mut ws, &mut exec), 0);
         assert_eq!(p2(null_mut(), 0, exec, null_mut()), 0, "launch on the default stream");
         assert_eq!((env.tk.api.aclrtSynchronizeStream)(null_mut()), 0, "synchronise the default stream");
     }
