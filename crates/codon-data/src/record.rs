@@ -35,11 +35,8 @@ impl TrainingRecord {
 /// Write a file atomically: the content goes to a temporary file in the same folder,
 /// which is then renamed over `path`, so a failure never leaves a partial file behind.
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir).map_err(|e| DataError::io(dir, e))?;
+    let dir = codon_model::files::parent_dir(path);
+    let mut tmp = codon_model::files::temp_file_in(dir, ".tmp-").map_err(|e| DataError::io(dir, e))?;
     {
         let mut out = std::io::BufWriter::new(tmp.as_file_mut());
         write(&mut out).map_err(|e| DataError::io(path, e))?;

@@ -16,6 +16,7 @@
 
 pub mod bigbird;
 pub mod error;
+pub mod files;
 pub mod organisms;
 pub mod predict;
 pub mod sequence;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
 use crate::optim::AdamW;
-use crate::trainer::{LossScaler, TrainableModel};
+use crate::trainer::{LossScaler, TrainableModel, TrainerConfig};
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const STATE_FILE: &str = "trainer_state.json";
@@ -36,59 +36,167 @@ pub struct TrainerState {
     /// f16 loss scaler.
     #[serde(default)]
     pub(crate) loss_scaler: Option<LossScaler>,
+    /// Peak learning rate of the run (absent in checkpoints of earlier versions).
+    #[serde(default)]
+    pub learning_rate: Option<f64>,
+    /// Warm-up fraction of the run.
+    #[serde(default)]
+    pub warmup_fraction: Option<f64>,
+    /// Records per batch, where the data source has a fixed batch size.
+    #[serde(default)]
+    pub batch_size: Option<usize>,
+    /// Micro-batches per optimizer step.
+    #[serde(default)]
+    pub accumulate_grad_batches: Option<usize>,
 }
 
 impl TrainerState {
-    pub(crate) fn new(seed: u64, total_steps: usize) -> Self {
+    pub(crate) fn new(config: &TrainerConfig, total_steps: usize, batch_size: Option<usize>) -> Self {
         Self {
             format_version: FORMAT_VERSION,
             step: 0,
             epoch: 0,
             batch_in_epoch: 0,
-            seed,
+            seed: config.seed,
             total_steps,
             optimizer_steps: 0,
             loss_scaler: None,
+            learning_rate: Some(config.learning_rate),
+            warmup_fraction: Some(config.warmup_fraction),
+            batch_size,
+            accumulate_grad_batches: Some(config.accumulate_grad_batches),
         }
+    }
+
+    /// Why this run (`self`, fresh) cannot continue the checkpointed one, if it cannot: every
+    /// setting that shapes the schedule or the data order must be the same.
+    fn mismatch(&self, saved: &TrainerState) -> Option<String> {
+        fn differs<T: PartialEq + std::fmt::Display>(what: &str, saved: Option<T>, now: Option<T>) -> Option<String> {
+            match (saved, now) {
+                (Some(s), Some(n)) if s != n => {
+                    Some(format!("it was trained with {what} {s}, this run uses {n}; resume with the same {what}"))
+                }
+                _ => None,
+            }
+        }
+        differs("seed", Some(saved.seed), Some(self.seed))
+            .or_else(|| differs("learning rate", saved.learning_rate, self.learning_rate))
+            .or_else(|| differs("warm-up fraction", saved.warmup_fraction, self.warmup_fraction))
+            .or_else(|| differs("batch size", saved.batch_size, self.batch_size))
+            .or_else(|| differs("gradient accumulation", saved.accumulate_grad_batches, self.accumulate_grad_batches))
+            .or_else(|| {
+                (saved.total_steps != self.total_steps).then(|| {
+                    format!(
+                        "its schedule has {} steps, this run {}: resume with the same data, epochs, batch size and accumulation",
+                        saved.total_steps, self.total_steps
+                    )
+                })
+            })
     }
 }
 
-/// Write `dir/step-<N>` atomically and return its path.
+/// Write `dir/step-<N>` atomically and return its path. An existing `step-<N>` is renamed aside
+/// first and deleted only once the new one is in place, so a kill at any point leaves one
+/// complete copy (see [`clean_leftovers`]).
 pub(crate) fn save<M: TrainableModel>(
     dir: &Path,
     model: &M,
     optimizer: &AdamW,
     state: &TrainerState,
 ) -> Result<PathBuf> {
+    let weights = optimizer.master_weights();
+    refuse_non_finite(&weights, state.step)?;
     std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
     let final_path = dir.join(format!("step-{}", state.step));
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".step-{}.", state.step))
-        .tempdir_in(dir)
-        .map_err(|e| TrainError::io(dir, e))?;
-    model.save(&optimizer.master_weights(), tmp.path())?;
-    let opt_path = tmp.path().join(OPTIMIZER_FILE);
-    candle_core::safetensors::save(&optimizer.state(), &opt_path)
-        .map_err(|e| TrainError::Tensor { op: format!("writing {}", opt_path.display()), source: e })?;
+    let tmp =
+        codon_model::files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
+    model.save(&weights, tmp.path())?;
+    codon_model::files::write_safetensors(&optimizer.state(), &tmp.path().join(OPTIMIZER_FILE))?;
     let mut state = state.clone();
     state.optimizer_steps = optimizer.step_count();
     let json = serde_json::to_string_pretty(&state).unwrap_or_default();
     std::fs::write(tmp.path().join(STATE_FILE), json).map_err(|e| TrainError::io(tmp.path().join(STATE_FILE), e))?;
-    if final_path.exists() {
-        std::fs::remove_dir_all(&final_path).map_err(|e| TrainError::io(&final_path, e))?;
-    }
     let tmp_path = tmp.keep();
+    let aside = aside_path(dir, state.step);
+    let replacing = final_path.exists();
+    if replacing {
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside).map_err(|e| TrainError::io(&aside, e))?;
+        }
+        std::fs::rename(&final_path, &aside).map_err(|e| TrainError::io(&final_path, e))?;
+    }
     std::fs::rename(&tmp_path, &final_path).map_err(|e| TrainError::io(&final_path, e))?;
+    if replacing {
+        std::fs::remove_dir_all(&aside).map_err(|e| TrainError::io(&aside, e))?;
+    }
     Ok(final_path)
 }
 
-/// Restore a checkpoint into the model (through the optimizer) and return its state.
+/// Refuse weights with a NaN or an infinity: `0 * x` is 0 exactly when `x` is finite, so one
+/// sum per tensor tells.
+pub(crate) fn refuse_non_finite(weights: &[(String, candle_core::Tensor)], step: usize) -> Result<()> {
+    let mut parameters = Vec::new();
+    for (name, w) in weights {
+        let zero = (w * 0.0)?.sum_all()?.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?;
+        if zero != 0.0 {
+            parameters.push(name.clone());
+        }
+    }
+    if parameters.is_empty() {
+        Ok(())
+    } else {
+        Err(TrainError::NonFiniteWeights { step, parameters })
+    }
+}
+
+/// Where a `step-<N>` being replaced waits until its successor is in place.
+fn aside_path(dir: &Path, step: usize) -> PathBuf {
+    dir.join(format!(".step-{step}.replaced"))
+}
+
+/// Tidy what an interrupted save left in `dir`, matching only our own names: a step folder set
+/// aside goes back in place when its replacement never arrived (else it is deleted), and
+/// partial `.step-<N>.*` folders and `.state-dict-*` files are deleted. Returns what was done.
+pub(crate) fn clean_leftovers(dir: &Path) -> Result<Vec<String>> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
+    let mut done = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| TrainError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let partial_step = name
+            .strip_prefix(".step-")
+            .and_then(|rest| rest.split_once('.'))
+            .filter(|(step, _)| !step.is_empty() && step.bytes().all(|b| b.is_ascii_digit()));
+        if let Some((step, "replaced")) = partial_step {
+            let target = dir.join(format!("step-{step}"));
+            if !target.exists() {
+                std::fs::rename(&path, &target).map_err(|e| TrainError::io(&target, e))?;
+                done.push(format!("restored {}", target.display()));
+                continue;
+            }
+        }
+        let removed = if partial_step.is_some() && path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else if name.starts_with(codon_model::bigbird::STATE_DICT_TEMP_PREFIX) && path.is_file() {
+            std::fs::remove_file(&path)
+        } else {
+            continue;
+        };
+        removed.map_err(|e| TrainError::io(&path, e))?;
+        done.push(format!("removed {}", path.display()));
+    }
+    done.sort();
+    Ok(done)
+}
+
+/// Restore a checkpoint into the model (through the optimizer) and return its state; `fresh` is
+/// the state this run would start from, whose settings must match the checkpoint's.
 pub(crate) fn load<M: TrainableModel>(
     dir: &Path,
     model: &M,
     optimizer: &mut AdamW,
-    seed: u64,
-    total_steps: usize,
+    fresh: &TrainerState,
 ) -> Result<TrainerState> {
     let bad = |reason: String| TrainError::Checkpoint { path: dir.to_path_buf(), reason };
     if !dir.is_dir() {
@@ -96,23 +204,19 @@ pub(crate) fn load<M: TrainableModel>(
     }
     let state_text = std::fs::read_to_string(dir.join(STATE_FILE))
         .map_err(|e| bad(format!("cannot read {STATE_FILE}: {e} (incomplete checkpoint?)")))?;
-    let state: TrainerState =
+    let mut state: TrainerState =
         serde_json::from_str(&state_text).map_err(|e| bad(format!("{STATE_FILE} is corrupt: {e}")))?;
     if state.format_version != FORMAT_VERSION {
         return Err(bad(format!("format version {} is not {FORMAT_VERSION}", state.format_version)));
     }
-    if state.seed != seed {
-        return Err(bad(format!(
-            "it was trained with seed {}, this run uses {seed}; resume with the same seed",
-            state.seed
-        )));
+    if let Some(reason) = fresh.mismatch(&state) {
+        return Err(bad(reason));
     }
-    if state.total_steps != total_steps {
-        return Err(bad(format!(
-            "its schedule has {} steps, this run {total_steps}: resume with the same data, epochs, batch size and accumulation",
-            state.total_steps
-        )));
-    }
+    // Checkpoints of earlier versions lack these; from now on they record this run's.
+    state.learning_rate = fresh.learning_rate;
+    state.warmup_fraction = fresh.warmup_fraction;
+    state.batch_size = fresh.batch_size;
+    state.accumulate_grad_batches = fresh.accumulate_grad_batches;
     let opt_path = dir.join(OPTIMIZER_FILE);
     let moments: HashMap<String, candle_core::Tensor> =
         candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)

@@ -48,6 +48,32 @@ pub enum TrainError {
         /// Parameters whose gradients are not finite.
         parameters: Vec<String>,
     },
+    /// Weights that are no longer finite: nothing is saved from them.
+    #[error("the weights are not finite after optimizer step {step} (in {}); no checkpoint was written", list_some(.parameters))]
+    NonFiniteWeights {
+        /// Optimizer steps taken.
+        step: usize,
+        /// Parameters with a NaN or infinite value.
+        parameters: Vec<String>,
+    },
+    /// Too many optimizer steps in a row were skipped for non-finite values.
+    #[error("{skipped} optimizer steps in a row (up to step {step}) had a non-finite loss or gradients; training stopped (the limit is max_skipped_steps)")]
+    TooManySkippedSteps {
+        /// Consecutive skipped steps.
+        skipped: usize,
+        /// The last of them, from 1.
+        step: usize,
+    },
+}
+
+/// The first few names and how many more there are.
+fn list_some(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
 }
 
 impl From<candle_core::Error> for TrainError {

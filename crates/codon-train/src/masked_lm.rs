@@ -99,6 +99,9 @@ impl BatchSource for MaskedLmData {
     fn batches_per_epoch(&self) -> usize {
         self.loader.batches_per_epoch()
     }
+    fn batch_size(&self) -> Option<usize> {
+        Some(self.loader.config().batch_size)
+    }
     fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<MlmBatch>> + '_> {
         Box::new(self.loader.epoch(epoch).map(|b| b.map_err(TrainError::from)))
     }

@@ -109,6 +109,10 @@ pub trait BatchSource {
     type Batch;
     /// Batches in each epoch.
     fn batches_per_epoch(&self) -> usize;
+    /// Records per batch, when the source has a fixed batch size (checked on resume).
+    fn batch_size(&self) -> Option<usize> {
+        None
+    }
     /// The batches of epoch `epoch`, deterministic for a given epoch.
     fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<Self::Batch>> + '_>;
 }
@@ -130,6 +134,7 @@ pub struct TrainerConfig {
     pub(crate) metrics_path: Option<PathBuf>,
     pub(crate) quiet: bool,
     pub(crate) anomaly: AnomalyPolicy,
+    pub(crate) max_skipped_steps: usize,
     pub(crate) scheduler: Option<Box<dyn Scheduler>>,
     pub(crate) retain_freed_memory: bool,
 }
@@ -157,6 +162,7 @@ impl TrainerConfig {
             metrics_path: None,
             quiet: false,
             anomaly: AnomalyPolicy::Skip,
+            max_skipped_steps: 10,
             scheduler: None,
             retain_freed_memory: true,
         })
@@ -244,6 +250,13 @@ impl TrainerConfigBuilder {
         self.0.anomaly = p;
         self
     }
+    /// Under [`AnomalyPolicy::Skip`], stop with an error once this many optimizer steps in a row
+    /// were skipped for non-finite values (default 10). f16 overflow skips count only once the
+    /// loss scale has fallen below 1, where even unscaled gradients are not finite.
+    pub fn max_skipped_steps(mut self, n: usize) -> Self {
+        self.0.max_skipped_steps = n;
+        self
+    }
     /// A custom schedule instead of OneCycleLR.
     pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
         self.0.scheduler = Some(s);
@@ -266,6 +279,9 @@ impl TrainerConfigBuilder {
         }
         if c.max_epochs == 0 && c.max_steps.is_none() {
             return Err(TrainError::Config("max_epochs must be at least 1".into()));
+        }
+        if c.max_skipped_steps == 0 {
+            return Err(TrainError::Config("max_skipped_steps must be at least 1".into()));
         }
         if c.max_steps == Some(0) || c.save_every_n_steps == Some(0) {
             return Err(TrainError::Config("max_steps and save_every_n_steps must be positive".into()));
@@ -392,9 +408,14 @@ impl Trainer {
         let mut optimizer = AdamW::new(params, c.adamw)?;
         let mut scaler = (c.precision == Precision::F16).then(LossScaler::new);
 
-        let mut state = TrainerState::new(c.seed, total_steps);
+        if let Some(dir) = &c.checkpoint_dir {
+            for done in checkpoint::clean_leftovers(dir)? {
+                eprintln!("interrupted save: {done}");
+            }
+        }
+        let mut state = TrainerState::new(c, total_steps, data.batch_size());
         if let Some(dir) = resume {
-            state = checkpoint::load(dir, model, &mut optimizer, c.seed, total_steps)?;
+            state = checkpoint::load(dir, model, &mut optimizer, &state)?;
             if let Some(s) = state.loss_scaler {
                 scaler = Some(s);
             }
@@ -430,6 +451,7 @@ impl Trainer {
         progress.set_position(state.step as u64);
 
         let mut report = TrainReport { total_steps, ..Default::default() };
+        let mut skipped_in_a_row = 0;
         let max_epochs = if c.max_epochs == 0 { usize::MAX } else { c.max_epochs };
         'epochs: while state.step < total_steps && state.epoch < max_epochs {
             let mut batches = data.epoch(state.epoch as u64).skip(state.batch_in_epoch);
@@ -481,6 +503,11 @@ impl Trainer {
                     );
                 }
                 report.steps.push(metric);
+                skipped_in_a_row = if m.anomalous { skipped_in_a_row + 1 } else { 0 };
+                if skipped_in_a_row >= c.max_skipped_steps {
+                    progress.finish_and_clear();
+                    return Err(TrainError::TooManySkippedSteps { skipped: skipped_in_a_row, step: state.step });
+                }
                 state.loss_scaler = scaler;
                 let due = c.save_every_n_steps.is_some_and(|n| state.step % n == 0);
                 if due && state.step < total_steps {
@@ -568,7 +595,8 @@ impl Trainer {
         if let Some(s) = scaler.as_mut() {
             s.update(grad_norm.is_finite());
             if !grad_norm.is_finite() {
-                return Ok(StepOutcome { loss, lr, grad_norm, skipped: true });
+                let anomalous = s.scale < 1.0;
+                return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous });
             }
         }
         if !finite {
@@ -584,13 +612,13 @@ impl Trainer {
                 return Err(TrainError::NonFinite { step: state.step + 1, what: what.into(), parameters: bad });
             }
             eprintln!("warning: non-finite loss or gradients at step {}; update skipped", state.step + 1);
-            return Ok(StepOutcome { loss, lr, grad_norm, skipped: true });
+            return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous: true });
         }
         if let Some(max_norm) = c.gradient_clip {
             clip_by_norm(&mut grads, &norm, max_norm)?;
         }
         optimizer.step(&grads, lr, scheduler.beta1(state.step))?;
-        Ok(StepOutcome { loss, lr, grad_norm, skipped: false })
+        Ok(StepOutcome { loss, lr, grad_norm, skipped: false, anomalous: false })
     }
 }
 
@@ -599,4 +627,6 @@ struct StepOutcome {
     lr: f64,
     grad_norm: f64,
     skipped: bool,
+    /// Skipped for values that are not finite, as opposed to an ordinary f16 overflow.
+    anomalous: bool,
 }

@@ -265,3 +265,145 @@ fn anomaly_detection_triggers_on_an_injected_nan() {
     assert_eq!(skipped, [false, false, true, false]);
     assert!(model.w.as_tensor().to_vec1::<f32>().unwrap()[0].is_finite(), "skipped update left weights finite");
 }
+
+/// Skipping has a limit, and non-finite weights are never saved: a run from NaN weights, or one
+/// whose updates blow up, ends in an error instead of a NaN checkpoint.
+#[test]
+fn non_finite_runs_stop_and_never_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let finite =
+        || Linear { w: Var::new(&[0.5f32], &Device::Cpu).unwrap(), b: Var::new(&[0.1f32], &Device::Cpu).unwrap() };
+    let config = |limit: usize, ckpt: Option<PathBuf>| {
+        TrainerConfig::builder()
+            .precision(Precision::F32)
+            .max_epochs(1)
+            .scheduler(Box::new(Constant(0.01)))
+            .max_skipped_steps(limit)
+            .checkpoint_dir(ckpt)
+            .quiet(true)
+            .build()
+            .unwrap()
+    };
+    // Five bad batches in a row with a limit of three: stopped at step 3.
+    let bad = Batches(vec![(1.0, true); 5]);
+    let err = Trainer::new(config(3, None)).fit(&finite(), &bad, None).unwrap_err();
+    assert!(matches!(err, TrainError::TooManySkippedSteps { skipped: 3, step: 3 }), "{err}");
+    // One bad batch between good ones is skipped, and the run goes on.
+    let one_bad = Batches(vec![(1.0, false), (1.0, true), (2.0, false)]);
+    let report = Trainer::new(config(2, None)).fit(&finite(), &one_bad, None).unwrap();
+    assert_eq!(report.steps.iter().filter(|s| s.skipped).count(), 1);
+    // NaN weights: every step is skipped; the run is short of the limit, and the final save refuses.
+    let nan = Linear { w: Var::new(&[f32::NAN], &Device::Cpu).unwrap(), b: Var::new(&[0.1f32], &Device::Cpu).unwrap() };
+    let good = Batches(vec![(1.0, false); 2]);
+    let ckpt = dir.path().join("ck");
+    let err = Trainer::new(config(10, Some(ckpt.clone()))).fit(&nan, &good, None).unwrap_err();
+    match &err {
+        TrainError::NonFiniteWeights { step: 2, parameters } => assert_eq!(parameters, &["w"]),
+        other => panic!("{other}"),
+    }
+    assert!(!ckpt.join("step-2").exists(), "a checkpoint of NaN weights was written");
+    assert!(Trainer::new(config(10, None)).fit(&finite(), &good, None).is_ok());
+    assert!(TrainerConfig::builder().max_skipped_steps(0).build().is_err());
+}
+
+/// A save killed midway leaves our own leftovers; the next run in that folder puts back a
+/// step folder set aside for replacement and removes partial ones, touching nothing else.
+#[test]
+fn interrupted_saves_are_tidied_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo_data(dir.path(), 6);
+    let ckpt = dir.path().join("ck");
+    let make = |steps: usize| {
+        Trainer::new(
+            TrainerConfig::builder()
+                .max_steps(Some(steps))
+                .max_epochs(1)
+                .precision(Precision::F32)
+                .checkpoint_dir(Some(ckpt.clone()))
+                .checkpoint_filename(Some("finetune.ckpt".into()))
+                .quiet(true)
+                .build()
+                .unwrap(),
+        )
+    };
+    make(1).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    // As a kill between "old folder aside" and "new folder in" leaves it: only the aside copy.
+    std::fs::rename(ckpt.join("step-1"), ckpt.join(".step-1.replaced")).unwrap();
+    std::fs::create_dir_all(ckpt.join(".step-7.a1B2c3")).unwrap();
+    std::fs::write(ckpt.join(".step-7.a1B2c3/model.safetensors"), b"partial").unwrap();
+    std::fs::write(ckpt.join(".state-dict-x9Y8z7"), b"partial").unwrap();
+    std::fs::write(ckpt.join(".stepping-stone"), b"not ours").unwrap();
+    std::fs::write(ckpt.join("notes.txt"), b"not ours").unwrap();
+    make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    let mut names: Vec<String> =
+        std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, [".stepping-stone", "finetune.ckpt", "notes.txt", "step-1", "step-2"]);
+    assert!(ckpt.join("step-1/trainer_state.json").is_file(), "the set-aside step-1 was put back");
+
+    // Re-saving an existing step replaces it and leaves nothing aside.
+    make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    let after: Vec<String> =
+        std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(after.len(), names.len(), "{after:?}");
+    codon_model::bigbird::load_model(ckpt.join("step-2"), None, &Device::Cpu, DType::F32).unwrap();
+}
+
+/// Checkpoint files get the permissions of an ordinary create (colleagues can read them), not
+/// the 0600 of a temporary file.
+#[cfg(unix)]
+#[test]
+fn checkpoints_are_readable_like_ordinary_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo_data(dir.path(), 6);
+    let ckpt = dir.path().join("ck");
+    Trainer::new(
+        TrainerConfig::builder()
+            .max_steps(Some(1))
+            .max_epochs(1)
+            .precision(Precision::F32)
+            .checkpoint_dir(Some(ckpt.clone()))
+            .checkpoint_filename(Some("finetune.ckpt".into()))
+            .quiet(true)
+            .build()
+            .unwrap(),
+    )
+    .fit(&model(0.0, Precision::F32), &data, None)
+    .unwrap();
+    let mode = |p: &Path| p.metadata().unwrap().permissions().mode() & 0o777;
+    let ordinary_file = dir.path().join("ordinary");
+    std::fs::write(&ordinary_file, b"").unwrap();
+    let ordinary_dir = dir.path().join("ordinary-dir");
+    std::fs::create_dir(&ordinary_dir).unwrap();
+    let step = ckpt.join("step-1");
+    assert_eq!(mode(&step), mode(&ordinary_dir), "step folder");
+    for file in ["model.safetensors", "config.json", "optimizer.safetensors", "trainer_state.json"] {
+        assert_eq!(mode(&step.join(file)), mode(&ordinary_file), "{file}");
+    }
+    assert_eq!(mode(&ckpt.join("finetune.ckpt")), mode(&ordinary_file), "finetune.ckpt");
+    assert_eq!(mode(&dir.path().join("train.jsonl")), mode(&ordinary_file), "prepared data");
+}
+
+/// Resuming with a different learning rate, warm-up, batch size or accumulation is refused in
+/// the style of the seed check.
+#[test]
+fn resume_refuses_changed_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = dir.path().join("ck");
+    let builder = || TrainerConfig::builder().max_steps(Some(1)).max_epochs(1).precision(Precision::F32).quiet(true);
+    Trainer::new(builder().checkpoint_dir(Some(ckpt.clone())).build().unwrap())
+        .fit(&model(0.0, Precision::F32), &demo_data(dir.path(), 6), None)
+        .unwrap();
+    let step = ckpt.join("step-1");
+    for (config, batch, needle) in [
+        (builder().learning_rate(1e-3), 6, "learning rate"),
+        (builder().warmup_fraction(0.2), 6, "warm-up fraction"),
+        (builder(), 5, "batch size 6, this run uses 5"),
+    ] {
+        let err = Trainer::new(config.build().unwrap())
+            .fit(&model(0.0, Precision::F32), &demo_data(dir.path(), batch), Some(&step))
+            .unwrap_err();
+        assert!(err.to_string().contains(needle), "{needle}: {err}");
+    }
+}

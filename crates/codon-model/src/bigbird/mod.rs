@@ -21,4 +21,4 @@ pub use model::{
     masked_lm_loss, parameter_shapes, BigBirdForMaskedLM, ForwardInfo, ForwardMode, ModelInput, IGNORE_INDEX,
 };
 pub use random_blocks::{BlockGeometry, RandomBlocks};
-pub use weights::{init_weights, load_model, save_model};
+pub use weights::{init_weights, load_model, save_model, STATE_DICT_TEMP_PREFIX};

@@ -16,6 +16,10 @@ use crate::error::{CodonError, Result, TensorContext};
 
 /// Keys a checkpoint may hold that the model rebuilds or does not need: the tied decoder
 /// and the non-persistent position / token-type buffers of old transformers versions.
+/// Name prefix of the temporary file an upstream-style state dict is written to before its
+/// rename; a save killed midway leaves one behind, which the trainer's next run removes.
+pub const STATE_DICT_TEMP_PREFIX: &str = ".state-dict-";
+
 const IGNORED_KEYS: [&str; 4] = [
     "cls.predictions.decoder.weight",
     "cls.predictions.decoder.bias",
@@ -118,10 +122,7 @@ pub fn save_model(model: &BigBirdForMaskedLM, dir: impl AsRef<Path>) -> Result<(
         let t = t.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu).op(&format!("copying {name} to host"))?;
         tensors.insert(name, t);
     }
-    let weights = dir.join("model.safetensors");
-    let tmp = temp_path(dir, "model.safetensors")?;
-    candle_core::safetensors::save(&tensors, &tmp).op(&format!("writing {}", weights.display()))?;
-    rename(&tmp, &weights)?;
+    crate::files::write_safetensors(&tensors, &dir.join("model.safetensors"))?;
     let config = dir.join("config.json");
     let tmp = temp_path(dir, "config.json")?;
     std::fs::write(&tmp, model.config().to_json()).map_err(|e| CodonError::io(&tmp, e))?;
@@ -129,8 +130,7 @@ pub fn save_model(model: &BigBirdForMaskedLM, dir: impl AsRef<Path>) -> Result<(
 }
 
 fn temp_path(dir: &Path, name: &str) -> Result<PathBuf> {
-    let file =
-        tempfile::Builder::new().prefix(&format!(".{name}.")).tempfile_in(dir).map_err(|e| CodonError::io(dir, e))?;
+    let file = crate::files::temp_file_in(dir, &format!(".{name}.")).map_err(|e| CodonError::io(dir, e))?;
     let (_, path) = file.keep().map_err(|e| CodonError::io(dir, e.error))?;
     Ok(path)
 }
@@ -225,8 +225,8 @@ pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Resul
     }
     pickle.extend_from_slice(b"u.");
 
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new().prefix(".state-dict-").tempfile_in(dir).map_err(|e| CodonError::io(dir, e))?;
+    let dir = crate::files::parent_dir(path);
+    let tmp = crate::files::temp_file_in(dir, STATE_DICT_TEMP_PREFIX).map_err(|e| CodonError::io(dir, e))?;
     {
         let mut zip = zip::ZipWriter::new(tmp.as_file());
         let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);

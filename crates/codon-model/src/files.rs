@@ -1,0 +1,127 @@
+//! Files written the way users expect: under a temporary name in the destination folder, then
+//! renamed in, so a crash never leaves a partial file; and with the permissions an ordinary
+//! create gives under the user's umask (tempfile's own default is 0600, which colleagues on a
+//! shared server cannot read).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::Tensor;
+
+use crate::error::{CodonError, Result, TensorContext};
+
+/// Mode of an ordinary file create before the umask.
+#[cfg(unix)]
+const FILE_MODE: u32 = 0o666;
+/// Mode of an ordinary folder create before the umask.
+#[cfg(unix)]
+const DIR_MODE: u32 = 0o777;
+
+fn builder(prefix: &str, _mode: u32) -> tempfile::Builder<'_, 'static> {
+    let mut b = tempfile::Builder::new();
+    b.prefix(prefix);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(_mode));
+    }
+    b
+}
+
+/// A temporary file in `dir`, named `<prefix><random>`, created as an ordinary file would be.
+pub fn temp_file_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::NamedTempFile> {
+    #[cfg(unix)]
+    let mode = FILE_MODE;
+    #[cfg(not(unix))]
+    let mode = 0;
+    builder(prefix, mode).tempfile_in(dir)
+}
+
+/// A temporary folder in `dir`, named `<prefix><random>`, created as an ordinary folder would be.
+pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    #[cfg(unix)]
+    let mode = DIR_MODE;
+    #[cfg(not(unix))]
+    let mode = 0;
+    builder(prefix, mode).tempdir_in(dir)
+}
+
+/// Write tensors as a safetensors file, atomically and with ordinary permissions. (The
+/// safetensors crate writes through a 0600 temporary file of its own; the mode an ordinary
+/// create gets here is put back before the rename.)
+pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let dir = parent_dir(path);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let (_, tmp) = temp_file_in(dir, &format!(".{name}."))
+        .and_then(|f| f.keep().map_err(|e| e.error))
+        .map_err(|e| CodonError::io(dir, e))?;
+    let result = (|| {
+        let permissions = tmp.metadata().map_err(|e| CodonError::io(&tmp, e))?.permissions();
+        candle_core::safetensors::save(tensors, &tmp).op(&format!("writing {}", path.display()))?;
+        std::fs::set_permissions(&tmp, permissions).map_err(|e| CodonError::io(&tmp, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| CodonError::io(path, e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The folder a file path lives in (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// The path a file would have once resolved: symlinks followed and `.`/`..` removed, for a file
+/// that does not exist yet as for one that does.
+pub fn resolved(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let dir = parent_dir(path).canonicalize().unwrap_or_else(|_| parent_dir(path).to_path_buf());
+    match path.file_name() {
+        Some(name) => dir.join(name),
+        None => dir,
+    }
+}
+
+/// Whether writing `output` would replace `input` (the same file, through any spelling or symlink).
+pub fn same_file(input: &Path, output: &Path) -> bool {
+    resolved(input) == resolved(output)
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn temp_files_get_ordinary_permissions() {
+        let dir = tempfile::tempdir().unwrap();
+        let reference = dir.path().join("ordinary");
+        std::fs::write(&reference, b"x").unwrap();
+        let ordinary = reference.metadata().unwrap().permissions().mode() & 0o777;
+        let file = temp_file_in(dir.path(), ".t-").unwrap();
+        assert_eq!(file.path().metadata().unwrap().permissions().mode() & 0o777, ordinary);
+        let reference_dir = dir.path().join("ordinary-dir");
+        std::fs::create_dir(&reference_dir).unwrap();
+        let ordinary_dir = reference_dir.metadata().unwrap().permissions().mode() & 0o777;
+        let sub = temp_dir_in(dir.path(), ".d-").unwrap();
+        assert_eq!(sub.path().metadata().unwrap().permissions().mode() & 0o777, ordinary_dir);
+    }
+
+    #[test]
+    fn same_file_sees_through_spellings_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.csv");
+        std::fs::write(&input, b"x").unwrap();
+        assert!(same_file(&input, &dir.path().join(".").join("in.csv")));
+        let link = dir.path().join("link.csv");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        assert!(same_file(&input, &link));
+        assert!(!same_file(&input, &dir.path().join("out.csv")));
+    }
+}
