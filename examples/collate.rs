@@ -53,6 +53,7 @@ fn batch_json(b: &MlmBatch) -> serde_json::Value {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;
     if dataset.malformed_lines() > 0 {
@@ -81,5 +82,5 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() {
-    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(run);
 }

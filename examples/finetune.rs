@@ -11,5 +11,5 @@
 mod train_cli;
 
 fn main() {
-    codon_ascend::run_main(|| train_cli::run(train_cli::Mode::Finetune).map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(|| train_cli::run(train_cli::Mode::Finetune));
 }

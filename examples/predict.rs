@@ -63,6 +63,11 @@ fn organism_ref(text: &str) -> OrganismRef {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(output) = &args.output {
+        let inputs: Vec<&std::path::Path> =
+            args.input.iter().map(|p| p.as_path()).chain([args.model.as_path()]).collect();
+        codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
+    }
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
@@ -155,5 +160,5 @@ fn preflight(
 }
 
 fn main() {
-    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(run);
 }

@@ -8,5 +8,5 @@
 mod train_cli;
 
 fn main() {
-    codon_ascend::run_main(|| train_cli::run(train_cli::Mode::Pretrain).map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(|| train_cli::run(train_cli::Mode::Pretrain));
 }

@@ -52,6 +52,7 @@ struct Args {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    codon_ascend::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
     let attention: AttentionType = args.attention.parse()?;
@@ -104,14 +105,11 @@ fn run() -> anyhow::Result<()> {
         .into_iter()
         .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
         .collect::<candle_core::Result<_>>()?;
-    let dir = args.output.parent().filter(|p| !p.as_os_str().is_empty()).map_or(PathBuf::from("."), PathBuf::from);
-    let tmp = tempfile::Builder::new().prefix(".score-").suffix(".safetensors").tempfile_in(&dir)?;
-    candle_core::safetensors::save(&out, tmp.path())?;
-    tmp.persist(&args.output)?;
+    codon_ascend::model::files::write_safetensors(&out, &args.output)?;
     println!("wrote {}", args.output.display());
     Ok(())
 }
 
 fn main() {
-    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(run);
 }

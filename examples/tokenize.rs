@@ -48,6 +48,7 @@ struct Input {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
@@ -95,5 +96,5 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() {
-    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(run);
 }

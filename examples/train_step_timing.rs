@@ -64,5 +64,5 @@ fn run() -> anyhow::Result<()> {
 }
 
 fn main() {
-    codon_ascend::run_main(|| run().map_err(|e| format!("{e:#}")));
+    codon_ascend::run_main(run);
 }

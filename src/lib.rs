@@ -71,11 +71,62 @@ pub fn parse_dtype(text: &str) -> Result<candle_core::DType, String> {
     }
 }
 
-/// Run a command-line program: on error print one line (`error: …` with its causes)
-/// to stderr and exit with status 1.
-pub fn run_main<E: std::fmt::Display>(run: impl FnOnce() -> Result<(), E>) {
+/// Run a command-line program: on error print one line (`error: …` with its causes) to stderr
+/// and exit with status 1.
+pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnOnce() -> Result<(), E>) {
     if let Err(e) = run() {
-        eprintln!("error: {e}");
+        let e: Box<dyn std::error::Error + Send + Sync> = e.into();
+        eprintln!("error: {}", error_line(e.as_ref()));
         std::process::exit(1);
+    }
+}
+
+/// Longest error line printed; the rest is cut (a malformed line can be megabytes long).
+const MAX_ERROR_CHARS: usize = 1500;
+
+/// An error and its causes on one line. A cause whose text the line already holds is not
+/// repeated (`{path}: {source}` messages embed their source), line breaks become spaces, and
+/// the line is cut at [`MAX_ERROR_CHARS`] characters.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    let line = line.split('\n').map(str::trim_end).collect::<Vec<_>>().join(" ");
+    let total = line.chars().count();
+    if total <= MAX_ERROR_CHARS {
+        return line;
+    }
+    let kept: String = line.chars().take(MAX_ERROR_CHARS).collect();
+    format!("{kept}… ({} more characters)", total - MAX_ERROR_CHARS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct WithPath {
+        path: String,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn error_lines_say_each_cause_once_and_stay_short() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let e = WithPath { path: "x.csv".into(), source: io() };
+        assert_eq!(error_line(&e), format!("x.csv: {}", io()));
+        let long = std::io::Error::other(format!("bad line: {}", "A".repeat(10_000)));
+        let line = error_line(&long);
+        assert!(line.chars().count() < MAX_ERROR_CHARS + 40, "{}", line.len());
+        assert!(line.ends_with("more characters)"), "{line}");
+        assert_eq!(error_line(&std::io::Error::other("one\ntwo")), "one two");
     }
 }

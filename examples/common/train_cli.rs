@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use candle_core::DType;
 use clap::Parser;
 use codon_ascend::data::{
@@ -10,7 +11,7 @@ use codon_ascend::data::{
 };
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::CodonTokenizer;
-use codon_ascend::train::{MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{AnomalyPolicy, MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
 
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,9 @@ pub enum Mode {
 /// Train CodonTransformer (BigBirdForMaskedLM) on a JSONL training file.
 #[derive(Parser, Debug)]
 pub struct Args {
-    /// Training file (JSONL: {"idx", "codons", "organism"}). Default: the bundled demo data.
+    /// Training file (JSONL: {"idx", "codons", "organism"}). Without it, the run is the demo: the
+    /// bundled demo data, a small model (2 layers, hidden 64), 6 epochs, learning rate 2e-3, and
+    /// checkpoints in demo-output/checkpoints; flags given explicitly still apply.
     #[arg(long = "dataset_dir", alias = "dataset-dir", alias = "train_data_path", alias = "train-data-path")]
     pub dataset_dir: Option<PathBuf>,
     /// Folder for step-<N> checkpoints.
@@ -37,7 +40,7 @@ pub struct Args {
     /// Records per batch.
     #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
     pub batch_size: usize,
-    /// Epochs.
+    /// Epochs [default: finetune 15, pretrain 5, demo 6].
     #[arg(long = "max_epochs", alias = "max-epochs")]
     pub max_epochs: Option<usize>,
     /// Data-loader worker threads.
@@ -49,9 +52,9 @@ pub struct Args {
     /// Devices (only 1 is supported).
     #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1)]
     pub num_gpus: usize,
-    /// Peak learning rate.
-    #[arg(long = "learning_rate", alias = "learning-rate", default_value_t = 5e-5)]
-    pub learning_rate: f64,
+    /// Peak learning rate [default: 5e-5; demo: 2e-3].
+    #[arg(long = "learning_rate", alias = "learning-rate")]
+    pub learning_rate: Option<f64>,
     /// Warm-up fraction of OneCycleLR.
     #[arg(long = "warmup_fraction", alias = "warmup-fraction", default_value_t = 0.1)]
     pub warmup_fraction: f64,
@@ -64,7 +67,8 @@ pub struct Args {
     /// Starting model: a transformers directory or a checkpoint file (finetune only).
     #[arg(long)]
     pub model: Option<PathBuf>,
-    /// A config.json for a random initialisation (default: CodonTransformer's).
+    /// A config.json for a random initialisation [default: CodonTransformer's; demo: the small
+    /// demo model; with --resume: the checkpoint's].
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// cpu, npu:N or npu-sim:N.
@@ -85,6 +89,15 @@ pub struct Args {
     /// Per-step metrics JSONL file.
     #[arg(long)]
     pub metrics: Option<PathBuf>,
+    /// What a non-finite loss or gradient does: skip the update (and warn), or abort.
+    #[arg(long = "on-nonfinite", alias = "on_nonfinite", default_value = "skip", value_parser = ["skip", "abort"])]
+    pub on_nonfinite: String,
+    /// Stop with an error after this many skipped steps in a row.
+    #[arg(long = "max-skipped-steps", alias = "max_skipped_steps", default_value_t = 10)]
+    pub max_skipped_steps: usize,
+    /// Keep only the newest N step-<N> folders (about 1 GB each at full size).
+    #[arg(long = "keep-last", alias = "keep_last", alias = "save_top_k", alias = "save-top-k")]
+    pub keep_last: Option<usize>,
     /// Clip gradients to this global norm.
     #[arg(long = "gradient_clip", alias = "gradient-clip")]
     pub gradient_clip: Option<f64>,
@@ -109,16 +122,21 @@ fn demo_config() -> BigBirdConfig {
 
 pub fn run(mode: Mode) -> anyhow::Result<()> {
     let args = Args::parse();
-    let demo = std::env::args().len() == 1;
+    // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
+    let demo = args.dataset_dir.is_none();
     if args.num_gpus != 1 {
         anyhow::bail!(
             "--num_gpus {}: training on several devices is not supported yet; use --num_gpus 1",
             args.num_gpus
         );
     }
+    let out_dir = PathBuf::from("demo-output");
+    let checkpoint_dir = args.checkpoint_dir.clone().or_else(|| demo.then(|| out_dir.join("checkpoints")));
+    let inputs: Vec<&std::path::Path> = args.dataset_dir.iter().map(PathBuf::as_path).collect();
+    let outputs: Vec<&std::path::Path> = args.metrics.iter().map(PathBuf::as_path).collect();
+    codon_ascend::data::refuse_overwriting(&inputs, &outputs)?;
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let precision = match args.precision.as_str() {
-        _ if demo => Precision::F32,
         "auto" => Precision::auto(&device),
         other => other.parse()?,
     };
@@ -136,8 +154,35 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         println!("device: {}, precision {:?}", args.device, precision);
     }
     let attention: AttentionType = args.attention.parse()?;
-    let out_dir = PathBuf::from("demo-output");
+    let epochs = args.max_epochs.unwrap_or(match (mode, demo) {
+        (_, true) => 6,
+        (Mode::Finetune, false) => 15,
+        (Mode::Pretrain, false) => 5,
+    });
+    let learning_rate = args.learning_rate.unwrap_or(if demo { 2e-3 } else { 5e-5 });
 
+    let (config, config_source) = match (&args.config, &args.resume, demo) {
+        (Some(p), _, _) => (BigBirdConfig::from_file(p)?, format!("{}", p.display())),
+        (None, Some(step), _) => {
+            let file = step.join("config.json");
+            let config = BigBirdConfig::from_file(&file).with_context(|| {
+                format!("--resume {}: reading the checkpoint's model configuration", step.display())
+            })?;
+            (config, format!("the checkpoint's {}", file.display()))
+        }
+        (None, None, true) => (demo_config(), "the demo model".to_string()),
+        (None, None, false) => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
+    };
+    if demo {
+        println!(
+            "configuration: demo, because no --dataset_dir was given: the bundled demo data, {config_source}, \
+             {epochs} epochs, learning rate {learning_rate:e} (give --dataset_dir for a real run)"
+        );
+    } else {
+        println!("configuration: {config_source} model, {epochs} epochs, learning rate {learning_rate:e}");
+    }
+
+    let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
     let dataset_path = match &args.dataset_dir {
         Some(p) => p.clone(),
         None => {
@@ -145,16 +190,11 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             let train = out_dir.join("train.jsonl");
             let report = prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
             println!("bundled demo data: {report}");
+            outputs.push(("prepared data", train.clone()));
             train
         }
     };
-    let checkpoint_dir = args.checkpoint_dir.clone().or_else(|| demo.then(|| out_dir.join("checkpoints")));
 
-    let config = match (&args.config, demo) {
-        (Some(p), _) => BigBirdConfig::from_file(p)?,
-        (None, true) => demo_config(),
-        (None, false) => BigBirdConfig::default(),
-    };
     let model = match (&args.model, mode) {
         (Some(_), Mode::Pretrain) => anyhow::bail!("pretrain trains from scratch: drop --model (or use finetune)"),
         (Some(path), Mode::Finetune) => {
@@ -162,7 +202,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             load_model(path, args.config.as_ref().map(|_| config.clone()), &device, DType::F32)?
         }
         (None, _) => {
-            if mode == Mode::Finetune {
+            if mode == Mode::Finetune && args.resume.is_none() {
                 println!("no --model given: starting from a random initialisation (seed {})", args.seed);
             }
             BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, args.seed, &device, DType::F32)?)?
@@ -182,16 +222,10 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     println!("{} records, {} batches per epoch", loader.records_per_epoch(), loader.batches_per_epoch());
     let data = MaskedLmData::new(loader);
 
-    let default_epochs = match (mode, demo) {
-        (_, true) => 6,
-        (Mode::Finetune, false) => 15,
-        (Mode::Pretrain, false) => 5,
-    };
-    let learning_rate = if demo { 2e-3 } else { args.learning_rate };
     let trainer_config = TrainerConfig::builder()
         .learning_rate(learning_rate)
         .warmup_fraction(args.warmup_fraction)
-        .max_epochs(args.max_epochs.unwrap_or(default_epochs))
+        .max_epochs(epochs)
         .max_steps(args.max_steps)
         .accumulate_grad_batches(args.accumulate_grad_batches)
         .gradient_clip(args.gradient_clip)
@@ -200,29 +234,48 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .checkpoint_dir(checkpoint_dir.clone())
         .checkpoint_filename(checkpoint_dir.as_ref().map(|_| args.checkpoint_filename.clone()))
         .save_every_n_steps(Some(args.save_every_n_steps))
+        .keep_last(args.keep_last)
+        .anomaly_policy(if args.on_nonfinite == "abort" { AnomalyPolicy::Abort } else { AnomalyPolicy::Skip })
+        .max_skipped_steps(args.max_skipped_steps)
         .metrics_path(args.metrics.clone())
         .quiet(args.quiet)
         .build()?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &model, precision, config_for_preflight(&model))?;
     }
+    if let Some(step) = &args.resume {
+        println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
+    }
     let trainer = Trainer::new(trainer_config);
     let report = trainer.fit(&model, &data, args.resume.as_deref())?;
-    if let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) {
-        println!(
-            "{} optimizer steps: loss {:.4} (step {}) -> {:.4} (step {})",
-            report.steps.len(),
-            first.loss,
-            first.step,
-            last.loss,
-            last.step
+    let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) else {
+        anyhow::bail!(
+            "nothing to train: the run is already at the end of its {}-step schedule (resumed from a final checkpoint?)",
+            report.total_steps
         );
+    };
+    println!(
+        "{} optimizer steps: loss {:.4} (step {}) -> {:.4} (step {})",
+        report.steps.len(),
+        first.loss,
+        first.step,
+        last.loss,
+        last.step
+    );
+    if report.steps.iter().all(|s| s.skipped) {
+        anyhow::bail!("every optimizer step was skipped for non-finite values: the weights were never updated");
     }
-    for c in &report.checkpoints {
-        println!("checkpoint: {}", c.display());
+    match &checkpoint_dir {
+        Some(dir) => {
+            outputs.push(("checkpoint folder", dir.clone()));
+            outputs.extend(report.checkpoints.iter().map(|c| ("checkpoint", c.clone())));
+            outputs.push(("state dict", dir.join(&args.checkpoint_filename)));
+        }
+        None => println!("no --checkpoint_dir: nothing was saved"),
     }
-    if checkpoint_dir.is_none() {
-        println!("no --checkpoint_dir: nothing was saved");
+    outputs.extend(args.metrics.iter().map(|m| ("metrics", m.clone())));
+    for (what, path) in outputs {
+        println!("{what}: {}", path.display());
     }
     Ok(())
 }

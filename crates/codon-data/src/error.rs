@@ -53,6 +53,14 @@ pub enum DataError {
         /// The file.
         path: PathBuf,
     },
+    /// An output path that names an input: writing it would destroy the input.
+    #[error("{output} is the input {input}: writing it would replace the input; choose another output path")]
+    OutputIsInput {
+        /// The output as given.
+        output: PathBuf,
+        /// The input it resolves to.
+        input: PathBuf,
+    },
     /// An invalid loader or collator setting.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -35,5 +35,5 @@ pub use dataset::{JsonlDataset, MalformedPolicy, Shard};
 pub use error::{DataError, Result};
 pub use loader::{mix_seed, DataLoader, EpochBatches, LoaderConfig};
 pub use prepare::{prepare, GeneRecord, InputFormat, PrepareOptions, PrepareReport};
-pub use record::{write_atomically, TrainingRecord};
+pub use record::{refuse_overwriting, write_atomically, TrainingRecord};
 pub use translate::{check_cds, is_correct_seq, translate, CdsDefect};

@@ -186,6 +186,7 @@ pub fn process_record(
 
 /// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
 pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<PrepareReport> {
+    crate::record::refuse_overwriting(&[input], &[output])?;
     let records = match InputFormat::from_path(input)? {
         InputFormat::Csv => read_csv(input)?,
         InputFormat::Fasta => read_fasta(input)?,

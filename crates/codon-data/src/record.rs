@@ -32,6 +32,17 @@ impl TrainingRecord {
     }
 }
 
+/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`: paths are
+/// compared resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
+pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
+    for output in outputs {
+        if let Some(input) = inputs.iter().find(|input| codon_model::files::same_file(input, output)) {
+            return Err(DataError::OutputIsInput { output: output.to_path_buf(), input: input.to_path_buf() });
+        }
+    }
+    Ok(())
+}
+
 /// Write a file atomically: the content goes to a temporary file in the same folder,
 /// which is then renamed over `path`, so a failure never leaves a partial file behind.
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {

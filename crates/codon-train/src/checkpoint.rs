@@ -154,6 +154,28 @@ fn aside_path(dir: &Path, step: usize) -> PathBuf {
     dir.join(format!(".step-{step}.replaced"))
 }
 
+/// Remove all but the newest `keep` `step-<N>` folders of `dir`. Each is first renamed to a
+/// partial-step name, so a kill midway leaves a leftover for [`clean_leftovers`], never a
+/// half-deleted `step-<N>`.
+pub(crate) fn prune(dir: &Path, keep: usize) -> Result<()> {
+    let mut steps: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(|e| TrainError::io(dir, e))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let step = e.file_name().to_str()?.strip_prefix("step-")?.parse::<usize>().ok()?;
+            e.path().is_dir().then(|| (step, e.path()))
+        })
+        .collect();
+    steps.sort();
+    let excess = steps.len().saturating_sub(keep);
+    for (step, path) in steps.into_iter().take(excess) {
+        let doomed = dir.join(format!(".step-{step}.pruned"));
+        std::fs::rename(&path, &doomed).map_err(|e| TrainError::io(&path, e))?;
+        std::fs::remove_dir_all(&doomed).map_err(|e| TrainError::io(&doomed, e))?;
+    }
+    Ok(())
+}
+
 /// Tidy what an interrupted save left in `dir`, matching only our own names: a step folder set
 /// aside goes back in place when its replacement never arrived (else it is deleted), and
 /// partial `.step-<N>.*` folders and `.state-dict-*` files are deleted. Returns what was done.

@@ -131,6 +131,7 @@ pub struct TrainerConfig {
     pub(crate) checkpoint_dir: Option<PathBuf>,
     pub(crate) checkpoint_filename: Option<String>,
     pub(crate) save_every_n_steps: Option<usize>,
+    pub(crate) keep_last: Option<usize>,
     pub(crate) metrics_path: Option<PathBuf>,
     pub(crate) quiet: bool,
     pub(crate) anomaly: AnomalyPolicy,
@@ -159,6 +160,7 @@ impl TrainerConfig {
             checkpoint_dir: None,
             checkpoint_filename: None,
             save_every_n_steps: Some(512),
+            keep_last: None,
             metrics_path: None,
             quiet: false,
             anomaly: AnomalyPolicy::Skip,
@@ -235,6 +237,12 @@ impl TrainerConfigBuilder {
         self.0.save_every_n_steps = n;
         self
     }
+    /// Keep only the newest `n` `step-<N>` folders (each holds about 1 GB at full size); older
+    /// ones are removed after each save. `None` keeps every one.
+    pub fn keep_last(mut self, n: Option<usize>) -> Self {
+        self.0.keep_last = n;
+        self
+    }
     /// Per-step metrics JSONL file.
     pub fn metrics_path(mut self, path: Option<PathBuf>) -> Self {
         self.0.metrics_path = path;
@@ -283,6 +291,9 @@ impl TrainerConfigBuilder {
         if c.max_skipped_steps == 0 {
             return Err(TrainError::Config("max_skipped_steps must be at least 1".into()));
         }
+        if c.keep_last == Some(0) {
+            return Err(TrainError::Config("keep_last must be at least 1".into()));
+        }
         if c.max_steps == Some(0) || c.save_every_n_steps == Some(0) {
             return Err(TrainError::Config("max_steps and save_every_n_steps must be positive".into()));
         }
@@ -324,7 +335,7 @@ pub struct StepMetrics {
 pub struct TrainReport {
     /// Metrics of every optimizer step run.
     pub steps: Vec<StepMetrics>,
-    /// Checkpoint folders written.
+    /// Checkpoint folders written and still present (see [`TrainerConfigBuilder::keep_last`]).
     pub checkpoints: Vec<PathBuf>,
     /// Total optimizer steps of the schedule.
     pub total_steps: usize,
@@ -522,6 +533,7 @@ impl Trainer {
         progress.finish_and_clear();
         if let Some(dir) = &c.checkpoint_dir {
             report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
+            report.checkpoints.retain(|p| p.is_dir());
         }
         Ok(report)
     }
@@ -536,6 +548,9 @@ impl Trainer {
         let path = checkpoint::save(dir, model, optimizer, state)?;
         if let Some(name) = &self.config.checkpoint_filename {
             model.save_state_dict(&optimizer.master_weights(), &dir.join(name))?;
+        }
+        if let Some(keep) = self.config.keep_last {
+            checkpoint::prune(dir, keep)?;
         }
         Ok(path)
     }
