@@ -9,16 +9,23 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::{OrganismRef, PredictOptions, Predictor};
+use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
+use codon_ascend::model::{OrganismRef, PredictOptions, Predictor, ORGANISMS};
 
 /// Predict DNA for a protein and an organism.
 #[derive(Parser)]
 struct Args {
     /// Model directory (config.json + model.safetensors) or checkpoint (.pt, .ckpt, .safetensors).
+    #[arg(long, required_unless_present = "list_organisms")]
+    model: Option<PathBuf>,
+    /// config.json of a checkpoint file's model, when it is not CodonTransformer's size.
     #[arg(long)]
-    model: PathBuf,
+    config: Option<PathBuf>,
+    /// Print the organisms (id and name) the model knows, and exit.
+    #[arg(long)]
+    list_organisms: bool,
     /// Protein sequence.
     #[arg(long, conflicts_with = "input")]
     protein: Option<String>,
@@ -63,10 +70,19 @@ fn organism_ref(text: &str) -> OrganismRef {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.list_organisms {
+        for (id, name) in ORGANISMS.iter().enumerate() {
+            println!("{id}\t{name}");
+        }
+        return Ok(());
+    }
+    let Some(model) = &args.model else { anyhow::bail!("--model is required") };
     if let Some(output) = &args.output {
-        let inputs: Vec<&std::path::Path> =
-            args.input.iter().map(|p| p.as_path()).chain([args.model.as_path()]).collect();
+        let inputs: Vec<&std::path::Path> = args.input.iter().map(|p| p.as_path()).chain([model.as_path()]).collect();
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
+    }
+    if let Some(organism) = &args.organism {
+        organism_ref(organism).resolve().context("--organism (predict --list-organisms lists them)")?;
     }
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
@@ -89,7 +105,8 @@ fn run() -> anyhow::Result<()> {
         ..Default::default()
     };
     options.validate()?;
-    let predictor = Predictor::new(load_model(&args.model, None, &device, dtype)?)?;
+    let config = args.config.as_deref().map(BigBirdConfig::from_file).transpose()?;
+    let predictor = Predictor::new(load_model(model, config, &device, dtype)?)?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
@@ -137,6 +154,9 @@ fn run() -> anyhow::Result<()> {
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
     codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
     println!("predicted {} proteins ({failed} failed); wrote {}", rows.len() - failed, output.display());
+    if failed > 0 && failed == rows.len() {
+        anyhow::bail!("every one of the {failed} rows failed (their errors are in {})", output.display());
+    }
     Ok(())
 }
 

@@ -38,6 +38,9 @@ struct Args {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(organism) = &args.organism {
+        codon_ascend::model::parse_organism(organism).context("--organism")?;
+    }
     let options = PrepareOptions {
         organism: args.organism,
         keep_incorrect: args.keep_incorrect,
@@ -49,6 +52,13 @@ fn run() -> anyhow::Result<()> {
         prepare(&args.input, &args.output, &options).with_context(|| format!("preparing {}", args.input.display()))?;
     println!("{report}");
     println!("wrote {}", args.output.display());
+    if report.written == 0 {
+        anyhow::bail!(
+            "no records written: all {} records of {} were dropped (reasons above)",
+            report.read,
+            args.input.display()
+        );
+    }
     Ok(())
 }
 

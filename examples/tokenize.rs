@@ -57,9 +57,17 @@ fn run() -> anyhow::Result<()> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed);
     let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);
-    write_atomically(&args.output, |out| {
+    // A read error belongs to the input, not to the output being written.
+    let mut read_error = None;
+    let written = write_atomically(&args.output, |out| {
         for (i, line) in BufReader::new(file).lines().enumerate() {
-            let line = line?;
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => {
+                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.input.display(), i + 1));
+                    return Err(std::io::Error::other("the input could not be read"));
+                }
+            };
             if line.trim().is_empty() {
                 continue;
             }
@@ -90,7 +98,11 @@ fn run() -> anyhow::Result<()> {
             writeln!(out, "{value}")?;
         }
         Ok(())
-    })?;
+    });
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    written?;
     println!("tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
     Ok(())
 }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
+use codon_model::vocab::MAX_AMINO_ACIDS;
 use codon_model::{merged_sequence_with, parse_organism, ProteinConfig};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -52,6 +53,9 @@ pub struct PrepareReport {
     pub written: usize,
     /// Dropped records per reason.
     pub dropped: BTreeMap<String, usize>,
+    /// Written records longer than the model's input ([`MAX_AMINO_ACIDS`] codons): training sees
+    /// only their beginning.
+    pub too_long: usize,
 }
 
 impl PrepareReport {
@@ -64,6 +68,13 @@ impl PrepareReport {
 impl std::fmt::Display for PrepareReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "read {} records, wrote {}, dropped {}", self.read, self.written, self.dropped_total())?;
+        if self.too_long > 0 {
+            write!(
+                f,
+                "\n  warning: {} records are longer than {MAX_AMINO_ACIDS} codons; training sees only the first {MAX_AMINO_ACIDS} of each",
+                self.too_long
+            )?;
+        }
         for (reason, n) in &self.dropped {
             write!(f, "\n  dropped {n}: {reason}")?;
         }
@@ -96,7 +107,15 @@ impl InputFormat {
 /// `organism`, case-insensitive); other columns, such as a pandas index, are ignored.
 pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
     let csv_err = |e: csv::Error| DataError::Csv { path: path.to_path_buf(), message: e.to_string() };
-    let mut reader = csv::ReaderBuilder::new().flexible(true).from_path(path).map_err(csv_err)?;
+    let text = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
+    if let Some(line) = unterminated_quote(&text) {
+        return Err(DataError::MalformedLine {
+            path: path.to_path_buf(),
+            line,
+            message: "a quoted field opens here and is never closed (unterminated quote)".into(),
+        });
+    }
+    let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(text.as_slice());
     let headers = reader.headers().map_err(csv_err)?.clone();
     let column = |name: &str| headers.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
     let Some(dna_col) = column("dna") else {
@@ -111,6 +130,21 @@ pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
     let mut records = Vec::new();
     for row in reader.records() {
         let row = row.map_err(csv_err)?;
+        // A line break inside a sequence or organism field means a stray quote merged rows.
+        if let Some(col) = [Some(dna_col), protein_col, organism_col]
+            .into_iter()
+            .flatten()
+            .find(|&c| row.get(c).is_some_and(|f| f.contains('\n')))
+        {
+            return Err(DataError::MalformedLine {
+                path: path.to_path_buf(),
+                line: row.position().map_or(0, |p| p.line() as usize),
+                message: format!(
+                    "the {:?} field runs over several lines: a stray or unterminated quote merged rows",
+                    headers.get(col).unwrap_or("")
+                ),
+            });
+        }
         let field = |col: Option<usize>| col.and_then(|c| row.get(c)).map(str::trim).filter(|s| !s.is_empty());
         records.push(GeneRecord {
             dna: field(Some(dna_col)).unwrap_or_default().to_string(),
@@ -119,6 +153,31 @@ pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
         });
     }
     Ok(records)
+}
+
+/// The 1-based line of a CSV quote that opens a field and never closes, if any (RFC 4180: a
+/// quote inside a quoted field is doubled, so quotes pair up in a well-formed file).
+fn unterminated_quote(text: &[u8]) -> Option<usize> {
+    let (mut line, mut open_line, mut inside) = (1, 0, false);
+    let mut field_start = true;
+    let mut bytes = text.iter().peekable();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'"' if inside && bytes.peek() == Some(&&b'"') => {
+                bytes.next();
+            }
+            b'"' if inside => inside = false,
+            // Only a quote that starts a field opens one; elsewhere the reader keeps it literally.
+            b'"' if field_start => {
+                inside = true;
+                open_line = line;
+            }
+            b'\n' => line += 1,
+            _ => {}
+        }
+        field_start = !inside && matches!(b, b',' | b'\n' | b'\r');
+    }
+    inside.then_some(open_line)
 }
 
 /// `find_pattern_in_fasta`: the value of `[keyword=value]` in a FASTA header, if present.
@@ -204,6 +263,7 @@ pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<
         out.shuffle(&mut ChaCha8Rng::seed_from_u64(seed));
     }
     report.written = out.len();
+    report.too_long = out.iter().filter(|r| r.num_tokens() > MAX_AMINO_ACIDS).count();
     write_jsonl(output, &out)?;
     Ok(report)
 }
@@ -296,5 +356,32 @@ mod tests {
         assert!(matches!(err, Err(DataError::UnknownFormat { .. })));
         let err = prepare(&dir.path().join("missing.fasta"), &dir.path().join("o.jsonl"), &PrepareOptions::default());
         assert!(matches!(err, Err(DataError::Io { .. })));
+    }
+
+    #[test]
+    fn csv_quotes_that_merge_rows_are_reported_with_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "dna,organism\n";
+        let unterminated = write(dir.path(), "a.csv", &format!("{head}ATGAAATAA,51\n\"ATGCCCTAA,51\nATGGGGTAA,51\n"));
+        let err = read_csv(&unterminated).unwrap_err();
+        assert!(matches!(err, DataError::MalformedLine { line: 3, .. }), "{err}");
+        assert!(err.to_string().contains("unterminated quote"), "{err}");
+        let merged = write(dir.path(), "b.csv", &format!("{head}\"ATGAAATAA,51\nATGCCCTAA\",51\n"));
+        let err = read_csv(&merged).unwrap_err();
+        assert!(err.to_string().contains("runs over several lines"), "{err}");
+        // Doubled quotes inside a quoted field, and a quote inside an unquoted one, are fine.
+        let fine = write(dir.path(), "c.csv", &format!("{head}ATGAAATAA,\"Homo \"\"sapiens\"\"\"\nATGCCCTAA,5\"1\n"));
+        assert_eq!(read_csv(&fine).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn records_longer_than_the_model_input_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = format!("ATG{}TAA", "GCT".repeat(MAX_AMINO_ACIDS));
+        let short = format!("ATG{}TAA", "GCT".repeat(10));
+        let input = write(dir.path(), "g.csv", &format!("dna,organism\n{long},51\n{short},51\n"));
+        let report = prepare(&input, &dir.path().join("t.jsonl"), &PrepareOptions::default()).unwrap();
+        assert_eq!((report.written, report.too_long), (2, 1));
+        assert!(report.to_string().contains("1 records are longer than 2046 codons"), "{report}");
     }
 }

@@ -85,6 +85,14 @@ pub enum CodonError {
         /// `key: expected shape, found shape`.
         misshapen: Vec<String>,
     },
+    /// Weights with NaN or infinite values.
+    #[error("{path}: the weights are not finite (NaN or infinity) in {}; the file is corrupt or was saved from a diverged run", shown(.tensors))]
+    NonFiniteWeights {
+        /// The checkpoint.
+        path: PathBuf,
+        /// Tensors with a non-finite value.
+        tensors: Vec<String>,
+    },
     /// Invalid model input (shapes, ids, lengths).
     #[error("invalid model input: {0}")]
     Input(String),
@@ -118,8 +126,16 @@ fn list(what: &str, keys: &[String]) -> String {
     if keys.is_empty() {
         String::new()
     } else {
-        format!(" {what} ({}): {};", keys.len(), keys.join(", "))
+        format!(" {what} ({}): {};", keys.len(), shown(keys))
     }
+}
+
+/// The first few keys, and how many more there are (a whole list can run to kilobytes).
+fn shown(keys: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let more = keys.len().saturating_sub(SHOWN);
+    let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("{}{tail}", keys[..keys.len().min(SHOWN)].join(", "))
 }
 
 impl From<candle_core::Error> for CodonError {

@@ -127,6 +127,12 @@ impl Predictor {
         &self.model
     }
 
+    /// Residues per model input: CodonTransformer's 2046, or fewer when the model's position
+    /// table is shorter ([CLS] and [SEP] take two positions).
+    fn window_len(&self) -> usize {
+        MAX_AMINO_ACIDS.min(self.model.config().max_position_embeddings.saturating_sub(2)).max(1)
+    }
+
     fn prepare(&self, protein: &str, organism: &OrganismRef) -> Result<Prepared> {
         if protein.is_empty() {
             return Err(CodonError::Prediction("Protein sequence cannot be empty.".into()));
@@ -184,7 +190,7 @@ impl Predictor {
         let mut batches: Vec<Vec<(usize, Prepared)>> = Vec::new();
         let mut current: Vec<(usize, Prepared)> = Vec::new();
         for item in ok {
-            let padded_len = item.1.residues.len().min(MAX_AMINO_ACIDS) + 2;
+            let padded_len = item.1.residues.len().min(self.window_len()) + 2;
             if !current.is_empty() && (current.len() + 1) * padded_len > options.max_batch_tokens {
                 batches.push(std::mem::take(&mut current));
             }
@@ -205,7 +211,10 @@ impl Predictor {
 
     /// Logits for each residue of each prepared protein: (residues, vocab) f32 on the host.
     fn residue_logits(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<Vec<f32>>>> {
-        // Every protein becomes one or more windows of at most MAX_AMINO_ACIDS tokens.
+        // Every protein becomes one or more windows of at most `window_len` tokens, overlapping
+        // by up to WINDOW_CONTEXT residues of context on each side.
+        let window_len = self.window_len();
+        let context = WINDOW_CONTEXT.min(window_len / 4);
         struct Window {
             protein: usize,
             start: usize,
@@ -216,17 +225,17 @@ impl Predictor {
         let mut windows = Vec::new();
         for (p, prepared) in batch.iter().enumerate() {
             let len = prepared.residues.len();
-            if len <= MAX_AMINO_ACIDS {
+            if len <= window_len {
                 windows.push(Window { protein: p, start: 0, end: len, own_start: 0, own_end: len });
                 continue;
             }
-            let core = MAX_AMINO_ACIDS - 2 * WINDOW_CONTEXT;
+            let core = window_len - 2 * context;
             let mut own = 0;
             while own < len {
                 let own_end = (own + core).min(len);
-                let start = own.saturating_sub(WINDOW_CONTEXT);
-                let end = (start + MAX_AMINO_ACIDS).min(len);
-                let start = end.saturating_sub(MAX_AMINO_ACIDS).min(start);
+                let start = own.saturating_sub(context);
+                let end = (start + window_len).min(len);
+                let start = end.saturating_sub(window_len).min(start);
                 windows.push(Window { protein: p, start, end, own_start: own, own_end });
                 own = own_end;
             }
@@ -249,6 +258,18 @@ impl Predictor {
         let logits: Vec<Vec<Vec<f32>>> = logits.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3()?;
         let mut out: Vec<Vec<Vec<f32>>> = batch.iter().map(|p| vec![Vec::new(); p.residues.len()]).collect();
         for (w, row_logits) in windows.iter().zip(logits) {
+            if let Some(pos) =
+                (w.own_start..w.own_end).find(|&pos| row_logits[pos - w.start + 1].iter().any(|v| !v.is_finite()))
+            {
+                let p = &batch[w.protein];
+                let head: String = p.protein.chars().take(24).collect();
+                return Err(CodonError::Prediction(format!(
+                    "the model gave non-finite logits for residue {} of protein {head}{} ({}): its weights or inputs are broken",
+                    pos + 1,
+                    if p.protein.chars().count() > 24 { "…" } else { "" },
+                    p.organism
+                )));
+            }
             for pos in w.own_start..w.own_end {
                 // +1 skips [CLS].
                 out[w.protein][pos] = row_logits[pos - w.start + 1].clone();

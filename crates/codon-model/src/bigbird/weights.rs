@@ -82,7 +82,22 @@ pub fn check_tensors(
         misshapen.sort();
         return Err(CodonError::Weights { path: path.to_path_buf(), missing, unexpected, misshapen });
     }
+    let mut tensors = Vec::new();
+    for (key, t) in &found {
+        if !all_finite(t).op(&format!("checking {key}"))? {
+            tensors.push(key.clone());
+        }
+    }
+    if !tensors.is_empty() {
+        tensors.sort();
+        return Err(CodonError::NonFiniteWeights { path: path.to_path_buf(), tensors });
+    }
     Ok(found)
+}
+
+/// Whether every value of `t` is finite: `0 * x` is 0 exactly when `x` is, so one sum tells.
+pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
+    Ok((t * 0.0)?.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()? == 0.0)
 }
 
 /// Load a model: a transformers directory (`config.json` + `model.safetensors`), or a
