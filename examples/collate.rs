@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! cargo run --release --example collate -- --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl
+//! cargo run --release --example collate -- --input train.jsonl --batch-size 2 --output inputs.safetensors
 //! ```
+//! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
+//! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
 
 use std::path::PathBuf;
 
@@ -25,7 +28,8 @@ struct Args {
     /// Seed of shuffling and masking.
     #[arg(long, default_value_t = 123)]
     seed: u64,
-    /// Output JSONL, one batch per line (written atomically).
+    /// Output JSONL, one batch per line (written atomically); or, named `*.safetensors`, the
+    /// first batch as `score --inputs`.
     #[arg(long)]
     output: PathBuf,
     /// Shuffle within a buffer of this many records (0: file order).
@@ -51,6 +55,22 @@ fn batch_json(b: &MlmBatch) -> serde_json::Value {
     })
 }
 
+/// A batch as `score --inputs` reads it: four i64 (batch, length) tensors.
+fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<String, candle_core::Tensor>> {
+    let shape = (b.batch_size, b.seq_len);
+    let tensor = |v: Vec<i64>| candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu);
+    let wide = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<i64>>();
+    Ok([
+        ("input_ids", tensor(wide(&b.input_ids))?),
+        ("attention_mask", tensor(wide(&b.attention_mask))?),
+        ("token_type_ids", tensor(wide(&b.token_type_ids))?),
+        ("labels", tensor(b.labels.clone())?),
+    ]
+    .into_iter()
+    .map(|(k, t)| (k.to_string(), t))
+    .collect())
+}
+
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
@@ -68,6 +88,12 @@ fn run() -> anyhow::Result<()> {
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
+    if args.output.extension().is_some_and(|e| e == "safetensors") {
+        let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
+        codon_ascend::model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
+        println!("wrote the first batch ({} x {}) to {}", batch.batch_size, batch.seq_len, args.output.display());
+        return Ok(());
+    }
     let mut batches = 0;
     write_atomically(&args.output, |out| {
         for batch in loader.epoch(0) {

@@ -1,28 +1,11 @@
 //! The example programs, run as a user runs them. `cargo test` builds the examples before
 //! it runs any test; these tests use those binaries.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/<name>
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().and_then(Path::parent).unwrap().join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run the whole suite (`cargo test`), which builds the examples",
-        path.display()
-    );
-    path
-}
-
-fn run(name: &str, args: &[&str]) -> std::process::Output {
-    Command::new(example(name)).args(args).output().unwrap()
-}
-
-fn demo(file: &str) -> String {
-    codon_ascend::demo_data_dir().join(file).to_string_lossy().into_owned()
-}
+mod common;
+use common::{bigbird_fixture, demo, example, run};
 
 #[test]
 fn prepare_tokenize_collate() {
@@ -76,10 +59,6 @@ fn errors_are_one_line_and_non_zero() {
         assert!(stderr.starts_with("error: ") && stderr.contains("missing.csv"), "{name}: {stderr}");
         assert!(!Path::new(&out_path).exists(), "{name} wrote no output");
     }
-}
-
-fn bigbird_fixture(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bigbird").join(rel).to_string_lossy().into_owned()
 }
 
 #[test]
