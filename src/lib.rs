@@ -85,20 +85,22 @@ pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnO
 const MAX_ERROR_CHARS: usize = 1500;
 
 /// An error and its causes on one line. A cause whose text the line already holds is not
-/// repeated (`{path}: {source}` messages embed their source), line breaks become spaces, and
-/// the line is cut at [`MAX_ERROR_CHARS`] characters.
+/// repeated (`{path}: {source}` messages embed their source), and the line is cut at
+/// [`MAX_ERROR_CHARS`] characters.
 pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = e.to_string();
+    // Only the first line of each message: candle appends a multi-line backtrace under
+    // RUST_BACKTRACE, which belongs in a debugger, not in a one-line error.
+    let first_line = |e: &dyn std::error::Error| e.to_string().lines().next().unwrap_or("").trim_end().to_string();
+    let mut line = first_line(e);
     let mut cause = e.source();
     while let Some(c) = cause {
-        let text = c.to_string();
+        let text = first_line(c);
         if !line.contains(&text) {
             line.push_str(": ");
             line.push_str(&text);
         }
         cause = c.source();
     }
-    let line = line.split('\n').map(str::trim_end).collect::<Vec<_>>().join(" ");
     let total = line.chars().count();
     if total <= MAX_ERROR_CHARS {
         return line;
@@ -127,6 +129,6 @@ mod tests {
         let line = error_line(&long);
         assert!(line.chars().count() < MAX_ERROR_CHARS + 40, "{}", line.len());
         assert!(line.ends_with("more characters)"), "{line}");
-        assert_eq!(error_line(&std::io::Error::other("one\ntwo")), "one two");
+        assert_eq!(error_line(&std::io::Error::other("failed\n   0: backtrace frame")), "failed");
     }
 }

@@ -245,6 +245,16 @@ fn error_lines_are_short_and_say_things_once() {
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
     assert!(e.len() < 1500 && e.contains("more;") && e.lines().count() == 1, "{} bytes: {e}", e.len());
+    // An injected device fault, with backtraces on: one line, said once.
+    let o = Command::new(example("predict"))
+        .args(["--model", &bigbird_fixture(""), "--protein", "MKV", "--organism", "51", "--device", "npu-sim:0"])
+        .env("CANDLE_ASCEND_SIM_FAIL_ALLOC", "3")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(stderr(&o).matches("injected by CANDLE_ASCEND_SIM_FAIL_ALLOC").count(), 1, "{}", stderr(&o));
     // A 10 MB malformed line is not echoed whole.
     std::fs::write(p("huge.jsonl"), format!("{{\"idx\": 0, \"codons\": \"{}\n", "A".repeat(10_000_000))).unwrap();
     let o = run("collate", &["--input", &p("huge.jsonl"), "--batch-size", "1", "--output", &p("b.jsonl")]);
@@ -306,4 +316,30 @@ fn killed_checkpointing_runs_leave_only_complete_steps() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(hidden.is_empty(), "leftovers after a clean run: {hidden:?}");
+}
+
+/// Prediction sizes its windows from the model (a small position table takes long proteins in
+/// several windows), and logits that come out non-finite from finite weights are an error
+/// naming the residue, not DNA.
+#[test]
+fn predict_fits_small_models_and_checks_its_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(tiny_config()).unwrap()).unwrap();
+    config["max_position_embeddings"] = 64.into();
+    std::fs::write(p("small.json"), config.to_string()).unwrap();
+    assert!(run("init_model", &["--output", &p("model"), "--config", &p("small.json")]).status.success());
+    let protein = "MKVLAW".repeat(25);
+    let o = run("predict", &["--model", &p("model"), "--protein", &protein, "--organism", "51", "--match-protein"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim().len(), 3 * (protein.len() + 1));
+
+    let weights = dir.path().join("model/model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&weights, &candle_core::Device::Cpu).unwrap();
+    let key = "bert.embeddings.word_embeddings.weight";
+    tensors.insert(key.into(), (tensors[key].ones_like().unwrap() * 3e38).unwrap());
+    candle_core::safetensors::save(&tensors, &weights).unwrap();
+    let o = run("predict", &["--model", &p("model"), "--protein", "MKV", "--organism", "51"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("non-finite logits for residue 1 of protein MKV"), "{}", stderr(&o));
 }
