@@ -6,6 +6,9 @@
 
 use std::path::PathBuf;
 
+mod probe;
+pub use probe::AscendProbe;
+
 pub use candle_ascend as ascend;
 pub use codon_data as data;
 pub use codon_model as model;

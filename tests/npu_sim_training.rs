@@ -52,8 +52,25 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
     for (precision, tolerance) in [(Precision::F32, f32_tolerance), (low, 2e-2)] {
         let cpu = train_losses(&Device::Cpu, precision);
         let before = ascend.sim_counters().unwrap();
+        let counted_before = ascend.counters();
         let npu = train_losses(&dev, precision);
         let after = ascend.sim_counters().unwrap();
+        let counted = ascend.counters().since(&counted_before);
+        // The backend's own counters (which exist on a real toolkit too) agree with the emulator's.
+        let emulated_launches: std::collections::BTreeMap<String, u64> = after
+            .launches
+            .iter()
+            .map(|(op, n)| (op.clone(), n - before.launches.get(op).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert_eq!(counted.launches, emulated_launches, "{precision:?}: launches by op");
+        assert_eq!(counted.allocations, after.allocations - before.allocations, "{precision:?}: allocations");
+        assert_eq!(counted.synchronizations, after.synchronizations - before.synchronizations, "{precision:?}");
+        assert_eq!(counted.reads, after.device_to_host.0 - before.device_to_host.0, "{precision:?}: reads");
+        // The emulator rounds each block up as CANN does (a multiple of 32, plus 32).
+        assert!(
+            counted.memory_bytes <= after.memory.0 && after.memory.0 - counted.memory_bytes <= 64 * after.allocations
+        );
         eprintln!("{precision:?}: cpu {cpu:?}\n       npu-sim {npu:?}");
         for (a, b) in cpu.iter().zip(&npu) {
             assert!(((a - b) / a).abs() <= tolerance, "{precision:?}: losses {cpu:?} vs {npu:?}");

@@ -238,8 +238,12 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .anomaly_policy(if args.on_nonfinite == "abort" { AnomalyPolicy::Abort } else { AnomalyPolicy::Skip })
         .max_skipped_steps(args.max_skipped_steps)
         .metrics_path(args.metrics.clone())
-        .quiet(args.quiet)
-        .build()?;
+        .quiet(args.quiet);
+    let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
+        Some(ascend) => trainer_config.device_probe(Box::new(codon_ascend::AscendProbe::new(ascend.clone()))),
+        None => trainer_config,
+    }
+    .build()?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &model, precision, config_for_preflight(&model))?;
     }

@@ -138,6 +138,7 @@ pub struct TrainerConfig {
     pub(crate) max_skipped_steps: usize,
     pub(crate) scheduler: Option<Box<dyn Scheduler>>,
     pub(crate) retain_freed_memory: bool,
+    pub(crate) device_probe: Option<std::sync::Mutex<Box<dyn DeviceProbe>>>,
 }
 
 /// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
@@ -167,6 +168,7 @@ impl TrainerConfig {
             max_skipped_steps: 10,
             scheduler: None,
             retain_freed_memory: true,
+            device_probe: None,
         })
     }
 
@@ -265,6 +267,12 @@ impl TrainerConfigBuilder {
         self.0.max_skipped_steps = n;
         self
     }
+    /// Watch the device: each step's metrics (and the progress bar) then carry its launches,
+    /// allocations, synchronisations, reads and peak memory.
+    pub fn device_probe(mut self, probe: Box<dyn DeviceProbe>) -> Self {
+        self.0.device_probe = Some(std::sync::Mutex::new(probe));
+        self
+    }
     /// A custom schedule instead of OneCycleLR.
     pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
         self.0.scheduler = Some(s);
@@ -328,6 +336,32 @@ pub struct StepMetrics {
     /// The f16 loss scale, when used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
+    /// What the device did during the step, when a [`DeviceProbe`] watches it.
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub device: Option<DeviceStepStats>,
+}
+
+/// What the device did during one optimizer step.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceStepStats {
+    /// Kernel launches.
+    pub device_launches: u64,
+    /// Driver allocations.
+    pub device_allocs: u64,
+    /// Host waits on the device.
+    pub host_syncs: u64,
+    /// Device-to-host reads.
+    pub device_reads: u64,
+    /// Peak device memory held from the driver during the step (cache included), in MiB.
+    pub device_peak_mb: f64,
+}
+
+/// Watches a device across optimizer steps (see [`TrainerConfigBuilder::device_probe`]).
+pub trait DeviceProbe: Send {
+    /// Called before each optimizer step.
+    fn begin_step(&mut self);
+    /// Called after it: what the device did since [`DeviceProbe::begin_step`].
+    fn end_step(&mut self) -> DeviceStepStats;
 }
 
 /// What a run did.
@@ -471,6 +505,9 @@ impl Trainer {
                     break 'epochs;
                 }
                 let started = Instant::now();
+                if let Some(p) = &c.device_probe {
+                    p.lock().unwrap_or_else(|e| e.into_inner()).begin_step();
+                }
                 let mut micro = Vec::with_capacity(c.accumulate_grad_batches);
                 for _ in 0..c.accumulate_grad_batches {
                     match batches.next() {
@@ -485,6 +522,7 @@ impl Trainer {
                     self.optimizer_step(model, &vars, &names, &micro, &mut optimizer, &mut scaler, scheduler, &state)?;
                 state.step += 1;
                 state.batch_in_epoch += micro.len();
+                let device = c.device_probe.as_ref().map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step());
                 let tokens: usize = micro.iter().map(|b| model.tokens(b)).sum();
                 let secs = started.elapsed().as_secs_f64();
                 let metric = StepMetrics {
@@ -497,14 +535,16 @@ impl Trainer {
                     step_seconds: secs,
                     skipped: m.skipped,
                     loss_scale: scaler.map(|s| s.scale),
+                    device,
                 };
                 if let Some(w) = metrics.as_mut() {
                     let line = serde_json::to_string(&metric).unwrap_or_default();
                     writeln!(w, "{line}").and_then(|_| w.flush()).map_err(|e| TrainError::io("metrics", e))?;
                 }
                 progress.set_position(state.step as u64);
+                let memory = metric.device.map(|d| format!(" {:.0} MiB device", d.device_peak_mb)).unwrap_or_default();
                 progress.set_message(format!(
-                    "loss {:.4} lr {:.2e} {:.0} tok/s",
+                    "loss {:.4} lr {:.2e} {:.0} tok/s{memory}",
                     metric.loss, metric.lr, metric.tokens_per_s
                 ));
                 if log_lines && (state.step % log_every == 0 || state.step == total_steps) {

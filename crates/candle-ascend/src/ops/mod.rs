@@ -221,6 +221,7 @@ pub(crate) fn launch(
     let ws_ptr = workspace.as_ref().map_or(std::ptr::null_mut(), |w| w.ptr());
     // SAFETY: phase 2 consumes the executor that phase 1 produced, on this device's stream.
     let code = unsafe { p2(ws_ptr, ws_size, exec, dev.stream()) };
+    dev.counters.launched(op);
     if code != 0 {
         return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
     }

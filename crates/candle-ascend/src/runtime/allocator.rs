@@ -86,7 +86,10 @@ impl DeviceInner {
         // SAFETY: `ptr` is a valid out-pointer and `size` > 0.
         let code = unsafe { (api.aclrtMalloc)(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) };
         match code {
-            ACL_SUCCESS => Ok(ptr as usize),
+            ACL_SUCCESS => {
+                self.counters.allocated(size);
+                Ok(ptr as usize)
+            }
             code if is_out_of_memory(code) => Err(AscendError::OutOfMemory {
                 bytes: size,
                 device: self.name(),
@@ -100,14 +103,15 @@ impl DeviceInner {
     /// Free every cached block (after synchronising, since `aclrtFree` does not wait).
     pub(crate) fn release_cache(&self) {
         let _ = self.synchronize();
-        let blocks: Vec<usize> = {
+        let blocks: Vec<(usize, usize)> = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             cache.cached_bytes = 0;
-            cache.free.drain().flat_map(|(_, v)| v).collect()
+            cache.free.drain().flat_map(|(size, v)| v.into_iter().map(move |ptr| (size, ptr))).collect()
         };
-        for ptr in blocks {
+        for (size, ptr) in blocks {
             // SAFETY: every cached pointer came from aclrtMalloc and is no longer referenced.
             unsafe { (self.toolkit.api.aclrtFree)(ptr as *mut c_void) };
+            self.counters.freed(size);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::allocator::SharedCache;
+use super::counters::{Counters, DeviceCounters};
 use super::preflight::Preflight;
 use super::staging::Staging;
 use crate::error::{AscendError, Result};
@@ -31,6 +32,8 @@ pub struct DeviceInner {
     pub(crate) staging: Mutex<Staging>,
     /// Set while a preflight records the ops a run would launch.
     pub(crate) preflight: Mutex<Option<Preflight>>,
+    /// What the device has done.
+    pub(crate) counters: Counters,
     seed: AtomicU64,
     /// Advances with every random op, so each draws fresh numbers (as torch_npu's offset).
     random_offset: AtomicU64,
@@ -85,6 +88,7 @@ impl DeviceInner {
         let mark = self.staging.lock().unwrap_or_else(|p| p.into_inner()).mark();
         // SAFETY: the stream belongs to this device and lives as long as the process.
         let code = unsafe { (self.toolkit.api.aclrtSynchronizeStream)(self.stream()) };
+        self.counters.synchronized();
         self.check("aclrtSynchronizeStream", code)?;
         self.staging.lock().unwrap_or_else(|p| p.into_inner()).recycle(mark);
         Ok(())
@@ -149,6 +153,7 @@ impl DeviceInner {
             return Ok(());
         }
         self.synchronize()?;
+        self.counters.read();
         // SAFETY: `src` holds at least `dst.len()` bytes of device memory; the stream is idle.
         let code = unsafe {
             (self.toolkit.api.aclrtMemcpy)(
@@ -288,6 +293,7 @@ impl AscendDevice {
             allow_hf32: AtomicBool::new(allow_hf32),
             staging: Mutex::default(),
             preflight: Mutex::default(),
+            counters: Counters::default(),
             seed: AtomicU64::new(299_792_458),
             random_offset: AtomicU64::new(0),
         });
@@ -365,6 +371,16 @@ impl AscendDevice {
     /// Give cached device memory back to the driver.
     pub fn empty_cache(&self) {
         self.inner.release_cache()
+    }
+
+    /// What the device has done since it was opened, counted by the backend (any toolkit).
+    pub fn counters(&self) -> DeviceCounters {
+        self.inner.counters.snapshot()
+    }
+
+    /// Start a new peak of device memory from what is held now (for a per-step peak).
+    pub fn reset_peak_memory(&self) {
+        self.inner.counters.reset_peak()
     }
 
     /// The emulator's counters; `None` on a real toolkit.

@@ -1,0 +1,106 @@
+//! What a device did, counted by the backend itself so that the figures exist on any toolkit,
+//! real or emulated: kernel launches per op, driver allocations (`aclrtMalloc`), host
+//! synchronisations, device-to-host reads, and the device memory the driver has handed out
+//! (the cache included), with its peak.
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The live counters of one device.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    launches: Mutex<BTreeMap<&'static str, u64>>,
+    allocations: AtomicU64,
+    synchronizations: AtomicU64,
+    reads: AtomicU64,
+    driver_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn launched(&self, op: &'static str) {
+        *self.launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
+    }
+
+    pub(crate) fn allocated(&self, bytes: usize) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        let now = self.driver_bytes.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        self.peak_bytes.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn freed(&self, bytes: usize) {
+        self.driver_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn synchronized(&self) {
+        self.synchronizations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Start a new peak from the memory held now.
+    pub(crate) fn reset_peak(&self) {
+        self.peak_bytes.store(self.driver_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> DeviceCounters {
+        DeviceCounters {
+            launches: self
+                .launches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(op, n)| (op.to_string(), *n))
+                .collect(),
+            allocations: self.allocations.load(Ordering::Relaxed),
+            synchronizations: self.synchronizations.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            memory_bytes: self.driver_bytes.load(Ordering::Relaxed),
+            peak_memory_bytes: self.peak_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of what a device has done since it was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Kernel launches per aclnn op.
+    pub launches: BTreeMap<String, u64>,
+    /// `aclrtMalloc` calls.
+    pub allocations: u64,
+    /// Host waits on the stream (`aclrtSynchronizeStream`).
+    pub synchronizations: u64,
+    /// Device-to-host reads.
+    pub reads: u64,
+    /// Device memory held from the driver now, cache included, in bytes.
+    pub memory_bytes: u64,
+    /// The most held at once since the device opened or the last [`crate::AscendDevice::reset_peak_memory`].
+    pub peak_memory_bytes: u64,
+}
+
+impl DeviceCounters {
+    /// Total kernel launches.
+    pub fn total_launches(&self) -> u64 {
+        self.launches.values().sum()
+    }
+
+    /// What happened between `earlier` and this snapshot (memory figures are this snapshot's).
+    pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
+        let launches = self
+            .launches
+            .iter()
+            .map(|(op, n)| (op.clone(), n - earlier.launches.get(op).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        DeviceCounters {
+            launches,
+            allocations: self.allocations - earlier.allocations,
+            synchronizations: self.synchronizations - earlier.synchronizations,
+            reads: self.reads - earlier.reads,
+            memory_bytes: self.memory_bytes,
+            peak_memory_bytes: self.peak_memory_bytes,
+        }
+    }
+}
