@@ -116,3 +116,27 @@ fn tiny_bigbird_bf16_matches_cpu_within_bf16_rounding_or_is_refused_without_bf16
 fn tiny_bigbird_f16_matches_cpu_within_f16_rounding() {
     compare(DType::F16, 2e-2);
 }
+
+/// candle's backward stores a node's first gradient as it is (the vendored patch's
+/// `GradStore::accumulate`), where upstream adds it to a fresh tensor of zeros: a fill and an
+/// add per node. Counted by the backend on the emulated part.
+#[test]
+fn backward_does_not_fill_zeros_for_first_gradients() {
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let x = Var::from_tensor(&Tensor::new(&[1f32, 2.0, 3.0], &Device::Cpu).unwrap().to_device(&dev).unwrap()).unwrap();
+    let w = Tensor::new(&[0.5f32, -1.0, 2.0], &Device::Cpu).unwrap().to_device(&dev).unwrap();
+    let loss = ((x.as_tensor() * &w).unwrap().exp().unwrap() + x.as_tensor()).unwrap().sum_all().unwrap();
+    let before = ascend.counters();
+    let grads = loss.backward().unwrap();
+    let launched = ascend.counters().since(&before).launches;
+    // d/dx [exp(w·x) + x] = w·exp(w·x) + 1
+    let got: Vec<f32> = grads.get(x.as_tensor()).unwrap().to_vec1().unwrap();
+    for (g, (xi, wi)) in got.iter().zip([(1f32, 0.5f32), (2.0, -1.0), (3.0, 2.0)]) {
+        let want = wi * (wi * xi).exp() + 1.0;
+        assert!((g - want).abs() <= 1e-5 * want.abs().max(1.0), "{got:?}");
+    }
+    assert_eq!(launched.get("aclnnInplaceZero"), None, "{launched:?}");
+    // One add where the two paths to x meet; upstream adds once per contribution.
+    assert_eq!(launched.get("aclnnAdd").copied().unwrap_or(0), 1, "{launched:?}");
+}

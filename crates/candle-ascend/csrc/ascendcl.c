@@ -78,9 +78,18 @@ static int read_soc(void) {
 
 SIM_EXPORT int aclsimSocFamily(void) { return g_soc->family; }
 
+/* CANDLE_ASCEND_SIM_NO_MATH=1: kernels do no arithmetic. Allocation, argument checks, the
+ * support table, launches, copies and counters are unchanged, so real sizes can be counted in
+ * seconds; values read back are meaningless. */
+static int g_no_math;
+
+SIM_EXPORT int aclsimNoMath(void) { return g_no_math; }
+
 static void read_faults(void) {
     const char *a = getenv("CANDLE_ASCEND_SIM_FAIL_ALLOC");
     const char *o = getenv("CANDLE_ASCEND_SIM_FAIL_OP");
+    const char *m = getenv("CANDLE_ASCEND_SIM_NO_MATH");
+    g_no_math = m && strcmp(m, "1") == 0;
     g_fail_alloc_at = a ? atol(a) : -1;
     snprintf(g_fail_op, sizeof g_fail_op, "%s", o ? o : "");
 }

@@ -173,7 +173,7 @@ SIM_EXPORT void aclsimRunExecutor(void *arg) {
     if (e->workspace_size && !e->workspace)
         aclsimKernelFault("%s: the kernel needs a %llu-byte device workspace, which phase 2 did not provide", e->op,
                           (unsigned long long)e->workspace_size);
-    else
+    else if (!aclsimNoMath())
         e->run(e);
     e->magic = SIM_EXEC_DEAD;
     free(e);

@@ -85,6 +85,7 @@ SIM_EXPORT void aclsimCountLaunch(const char *op);
 SIM_EXPORT int aclsimFailOp(const char *op);
 SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 SIM_EXPORT int aclsimSocFamily(void);
+SIM_EXPORT int aclsimNoMath(void);
 SIM_EXPORT aclOpExecutor *aclsimNewExecutor(const char *op, void (*run)(aclOpExecutor *), uint64_t workspace_size);
 SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e);
 SIM_EXPORT void aclsimRunExecutor(void *arg);

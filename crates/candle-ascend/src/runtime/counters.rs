@@ -13,6 +13,7 @@ pub(crate) struct Counters {
     allocations: AtomicU64,
     synchronizations: AtomicU64,
     reads: AtomicU64,
+    uploads: AtomicU64,
     driver_bytes: AtomicU64,
     peak_bytes: AtomicU64,
 }
@@ -40,6 +41,10 @@ impl Counters {
         self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn uploaded(&self) {
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Start a new peak from the memory held now.
     pub(crate) fn reset_peak(&self) {
         self.peak_bytes.store(self.driver_bytes.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -57,6 +62,7 @@ impl Counters {
             allocations: self.allocations.load(Ordering::Relaxed),
             synchronizations: self.synchronizations.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
+            uploads: self.uploads.load(Ordering::Relaxed),
             memory_bytes: self.driver_bytes.load(Ordering::Relaxed),
             peak_memory_bytes: self.peak_bytes.load(Ordering::Relaxed),
         }
@@ -74,6 +80,8 @@ pub struct DeviceCounters {
     pub synchronizations: u64,
     /// Device-to-host reads.
     pub reads: u64,
+    /// Host-to-device copies.
+    pub uploads: u64,
     /// Device memory held from the driver now, cache included, in bytes.
     pub memory_bytes: u64,
     /// The most held at once since the device opened or the last [`crate::AscendDevice::reset_peak_memory`].
@@ -99,6 +107,7 @@ impl DeviceCounters {
             allocations: self.allocations - earlier.allocations,
             synchronizations: self.synchronizations - earlier.synchronizations,
             reads: self.reads - earlier.reads,
+            uploads: self.uploads - earlier.uploads,
             memory_bytes: self.memory_bytes,
             peak_memory_bytes: self.peak_memory_bytes,
         }

@@ -94,30 +94,30 @@ impl DeviceInner {
         Ok(())
     }
 
-    /// Copy host bytes to device address `dst`, ordered on the stream. Small uploads are
-    /// staged through pinned memory (`aclrtMallocHost`) and copied asynchronously, the buffer
-    /// kept until a synchronisation shows the copy done; large ones synchronise the stream and
-    /// copy synchronously, as torch_npu does. Pageable memory never reaches `aclrtMemcpyAsync`.
+    /// Copy host bytes to device address `dst`, ordered on the stream: through pinned memory
+    /// (`aclrtMallocHost`) in pieces of at most [`Staging::MAX_STAGED`] bytes, each copied
+    /// asynchronously and its buffer kept until a synchronisation shows the copy done. The host
+    /// waits only when [`Staging`]'s in-flight budget is spent. Pageable memory never reaches
+    /// `aclrtMemcpyAsync`.
     pub(crate) fn upload(&self, dst: *mut c_void, src: &[u8]) -> Result<()> {
         self.bind_thread()?;
         if src.is_empty() {
             return Ok(());
         }
-        if src.len() > Staging::MAX_STAGED || !self.staging_has_room(src.len())? {
-            self.synchronize()?;
-            // SAFETY: `dst` holds at least `src.len()` bytes; the stream is idle, so no queued
-            // kernel still reads the block being overwritten.
-            let code = unsafe {
-                (self.toolkit.api.aclrtMemcpy)(
-                    dst,
-                    src.len(),
-                    src.as_ptr().cast(),
-                    src.len(),
-                    ACL_MEMCPY_HOST_TO_DEVICE,
-                )
-            };
-            return self.check("aclrtMemcpy(host to device)", code);
+        self.counters.uploaded();
+        for (i, piece) in src.chunks(Staging::MAX_STAGED).enumerate() {
+            if !self.staging_has_room(piece.len())? {
+                self.synchronize()?;
+            }
+            // SAFETY: `dst` holds `src.len()` bytes, so this piece's offset stays inside it.
+            let piece_dst = unsafe { dst.cast::<u8>().add(i * Staging::MAX_STAGED) }.cast::<c_void>();
+            self.upload_staged(piece_dst, piece)?;
         }
+        Ok(())
+    }
+
+    /// One piece of an upload: copied into a pinned buffer, then queued on the stream.
+    fn upload_staged(&self, dst: *mut c_void, src: &[u8]) -> Result<()> {
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         let pinned = staging.take(&self.toolkit.api, src.len()).map_err(|code| AscendError::Runtime {
             call: "aclrtMallocHost",

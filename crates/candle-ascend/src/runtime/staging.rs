@@ -31,10 +31,11 @@ pub struct Staging {
 }
 
 impl Staging {
-    /// Uploads larger than this synchronise and copy synchronously instead.
+    /// Largest piece of an upload staged in one pinned buffer.
     pub const MAX_STAGED: usize = 4 << 20;
-    /// Pinned bytes that may wait for a synchronisation before an upload forces one.
-    const MAX_IN_FLIGHT: usize = 64 << 20;
+    /// Pinned bytes that may wait for a synchronisation before an upload forces one: enough for
+    /// a training step's host-made dropout masks, so a step does not wait on its uploads.
+    const MAX_IN_FLIGHT: usize = 256 << 20;
 
     /// Whether `bytes` more fit in flight.
     pub(crate) fn has_room(&self, bytes: usize) -> bool {

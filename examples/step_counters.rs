@@ -1,0 +1,97 @@
+//! Count what one steady-state optimizer step does on an Ascend device: kernel launches by op,
+//! driver allocations, host synchronisations, device-to-host reads and peak device memory, as
+//! the backend counts them (on `npu:N` and `npu-sim:N` alike).
+//!
+//! ```text
+//! cargo run --release --example step_counters -- --device npu-sim:0 --precision bf16 --batch 2 --length 256
+//! ```
+use std::path::Path;
+
+use candle_core::DType;
+use clap::Parser;
+use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
+
+/// Per-step device counters.
+#[derive(Parser)]
+struct Args {
+    /// npu:N or npu-sim:N.
+    #[arg(long, default_value = "npu-sim:0")]
+    device: String,
+    /// Optimizer steps; the last one is reported (the first ones warm the allocator cache).
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// auto, f32, bf16 or f16.
+    #[arg(long, default_value = "auto")]
+    precision: String,
+    /// block-sparse or full.
+    #[arg(long, default_value = "block-sparse")]
+    attention: String,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 2)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 256)]
+    length: usize,
+    /// Encoder layers (CodonTransformer: 12).
+    #[arg(long, default_value_t = 12)]
+    layers: usize,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let Some(ascend) = codon_ascend::ascend::ascend_device(&device) else {
+        anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device);
+    };
+    let precision = match args.precision.as_str() {
+        "auto" => Precision::auto(&device),
+        other => other.parse()?,
+    };
+    let attention: AttentionType = args.attention.parse()?;
+    let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
+    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
+    let model = MaskedLmModel::new(model, precision, attention)?;
+    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
+    let steps = args.steps.max(2);
+    let probe = codon_ascend::AscendProbe::new(ascend.clone());
+    let last_step = probe.last_step();
+    let trainer = Trainer::new(
+        TrainerConfig::builder()
+            .max_steps(Some(steps))
+            .max_epochs(steps)
+            .precision(precision)
+            .device_probe(Box::new(probe))
+            .quiet(true)
+            .build()?,
+    );
+    let report = trainer.fit(&model, &data, None::<&Path>)?;
+    let last = report.steps.last().and_then(|s| s.device).ok_or_else(|| anyhow::anyhow!("no step ran"))?;
+    println!(
+        "{} ({}{}), {:?}, {:?} attention, {} layers, batch {} x {}: step {steps} of {steps}",
+        ascend.name(),
+        ascend.soc().name,
+        if std::env::var("CANDLE_ASCEND_SIM_NO_MATH").as_deref() == Ok("1") { ", no math" } else { "" },
+        precision,
+        attention,
+        args.layers,
+        args.batch,
+        args.length,
+    );
+    println!(
+        "launches {}  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
+        last.device_launches, last.device_allocs, last.host_syncs, last.device_reads, last.device_peak_mb
+    );
+    let last_step = last_step.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    println!("uploads {}", last_step.uploads);
+    let mut ops: Vec<(String, u64)> = last_step.launches.into_iter().collect();
+    ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (op, n) in ops {
+        println!("  {op:<32} {n:>7}");
+    }
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(run);
+}
