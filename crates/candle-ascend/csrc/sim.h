@@ -68,9 +68,9 @@ typedef struct aclOpExecutor {
     void (*run)(struct aclOpExecutor *);
     uint64_t workspace_size;
     void *workspace; /* host view of the workspace, set by phase 2 */
-    aclTensor t[5];
+    aclTensor t[6];
     int nt;
-    double f[4];
+    double f[6];
     int64_t i[4];
     int64_t dims[SIM_MAX_DIMS * 4];
     int ndims;

@@ -20,6 +20,7 @@
 pub mod backend;
 pub mod error;
 pub mod ffi;
+pub mod fused;
 pub mod op_table;
 pub mod ops;
 pub mod runtime;

@@ -8,7 +8,13 @@ use std::collections::HashMap;
 
 use candle_core::{DType, Tensor, Var};
 
+use candle_ascend::fused::{self, AdamWHyper};
+
 use crate::cpu_adamw::{MomentUpdate, ParameterUpdate, SumOfSquares};
+
+/// The Ascend fused operator of the update, used where the part has it (A2 and later; the
+/// Atlas training series runs the composed update).
+const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
 use crate::error::{Result, TrainError};
 
 /// AdamW hyper-parameters other than the learning rate; the defaults are torch's.
@@ -93,6 +99,15 @@ impl AdamW {
         let beta1 = beta1.unwrap_or(c.beta1);
         let step_size = lr / (1.0 - beta1.powi(t));
         let bias2_sqrt = (1.0 - c.beta2.powi(t)).sqrt();
+        // t − 1 on the device, for the fused Ascend update: one upload per step, shared.
+        let mut fused_step: Option<Tensor> = None;
+        let hyper = AdamWHyper {
+            lr: lr as f32,
+            beta1: beta1 as f32,
+            beta2: c.beta2 as f32,
+            weight_decay: c.weight_decay as f32,
+            eps: c.eps as f32,
+        };
         for (slot, g) in self.slots.iter_mut().zip(grads) {
             let op =
                 |e: candle_core::Error| TrainError::Tensor { op: format!("AdamW update of {}", slot.name), source: e };
@@ -117,6 +132,23 @@ impl AdamW {
                     Ok(())
                 };
                 fused().map_err(op)?;
+                continue;
+            }
+            if fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
+                // In place, one launch: θ (the parameter or its master copy) and the moments are
+                // storage that only this optimizer writes.
+                let mut fused_update = || -> candle_core::Result<()> {
+                    let step = match &fused_step {
+                        Some(s) => s.clone(),
+                        None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
+                    };
+                    fused::apply_adamw(&theta, &slot.exp_avg, &slot.exp_avg_sq, &g, &step, hyper)?;
+                    if slot.master.is_some() {
+                        slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                    }
+                    Ok(())
+                };
+                fused_update().map_err(op)?;
                 continue;
             }
             let update = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {

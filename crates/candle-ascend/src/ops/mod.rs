@@ -5,6 +5,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
+pub mod optim;
 pub mod random;
 pub mod reduce;
 
