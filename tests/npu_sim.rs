@@ -140,3 +140,39 @@ fn backward_does_not_fill_zeros_for_first_gradients() {
     // One add where the two paths to x meet; upstream adds once per contribution.
     assert_eq!(launched.get("aclnnAdd").copied().unwrap_or(0), 1, "{launched:?}");
 }
+
+/// `codon_ops::layer_norm` on the emulated part: its Ascend body (aclnnLayerNorm, and
+/// aclnnLayerNormBackward for the three gradients) gives the CPU's values and gradients, in
+/// three launches for a forward and backward where the composed reference takes dozens.
+#[test]
+fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let x = Tensor::randn(0.3f32, 1.7, (2, 5, 24), &cpu).unwrap();
+    let w = Tensor::randn(1f32, 0.2, 24, &cpu).unwrap();
+    let b = Tensor::randn(0f32, 0.2, 24, &cpu).unwrap();
+    let up = Tensor::randn(0f32, 1.0, (2, 5, 24), &cpu).unwrap();
+    let run = |device: &Device| {
+        let vars: Vec<Var> =
+            [&x, &w, &b].iter().map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap()).collect();
+        let y = codon_ops::layer_norm(vars[0].as_tensor(), vars[1].as_tensor(), vars[2].as_tensor(), 1e-12).unwrap();
+        let loss = (&y * up.to_device(device).unwrap()).unwrap().sum_all().unwrap();
+        let grads = loss.backward().unwrap();
+        let mut out = vec![y.to_device(&cpu).unwrap()];
+        out.extend(vars.iter().map(|v| grads.get(v.as_tensor()).unwrap().to_device(&cpu).unwrap()));
+        out
+    };
+    let want = run(&cpu);
+    let before = ascend.counters();
+    let got = run(&dev);
+    let launched = ascend.counters().since(&before).launches;
+    for (name, (a, b)) in ["y", "dx", "dw", "db"].iter().zip(want.iter().zip(&got)) {
+        let diff = rel_diff(a, b);
+        assert!(diff < 1e-5, "{name}: relative difference {diff}");
+    }
+    assert_eq!(launched.get("aclnnLayerNorm"), Some(&2), "{launched:?}");
+    assert_eq!(launched.get("aclnnLayerNormBackward"), Some(&1), "{launched:?}");
+    // The composed reference divides by √(var + eps); the fused bodies launch neither op.
+    assert!(!launched.contains_key("aclnnSqrt") && !launched.contains_key("aclnnDiv"), "{launched:?}");
+}

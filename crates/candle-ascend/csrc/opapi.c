@@ -1148,3 +1148,197 @@ SIM_EXPORT aclnnStatus aclnnApplyAdamWV2GetWorkspaceSize(aclTensor *var, aclTens
     return 0;
 }
 PHASE2(ApplyAdamWV2)
+
+/* ---- layer norm --------------------------------------------------------------------------- */
+
+/* ops-nn e5c3fa932 norm/layer_norm_v4 (op_api/aclnn_layer_norm.cpp) and norm/layer_norm_grad_v3
+ * (op_api/aclnn_layer_norm_backward.cpp). Rows of N = Π normalizedShape elements; mean and
+ * rstd = 1/√(biased var + eps) per row (tiling coefficient 1/rowSize; kernel_layer_norm.h). */
+
+/* Element `j` of flat index `k` of tensor `t`'s own shape. */
+static double ld_flat(const aclTensor *t, int64_t k) {
+    It it;
+    int64_t off;
+    it_init(&it, t, NULL);
+    offsets(t, k, &it, 1, &off);
+    return ld(it.base, it.dt, off);
+}
+
+static void st_flat(const aclTensor *t, int64_t k, double v) {
+    It it;
+    int64_t off;
+    it_init(&it, t, NULL);
+    offsets(t, k, &it, 1, &off);
+    st(it.base, it.dt, off, v);
+}
+
+/* normalizedShape against input (right-aligned), weight and bias; out (or gradOut) like input. */
+static int norm_shapes(const char *op, const aclTensor *x, const aclIntArray *norm, const aclTensor *w,
+                       const aclTensor *b, int64_t *n_out) {
+    if (norm->size == 0 || norm->size > SIM_MAX_DIMS || x->ndim > SIM_MAX_DIMS)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "normalizedShape must have 1 to 8 dims, input at most 8");
+    if (x->ndim < norm->size) return bad(ACLNN_ERR_PARAM_INVALID, op, "input has fewer dims than normalizedShape");
+    int64_t n = 1;
+    uint64_t axis = x->ndim - norm->size;
+    for (uint64_t i = 0; i < norm->size; i++) {
+        if (x->dims[axis + i] != norm->values[i])
+            return bad(ACLNN_ERR_PARAM_INVALID, op, "input's trailing dims differ from normalizedShape");
+        n *= norm->values[i];
+    }
+    const aclTensor *params[2] = {w, b};
+    for (int j = 0; j < 2; j++) {
+        const aclTensor *p = params[j];
+        if (!p) continue;
+        if (p->ndim != norm->size) return bad(ACLNN_ERR_PARAM_INVALID, op, "weight and bias must have normalizedShape");
+        for (uint64_t i = 0; i < norm->size; i++)
+            if (p->dims[i] != norm->values[i])
+                return bad(ACLNN_ERR_PARAM_INVALID, op, "weight and bias must have normalizedShape");
+    }
+    *n_out = n;
+    return 0;
+}
+
+/* t = out, x, w, b, mean, rstd; i[0] = N, i[1] = has w, i[2] = has b, i[3] = has mean/rstd; f[0] = eps. */
+static void run_layer_norm(aclOpExecutor *e) {
+    const aclTensor *out = &e->t[0], *x = &e->t[1];
+    int64_t n = e->i[0], m = n ? numel(x) / n : 0;
+    for (int64_t r = 0; r < m; r++) {
+        double sum = 0, sq = 0;
+        for (int64_t j = 0; j < n; j++) sum += (float)ld_flat(x, r * n + j);
+        float mean = (float)(sum / (double)n);
+        for (int64_t j = 0; j < n; j++) {
+            float d = (float)ld_flat(x, r * n + j) - mean;
+            sq += (double)d * d;
+        }
+        float rstd = 1.0f / sqrtf((float)(sq / (double)n) + (float)e->f[0]);
+        for (int64_t j = 0; j < n; j++) {
+            float w = e->i[1] ? (float)ld_flat(&e->t[2], j) : 1.0f, b = e->i[2] ? (float)ld_flat(&e->t[3], j) : 0.0f;
+            st_flat(out, r * n + j, ((float)ld_flat(x, r * n + j) - mean) * rstd * w + b);
+        }
+        if (e->i[3] & 1) st_flat(&e->t[4], r, mean);
+        if (e->i[3] & 2) st_flat(&e->t[5], r, rstd);
+    }
+}
+
+static int float_or(int dt, int like) { return dt == like || dt == ACL_FLOAT; }
+
+SIM_EXPORT aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *x, const aclIntArray *norm, const aclTensor *w,
+                                                      const aclTensor *b, double eps, aclTensor *out, aclTensor *mean,
+                                                      aclTensor *rstd, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnLayerNorm";
+    int r;
+    if (!norm) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "normalizedShape is null");
+    if ((r = check(op, x, "input")) || (r = check(op, out, "out"))) return r;
+    if ((w && (r = check(op, w, "weightOptional"))) || (b && (r = check(op, b, "biasOptional"))) ||
+        (mean && (r = check(op, mean, "meanOutOptional"))) || (rstd && (r = check(op, rstd, "rstdOutOptional"))))
+        return r;
+    /* CheckInputDtype: weight and bias are the input's dtype or FLOAT, and the same when both given. */
+    if ((w && !float_or(w->dtype, x->dtype)) || (b && !float_or(b->dtype, x->dtype)) || (w && b && w->dtype != b->dtype))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "weight and bias must have the input's dtype or FLOAT, and one dtype");
+    if ((r = soc_dtype(op, "out", out->dtype)) || (mean && (r = soc_dtype(op, "meanOut", mean->dtype))) ||
+        (rstd && (r = soc_dtype(op, "rstdOut", rstd->dtype))))
+        return r;
+    int64_t n;
+    if ((r = norm_shapes(op, x, norm, w, b, &n))) return r;
+    if (!same_shape(out, x)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have the input's shape");
+    int64_t m = n ? numel(x) / n : 0;
+    if ((mean && numel(mean) != m) || (rstd && numel(rstd) != m))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "meanOut and rstdOut need one element per row");
+    aclnnStatus s = make(op, x->dtype, run_layer_norm, 0, ws, e);
+    if (s) return s;
+    aclOpExecutor *x_ = *e;
+    x_->t[0] = *out;
+    x_->t[1] = *x;
+    if (w) x_->t[2] = *w;
+    if (b) x_->t[3] = *b;
+    if (mean) x_->t[4] = *mean;
+    if (rstd) x_->t[5] = *rstd;
+    x_->i[0] = n;
+    x_->i[1] = w != NULL;
+    x_->i[2] = b != NULL;
+    x_->i[3] = (mean ? 1 : 0) | (rstd ? 2 : 0);
+    x_->f[0] = eps;
+    return 0;
+}
+PHASE2(LayerNorm)
+
+/* t = gradOut, x, mean, rstd, w, gradInput, gradWeight, gradBias; i[0] = N, i[1] = has w,
+ * i[2] = output mask bits. dx = (ĝ − mean(ĝ) − x̂·mean(ĝ⊙x̂))·rstd with ĝ = g⊙w;
+ * dw = Σ g⊙x̂ and db = Σ g over the rows, accumulated in FP32 and cast to the outputs. */
+static void run_layer_norm_backward(aclOpExecutor *e) {
+    const aclTensor *g = &e->t[0], *x = &e->t[1];
+    int64_t n = e->i[0], m = n ? numel(x) / n : 0, mask = e->i[2];
+    float *dw = calloc((size_t)(n ? n : 1), sizeof *dw), *db = calloc((size_t)(n ? n : 1), sizeof *db);
+    for (int64_t r = 0; r < m; r++) {
+        float mean = (float)ld_flat(&e->t[2], r), rstd = (float)ld_flat(&e->t[3], r);
+        float sum_g = 0, sum_gx = 0;
+        for (int64_t j = 0; j < n; j++) {
+            float gj = (float)ld_flat(g, r * n + j), w = e->i[1] ? (float)ld_flat(&e->t[4], j) : 1.0f;
+            float xh = ((float)ld_flat(x, r * n + j) - mean) * rstd;
+            sum_g += gj * w;
+            sum_gx += gj * w * xh;
+            dw[j] += gj * xh;
+            db[j] += gj;
+        }
+        if (mask & 1)
+            for (int64_t j = 0; j < n; j++) {
+                float gj = (float)ld_flat(g, r * n + j), w = e->i[1] ? (float)ld_flat(&e->t[4], j) : 1.0f;
+                float xh = ((float)ld_flat(x, r * n + j) - mean) * rstd;
+                st_flat(&e->t[5], r * n + j, (gj * w - sum_g / (float)n - xh * sum_gx / (float)n) * rstd);
+            }
+    }
+    for (int64_t j = 0; j < n; j++) {
+        if (mask & 2) st_flat(&e->t[6], j, dw[j]);
+        if (mask & 4) st_flat(&e->t[7], j, db[j]);
+    }
+    free(dw);
+    free(db);
+}
+
+SIM_EXPORT aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
+    const aclTensor *g, const aclTensor *x, const aclIntArray *norm, const aclTensor *mean, const aclTensor *rstd,
+    const aclTensor *w, const aclTensor *b, const aclBoolArray *mask, aclTensor *dx, aclTensor *dw, aclTensor *db,
+    uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnLayerNormBackward";
+    int r;
+    if (!norm || !mask) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "normalizedShape or outputMask is null");
+    if ((r = check(op, g, "gradOut")) || (r = check(op, x, "input")) || (r = check(op, mean, "mean")) ||
+        (r = check(op, rstd, "rstd")))
+        return r;
+    if (mask->size != 3) return bad(ACLNN_ERR_PARAM_INVALID, op, "outputMask must have 3 elements");
+    aclTensor *outs[3] = {dx, dw, db};
+    const char *names[3] = {"gradInputOut", "gradWeightOut", "gradBiasOut"};
+    int bits = 0;
+    for (int j = 0; j < 3; j++)
+        if (mask->values[j]) {
+            if ((r = check(op, outs[j], names[j]))) return r;
+            bits |= 1 << j;
+        }
+    if ((w && (r = check(op, w, "weightOptional"))) || (b && (r = check(op, b, "biasOptional")))) return r;
+    if (g->dtype != x->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "gradOut must have the input's dtype");
+    if (w && !float_or(w->dtype, x->dtype)) return bad(ACLNN_ERR_PARAM_INVALID, op, "weight must have the input's dtype or FLOAT");
+    for (int j = 0; j < 3; j++)
+        if ((bits >> j & 1) && (r = soc_dtype(op, names[j], outs[j]->dtype))) return r;
+    if ((r = soc_dtype(op, "mean", mean->dtype)) || (r = soc_dtype(op, "rstd", rstd->dtype))) return r;
+    int64_t n;
+    if ((r = norm_shapes(op, x, norm, w, b, &n))) return r;
+    int64_t m = n ? numel(x) / n : 0;
+    if (!same_shape(g, x) || !same_shape(mean, rstd) || numel(mean) != m || ((bits & 1) && !same_shape(dx, x)) ||
+        ((bits & 2) && numel(dw) != n) || ((bits & 4) && numel(db) != n))
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "gradOut and gradInput need the input's shape, mean and rstd one element per row, gradWeight and gradBias N");
+    aclnnStatus s = make(op, x->dtype, run_layer_norm_backward, 0, ws, e);
+    if (s) return s;
+    aclOpExecutor *q = *e;
+    q->t[0] = *g;
+    q->t[1] = *x;
+    q->t[2] = *mean;
+    q->t[3] = *rstd;
+    if (w) q->t[4] = *w;
+    for (int j = 0; j < 3; j++)
+        if (bits >> j & 1) q->t[5 + j] = *outs[j];
+    q->i[0] = n;
+    q->i[1] = w != NULL;
+    q->i[2] = bits;
+    return 0;
+}
+PHASE2(LayerNormBackward)

@@ -68,7 +68,7 @@ typedef struct aclOpExecutor {
     void (*run)(struct aclOpExecutor *);
     uint64_t workspace_size;
     void *workspace; /* host view of the workspace, set by phase 2 */
-    aclTensor t[6];
+    aclTensor t[8];
     int nt;
     double f[6];
     int64_t i[4];

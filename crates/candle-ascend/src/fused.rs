@@ -1,7 +1,8 @@
 //! The launch API for fused ops that live outside this crate (an op type with a CPU body and an
 //! Ascend body, in the style of candle-nn's `ops.rs`): each function takes candle tensors on an
 //! Ascend device, checks the part's support table, and launches one aclnn fused operator.
-use candle_core::{DType, Storage, Tensor};
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+use candle_core::{DType, Layout, Shape, Storage, Tensor};
 
 use crate::ops::{acl_dtype, View};
 use crate::storage::AscendStorage;
@@ -50,4 +51,91 @@ pub fn apply_adamw(
             })
         })
     })
+}
+
+fn ascend_storage(s: &dyn DynBackendStorage) -> candle_core::Result<&AscendStorage> {
+    match s.as_any().downcast_ref::<AscendStorage>() {
+        Some(a) => Ok(a),
+        None => candle_core::bail!(
+            "expected a storage on an Ascend device, found one on {:?}",
+            s.dyn_device().dyn_location()
+        ),
+    }
+}
+
+/// The last dimension of a layout (the normalized one), at least 1.
+fn hidden_of(l: &Layout) -> usize {
+    l.dims().last().copied().unwrap_or(1).max(1)
+}
+
+/// The Ascend body of a LayerNorm op over the last dimension of `x` (`aclnnLayerNorm`), with
+/// weight and bias of that size: the result in x's dtype and shape.
+pub fn layer_norm(
+    x: &dyn DynBackendStorage,
+    xl: &Layout,
+    w: &dyn DynBackendStorage,
+    wl: &Layout,
+    b: &dyn DynBackendStorage,
+    bl: &Layout,
+    eps: f64,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let xs = ascend_storage(x)?;
+    let (ws, bs) = (ascend_storage(w)?, ascend_storage(b)?);
+    let hidden = hidden_of(xl);
+    let out = AscendStorage::empty(&xs.device, xl.shape().elem_count(), xs.dtype)?;
+    let (xv, wv, bv, ov) = (xs.view(xl)?, ws.view(wl)?, bs.view(bl)?, out.contiguous(xl.shape())?);
+    crate::ops::norm::layer_norm(xs.dev(), &xv, &[hidden as i64], &wv, &bv, eps, &ov, None)?;
+    Ok((Box::new(out), xl.shape().clone()))
+}
+
+/// The Ascend body of LayerNorm's backward: `[dx | dw | db]` as one f32 buffer of
+/// `numel(x) + 2·hidden` elements. The row statistics are recomputed (`aclnnLayerNorm`), then
+/// `aclnnLayerNormBackward` gives the three gradients in one launch.
+pub fn layer_norm_grads(
+    x: &dyn DynBackendStorage,
+    xl: &Layout,
+    w: &dyn DynBackendStorage,
+    wl: &Layout,
+    grad: &dyn DynBackendStorage,
+    gl: &Layout,
+    eps: f64,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (xs, ws, gs) = (ascend_storage(x)?, ascend_storage(w)?, ascend_storage(grad)?);
+    let dev = xs.dev();
+    let (n, hidden) = (xl.shape().elem_count(), hidden_of(xl));
+    let rows = n / hidden;
+    let normalized = [hidden as i64];
+    let rows_shape = Shape::from_dims(&[rows, 1]);
+    let (mean, rstd) =
+        (AscendStorage::empty(&xs.device, rows, DType::F32)?, AscendStorage::empty(&xs.device, rows, DType::F32)?);
+    let (mv, rv) = (mean.contiguous(&rows_shape)?, rstd.contiguous(&rows_shape)?);
+    let (xv, wv) = (xs.view(xl)?, ws.view(wl)?);
+    // The forward again, for its statistics: the normalised values go to a scratch buffer.
+    let scratch = AscendStorage::empty(&xs.device, n, xs.dtype)?;
+    // The bias only shifts the scratch values, never the statistics: any contents do.
+    let unused = AscendStorage::empty(&xs.device, hidden, ws.dtype)?;
+    let bias = unused.contiguous(&Shape::from_dims(&[hidden]))?;
+    crate::ops::norm::layer_norm(
+        dev,
+        &xv,
+        &normalized,
+        &wv,
+        &bias,
+        eps,
+        &scratch.contiguous(xl.shape())?,
+        Some((&mv, &rv)),
+    )?;
+    let packed = AscendStorage::empty(&xs.device, n + 2 * hidden, DType::F32)?;
+    let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
+        let mut v = packed.contiguous(shape)?;
+        v.offset = offset as i64;
+        Ok(v)
+    };
+    let (dx, dw, db) = (
+        piece(0, xl.shape())?,
+        piece(n, &Shape::from_dims(&[hidden]))?,
+        piece(n + hidden, &Shape::from_dims(&[hidden]))?,
+    );
+    crate::ops::norm::layer_norm_backward(dev, &gs.view(gl)?, &xv, &normalized, &mv, &rv, &wv, &dx, &dw, &db)?;
+    Ok((Box::new(packed), Shape::from_dims(&[n + 2 * hidden])))
 }

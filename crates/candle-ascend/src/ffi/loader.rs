@@ -55,6 +55,8 @@ runtime_api! {
     aclDestroyScalar: fn(AclScalarPtr) -> AclnnStatus;
     aclCreateIntArray: fn(*const i64, u64) -> AclIntArrayPtr;
     aclDestroyIntArray: fn(AclIntArrayPtr) -> AclnnStatus;
+    aclCreateBoolArray: fn(*const bool, u64) -> AclBoolArrayPtr;
+    aclDestroyBoolArray: fn(AclBoolArrayPtr) -> AclnnStatus;
 }
 
 /// Symbols are looked up in libascendcl first, then libnnopbase.

@@ -5,10 +5,11 @@ use std::ffi::c_void;
 pub type AclError = i32;
 pub type AclnnStatus = i32;
 pub type AclrtStream = *mut c_void;
-/// Opaque `aclTensor*`, `aclScalar*`, `aclIntArray*`, `aclOpExecutor*`.
+/// Opaque `aclTensor*`, `aclScalar*`, `aclIntArray*`, `aclBoolArray*`, `aclOpExecutor*`.
 pub type AclTensorPtr = *mut c_void;
 pub type AclScalarPtr = *mut c_void;
 pub type AclIntArrayPtr = *mut c_void;
+pub type AclBoolArrayPtr = *mut c_void;
 pub type AclExecutorPtr = *mut c_void;
 
 pub const ACL_SUCCESS: AclError = 0;

@@ -5,6 +5,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
+pub mod norm;
 pub mod optim;
 pub mod random;
 pub mod reduce;
@@ -175,6 +176,14 @@ pub(crate) fn scalar(dev: &DeviceInner, value: f64, acl_dtype: i32) -> Result<Ac
         unsafe { (api.aclCreateScalar)((&mut v as *mut i64).cast(), dtype::INT64) }
     };
     AclObject::new(dev, ptr, api.aclDestroyScalar, "aclCreateScalar")
+}
+
+/// An `aclBoolArray`.
+pub(crate) fn bool_array(dev: &DeviceInner, values: &[bool]) -> Result<AclObject> {
+    let api = &dev.toolkit.api;
+    // SAFETY: the values are copied.
+    let ptr = unsafe { (api.aclCreateBoolArray)(values.as_ptr(), values.len() as u64) };
+    AclObject::new(dev, ptr, api.aclDestroyBoolArray, "aclCreateBoolArray")
 }
 
 /// An `aclIntArray`.

@@ -4,8 +4,8 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_storage::{contiguous, pair_f32, store_like};
 use super::fast_math;
+use codon_ops::cpu_storage::{contiguous, pair_f32, store_like};
 
 /// Elements per parallel task.
 const CHUNK: usize = 4096;
@@ -128,7 +128,7 @@ impl CustomOp2 for SoftmaxGrad {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var, D};
 
-    use super::super::cpu_storage::max_abs_diff as max_diff;
+    use codon_ops::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn softmax_and_its_gradient_match_the_composed_ops() {

@@ -14,8 +14,8 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_gemm::{matmul_into, Mat};
-use super::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 use super::fast_math;
+use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 
 /// Key rows `start..start + len`, each with `penalty` added to its score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -389,7 +389,7 @@ mod tests {
 
     use super::*;
 
-    use super::super::cpu_storage::max_abs_diff as max_diff;
+    use codon_ops::cpu_storage::max_abs_diff as max_diff;
 
     /// The plan as dense (b, h, n, n) score biases: a key outside every range of the query's
     /// block gets −1e30 (zero weight), the same as an absent slot.

@@ -14,8 +14,8 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_gemm::{matmul_into, Mat};
-use super::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 use super::fast_math;
+use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 
 /// Elements per parallel task of the epilogue.
 const EPILOGUE_CHUNK: usize = 16 * 1024;
@@ -226,7 +226,7 @@ mod tests {
 
     use super::{Epilogue, TrainLinear};
 
-    use super::super::cpu_storage::max_abs_diff as max_diff;
+    use codon_ops::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn every_epilogue_and_all_three_gradients_match_composed_ops() {

@@ -4,7 +4,7 @@
 //! Model code calls only these functions. Each picks an implementation. On the CPU:
 //! inference uses fused kernels without a backward pass (`cpu_linear`, `cpu_attention`,
 //! candle-nn's `layer_norm`); training uses this crate's fused custom ops that carry their
-//! own backward pass (`cpu_linear::TrainLinear`, `cpu_block_attention`, `cpu_layer_norm`,
+//! own backward pass (`cpu_linear::TrainLinear`, `cpu_block_attention`, `codon_ops::layer_norm`,
 //! `cpu_activation`), since candle-nn 0.11.1's fused `layer_norm` and `softmax_last_dim`
 //! record none and composed ops spend most of a step on temporaries. On other devices
 //! (candle-ascend) it composes device ops, which always have a backward pass. A device
@@ -27,25 +27,9 @@ fn needs_grad(tensors: &[&Tensor]) -> bool {
     tensors.iter().any(|t| t.track_op())
 }
 
-/// LayerNorm over the last dimension: (x − mean)/√(var + eps)·w + b.
+/// LayerNorm over the last dimension: (x − mean)/√(var + eps)·w + b (`codon_ops::layer_norm`).
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
-    let dtype = x.dtype();
-    // candle-nn's fused kernel has CPU/CUDA/Metal bodies only; elsewhere it would round-trip
-    // through the host, so other devices compose device ops.
-    if !needs_grad(&[x, weight, bias]) && x.is_contiguous() && x.device().is_cpu() {
-        return Ok(candle_nn::ops::layer_norm(x, weight, bias, eps as f32)?);
-    }
-    if x.device().is_cpu() {
-        let op = super::cpu_layer_norm::LayerNorm { eps: eps as f32 };
-        return Ok(x.contiguous()?.apply_op3(weight, bias, op)?);
-    }
-    let x32 = x.to_dtype(DType::F32)?;
-    let mean = x32.mean_keepdim(D::Minus1)?;
-    let centered = x32.broadcast_sub(&mean)?;
-    let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
-    let normed = centered.broadcast_div(&(var + eps)?.sqrt()?)?;
-    let out = normed.broadcast_mul(&weight.to_dtype(DType::F32)?)?.broadcast_add(&bias.to_dtype(DType::F32)?)?;
-    Ok(out.to_dtype(dtype)?)
+    Ok(codon_ops::layer_norm(x, weight, bias, eps)?)
 }
 
 /// Softmax over the last dimension, computed in f32; the result is f32.

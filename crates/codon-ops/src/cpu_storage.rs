@@ -6,7 +6,7 @@ use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use rayon::prelude::*;
 
 /// The elements of a contiguous storage.
-pub(super) fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+pub fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&v[a..b]),
         None => candle_core::bail!("{op}: the CPU kernel takes contiguous input"),
@@ -14,7 +14,7 @@ pub(super) fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core
 }
 
 /// A contiguous float storage as an f32 vector.
-pub(super) fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
+pub fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
     Ok(match s {
         CpuStorage::F32(v) => contiguous(v, l, op)?.to_vec(),
         CpuStorage::BF16(v) => contiguous(v, l, op)?.par_iter().map(|e| e.to_f32()).collect(),
@@ -24,7 +24,7 @@ pub(super) fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Resu
 }
 
 /// A contiguous float storage as f32: borrowed when it is f32, converted otherwise.
-pub(super) fn cow_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Cow<'a, [f32]>> {
+pub fn cow_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Cow<'a, [f32]>> {
     Ok(match s {
         CpuStorage::F32(v) => Cow::Borrowed(contiguous(v, l, op)?),
         other => Cow::Owned(f32_vec(other, l, op)?),
@@ -32,7 +32,7 @@ pub(super) fn cow_f32<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_cor
 }
 
 /// Two same-shaped float storages as f32 vectors.
-pub(super) fn pair_f32(
+pub fn pair_f32(
     s1: &CpuStorage,
     l1: &Layout,
     s2: &CpuStorage,
@@ -46,7 +46,7 @@ pub(super) fn pair_f32(
 }
 
 /// f32 results back in the dtype of `like`.
-pub(super) fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
+pub fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
     match like {
         CpuStorage::BF16(_) => CpuStorage::BF16(v.into_par_iter().map(half::bf16::from_f32).collect()),
         CpuStorage::F16(_) => CpuStorage::F16(v.into_par_iter().map(half::f16::from_f32).collect()),
@@ -56,7 +56,7 @@ pub(super) fn store_like(like: &CpuStorage, v: Vec<f32>) -> CpuStorage {
 
 /// Run `f` on a float CPU tensor's elements as f32: borrowed when the tensor is contiguous
 /// f32, converted otherwise.
-pub(super) fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+pub fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
     let t = t.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     match &*storage {
@@ -66,13 +66,13 @@ pub(super) fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> 
 }
 
 /// A CPU tensor of `dtype` from f32 values.
-pub(super) fn tensor_from_f32(v: Vec<f32>, shape: &[usize], dtype: DType) -> candle_core::Result<Tensor> {
+pub fn tensor_from_f32(v: Vec<f32>, shape: &[usize], dtype: DType) -> candle_core::Result<Tensor> {
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
 
 /// Largest |a − b| over two same-shaped tensors of any float dtype (tests of the kernels).
-#[cfg(test)]
-pub(super) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+/// The largest absolute difference between two tensors' elements (for tests and benches).
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
     d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }

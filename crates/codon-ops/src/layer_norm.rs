@@ -1,11 +1,54 @@
-//! A fused CPU layer norm for training: the forward pass and a backward pass that gives the
-//! input gradient in one pass per row and the weight and bias gradients in one reduction,
-//! instead of the dozen composed candle ops (and their saved temporaries) per layer norm.
-//! Everything is computed in f32; results take each operand's dtype.
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
+//! LayerNorm over the last dimension, `(x − μ)/√(σ² + eps)·w + b`, as one op with a body per
+//! device: on the CPU a fused forward pass and a backward pass that gives the input gradient in
+//! one pass per row and the weight and bias gradients in one reduction; elsewhere the composed
+//! reference. Everything is computed in f32; results take each operand's dtype.
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::cpu_storage::{f32_vec, pair_f32, store_like};
+use candle_ascend::fused;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+
+use crate::cpu_storage::{f32_vec, pair_f32, store_like};
+
+/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU,
+/// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; other devices
+/// run the composed [`reference`].
+pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let training = [x, weight, bias].iter().any(|t| t.track_op());
+    if x.device().is_cpu() {
+        if !training && x.is_contiguous() {
+            return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
+        }
+        return x.contiguous()?.apply_op3(weight, bias, LayerNorm { eps: eps as f32 });
+    }
+    if ascend_has_body(x, weight, bias) {
+        return x.apply_op3(weight, bias, LayerNorm { eps: eps as f32 });
+    }
+    reference(x, weight, bias, eps)
+}
+
+/// Whether the part runs [`LayerNorm`]'s Ascend body for these operands: aclnnLayerNorm and
+/// aclnnLayerNormBackward for x's dtype, weight and bias in x's dtype or FLOAT, and one dtype
+/// (ops-nn `aclnn_layer_norm.cpp` CheckInputDtype).
+fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
+    let dtype = x.dtype();
+    let param_ok = weight.dtype() == bias.dtype() && (weight.dtype() == dtype || weight.dtype() == DType::F32);
+    param_ok
+        && weight.rank() == 1
+        && fused::runs_natively(x, "aclnnLayerNorm", dtype)
+        && fused::runs_natively(x, "aclnnLayerNormBackward", dtype)
+}
+
+/// The composed layer norm, in f32 whatever the input dtype; the result takes x's dtype.
+pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let x32 = x.to_dtype(DType::F32)?;
+    let mean = x32.mean_keepdim(D::Minus1)?;
+    let centered = x32.broadcast_sub(&mean)?;
+    let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
+    let normed = centered.broadcast_div(&(var + eps)?.sqrt()?)?;
+    let out = normed.broadcast_mul(&weight.to_dtype(DType::F32)?)?.broadcast_add(&bias.to_dtype(DType::F32)?)?;
+    out.to_dtype(x.dtype())
+}
 
 /// Mean and 1/σ of one row.
 #[inline]
@@ -51,6 +94,19 @@ impl CustomOp3 for LayerNorm {
         Ok((store_like(s1, x), l1.shape().clone()))
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+        s3: &dyn DynBackendStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::layer_norm(s1, l1, s2, l2, s3, l3, f64::from(self.eps))
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -59,12 +115,58 @@ impl CustomOp3 for LayerNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        if !x.device().is_cpu() {
+            // One buffer [dx | dw | db] in f32 from aclnnLayerNormBackward.
+            let packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { eps: self.eps })?;
+            let (n, hidden) = (x.elem_count(), w.elem_count());
+            let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?.to_dtype(x.dtype())?;
+            let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w.dtype())?;
+            let db = packed.narrow(0, n + hidden, hidden)?.reshape(b.shape())?.to_dtype(b.dtype())?;
+            return Ok((Some(dx), Some(dw), Some(db)));
+        }
         let grad = grad.contiguous()?;
         let dx = x.apply_op3_no_bwd(w, &grad, &LayerNormInputGrad { eps: self.eps })?;
         let params = x.apply_op2_no_bwd(&grad, &LayerNormParamGrad { eps: self.eps })?;
         let dw = params.get(0)?.to_dtype(w.dtype())?;
         let db = params.get(1)?.to_dtype(b.dtype())?;
         Ok((Some(dx), Some(dw), Some(db)))
+    }
+}
+
+/// LayerNorm's three gradients on an accelerator, packed as f32 `[dx | dw | db]`; the CPU uses
+/// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
+struct LayerNormGrads {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormGrads {
+    fn name(&self) -> &'static str {
+        "layer_norm_grads"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("layer_norm_grads is the accelerator body; the CPU has its own backward")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+        s3: &dyn DynBackendStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, f64::from(self.eps))
     }
 }
 
@@ -158,17 +260,9 @@ impl CustomOp2 for LayerNormParamGrad {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor, Var, D};
+    use candle_core::{Device, Tensor, Var};
 
-    fn composed(x: &Tensor, w: &Tensor, b: &Tensor, eps: f64) -> Tensor {
-        let mean = x.mean_keepdim(D::Minus1).unwrap();
-        let c = x.broadcast_sub(&mean).unwrap();
-        let var = c.sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
-        let n = c.broadcast_div(&(var + eps).unwrap().sqrt().unwrap()).unwrap();
-        n.broadcast_mul(w).unwrap().broadcast_add(b).unwrap()
-    }
-
-    use super::super::cpu_storage::max_abs_diff as max_diff;
+    use crate::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn layer_norm_and_all_three_gradients_match_the_composed_ops() {
@@ -180,7 +274,7 @@ mod tests {
         );
         let upstream = Tensor::randn(0f32, 1.0, (3, 7, 24), &dev).unwrap();
         let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), super::LayerNorm { eps: 1e-12 }).unwrap();
-        let reference = composed(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12);
+        let reference = super::reference(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12).unwrap();
         assert!(max_diff(&ours, &reference) < 1e-5);
         let g1 = (ours * &upstream).unwrap().sum_all().unwrap().backward().unwrap();
         let g2 = (reference * &upstream).unwrap().sum_all().unwrap().backward().unwrap();

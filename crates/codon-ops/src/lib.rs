@@ -1,0 +1,11 @@
+//! `codon-ops`: the fused ops CodonTransformer trains with. Each op is one type, in the style of
+//! candle-nn's `ops.rs`: its CPU body, its Ascend body (one aclnn fused operator, launched
+//! through `candle_ascend::fused` where the part's support table has it), its backward, and the
+//! composed reference used in tests and on devices without a body. The crate has no model
+//! semantics; model code calls the op and never asks which device it is on.
+#![warn(missing_docs)]
+
+pub mod cpu_storage;
+pub mod layer_norm;
+
+pub use layer_norm::layer_norm;
