@@ -45,11 +45,50 @@ struct Slot {
     exp_avg_sq: Tensor,
 }
 
+/// θ, m and v of a run of consecutive parameters, each one f32 buffer (the flat path).
+struct FlatState {
+    /// The parameters (slot indices) it holds.
+    slots: std::ops::Range<usize>,
+    theta: Tensor,
+    m: Tensor,
+    v: Tensor,
+}
+
+/// Elements per flat group: enough that a step is a few dozen launches, few enough that the
+/// update's temporaries (a handful of group-sized buffers) stay small next to the model.
+const FLAT_GROUP_ELEMS: usize = 16 << 20;
+
+/// Consecutive runs of `sizes` holding at most `max` elements each (a larger item alone).
+fn groups(sizes: &[usize], max: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut total) = (0, 0);
+    for (i, &n) in sizes.iter().enumerate() {
+        if i > start && total + n > max {
+            out.push(start..i);
+            (start, total) = (i, 0);
+        }
+        total += n;
+    }
+    if start < sizes.len() {
+        out.push(start..sizes.len());
+    }
+    out
+}
+
+/// The tensors flattened to f32 and concatenated.
+fn flat_f32(ts: &[Tensor]) -> candle_core::Result<Tensor> {
+    let flat: Vec<Tensor> =
+        ts.iter().map(|t| t.to_dtype(DType::F32)?.flatten_all()).collect::<candle_core::Result<_>>()?;
+    Tensor::cat(&flat, 0)
+}
+
 /// The optimizer.
 pub struct AdamW {
     slots: Vec<Slot>,
     config: AdamWConfig,
     step: usize,
+    /// The flat buffers, on devices that take the flat path; the slots hold views into them.
+    flat: Option<Vec<FlatState>>,
 }
 
 impl AdamW {
@@ -66,7 +105,7 @@ impl AdamW {
             let (exp_avg, exp_avg_sq) = (zeros()?, zeros()?);
             slots.push(Slot { name, param, master, exp_avg, exp_avg_sq });
         }
-        Ok(Self { slots, config, step: 0 })
+        Ok(Self { slots, config, step: 0, flat: None })
     }
 
     /// Optimizer steps taken.
@@ -108,6 +147,12 @@ impl AdamW {
             weight_decay: c.weight_decay as f32,
             eps: c.eps as f32,
         };
+        if let Some(first) = self.slots.first() {
+            let theta = first.master.clone().unwrap_or_else(|| first.param.as_tensor().clone());
+            if !theta.device().is_cpu() && !fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
+                return self.step_flat(grads, lr, beta1, step_size, bias2_sqrt);
+            }
+        }
         for (slot, g) in self.slots.iter_mut().zip(grads) {
             let op =
                 |e: candle_core::Error| TrainError::Tensor { op: format!("AdamW update of {}", slot.name), source: e };
@@ -134,42 +179,83 @@ impl AdamW {
                 fused().map_err(op)?;
                 continue;
             }
-            if fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
-                // In place, one launch: θ (the parameter or its master copy) and the moments are
-                // storage that only this optimizer writes.
-                let mut fused_update = || -> candle_core::Result<()> {
-                    let step = match &fused_step {
-                        Some(s) => s.clone(),
-                        None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
-                    };
-                    fused::apply_adamw(&theta, &slot.exp_avg, &slot.exp_avg_sq, &g, &step, hyper)?;
+            // In place, one launch: the parts that reach here have the fused operator (the others
+            // took the flat path above).
+            let mut fused_update = || -> candle_core::Result<()> {
+                let step = match &fused_step {
+                    Some(s) => s.clone(),
+                    None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
+                };
+                fused::apply_adamw(&theta, &slot.exp_avg, &slot.exp_avg_sq, &g, &step, hyper)?;
+                if slot.master.is_some() {
+                    slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                }
+                Ok(())
+            };
+            fused_update().map_err(op)?;
+        }
+        Ok(())
+    }
+
+    /// The composed update for devices without a fused body, over flat buffers: θ, m and v of
+    /// runs of consecutive parameters live in one f32 buffer each ([`FLAT_GROUP_ELEMS`]), so the
+    /// update is a dozen launches per group whatever the parameter count, plus one copy per
+    /// parameter in and out.
+    fn step_flat(&mut self, grads: &[Tensor], lr: f64, beta1: f64, step_size: f64, bias2_sqrt: f64) -> Result<()> {
+        let c = self.config;
+        let op = |e: candle_core::Error| TrainError::Tensor { op: "flat AdamW update".into(), source: e };
+        let states = match self.flat.take() {
+            Some(s) => s,
+            None => {
+                let sizes: Vec<usize> = self.slots.iter().map(|s| s.param.elem_count()).collect();
+                let masters: Vec<Tensor> = self.master_weights().into_iter().map(|(_, t)| t).collect();
+                let mut states = Vec::new();
+                for range in groups(&sizes, FLAT_GROUP_ELEMS) {
+                    let slots = &self.slots[range.clone()];
+                    let m: Vec<Tensor> = slots.iter().map(|s| s.exp_avg.clone()).collect();
+                    let v: Vec<Tensor> = slots.iter().map(|s| s.exp_avg_sq.clone()).collect();
+                    states.push(FlatState {
+                        theta: flat_f32(&masters[range.clone()]).map_err(op)?,
+                        m: flat_f32(&m).map_err(op)?,
+                        v: flat_f32(&v).map_err(op)?,
+                        slots: range,
+                    });
+                }
+                states
+            }
+        };
+        let mut updated = Vec::with_capacity(states.len());
+        for state in states {
+            let update = || -> candle_core::Result<FlatState> {
+                let g = flat_f32(&grads[state.slots.clone()])?;
+                let theta = (&state.theta * (1.0 - lr * c.weight_decay))?;
+                let m = (&state.m + ((&g - &state.m)? * (1.0 - beta1))?)?;
+                let v = ((&state.v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
+                let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
+                let theta = (theta - ((&m / denom)? * step_size)?)?;
+                Ok(FlatState { slots: state.slots.clone(), theta, m, v })
+            };
+            let state = update().map_err(op)?;
+            let mut offset = 0;
+            for slot in &mut self.slots[state.slots.clone()] {
+                let n = slot.param.elem_count();
+                let view = |t: &Tensor| t.narrow(0, offset, n)?.reshape(slot.param.shape());
+                let mut write = || -> candle_core::Result<()> {
+                    slot.exp_avg = view(&state.m)?;
+                    slot.exp_avg_sq = view(&state.v)?;
+                    let theta = view(&state.theta)?;
+                    slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
                     if slot.master.is_some() {
-                        slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                        slot.master = Some(theta);
                     }
                     Ok(())
                 };
-                fused_update().map_err(op)?;
-                continue;
+                write().map_err(op)?;
+                offset += n;
             }
-            let update = || -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-                let theta = (theta * decay)?;
-                let m = (&slot.exp_avg + ((&g - &slot.exp_avg)? * (1.0 - beta1))?)?;
-                let v = ((&slot.exp_avg_sq * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
-                let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
-                let theta = (theta - ((&m / denom)? * step_size)?)?;
-                Ok((theta, m, v))
-            };
-            let (theta, m, v) = update().map_err(op)?;
-            slot.exp_avg = m;
-            slot.exp_avg_sq = v;
-            match &mut slot.master {
-                Some(master) => {
-                    slot.param.set(&theta.to_dtype(slot.param.dtype()).map_err(op)?).map_err(op)?;
-                    *master = theta;
-                }
-                None => slot.param.set(&theta).map_err(op)?,
-            }
+            updated.push(state);
         }
+        self.flat = Some(updated);
         Ok(())
     }
 
@@ -213,21 +299,33 @@ impl AdamW {
             s.param.set(&value).map_err(|e| e.to_string())?;
         }
         self.step = step;
+        self.flat = None;
         Ok(())
     }
 }
 
-/// Global 2-norm of gradients, sqrt(Σ‖g‖²), as an f32 scalar tensor on their device.
+/// Global 2-norm of gradients, sqrt(Σ‖g‖²), as an f32 scalar tensor on their device: on the
+/// CPU one fused pass per gradient; elsewhere one square-and-sum per flat group of gradients (a
+/// copy per gradient), instead of three launches per gradient.
 pub fn global_norm(grads: &[Tensor]) -> candle_core::Result<Tensor> {
+    let Some(first) = grads.first() else { candle_core::bail!("no gradients") };
     let mut total: Option<Tensor> = None;
-    for g in grads {
-        let g = g.to_dtype(DType::F32)?;
-        let s =
-            if g.device().is_cpu() { g.contiguous()?.apply_op1_no_bwd(&SumOfSquares)? } else { g.sqr()?.sum_all()? };
-        total = Some(match total {
+    let mut add = |s: Tensor| -> candle_core::Result<()> {
+        total = Some(match total.take() {
             Some(t) => (t + s)?,
             None => s,
         });
+        Ok(())
+    };
+    if first.device().is_cpu() {
+        for g in grads {
+            add(g.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&SumOfSquares)?)?;
+        }
+    } else {
+        let sizes: Vec<usize> = grads.iter().map(Tensor::elem_count).collect();
+        for range in groups(&sizes, FLAT_GROUP_ELEMS) {
+            add(flat_f32(&grads[range])?.sqr()?.sum_all()?)?;
+        }
     }
     match total {
         Some(t) => t.sqrt(),
@@ -242,4 +340,17 @@ pub fn clip_by_norm(grads: &mut [Tensor], norm: &Tensor, max_norm: f64) -> candl
         *g = g.broadcast_mul(&coef.to_dtype(g.dtype())?)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups;
+
+    #[test]
+    fn flat_groups_are_consecutive_and_bounded() {
+        assert_eq!(groups(&[4, 4, 4, 4], 8), [0..2, 2..4]);
+        assert_eq!(groups(&[3, 10, 2, 2], 8), [0..1, 1..2, 2..4]);
+        assert_eq!(groups(&[1], 8), [0..1]);
+        assert!(groups(&[], 8).is_empty());
+    }
 }
