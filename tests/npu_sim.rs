@@ -176,3 +176,37 @@ fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
     // The composed reference divides by √(var + eps); the fused bodies launch neither op.
     assert!(!launched.contains_key("aclnnSqrt") && !launched.contains_key("aclnnDiv"), "{launched:?}");
 }
+
+/// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
+/// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
+/// values and gradients, one launch each way.
+#[test]
+fn softmax_and_gelu_ops_match_the_cpu_in_one_launch_each_way() {
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let x = Tensor::randn(0f32, 2.0, (3, 4, 33), &cpu).unwrap();
+    let up = Tensor::randn(0f32, 1.0, (3, 4, 33), &cpu).unwrap();
+    type Op = fn(&Tensor) -> candle_core::Result<Tensor>;
+    let ops: [(&str, Op, [&str; 2]); 2] = [
+        ("softmax", codon_ops::softmax_last_dim_f32, ["aclnnSoftmax", "aclnnSoftmaxBackward"]),
+        ("gelu_new", codon_ops::gelu_new, ["aclnnGeluV2", "aclnnGeluBackwardV2"]),
+    ];
+    for (name, op, launches) in ops {
+        let run = |device: &Device| {
+            let v = Var::from_tensor(&x.to_device(device).unwrap()).unwrap();
+            let y = op(v.as_tensor()).unwrap();
+            let g = (&y * up.to_device(device).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            (y.to_device(&cpu).unwrap(), g.get(v.as_tensor()).unwrap().to_device(&cpu).unwrap())
+        };
+        let (want_y, want_g) = run(&cpu);
+        let before = ascend.counters();
+        let (got_y, got_g) = run(&dev);
+        let launched = ascend.counters().since(&before).launches;
+        assert!(rel_diff(&want_y, &got_y) < 1e-5, "{name}: values differ by {}", rel_diff(&want_y, &got_y));
+        assert!(rel_diff(&want_g, &got_g) < 1e-5, "{name}: gradients differ by {}", rel_diff(&want_g, &got_g));
+        for op in launches {
+            assert_eq!(launched.get(op), Some(&1), "{name}: {launched:?}");
+        }
+    }
+}

@@ -139,3 +139,54 @@ pub fn layer_norm_grads(
     crate::ops::norm::layer_norm_backward(dev, &gs.view(gl)?, &xv, &normalized, &mv, &rv, &wv, &dx, &dw, &db)?;
     Ok((Box::new(packed), Shape::from_dims(&[n + 2 * hidden])))
 }
+
+/// A fresh storage like `like` (same device and dtype) for `shape`, with its contiguous view.
+fn output_like(like: &AscendStorage, shape: &Shape) -> candle_core::Result<(AscendStorage, View)> {
+    let out = AscendStorage::empty(&like.device, shape.elem_count(), like.dtype)?;
+    let view = out.contiguous(shape)?;
+    Ok((out, view))
+}
+
+/// The Ascend body of a softmax over the last dimension (`aclnnSoftmax`).
+pub fn softmax_last_dim(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+    let xs = ascend_storage(x)?;
+    let (out, ov) = output_like(xs, xl.shape())?;
+    crate::ops::activation::softmax(xs.dev(), &xs.view(xl)?, -1, &ov)?;
+    Ok((Box::new(out), xl.shape().clone()))
+}
+
+/// The Ascend body of the softmax gradient from its output `y` and the incoming gradient `g`
+/// (`aclnnSoftmaxBackward`), in g's dtype.
+pub fn softmax_last_dim_grad(
+    y: &dyn DynBackendStorage,
+    yl: &Layout,
+    g: &dyn DynBackendStorage,
+    gl: &Layout,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (ys, gs) = (ascend_storage(y)?, ascend_storage(g)?);
+    let (out, ov) = output_like(gs, gl.shape())?;
+    crate::ops::activation::softmax_backward(gs.dev(), &gs.view(gl)?, &ys.view(yl)?, -1, &ov)?;
+    Ok((Box::new(out), gl.shape().clone()))
+}
+
+/// The Ascend body of GELU's tanh approximation (`aclnnGeluV2`, approximate = 1).
+pub fn gelu_tanh(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+    let xs = ascend_storage(x)?;
+    let (out, ov) = output_like(xs, xl.shape())?;
+    crate::ops::elementwise::gelu(xs.dev(), true, &xs.view(xl)?, &ov)?;
+    Ok((Box::new(out), xl.shape().clone()))
+}
+
+/// The Ascend body of its gradient from the input `x` and the incoming gradient `g`
+/// (`aclnnGeluBackwardV2`, approximate "tanh"), in g's dtype.
+pub fn gelu_tanh_grad(
+    x: &dyn DynBackendStorage,
+    xl: &Layout,
+    g: &dyn DynBackendStorage,
+    gl: &Layout,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (xs, gs) = (ascend_storage(x)?, ascend_storage(g)?);
+    let (out, ov) = output_like(gs, gl.shape())?;
+    crate::ops::activation::gelu_tanh_backward(gs.dev(), &gs.view(gl)?, &xs.view(xl)?, &ov)?;
+    Ok((Box::new(out), gl.shape().clone()))
+}

@@ -5,7 +5,10 @@
 //! semantics; model code calls the op and never asks which device it is on.
 #![warn(missing_docs)]
 
+pub mod activation;
 pub mod cpu_storage;
+pub mod fast_math;
 pub mod layer_norm;
 
+pub use activation::{gelu_new, softmax_last_dim_f32};
 pub use layer_norm::layer_norm;

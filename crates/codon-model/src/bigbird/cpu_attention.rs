@@ -6,7 +6,7 @@
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use rayon::prelude::*;
 
-use super::fast_math;
+use codon_ops::fast_math;
 
 /// Query rows per chunk: the chunk's scores stay in cache.
 const CHUNK_ROWS: usize = 128;

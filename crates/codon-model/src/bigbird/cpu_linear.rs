@@ -14,8 +14,8 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::cpu_gemm::{matmul_into, Mat};
-use super::fast_math;
 use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use codon_ops::fast_math;
 
 /// Elements per parallel task of the epilogue.
 const EPILOGUE_CHUNK: usize = 16 * 1024;

@@ -20,8 +20,8 @@ use rayon::prelude::*;
 
 use super::cpu_block_attention::AttentionPlan;
 use super::cpu_linear::Epilogue;
-use super::fast_math;
 use crate::error::Result;
+use codon_ops::fast_math;
 
 fn needs_grad(tensors: &[&Tensor]) -> bool {
     tensors.iter().any(|t| t.track_op())
@@ -32,24 +32,15 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Resul
     Ok(codon_ops::layer_norm(x, weight, bias, eps)?)
 }
 
-/// Softmax over the last dimension, computed in f32; the result is f32.
+/// Softmax over the last dimension, computed in f32; the result is f32
+/// (`codon_ops::softmax_last_dim_f32`).
 pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {
-    let x = x.to_dtype(DType::F32)?;
-    if x.device().is_cpu() {
-        return Ok(x.contiguous()?.apply_op1(super::cpu_activation::Softmax)?);
-    }
-    let max = x.max_keepdim(D::Minus1)?.detach();
-    let exp = x.broadcast_sub(&max)?.exp()?;
-    Ok(exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)?)
+    Ok(codon_ops::softmax_last_dim_f32(x)?)
 }
 
-/// `gelu_new`: the tanh approximation of GELU. On the CPU a parallel kernel computes it
-/// as x·σ(2u) (the same function, one `exp` per element); elsewhere candle's `gelu`.
+/// `gelu_new`: the tanh approximation of GELU (`codon_ops::gelu_new`).
 pub fn gelu_new(x: &Tensor) -> Result<Tensor> {
-    if x.device().is_cpu() {
-        return Ok(x.contiguous()?.apply_op1(super::cpu_activation::GeluNew)?);
-    }
-    Ok(x.gelu()?)
+    Ok(codon_ops::gelu_new(x)?)
 }
 
 /// Matrix product. The CPU GEMM has no fast bf16 kernel, so bf16 operands are multiplied

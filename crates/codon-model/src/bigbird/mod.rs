@@ -2,12 +2,10 @@
 
 pub mod attention;
 pub mod config;
-mod cpu_activation;
 mod cpu_attention;
 mod cpu_block_attention;
 mod cpu_gemm;
 mod cpu_linear;
-mod fast_math;
 pub mod kernels;
 pub mod model;
 pub mod numpy_rng;

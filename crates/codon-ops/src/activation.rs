@@ -1,11 +1,49 @@
-//! CPU custom ops for the activations, each with a fused backward pass: `gelu_new` and the
-//! last-dimension softmax. Composed from tensor ops, their backward passes take a dozen
-//! element-wise passes over the largest activations of a training step; fused, one.
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+//! The activations as ops with a fused backward pass: `gelu_new` and the last-dimension softmax.
+//! Composed from tensor ops, their backward passes take a dozen element-wise passes over the
+//! largest activations of a training step; fused, one. CPU bodies are parallel kernels; Ascend
+//! bodies are `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
+use candle_ascend::fused;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::fast_math;
-use codon_ops::cpu_storage::{contiguous, pair_f32, store_like};
+use crate::cpu_storage::{contiguous, pair_f32, store_like};
+use crate::fast_math;
+
+/// Softmax over the last dimension, computed in f32; the result is f32. The CPU and parts with
+/// aclnnSoftmax and its backward run [`Softmax`]; other devices the composed [`softmax_reference`].
+pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
+    let x = x.to_dtype(DType::F32)?;
+    if x.device().is_cpu() {
+        return x.contiguous()?.apply_op1(Softmax);
+    }
+    if fused::runs_natively(&x, "aclnnSoftmax", DType::F32)
+        && fused::runs_natively(&x, "aclnnSoftmaxBackward", DType::F32)
+    {
+        return x.apply_op1(Softmax);
+    }
+    softmax_reference(&x)
+}
+
+/// The composed softmax over the last dimension.
+pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let exp = x.broadcast_sub(&max)?.exp()?;
+    exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
+}
+
+/// `gelu_new`, the tanh approximation of GELU. The CPU and parts with aclnnGeluV2 and
+/// aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the same
+/// function, with a composed backward).
+pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() {
+        return x.contiguous()?.apply_op1(GeluNew);
+    }
+    if fused::runs_natively(x, "aclnnGeluV2", x.dtype()) && fused::runs_natively(x, "aclnnGeluBackwardV2", x.dtype()) {
+        return x.apply_op1(GeluNew);
+    }
+    x.gelu()
+}
 
 /// Elements per parallel task.
 const CHUNK: usize = 4096;
@@ -47,6 +85,10 @@ impl CustomOp1 for GeluNew {
         Ok((out, l.shape().clone()))
     }
 
+    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::gelu_tanh(s, l)
+    }
+
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(x.apply_op2_no_bwd(&grad.contiguous()?, &GeluNewGrad)?))
     }
@@ -71,6 +113,16 @@ impl CustomOp2 for GeluNewGrad {
         g.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(g, x)| fast_math::gelu_new_grad(x, g));
         Ok((store_like(s2, g), l1.shape().clone()))
     }
+
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::gelu_tanh_grad(s1, l1, s2, l2)
+    }
 }
 
 /// Softmax over the last dimension on the CPU; its backward is [`SoftmaxGrad`].
@@ -89,6 +141,10 @@ impl CustomOp1 for Softmax {
             x.par_chunks_mut(rows_per_task).for_each(|rows| fast_math::softmax_rows(rows, width, &zeros))
         })?;
         Ok((out, l.shape().clone()))
+    }
+
+    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::softmax_last_dim(s, l)
     }
 
     fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -122,13 +178,23 @@ impl CustomOp2 for SoftmaxGrad {
         });
         Ok((store_like(s2, g), l1.shape().clone()))
     }
+
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::softmax_last_dim_grad(s1, l1, s2, l2)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use candle_core::{DType, Device, Tensor, Var, D};
 
-    use codon_ops::cpu_storage::max_abs_diff as max_diff;
+    use crate::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn softmax_and_its_gradient_match_the_composed_ops() {
