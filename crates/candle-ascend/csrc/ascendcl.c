@@ -285,7 +285,13 @@ typedef struct Stream {
     pthread_cond_t wake, idle;
     Task *head, *tail;
     int queued, waiters, busy, stop;
+    /* An AI Core exception of a task of this stream, reported by its next synchronisation. */
+    char fault[512];
+    int has_fault;
 } Stream;
+
+/* The stream whose task this worker thread is running. */
+static __thread Stream *t_running;
 
 /* The worker runs a task once the host waits on the stream, or once LAZY_DEPTH are queued. */
 static void *stream_main(void *arg) {
@@ -301,7 +307,9 @@ static void *stream_main(void *arg) {
         s->queued--;
         s->busy = 1;
         pthread_mutex_unlock(&s->lock);
+        t_running = s;
         t->fn(t->ctx);
+        t_running = NULL;
         free(t);
         pthread_mutex_lock(&s->lock);
         s->busy = 0;
@@ -360,19 +368,21 @@ static void wait_idle(Stream *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* A kernel that hit bad input (say an index out of range) records an AI Core exception; the
- * next synchronisation reports it, as on hardware. */
-static char g_fault[512];
-static int g_has_fault;
-
+/* A kernel that hit bad input (say an index out of range) records an AI Core exception on its
+ * stream; that stream's next synchronisation reports it, as on hardware. */
 SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) {
+    Stream *s = t_running;
+    if (!s) { /* kernels run only on stream workers: anything else is an emulator bug */
+        fprintf(stderr, "candle-ascend emulator: a kernel fault outside a stream\n");
+        abort();
+    }
     pthread_mutex_lock(&g_lock);
-    if (!g_has_fault) {
+    if (!s->has_fault) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(g_fault, sizeof g_fault, fmt, ap);
+        vsnprintf(s->fault, sizeof s->fault, fmt, ap);
         va_end(ap);
-        g_has_fault = 1;
+        s->has_fault = 1;
     }
     pthread_mutex_unlock(&g_lock);
 }
@@ -383,11 +393,13 @@ SIM_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream) {
     wait_idle(s);
     pthread_mutex_lock(&g_lock);
     g_syncs++;
-    int fault = g_has_fault;
-    g_has_fault = 0;
+    int fault = s->has_fault;
+    s->has_fault = 0;
+    char message[sizeof s->fault];
+    memcpy(message, s->fault, sizeof message);
     pthread_mutex_unlock(&g_lock);
     if (fault) {
-        aclsimSetError("aicore exception: %s", g_fault);
+        aclsimSetError("aicore exception: %s", message);
         return ACL_ERROR_RT_AICORE_EXCEPTION;
     }
     return ACL_SUCCESS;
