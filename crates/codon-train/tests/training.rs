@@ -313,19 +313,7 @@ fn interrupted_saves_are_tidied_by_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
     let data = demo_data(dir.path(), 6);
     let ckpt = dir.path().join("ck");
-    let make = |steps: usize| {
-        Trainer::new(
-            TrainerConfig::builder()
-                .max_steps(Some(steps))
-                .max_epochs(1)
-                .precision(Precision::F32)
-                .checkpoint_dir(Some(ckpt.clone()))
-                .checkpoint_filename(Some("finetune.ckpt".into()))
-                .quiet(true)
-                .build()
-                .unwrap(),
-        )
-    };
+    let make = |steps: usize| checkpointing_trainer(steps, &ckpt);
     make(1).fit(&model(0.0, Precision::F32), &data, None).unwrap();
     // As a kill between "old folder aside" and "new folder in" leaves it: only the aside copy.
     std::fs::rename(ckpt.join("step-1"), ckpt.join(".step-1.replaced")).unwrap();
@@ -358,19 +346,7 @@ fn checkpoints_are_readable_like_ordinary_files() {
     let dir = tempfile::tempdir().unwrap();
     let data = demo_data(dir.path(), 6);
     let ckpt = dir.path().join("ck");
-    Trainer::new(
-        TrainerConfig::builder()
-            .max_steps(Some(1))
-            .max_epochs(1)
-            .precision(Precision::F32)
-            .checkpoint_dir(Some(ckpt.clone()))
-            .checkpoint_filename(Some("finetune.ckpt".into()))
-            .quiet(true)
-            .build()
-            .unwrap(),
-    )
-    .fit(&model(0.0, Precision::F32), &data, None)
-    .unwrap();
+    checkpointing_trainer(1, &ckpt).fit(&model(0.0, Precision::F32), &data, None).unwrap();
     let mode = |p: &Path| p.metadata().unwrap().permissions().mode() & 0o777;
     let ordinary_file = dir.path().join("ordinary");
     std::fs::write(&ordinary_file, b"").unwrap();
@@ -406,4 +382,19 @@ fn resume_refuses_changed_settings() {
             .unwrap_err();
         assert!(err.to_string().contains(needle), "{needle}: {err}");
     }
+}
+
+/// An f32 trainer of `steps` steps, one epoch, checkpointing into `ckpt` with a state dict.
+fn checkpointing_trainer(steps: usize, ckpt: &Path) -> Trainer {
+    Trainer::new(
+        TrainerConfig::builder()
+            .max_steps(Some(steps))
+            .max_epochs(1)
+            .precision(Precision::F32)
+            .checkpoint_dir(Some(ckpt.to_path_buf()))
+            .checkpoint_filename(Some("finetune.ckpt".into()))
+            .quiet(true)
+            .build()
+            .unwrap(),
+    )
 }
