@@ -190,3 +190,22 @@ pub fn gelu_tanh_grad(
     crate::ops::activation::gelu_tanh_backward(gs.dev(), &gs.view(gl)?, &xs.view(xl)?, &ov)?;
     Ok((Box::new(out), gl.shape().clone()))
 }
+
+/// `dst ← src` in dst's dtype, straight into dst's storage: one `aclnnCast` (or
+/// `aclnnInplaceCopy` for equal dtypes), where `Var::set` of a cast value costs a cast and a copy.
+/// Both tensors live on one Ascend device and have one shape.
+pub fn assign(dst: &Tensor, src: &Tensor) -> candle_core::Result<()> {
+    if dst.shape() != src.shape() {
+        candle_core::bail!("assign: shapes {:?} and {:?} differ", dst.shape(), src.shape())
+    }
+    with_view(dst, |storage, d| {
+        with_view(src, |_, s| {
+            let r = if dst.dtype() == src.dtype() {
+                crate::ops::copy::copy_into(storage.dev(), &d, &s)
+            } else {
+                crate::ops::copy::cast(storage.dev(), &s, &d)
+            };
+            r.map_err(candle_core::Error::from)
+        })
+    })
+}

@@ -58,6 +58,15 @@ struct FlatState {
 /// update's temporaries (a handful of group-sized buffers) stay small next to the model.
 const FLAT_GROUP_ELEMS: usize = 16 << 20;
 
+/// θ into the parameter, in the parameter's dtype: on an Ascend device one cast (or copy)
+/// straight into its storage, elsewhere `Var::set` of the converted value.
+fn write_param(param: &Var, theta: &Tensor) -> candle_core::Result<()> {
+    if fused::runs_natively(theta, "aclnnCast", theta.dtype()) {
+        return fused::assign(param.as_tensor(), theta);
+    }
+    param.set(&theta.to_dtype(param.dtype())?)
+}
+
 /// Consecutive runs of `sizes` holding at most `max` elements each (a larger item alone).
 fn groups(sizes: &[usize], max: usize) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
@@ -188,7 +197,7 @@ impl AdamW {
                 };
                 fused::apply_adamw(&theta, &slot.exp_avg, &slot.exp_avg_sq, &g, &step, hyper)?;
                 if slot.master.is_some() {
-                    slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                    write_param(&slot.param, &theta)?;
                 }
                 Ok(())
             };
@@ -244,7 +253,7 @@ impl AdamW {
                     slot.exp_avg = view(&state.m)?;
                     slot.exp_avg_sq = view(&state.v)?;
                     let theta = view(&state.theta)?;
-                    slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                    write_param(&slot.param, &theta)?;
                     if slot.master.is_some() {
                         slot.master = Some(theta);
                     }
