@@ -1,5 +1,9 @@
-//! `train_step`: one optimizer step (forward, backward, AdamW) of the CodonTransformer
-//! configuration on CPU, batch 2 × 1024, block-sparse attention, in f32 and bf16.
+//! `train_step`: one optimizer step (forward, backward, AdamW) on the CPU and on an Ascend
+//! device, each a `BenchmarkId` of the same workload: the CodonTransformer configuration at
+//! batch 2 × 1024, block-sparse, in f32 and bf16 on the CPU and on `npu:0`. Without an NPU the
+//! Ascend side is `npu-sim:0`, which measures the emulator, so it runs only the small workload
+//! (the demo model, batch 2 × 128, f32), which the CPU runs too. On Ascend one step's counters are
+//! printed.
 //!
 //! ```text
 //! cargo bench --bench train_step
@@ -7,24 +11,36 @@
 
 use std::path::Path;
 
-use candle_core::{DType, Device};
+use candle_core::DType;
+use codon_ascend::bench::{devices, print_counters};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 
 fn bench(c: &mut Criterion) {
-    let config = BigBirdConfig::default();
-    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, 1024));
     let mut group = c.benchmark_group("train_step");
     group.sample_size(10);
     // One step takes seconds: run each sample once instead of criterion's growing counts.
     group.sampling_mode(SamplingMode::Flat);
-    for (name, precision) in [("f32", Precision::F32), ("bf16", Precision::Bf16)] {
-        let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).expect("init");
-        let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
-        let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");
-        group.bench_function(name, |b| {
-            b.iter(|| {
+    let full = BigBirdConfig::default();
+    let small = codon_ascend::demo_model_config();
+    for d in devices() {
+        let mut workloads: Vec<(&str, &BigBirdConfig, Precision, usize)> = Vec::new();
+        if !d.emulated() {
+            workloads.push(("f32-2x1024", &full, Precision::F32, 1024));
+            if d.device.is_cpu() || d.device.supports_bf16() {
+                workloads.push(("bf16-2x1024", &full, Precision::Bf16, 1024));
+            }
+        }
+        if d.emulated() || d.device.is_cpu() {
+            workloads.push(("small-f32-2x128", &small, Precision::F32, 128));
+        }
+        for (name, config, precision, len) in workloads {
+            let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, len));
+            let weights = init_weights(config, 0, &d.device, DType::F32).expect("init");
+            let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
+            let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");
+            let step = || {
                 let trainer = Trainer::new(
                     TrainerConfig::builder()
                         .max_steps(Some(1))
@@ -34,9 +50,14 @@ fn bench(c: &mut Criterion) {
                         .build()
                         .expect("config"),
                 );
+                // The step ends with its one host read (loss and gradient norm), so it is done.
                 trainer.fit(&model, &data, None::<&Path>).expect("step")
-            })
-        });
+            };
+            print_counters(name, &d.device, || {
+                step();
+            });
+            group.bench_with_input(BenchmarkId::new(name, d.name), &(), |b, _| b.iter(step));
+        }
     }
     group.finish();
 }

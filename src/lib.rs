@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+pub mod bench;
 mod probe;
 pub use probe::AscendProbe;
 
@@ -17,6 +18,22 @@ pub use codon_train as train;
 /// The bundled demo data (`data/demo` in the repository).
 pub fn demo_data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join("demo")
+}
+
+/// The small BigBird of the demo run and of the benches' emulator workloads: 2 layers, hidden 64,
+/// 4 heads, intermediate 128, block 16 (trains in seconds on a CPU, and the emulator, whose
+/// kernels are plain C, can time it).
+pub fn demo_model_config() -> codon_model::bigbird::BigBirdConfig {
+    codon_model::bigbird::BigBirdConfig {
+        hidden_size: 64,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        intermediate_size: 128,
+        block_size: 16,
+        num_random_blocks: 1,
+        max_position_embeddings: 1024,
+        ..Default::default()
+    }
 }
 
 /// Parse a `--device` value: `cpu`, `npu:N` (a CANN toolkit) or `npu-sim:N` (the emulated

@@ -106,20 +106,6 @@ pub struct Args {
     pub quiet: bool,
 }
 
-/// The embedded default: a small model on the bundled demo data, on CPU, in f32.
-fn demo_config() -> BigBirdConfig {
-    BigBirdConfig {
-        hidden_size: 64,
-        num_hidden_layers: 2,
-        num_attention_heads: 4,
-        intermediate_size: 128,
-        block_size: 16,
-        num_random_blocks: 1,
-        max_position_embeddings: 1024,
-        ..BigBirdConfig::default()
-    }
-}
-
 pub fn run(mode: Mode) -> anyhow::Result<()> {
     let args = Args::parse();
     // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
@@ -170,7 +156,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             })?;
             (config, format!("the checkpoint's {}", file.display()))
         }
-        (None, None, true) => (demo_config(), "the demo model".to_string()),
+        (None, None, true) => (codon_ascend::demo_model_config(), "the demo model".to_string()),
         (None, None, false) => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
     };
     if demo {
