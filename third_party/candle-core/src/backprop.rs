@@ -723,8 +723,10 @@ impl GradStore {
 
     /// Get the gradient tensor associated with the given tensor, or, if it does not exist,
     /// insert a tensor of zeroes, with the same shape and type as the given tensors and return it
-    /// Add `grad` to the gradient of `tensor`. The first contribution is stored as it is
-    /// (made contiguous), where `or_insert` followed by `add` costs a fill of zeros and an add.
+    /// Add `grad` to the gradient of `tensor`. The first contribution is stored as it is, where
+    /// `or_insert` followed by `add` costs a fill of zeros and an add. It is made contiguous, as
+    /// that add made it: some backward rules read gradients as if contiguous (storing views made
+    /// two block-attention gradient tests of this workspace fail).
     fn accumulate(&mut self, tensor: &Tensor, grad: &Tensor) -> Result<()> {
         if grad.shape() != tensor.shape() {
             Err(Error::ShapeMismatchBinaryOp {
