@@ -343,3 +343,27 @@ fn predict_fits_small_models_and_checks_its_logits() {
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     assert!(stderr(&o).contains("non-finite logits for residue 1 of protein MKV"), "{}", stderr(&o));
 }
+
+/// On an emulator that skips arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) the meaningless values
+/// neither stop the run nor become a checkpoint, unless a folder is given explicitly.
+#[test]
+fn no_math_runs_count_without_failing_or_checkpointing() {
+    let cwd = tempfile::tempdir().unwrap();
+    let run_in = |extra: &[&str]| {
+        Command::new(example("finetune"))
+            .args(["--device", "npu-sim:0", "--max_steps", "12", "--quiet"])
+            .args(extra)
+            .env("CANDLE_ASCEND_SIM_NO_MATH", "1")
+            .current_dir(cwd.path())
+            .output()
+            .unwrap()
+    };
+    let o = run_in(&[]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("no-math mode"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("12 optimizer steps"), "{}", stdout(&o));
+    assert!(!cwd.path().join("demo-output/checkpoints").exists());
+    let o = run_in(&["--checkpoint_dir", "asked"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(cwd.path().join("asked/step-12").is_dir());
+}

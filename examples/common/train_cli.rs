@@ -117,11 +117,19 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         );
     }
     let out_dir = PathBuf::from("demo-output");
-    let checkpoint_dir = args.checkpoint_dir.clone().or_else(|| demo.then(|| out_dir.join("checkpoints")));
+    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
+    let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
+    if no_math {
+        println!(
+            "no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): values are meaningless; anomalies do not stop the run, and checkpoints are written only to an explicit --checkpoint_dir"
+        );
+    }
+    let checkpoint_dir =
+        args.checkpoint_dir.clone().or_else(|| (demo && !no_math).then(|| out_dir.join("checkpoints")));
     let inputs: Vec<&std::path::Path> = args.dataset_dir.iter().map(PathBuf::as_path).collect();
     let outputs: Vec<&std::path::Path> = args.metrics.iter().map(PathBuf::as_path).collect();
     codon_ascend::data::refuse_overwriting(&inputs, &outputs)?;
-    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let precision = match args.precision.as_str() {
         "auto" => Precision::auto(&device),
         other => other.parse()?,
@@ -223,6 +231,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .keep_last(args.keep_last)
         .anomaly_policy(if args.on_nonfinite == "abort" { AnomalyPolicy::Abort } else { AnomalyPolicy::Skip })
         .max_skipped_steps(args.max_skipped_steps)
+        .values_are_meaningless(no_math)
         .metrics_path(args.metrics.clone())
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
@@ -252,7 +261,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         last.loss,
         last.step
     );
-    if report.steps.iter().all(|s| s.skipped) {
+    if report.steps.iter().all(|s| s.skipped) && !no_math {
         anyhow::bail!("every optimizer step was skipped for non-finite values: the weights were never updated");
     }
     match &checkpoint_dir {

@@ -97,15 +97,19 @@ impl TrainerState {
 
 /// Write `dir/step-<N>` atomically and return its path. An existing `step-<N>` is renamed aside
 /// first and deleted only once the new one is in place, so a kill at any point leaves one
-/// complete copy (see [`clean_leftovers`]).
+/// complete copy (see [`clean_leftovers`]). With `require_finite`, weights with a NaN or an
+/// infinity are refused.
 pub(crate) fn save<M: TrainableModel>(
     dir: &Path,
     model: &M,
     optimizer: &AdamW,
     state: &TrainerState,
+    require_finite: bool,
 ) -> Result<PathBuf> {
     let weights = optimizer.master_weights();
-    refuse_non_finite(&weights, state.step)?;
+    if require_finite {
+        refuse_non_finite(&weights, state.step)?;
+    }
     std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
     let final_path = dir.join(format!("step-{}", state.step));
     let tmp =

@@ -136,6 +136,7 @@ pub struct TrainerConfig {
     pub(crate) quiet: bool,
     pub(crate) anomaly: AnomalyPolicy,
     pub(crate) max_skipped_steps: usize,
+    pub(crate) values_meaningless: bool,
     pub(crate) scheduler: Option<Box<dyn Scheduler>>,
     pub(crate) retain_freed_memory: bool,
     pub(crate) device_probe: Option<std::sync::Mutex<Box<dyn DeviceProbe>>>,
@@ -166,6 +167,7 @@ impl TrainerConfig {
             quiet: false,
             anomaly: AnomalyPolicy::Skip,
             max_skipped_steps: 10,
+            values_meaningless: false,
             scheduler: None,
             retain_freed_memory: true,
             device_probe: None,
@@ -271,6 +273,13 @@ impl TrainerConfigBuilder {
     /// allocations, synchronisations, reads and peak memory.
     pub fn device_probe(mut self, probe: Box<dyn DeviceProbe>) -> Self {
         self.0.device_probe = Some(std::sync::Mutex::new(probe));
+        self
+    }
+    /// For counting runs on a device that skips arithmetic, whose values are meaningless: loss
+    /// scaling and anomaly checks still run, but anomalies never stop the run, and checkpoints
+    /// (only written when a folder is given) are written whatever their values.
+    pub fn values_are_meaningless(mut self, yes: bool) -> Self {
+        self.0.values_meaningless = yes;
         self
     }
     /// A custom schedule instead of OneCycleLR.
@@ -555,7 +564,7 @@ impl Trainer {
                 }
                 report.steps.push(metric);
                 skipped_in_a_row = if m.anomalous { skipped_in_a_row + 1 } else { 0 };
-                if skipped_in_a_row >= c.max_skipped_steps {
+                if skipped_in_a_row >= c.max_skipped_steps && !c.values_meaningless {
                     progress.finish_and_clear();
                     return Err(TrainError::TooManySkippedSteps { skipped: skipped_in_a_row, step: state.step });
                 }
@@ -585,7 +594,7 @@ impl Trainer {
         state: &TrainerState,
         dir: &Path,
     ) -> Result<PathBuf> {
-        let path = checkpoint::save(dir, model, optimizer, state)?;
+        let path = checkpoint::save(dir, model, optimizer, state, !self.config.values_meaningless)?;
         if let Some(name) = &self.config.checkpoint_filename {
             model.save_state_dict(&optimizer.master_weights(), &dir.join(name))?;
         }

@@ -383,6 +383,15 @@ impl AscendDevice {
         self.inner.counters.reset_peak()
     }
 
+    /// Whether the device skips arithmetic (the emulator under `CANDLE_ASCEND_SIM_NO_MATH=1`):
+    /// every value read back is then meaningless.
+    pub fn skips_math(&self) -> bool {
+        let Some(f) = self.inner.toolkit.optional_symbol("aclsimNoMath") else { return false };
+        // SAFETY: `int aclsimNoMath(void)` from csrc/ascendcl.c.
+        let f: unsafe extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+        unsafe { f() != 0 }
+    }
+
     /// The emulator's counters; `None` on a real toolkit.
     pub fn sim_counters(&self) -> Option<SimCounters> {
         let tk = &self.inner.toolkit;
