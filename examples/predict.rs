@@ -169,7 +169,8 @@ fn preflight(
     options: &PredictOptions,
 ) -> anyhow::Result<()> {
     let c = predictor.model().config();
-    let long = ((7 + 2 * c.num_random_blocks) * c.block_size).min(c.max_position_embeddings.saturating_sub(2)).max(1);
+    // Residues: [CLS] and [SEP] take two of the probe's tokens.
+    let long = c.block_sparse_probe_len().saturating_sub(2).max(1);
     let items: Vec<(String, OrganismRef)> =
         [1, long].iter().map(|&n| ("M".repeat(n), OrganismRef::Name("Escherichia coli general".into()))).collect();
     ascend.preflight(|| {

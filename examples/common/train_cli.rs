@@ -240,7 +240,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
     .build()?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
-        preflight(ascend, &model, precision, config_for_preflight(&model))?;
+        preflight(ascend, &model, precision, model.model().config().block_sparse_probe_len())?;
     }
     if let Some(step) = &args.resume {
         println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
@@ -277,13 +277,6 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         println!("{what}: {}", path.display());
     }
     Ok(())
-}
-
-/// The shortest sequence on which the model runs its configured attention (block-sparse needs
-/// more than `(5 + 2r)` blocks), so the preflight launches what the run will.
-fn config_for_preflight(model: &MaskedLmModel) -> usize {
-    let c = model.model().config();
-    ((7 + 2 * c.num_random_blocks) * c.block_size).min(c.max_position_embeddings)
 }
 
 /// One optimizer step of this run, on a synthetic batch, with every launch reduced to phase 1:

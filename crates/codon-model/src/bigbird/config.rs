@@ -226,6 +226,12 @@ impl BigBirdConfig {
         (5 + 2 * self.num_random_blocks) * self.block_size
     }
 
+    /// A length (in tokens) that runs the block-sparse path: two blocks past the full-attention
+    /// fallback, within the position table. Preflights use it to launch what long inputs will.
+    pub fn block_sparse_probe_len(&self) -> usize {
+        (self.max_tokens_full_fallback() + 2 * self.block_size).min(self.max_position_embeddings)
+    }
+
     /// Reject combinations the model cannot run.
     pub fn validate(&self) -> Result<()> {
         let err = |m: String| Err(CodonError::Config(m));
