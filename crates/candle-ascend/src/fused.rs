@@ -1,10 +1,13 @@
 //! The launch API for fused ops that live outside this crate (an op type with a CPU body and an
 //! Ascend body, in the style of candle-nn's `ops.rs`): each function takes candle tensors on an
 //! Ascend device, checks the part's support table, and launches one aclnn fused operator.
+use std::sync::Arc;
+
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{DType, Layout, Shape, Storage, Tensor};
 
 use crate::ops::{acl_dtype, View};
+use crate::runtime::device::DeviceInner;
 use crate::storage::AscendStorage;
 
 pub use crate::ops::optim::AdamWHyper;
@@ -17,16 +20,15 @@ pub fn runs_natively(t: &Tensor, op: &str, dtype: DType) -> bool {
     }
 }
 
-fn with_view<R>(t: &Tensor, f: impl FnOnce(&AscendStorage, View) -> candle_core::Result<R>) -> candle_core::Result<R> {
+/// The device and view of a tensor on an Ascend device. The view points into the tensor's
+/// buffer, which the caller's tensor keeps alive.
+fn tensor_view(t: &Tensor) -> candle_core::Result<(Arc<DeviceInner>, View)> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Custom(custom) = &*storage else {
         candle_core::bail!("expected a tensor on an Ascend device, found one on {:?}", t.device().location())
     };
-    let Some(ascend) = custom.as_any().downcast_ref::<AscendStorage>() else {
-        candle_core::bail!("expected a tensor on an Ascend device, found one on {:?}", t.device().location())
-    };
-    let view = ascend.view(layout).map_err(candle_core::Error::from)?;
-    f(ascend, view)
+    let ascend = ascend_storage(custom.as_ref())?;
+    Ok((ascend.dev().clone(), ascend.view(layout)?))
 }
 
 /// AdamW in place through `aclnnApplyAdamWV2`: `var`, `m` and `v` are overwritten. `step` is a
@@ -39,18 +41,9 @@ pub fn apply_adamw(
     step: &Tensor,
     hyper: AdamWHyper,
 ) -> candle_core::Result<()> {
-    with_view(var, |storage, var| {
-        with_view(m, |_, m| {
-            with_view(v, |_, v| {
-                with_view(grad, |_, grad| {
-                    with_view(step, |_, step| {
-                        crate::ops::optim::apply_adamw_v2(storage.dev(), &var, &m, &v, &grad, &step, hyper)
-                            .map_err(candle_core::Error::from)
-                    })
-                })
-            })
-        })
-    })
+    let (dev, var) = tensor_view(var)?;
+    let (m, v, grad, step) = (tensor_view(m)?.1, tensor_view(v)?.1, tensor_view(grad)?.1, tensor_view(step)?.1);
+    Ok(crate::ops::optim::apply_adamw_v2(&dev, &var, &m, &v, &grad, &step, hyper)?)
 }
 
 fn ascend_storage(s: &dyn DynBackendStorage) -> candle_core::Result<&AscendStorage> {
@@ -198,14 +191,10 @@ pub fn assign(dst: &Tensor, src: &Tensor) -> candle_core::Result<()> {
     if dst.shape() != src.shape() {
         candle_core::bail!("assign: shapes {:?} and {:?} differ", dst.shape(), src.shape())
     }
-    with_view(dst, |storage, d| {
-        with_view(src, |_, s| {
-            let r = if dst.dtype() == src.dtype() {
-                crate::ops::copy::copy_into(storage.dev(), &d, &s)
-            } else {
-                crate::ops::copy::cast(storage.dev(), &s, &d)
-            };
-            r.map_err(candle_core::Error::from)
-        })
-    })
+    let ((dev, d), (_, s)) = (tensor_view(dst)?, tensor_view(src)?);
+    if dst.dtype() == src.dtype() {
+        Ok(crate::ops::copy::copy_into(&dev, &d, &s)?)
+    } else {
+        Ok(crate::ops::copy::cast(&dev, &s, &d)?)
+    }
 }
