@@ -1155,21 +1155,25 @@ PHASE2(ApplyAdamWV2)
  * (op_api/aclnn_layer_norm_backward.cpp). Rows of N = Π normalizedShape elements; mean and
  * rstd = 1/√(biased var + eps) per row (tiling coefficient 1/rowSize; kernel_layer_norm.h). */
 
-/* Element `j` of flat index `k` of tensor `t`'s own shape. */
-static double ld_flat(const aclTensor *t, int64_t k) {
-    It it;
-    int64_t off;
-    it_init(&it, t, NULL);
-    offsets(t, k, &it, 1, &off);
-    return ld(it.base, it.dt, off);
+/* Element access by flat index of a tensor's own shape; the host base is resolved once. */
+typedef struct { const aclTensor *t; It it; } Flat;
+
+static Flat flat_of(const aclTensor *t) {
+    Flat f = {t, {0}};
+    it_init(&f.it, t, NULL);
+    return f;
 }
 
-static void st_flat(const aclTensor *t, int64_t k, double v) {
-    It it;
+static double ld_flat(Flat *f, int64_t k) {
     int64_t off;
-    it_init(&it, t, NULL);
-    offsets(t, k, &it, 1, &off);
-    st(it.base, it.dt, off, v);
+    offsets(f->t, k, &f->it, 1, &off);
+    return ld(f->it.base, f->it.dt, off);
+}
+
+static void st_flat(Flat *f, int64_t k, double v) {
+    int64_t off;
+    offsets(f->t, k, &f->it, 1, &off);
+    st(f->it.base, f->it.dt, off, v);
 }
 
 /* normalizedShape against input (right-aligned), weight and bias; out (or gradOut) like input. */
@@ -1200,23 +1204,24 @@ static int norm_shapes(const char *op, const aclTensor *x, const aclIntArray *no
 
 /* t = out, x, w, b, mean, rstd; i[0] = N, i[1] = has w, i[2] = has b, i[3] = has mean/rstd; f[0] = eps. */
 static void run_layer_norm(aclOpExecutor *e) {
-    const aclTensor *out = &e->t[0], *x = &e->t[1];
-    int64_t n = e->i[0], m = n ? numel(x) / n : 0;
+    Flat out = flat_of(&e->t[0]), x = flat_of(&e->t[1]), w = flat_of(&e->t[2]), b = flat_of(&e->t[3]);
+    Flat mean_out = flat_of(&e->t[4]), rstd_out = flat_of(&e->t[5]);
+    int64_t n = e->i[0], m = n ? numel(&e->t[1]) / n : 0;
     for (int64_t r = 0; r < m; r++) {
         double sum = 0, sq = 0;
-        for (int64_t j = 0; j < n; j++) sum += (float)ld_flat(x, r * n + j);
+        for (int64_t j = 0; j < n; j++) sum += (float)ld_flat(&x, r * n + j);
         float mean = (float)(sum / (double)n);
         for (int64_t j = 0; j < n; j++) {
-            float d = (float)ld_flat(x, r * n + j) - mean;
+            float d = (float)ld_flat(&x, r * n + j) - mean;
             sq += (double)d * d;
         }
         float rstd = 1.0f / sqrtf((float)(sq / (double)n) + (float)e->f[0]);
         for (int64_t j = 0; j < n; j++) {
-            float w = e->i[1] ? (float)ld_flat(&e->t[2], j) : 1.0f, b = e->i[2] ? (float)ld_flat(&e->t[3], j) : 0.0f;
-            st_flat(out, r * n + j, ((float)ld_flat(x, r * n + j) - mean) * rstd * w + b);
+            float wj = e->i[1] ? (float)ld_flat(&w, j) : 1.0f, bj = e->i[2] ? (float)ld_flat(&b, j) : 0.0f;
+            st_flat(&out, r * n + j, ((float)ld_flat(&x, r * n + j) - mean) * rstd * wj + bj);
         }
-        if (e->i[3] & 1) st_flat(&e->t[4], r, mean);
-        if (e->i[3] & 2) st_flat(&e->t[5], r, rstd);
+        if (e->i[3] & 1) st_flat(&mean_out, r, mean);
+        if (e->i[3] & 2) st_flat(&rstd_out, r, rstd);
     }
 }
 
@@ -1266,30 +1271,31 @@ PHASE2(LayerNorm)
  * i[2] = output mask bits. dx = (ĝ − mean(ĝ) − x̂·mean(ĝ⊙x̂))·rstd with ĝ = g⊙w;
  * dw = Σ g⊙x̂ and db = Σ g over the rows, accumulated in FP32 and cast to the outputs. */
 static void run_layer_norm_backward(aclOpExecutor *e) {
-    const aclTensor *g = &e->t[0], *x = &e->t[1];
-    int64_t n = e->i[0], m = n ? numel(x) / n : 0, mask = e->i[2];
+    Flat g = flat_of(&e->t[0]), x = flat_of(&e->t[1]), mean_in = flat_of(&e->t[2]), rstd_in = flat_of(&e->t[3]);
+    Flat w = flat_of(&e->t[4]), dx = flat_of(&e->t[5]), dw_out = flat_of(&e->t[6]), db_out = flat_of(&e->t[7]);
+    int64_t n = e->i[0], m = n ? numel(&e->t[1]) / n : 0, mask = e->i[2];
     float *dw = calloc((size_t)(n ? n : 1), sizeof *dw), *db = calloc((size_t)(n ? n : 1), sizeof *db);
     for (int64_t r = 0; r < m; r++) {
-        float mean = (float)ld_flat(&e->t[2], r), rstd = (float)ld_flat(&e->t[3], r);
+        float mean = (float)ld_flat(&mean_in, r), rstd = (float)ld_flat(&rstd_in, r);
         float sum_g = 0, sum_gx = 0;
         for (int64_t j = 0; j < n; j++) {
-            float gj = (float)ld_flat(g, r * n + j), w = e->i[1] ? (float)ld_flat(&e->t[4], j) : 1.0f;
-            float xh = ((float)ld_flat(x, r * n + j) - mean) * rstd;
-            sum_g += gj * w;
-            sum_gx += gj * w * xh;
+            float gj = (float)ld_flat(&g, r * n + j), wj = e->i[1] ? (float)ld_flat(&w, j) : 1.0f;
+            float xh = ((float)ld_flat(&x, r * n + j) - mean) * rstd;
+            sum_g += gj * wj;
+            sum_gx += gj * wj * xh;
             dw[j] += gj * xh;
             db[j] += gj;
         }
         if (mask & 1)
             for (int64_t j = 0; j < n; j++) {
-                float gj = (float)ld_flat(g, r * n + j), w = e->i[1] ? (float)ld_flat(&e->t[4], j) : 1.0f;
-                float xh = ((float)ld_flat(x, r * n + j) - mean) * rstd;
-                st_flat(&e->t[5], r * n + j, (gj * w - sum_g / (float)n - xh * sum_gx / (float)n) * rstd);
+                float gj = (float)ld_flat(&g, r * n + j), wj = e->i[1] ? (float)ld_flat(&w, j) : 1.0f;
+                float xh = ((float)ld_flat(&x, r * n + j) - mean) * rstd;
+                st_flat(&dx, r * n + j, (gj * wj - sum_g / (float)n - xh * sum_gx / (float)n) * rstd);
             }
     }
     for (int64_t j = 0; j < n; j++) {
-        if (mask & 2) st_flat(&e->t[6], j, dw[j]);
-        if (mask & 4) st_flat(&e->t[7], j, db[j]);
+        if (mask & 2) st_flat(&dw_out, j, dw[j]);
+        if (mask & 4) st_flat(&db_out, j, db[j]);
     }
     free(dw);
     free(db);
@@ -1368,13 +1374,14 @@ static void for_rows(const aclTensor *t, int64_t axis, aclOpExecutor *e,
 
 /* t[0] = out, t[1] = self. Max-subtracted, accumulated in FP32. */
 static void softmax_row(aclOpExecutor *e, int64_t k0, int64_t step, int64_t len) {
+    Flat out = flat_of(&e->t[0]), x = flat_of(&e->t[1]);
     float mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < len; j++) {
-        float v = (float)ld_flat(&e->t[1], k0 + j * step);
+        float v = (float)ld_flat(&x, k0 + j * step);
         if (v > mx) mx = v;
     }
-    for (int64_t j = 0; j < len; j++) sum += expf((float)ld_flat(&e->t[1], k0 + j * step) - mx);
-    for (int64_t j = 0; j < len; j++) st_flat(&e->t[0], k0 + j * step, expf((float)ld_flat(&e->t[1], k0 + j * step) - mx) / sum);
+    for (int64_t j = 0; j < len; j++) sum += expf((float)ld_flat(&x, k0 + j * step) - mx);
+    for (int64_t j = 0; j < len; j++) st_flat(&out, k0 + j * step, expf((float)ld_flat(&x, k0 + j * step) - mx) / sum);
 }
 
 static void run_softmax(aclOpExecutor *e) { for_rows(&e->t[1], e->i[0], e, softmax_row); }
@@ -1400,11 +1407,12 @@ PHASE2(Softmax)
 /* t[0] = out, t[1] = gradOutput, t[2] = output: out = y·(g − Σ g·y) along the axis
  * (ops-nn e5c3fa932 activation/softmax_grad/docs/aclnnSoftmaxBackward.md). */
 static void softmax_grad_row(aclOpExecutor *e, int64_t k0, int64_t step, int64_t len) {
+    Flat out = flat_of(&e->t[0]), g = flat_of(&e->t[1]), y = flat_of(&e->t[2]);
     float dot = 0;
-    for (int64_t j = 0; j < len; j++) dot += (float)ld_flat(&e->t[1], k0 + j * step) * (float)ld_flat(&e->t[2], k0 + j * step);
+    for (int64_t j = 0; j < len; j++) dot += (float)ld_flat(&g, k0 + j * step) * (float)ld_flat(&y, k0 + j * step);
     for (int64_t j = 0; j < len; j++) {
-        float y = (float)ld_flat(&e->t[2], k0 + j * step);
-        st_flat(&e->t[0], k0 + j * step, y * ((float)ld_flat(&e->t[1], k0 + j * step) - dot));
+        float yj = (float)ld_flat(&y, k0 + j * step);
+        st_flat(&out, k0 + j * step, yj * ((float)ld_flat(&g, k0 + j * step) - dot));
     }
 }
 
