@@ -10,40 +10,31 @@ use candle_core::Tensor;
 
 use crate::error::{CodonError, Result, TensorContext};
 
-/// Mode of an ordinary file create before the umask.
-#[cfg(unix)]
+/// Mode of an ordinary file create before the umask (Unix).
 const FILE_MODE: u32 = 0o666;
-/// Mode of an ordinary folder create before the umask.
-#[cfg(unix)]
+/// Mode of an ordinary folder create before the umask (Unix).
 const DIR_MODE: u32 = 0o777;
 
-fn builder(prefix: &str, _mode: u32) -> tempfile::Builder<'_, 'static> {
+/// A tempfile builder whose file or folder is created with `mode` under the umask, as an
+/// ordinary create is (elsewhere, the platform's default).
+fn builder(prefix: &str, mode: u32) -> tempfile::Builder<'_, 'static> {
     let mut b = tempfile::Builder::new();
     b.prefix(prefix);
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        b.permissions(std::fs::Permissions::from_mode(_mode));
-    }
+    b.permissions(std::os::unix::fs::PermissionsExt::from_mode(mode));
+    #[cfg(not(unix))]
+    let _ = mode;
     b
 }
 
 /// A temporary file in `dir`, named `<prefix><random>`, created as an ordinary file would be.
 pub fn temp_file_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::NamedTempFile> {
-    #[cfg(unix)]
-    let mode = FILE_MODE;
-    #[cfg(not(unix))]
-    let mode = 0;
-    builder(prefix, mode).tempfile_in(dir)
+    builder(prefix, FILE_MODE).tempfile_in(dir)
 }
 
 /// A temporary folder in `dir`, named `<prefix><random>`, created as an ordinary folder would be.
 pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
-    #[cfg(unix)]
-    let mode = DIR_MODE;
-    #[cfg(not(unix))]
-    let mode = 0;
-    builder(prefix, mode).tempdir_in(dir)
+    builder(prefix, DIR_MODE).tempdir_in(dir)
 }
 
 /// Write tensors as a safetensors file, atomically and with ordinary permissions. (The
