@@ -34,9 +34,7 @@ impl Precision {
             Precision::F16 => DType::F16,
         }
     }
-}
 
-impl Precision {
     /// What `--precision auto` means on `device`: f32 on the CPU, bf16 where the device has it,
     /// otherwise f16 with dynamic loss scaling (an Ascend 910A has no BF16).
     pub fn auto(device: &candle_core::Device) -> Self {
