@@ -36,7 +36,7 @@ pub mod trainer;
 pub use allocator::retain_freed_memory;
 pub use error::{Result, TrainError};
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
-pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig};
+pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
 pub use trainer::{
     AnomalyPolicy, BatchSource, DeviceProbe, DeviceStepStats, Precision, StepMetrics, TrainReport, TrainableModel,

@@ -3,19 +3,20 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use codon_data::{DataLoader, MlmBatch};
 use codon_model::bigbird::{
     load_model, masked_lm_loss, save_model, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
 
 use crate::error::{Result, TrainError};
+use crate::optim::Parameters;
 use crate::trainer::{BatchSource, Precision, TrainableModel};
 
 /// A BigBird model whose parameters are trainable `Var`s in the compute dtype.
 pub struct MaskedLmModel {
     model: BigBirdForMaskedLM,
-    vars: Vec<(String, Var)>,
+    params: Parameters,
     attention: AttentionType,
 }
 
@@ -24,16 +25,10 @@ impl MaskedLmModel {
     /// optimizer keeps f32 masters of the original values).
     pub fn new(model: BigBirdForMaskedLM, precision: Precision, attention: AttentionType) -> Result<Self> {
         precision.check_device(model.device())?;
-        let dtype = precision.dtype();
-        let mut vars = Vec::new();
-        let mut named = HashMap::new();
-        for (name, t) in model.named_parameters() {
-            let var = Var::from_tensor(&t.to_dtype(dtype)?.detach())?;
-            named.insert(name.clone(), var.as_tensor().clone());
-            vars.push((name, var));
-        }
+        let params = Parameters::trainable(model.named_parameters(), precision.dtype())?;
+        let named = params.named().iter().map(|(name, var)| (name.clone(), var.as_tensor().clone())).collect();
         let model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
-        Ok(Self { model, vars, attention })
+        Ok(Self { model, params, attention })
     }
 
     /// The model (sharing the trainable parameters).
@@ -45,8 +40,8 @@ impl MaskedLmModel {
 impl TrainableModel for MaskedLmModel {
     type Batch = MlmBatch;
 
-    fn parameters(&self) -> Vec<(String, Var)> {
-        self.vars.clone()
+    fn parameters(&self) -> Parameters {
+        self.params.clone()
     }
 
     fn loss(&self, batch: &MlmBatch, seed: u64) -> Result<Tensor> {

@@ -5,7 +5,9 @@
 //! parameters (candle-nn's AdamW keeps its moments in the parameter dtype instead).
 
 use std::collections::HashMap;
+use std::ops::Range;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 
 use candle_ascend::fused::{self, AdamWHyper};
@@ -36,39 +38,135 @@ impl Default for AdamWConfig {
     }
 }
 
-struct Slot {
-    name: String,
-    param: Var,
-    /// f32 master copy when the parameter is not f32.
+/// Trainable parameters: named variables, in groups that the optimizer updates as one flat
+/// buffer each.
+///
+/// On the CPU every parameter is its own group (the update is one fused pass per parameter
+/// there). On other devices each kernel launch costs host time, so [`Parameters::trainable`]
+/// puts runs of consecutive parameters into flat buffers of at most [`FLAT_GROUP_ELEMS`]
+/// elements, and every variable is a view into its group's buffer: a step then gathers each
+/// gradient once and updates a whole group with one launch.
+#[derive(Clone)]
+pub struct Parameters {
+    named: Vec<(String, Var)>,
+    groups: Vec<Group>,
+}
+
+/// Consecutive parameters and the flat buffer (in their dtype) that holds their values.
+#[derive(Clone)]
+struct Group {
+    slots: Range<usize>,
+    values: Tensor,
+}
+
+impl From<Vec<(String, Var)>> for Parameters {
+    /// Each variable its own group, its values the variable's own storage.
+    fn from(named: Vec<(String, Var)>) -> Self {
+        let groups = named
+            .iter()
+            .enumerate()
+            .map(|(i, (_, var))| Group { slots: i..i + 1, values: var.as_tensor().detach() })
+            .collect();
+        Self { named, groups }
+    }
+}
+
+impl Parameters {
+    /// Trainable variables holding `named`'s values in `dtype`; views into flat group buffers
+    /// except on the CPU (see the type).
+    pub fn trainable(named: Vec<(String, Tensor)>, dtype: DType) -> Result<Self> {
+        let on_cpu = named.first().is_none_or(|(_, t)| t.device().is_cpu());
+        if on_cpu {
+            let vars = named
+                .into_iter()
+                .map(|(name, t)| Ok((name, Var::from_tensor(&t.to_dtype(dtype)?.detach())?)))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Self::from(vars));
+        }
+        let sizes: Vec<usize> = named.iter().map(|(_, t)| t.elem_count()).collect();
+        let mut vars = Vec::with_capacity(named.len());
+        let mut out_groups = Vec::new();
+        for slots in groups(&sizes, FLAT_GROUP_ELEMS) {
+            let parts = named[slots.clone()]
+                .iter()
+                .map(|(_, t)| t.to_dtype(dtype)?.flatten_all())
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            // A fresh buffer even for a single part: the optimizer writes it in place.
+            let values = Tensor::cat(&parts, 0)?.copy()?;
+            let mut offset = 0;
+            for (name, t) in &named[slots.clone()] {
+                let n = t.elem_count();
+                vars.push((name.clone(), Var::from_view(&values.narrow(0, offset, n)?.reshape(t.shape())?)?));
+                offset += n;
+            }
+            out_groups.push(Group { slots, values });
+        }
+        Ok(Self { named: vars, groups: out_groups })
+    }
+
+    /// The variables with their names, in order.
+    pub fn named(&self) -> &[(String, Var)] {
+        &self.named
+    }
+
+    /// Parameter names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.named.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The gradients of a backward pass as one flat f32 tensor per group (zeros for a
+    /// parameter that got none): a copy per parameter into its group, one cast per group.
+    pub fn gradients(&self, store: &GradStore) -> candle_core::Result<Vec<Tensor>> {
+        self.groups
+            .iter()
+            .map(|group| {
+                let parts = self.named[group.slots.clone()]
+                    .iter()
+                    .map(|(_, var)| match store.get(var.as_tensor()) {
+                        Some(g) => g.flatten_all(),
+                        None => var.as_tensor().zeros_like()?.flatten_all(),
+                    })
+                    .collect::<candle_core::Result<Vec<_>>>()?;
+                Tensor::cat(&parts, 0)?.to_dtype(DType::F32)
+            })
+            .collect()
+    }
+
+    /// Per-group tensors (as [`Parameters::gradients`] returns) cut back into one view per
+    /// parameter, with its name and shape.
+    pub fn split(&self, flat: &[Tensor]) -> candle_core::Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::with_capacity(self.named.len());
+        for (group, t) in self.groups.iter().zip(flat) {
+            let t = t.flatten_all()?;
+            let mut offset = 0;
+            for (name, var) in &self.named[group.slots.clone()] {
+                let n = var.elem_count();
+                out.push((name.clone(), t.narrow(0, offset, n)?.reshape(var.shape())?));
+                offset += n;
+            }
+        }
+        Ok(out)
+    }
+
+    fn group_len(&self, group: &Group) -> usize {
+        group.values.elem_count()
+    }
+}
+
+/// The optimizer state of one group: flat f32 buffers.
+struct GroupState {
+    /// f32 master weights when the parameters are not f32 (else θ is the group's buffer).
     master: Option<Tensor>,
     exp_avg: Tensor,
     exp_avg_sq: Tensor,
 }
 
-/// θ, m and v of a run of consecutive parameters, each one f32 buffer (the flat path).
-struct FlatState {
-    /// The parameters (slot indices) it holds.
-    slots: std::ops::Range<usize>,
-    theta: Tensor,
-    m: Tensor,
-    v: Tensor,
-}
-
-/// Elements per flat group: enough that a step is a few dozen launches, few enough that the
-/// update's temporaries (a handful of group-sized buffers) stay small next to the model.
-const FLAT_GROUP_ELEMS: usize = 16 << 20;
-
-/// θ into the parameter, in the parameter's dtype: on an Ascend device one cast (or copy)
-/// straight into its storage, elsewhere `Var::set` of the converted value.
-fn write_param(param: &Var, theta: &Tensor) -> candle_core::Result<()> {
-    if fused::runs_natively(theta, "aclnnCast", theta.dtype()) {
-        return fused::assign(param.as_tensor(), theta);
-    }
-    param.set(&theta.to_dtype(param.dtype())?)
-}
+/// Elements per flat group: enough that a step is a few launches per group, few enough that the
+/// composed update's temporaries (a handful of group-sized buffers) stay small next to the model.
+pub const FLAT_GROUP_ELEMS: usize = 16 << 20;
 
 /// Consecutive runs of `sizes` holding at most `max` elements each (a larger item alone).
-fn groups(sizes: &[usize], max: usize) -> Vec<std::ops::Range<usize>> {
+fn groups(sizes: &[usize], max: usize) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut total) = (0, 0);
     for (i, &n) in sizes.iter().enumerate() {
@@ -84,37 +182,30 @@ fn groups(sizes: &[usize], max: usize) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// The tensors flattened to f32 and concatenated.
-fn flat_f32(ts: &[Tensor]) -> candle_core::Result<Tensor> {
-    let flat: Vec<Tensor> =
-        ts.iter().map(|t| t.to_dtype(DType::F32)?.flatten_all()).collect::<candle_core::Result<_>>()?;
-    Tensor::cat(&flat, 0)
-}
-
 /// The optimizer.
 pub struct AdamW {
-    slots: Vec<Slot>,
+    params: Parameters,
+    states: Vec<GroupState>,
     config: AdamWConfig,
     step: usize,
-    /// The flat buffers, on devices that take the flat path; the slots hold views into them.
-    flat: Option<Vec<FlatState>>,
 }
 
 impl AdamW {
-    /// An optimizer over named parameters, with zero moments.
-    pub fn new(params: Vec<(String, Var)>, config: AdamWConfig) -> Result<Self> {
-        let mut slots = Vec::with_capacity(params.len());
-        for (name, param) in params {
-            // Every state tensor owns its storage: the CPU update writes it in place.
-            let master = match param.dtype() {
+    /// An optimizer over the parameters, with zero moments.
+    pub fn new(params: impl Into<Parameters>, config: AdamWConfig) -> Result<Self> {
+        let params = params.into();
+        let mut states = Vec::with_capacity(params.groups.len());
+        for group in &params.groups {
+            // Every state tensor owns its storage: the in-place updates write it.
+            let values = group.values.flatten_all()?;
+            let master = match values.dtype() {
                 DType::F32 => None,
-                _ => Some(param.as_tensor().to_dtype(DType::F32)?.copy()?.detach()),
+                _ => Some(values.to_dtype(DType::F32)?.copy()?),
             };
-            let zeros = || Tensor::zeros(param.shape(), DType::F32, param.device());
-            let (exp_avg, exp_avg_sq) = (zeros()?, zeros()?);
-            slots.push(Slot { name, param, master, exp_avg, exp_avg_sq });
+            let zeros = || Tensor::zeros(params.group_len(group), DType::F32, values.device());
+            states.push(GroupState { master, exp_avg: zeros()?, exp_avg_sq: zeros()? });
         }
-        Ok(Self { slots, config, step: 0, flat: None })
+        Ok(Self { params, states, config, step: 0 })
     }
 
     /// Optimizer steps taken.
@@ -124,22 +215,32 @@ impl AdamW {
 
     /// Parameter names, in order.
     pub fn names(&self) -> Vec<String> {
-        self.slots.iter().map(|s| s.name.clone()).collect()
+        self.params.names()
+    }
+
+    /// θ of a group, flat f32: the master copy, or the parameters' own buffer.
+    fn theta(&self, i: usize) -> candle_core::Result<Tensor> {
+        match &self.states[i].master {
+            Some(m) => Ok(m.clone()),
+            None => self.params.groups[i].values.flatten_all(),
+        }
     }
 
     /// The f32 value of every parameter (the master copy when there is one).
     pub fn master_weights(&self) -> Vec<(String, Tensor)> {
-        self.slots
-            .iter()
-            .map(|s| (s.name.clone(), s.master.clone().unwrap_or_else(|| s.param.as_tensor().detach())))
-            .collect()
+        let thetas: candle_core::Result<Vec<Tensor>> = (0..self.states.len()).map(|i| self.theta(i)).collect();
+        thetas
+            .and_then(|t| self.params.split(&t))
+            .map(|named| named.into_iter().map(|(n, t)| (n, t.detach())).collect())
+            .unwrap_or_default()
     }
 
-    /// One update with f32 gradients (one per parameter, in order), at learning rate `lr`
-    /// and, when given, this step's β1 (torch uses the current β1 in the bias correction).
+    /// One update with f32 gradients, one per group as [`Parameters::gradients`] gives them (of
+    /// any shape with the group's element count), at learning rate `lr` and, when given, this
+    /// step's β1 (torch uses the current β1 in the bias correction).
     pub fn step(&mut self, grads: &[Tensor], lr: f64, beta1: Option<f64>) -> Result<()> {
-        if grads.len() != self.slots.len() {
-            return Err(TrainError::Config(format!("{} gradients for {} parameters", grads.len(), self.slots.len())));
+        if grads.len() != self.states.len() {
+            return Err(TrainError::Config(format!("{} gradients for {} groups", grads.len(), self.states.len())));
         }
         self.step += 1;
         let t = self.step as i32;
@@ -147,6 +248,7 @@ impl AdamW {
         let beta1 = beta1.unwrap_or(c.beta1);
         let step_size = lr / (1.0 - beta1.powi(t));
         let bias2_sqrt = (1.0 - c.beta2.powi(t)).sqrt();
+        let decay = 1.0 - lr * c.weight_decay;
         // t − 1 on the device, for the fused Ascend update: one upload per step, shared.
         let mut fused_step: Option<Tensor> = None;
         let hyper = AdamWHyper {
@@ -156,124 +258,85 @@ impl AdamW {
             weight_decay: c.weight_decay as f32,
             eps: c.eps as f32,
         };
-        if let Some(first) = self.slots.first() {
-            let theta = first.master.clone().unwrap_or_else(|| first.param.as_tensor().clone());
-            if !theta.device().is_cpu() && !fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
-                return self.step_flat(grads, lr, beta1, step_size, bias2_sqrt);
-            }
-        }
-        for (slot, g) in self.slots.iter_mut().zip(grads) {
+        for (i, g) in grads.iter().enumerate() {
+            let group = self.params.groups[i].clone();
+            let first = self.params.named[group.slots.start].0.clone();
             let op =
-                |e: candle_core::Error| TrainError::Tensor { op: format!("AdamW update of {}", slot.name), source: e };
-            let g = g.to_dtype(DType::F32).map_err(op)?;
-            let theta = match &slot.master {
-                Some(m) => m.clone(),
-                None => slot.param.as_tensor().detach(),
-            };
-            let decay = 1.0 - lr * c.weight_decay;
-            if theta.device().is_cpu() {
-                // In place: θ (the parameter or its master copy) and the moments are storage
-                // that only this optimizer writes.
-                let fused = || -> candle_core::Result<()> {
+                |e: candle_core::Error| TrainError::Tensor { op: format!("AdamW update of {first}…"), source: e };
+            let mut update = || -> candle_core::Result<()> {
+                let g = g.flatten_all()?;
+                if g.elem_count() != group.values.elem_count() {
+                    candle_core::bail!(
+                        "{} gradient values for {} parameters",
+                        g.elem_count(),
+                        group.values.elem_count()
+                    );
+                }
+                let theta = self.theta(i)?;
+                let state = &mut self.states[i];
+                if theta.device().is_cpu() {
+                    // In place: θ and the moments are storage that only this optimizer writes.
                     let g = g.contiguous()?;
-                    slot.exp_avg.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
-                    slot.exp_avg_sq.inplace_op2(&g, &MomentUpdate { beta: c.beta2, squared: true })?;
-                    let update = ParameterUpdate { decay, step_size, bias2_sqrt, eps: c.eps };
-                    theta.inplace_op3(&slot.exp_avg, &slot.exp_avg_sq, &update)?;
-                    if slot.master.is_some() {
-                        slot.param.set(&theta.to_dtype(slot.param.dtype())?)?;
+                    state.exp_avg.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
+                    state.exp_avg_sq.inplace_op2(&g, &MomentUpdate { beta: c.beta2, squared: true })?;
+                    theta.inplace_op3(
+                        &state.exp_avg,
+                        &state.exp_avg_sq,
+                        &ParameterUpdate { decay, step_size, bias2_sqrt, eps: c.eps },
+                    )?;
+                } else if fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
+                    // In place, one launch for the group.
+                    let step = match &fused_step {
+                        Some(s) => s.clone(),
+                        None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
+                    };
+                    fused::apply_adamw(&theta, &state.exp_avg, &state.exp_avg_sq, &g, &step, hyper)?;
+                } else {
+                    // The composed update, a dozen launches for the group.
+                    let m = (&state.exp_avg + ((&g - &state.exp_avg)? * (1.0 - beta1))?)?;
+                    let v = ((&state.exp_avg_sq * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
+                    let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
+                    let updated = ((&theta * decay)? - ((&m / denom)? * step_size)?)?;
+                    (state.exp_avg, state.exp_avg_sq) = (m, v);
+                    match &mut state.master {
+                        Some(master) => *master = updated,
+                        None => fused::assign(&theta, &updated)?,
                     }
-                    Ok(())
-                };
-                fused().map_err(op)?;
-                continue;
-            }
-            // In place, one launch: the parts that reach here have the fused operator (the others
-            // took the flat path above).
-            let mut fused_update = || -> candle_core::Result<()> {
-                let step = match &fused_step {
-                    Some(s) => s.clone(),
-                    None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
-                };
-                fused::apply_adamw(&theta, &slot.exp_avg, &slot.exp_avg_sq, &g, &step, hyper)?;
-                if slot.master.is_some() {
-                    write_param(&slot.param, &theta)?;
+                }
+                if let Some(master) = &self.states[i].master {
+                    self.write_params(&group, master)?;
                 }
                 Ok(())
             };
-            fused_update().map_err(op)?;
+            update().map_err(op)?;
         }
         Ok(())
     }
 
-    /// The composed update for devices without a fused body, over flat buffers: θ, m and v of
-    /// runs of consecutive parameters live in one f32 buffer each ([`FLAT_GROUP_ELEMS`]), so the
-    /// update is a dozen launches per group whatever the parameter count, plus one copy per
-    /// parameter in and out.
-    fn step_flat(&mut self, grads: &[Tensor], lr: f64, beta1: f64, step_size: f64, bias2_sqrt: f64) -> Result<()> {
-        let c = self.config;
-        let op = |e: candle_core::Error| TrainError::Tensor { op: "flat AdamW update".into(), source: e };
-        let states = match self.flat.take() {
-            Some(s) => s,
-            None => {
-                let sizes: Vec<usize> = self.slots.iter().map(|s| s.param.elem_count()).collect();
-                let masters: Vec<Tensor> = self.master_weights().into_iter().map(|(_, t)| t).collect();
-                let mut states = Vec::new();
-                for range in groups(&sizes, FLAT_GROUP_ELEMS) {
-                    let slots = &self.slots[range.clone()];
-                    let m: Vec<Tensor> = slots.iter().map(|s| s.exp_avg.clone()).collect();
-                    let v: Vec<Tensor> = slots.iter().map(|s| s.exp_avg_sq.clone()).collect();
-                    states.push(FlatState {
-                        theta: flat_f32(&masters[range.clone()]).map_err(op)?,
-                        m: flat_f32(&m).map_err(op)?,
-                        v: flat_f32(&v).map_err(op)?,
-                        slots: range,
-                    });
-                }
-                states
-            }
-        };
-        let mut updated = Vec::with_capacity(states.len());
-        for state in states {
-            let update = || -> candle_core::Result<FlatState> {
-                let g = flat_f32(&grads[state.slots.clone()])?;
-                let theta = (&state.theta * (1.0 - lr * c.weight_decay))?;
-                let m = (&state.m + ((&g - &state.m)? * (1.0 - beta1))?)?;
-                let v = ((&state.v * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
-                let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
-                let theta = (theta - ((&m / denom)? * step_size)?)?;
-                Ok(FlatState { slots: state.slots.clone(), theta, m, v })
-            };
-            let state = update().map_err(op)?;
-            let mut offset = 0;
-            for slot in &mut self.slots[state.slots.clone()] {
-                let n = slot.param.elem_count();
-                let view = |t: &Tensor| t.narrow(0, offset, n)?.reshape(slot.param.shape());
-                let mut write = || -> candle_core::Result<()> {
-                    slot.exp_avg = view(&state.m)?;
-                    slot.exp_avg_sq = view(&state.v)?;
-                    let theta = view(&state.theta)?;
-                    write_param(&slot.param, &theta)?;
-                    if slot.master.is_some() {
-                        slot.master = Some(theta);
-                    }
-                    Ok(())
-                };
-                write().map_err(op)?;
-                offset += n;
-            }
-            updated.push(state);
+    /// f32 θ of a group into its parameters, in their dtype: on an Ascend device one cast
+    /// straight into the group's buffer, elsewhere `Var::set` of each converted value.
+    fn write_params(&self, group: &Group, theta: &Tensor) -> candle_core::Result<()> {
+        if fused::runs_natively(theta, "aclnnCast", theta.dtype()) {
+            return fused::assign(&group.values.flatten_all()?, theta);
         }
-        self.flat = Some(updated);
+        let mut offset = 0;
+        for (_, var) in &self.params.named[group.slots.clone()] {
+            let n = var.elem_count();
+            var.set(&theta.narrow(0, offset, n)?.reshape(var.shape())?.to_dtype(var.dtype())?)?;
+            offset += n;
+        }
         Ok(())
     }
 
     /// Moments and step count, for checkpoints: `exp_avg.<name>`, `exp_avg_sq.<name>`.
     pub fn state(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
-        for s in &self.slots {
-            out.insert(format!("exp_avg.{}", s.name), s.exp_avg.clone());
-            out.insert(format!("exp_avg_sq.{}", s.name), s.exp_avg_sq.clone());
+        let m: Vec<Tensor> = self.states.iter().map(|s| s.exp_avg.clone()).collect();
+        let v: Vec<Tensor> = self.states.iter().map(|s| s.exp_avg_sq.clone()).collect();
+        for (prefix, flat) in [("exp_avg", m), ("exp_avg_sq", v)] {
+            for (name, t) in self.params.split(&flat).unwrap_or_default() {
+                out.insert(format!("{prefix}.{name}"), t);
+            }
         }
         out
     }
@@ -285,56 +348,58 @@ impl AdamW {
         masters: &HashMap<String, Tensor>,
         step: usize,
     ) -> std::result::Result<(), String> {
-        for s in &mut self.slots {
-            let get = |key: String| -> std::result::Result<Tensor, String> {
-                let t = state.get(&key).ok_or_else(|| format!("missing optimizer tensor {key}"))?;
-                if t.dims() != s.param.dims() {
-                    return Err(format!("{key} has shape {:?}, parameter {:?}", t.dims(), s.param.dims()));
-                }
-                // A copy: the CPU update writes the moments in place.
-                t.to_dtype(DType::F32).and_then(|t| t.to_device(s.param.device())?.copy()).map_err(|e| e.to_string())
+        for (i, group) in self.params.groups.iter().enumerate() {
+            let named = &self.params.named[group.slots.clone()];
+            // One f32 buffer (a fresh copy: the updates write it in place) from the per-parameter
+            // tensors of `source` named `prefix<name>`.
+            let flat = |source: &HashMap<String, Tensor>, prefix: &str| -> std::result::Result<Tensor, String> {
+                let parts = named
+                    .iter()
+                    .map(|(name, var)| {
+                        let key = format!("{prefix}{name}");
+                        let t = source.get(&key).ok_or_else(|| format!("missing tensor {key}"))?;
+                        if t.dims() != var.dims() {
+                            return Err(format!("{key} has shape {:?}, parameter {:?}", t.dims(), var.dims()));
+                        }
+                        t.to_dtype(DType::F32)
+                            .and_then(|t| t.to_device(var.device())?.flatten_all())
+                            .map_err(|e| e.to_string())
+                    })
+                    .collect::<std::result::Result<Vec<_>, String>>()?;
+                Tensor::cat(&parts, 0).and_then(|t| t.copy()).map_err(|e| e.to_string())
             };
-            s.exp_avg = get(format!("exp_avg.{}", s.name))?;
-            s.exp_avg_sq = get(format!("exp_avg_sq.{}", s.name))?;
-            let master = masters.get(&s.name).ok_or_else(|| format!("missing weight {}", s.name))?;
-            let master = master
-                .to_dtype(DType::F32)
-                .and_then(|t| t.to_device(s.param.device())?.copy())
-                .map_err(|e| e.to_string())?;
+            let (m, v, theta) = (flat(state, "exp_avg.")?, flat(state, "exp_avg_sq.")?, flat(masters, "")?);
+            let s = &mut self.states[i];
+            (s.exp_avg, s.exp_avg_sq) = (m, v);
             if s.master.is_some() {
-                s.master = Some(master.clone());
+                s.master = Some(theta.clone());
             }
-            let value = master.to_dtype(s.param.dtype()).map_err(|e| e.to_string())?;
-            s.param.set(&value).map_err(|e| e.to_string())?;
+            let mut offset = 0;
+            for (_, var) in named {
+                let n = var.elem_count();
+                let value = theta.narrow(0, offset, n).and_then(|t| t.reshape(var.shape())?.to_dtype(var.dtype()));
+                value.and_then(|value| var.set(&value)).map_err(|e| e.to_string())?;
+                offset += n;
+            }
         }
         self.step = step;
-        self.flat = None;
         Ok(())
     }
 }
 
-/// Global 2-norm of gradients, sqrt(Σ‖g‖²), as an f32 scalar tensor on their device: on the
-/// CPU one fused pass per gradient; elsewhere one square-and-sum per flat group of gradients (a
-/// copy per gradient), instead of three launches per gradient.
+/// Global 2-norm of gradients, sqrt(Σ‖g‖²), as an f32 scalar tensor on their device: one
+/// square-and-sum per tensor (a fused pass on the CPU), so per-group gradients cost a few
+/// launches in all.
 pub fn global_norm(grads: &[Tensor]) -> candle_core::Result<Tensor> {
-    let Some(first) = grads.first() else { candle_core::bail!("no gradients") };
     let mut total: Option<Tensor> = None;
-    let mut add = |s: Tensor| -> candle_core::Result<()> {
+    for g in grads {
+        let g = g.to_dtype(DType::F32)?;
+        let s =
+            if g.device().is_cpu() { g.contiguous()?.apply_op1_no_bwd(&SumOfSquares)? } else { g.sqr()?.sum_all()? };
         total = Some(match total.take() {
             Some(t) => (t + s)?,
             None => s,
         });
-        Ok(())
-    };
-    if first.device().is_cpu() {
-        for g in grads {
-            add(g.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&SumOfSquares)?)?;
-        }
-    } else {
-        let sizes: Vec<usize> = grads.iter().map(Tensor::elem_count).collect();
-        for range in groups(&sizes, FLAT_GROUP_ELEMS) {
-            add(flat_f32(&grads[range])?.sqr()?.sum_all()?)?;
-        }
     }
     match total {
         Some(t) => t.sqrt(),

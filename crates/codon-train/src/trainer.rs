@@ -6,12 +6,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::{DType, Tensor, Var};
+use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{self, TrainerState};
 use crate::error::{Result, TrainError};
-use crate::optim::{clip_by_norm, global_norm, AdamW, AdamWConfig};
+use crate::optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 use crate::schedule::{OneCycleLr, Scheduler};
 
 /// Numeric precision of training.
@@ -85,8 +85,8 @@ pub enum AnomalyPolicy {
 pub trait TrainableModel {
     /// One micro-batch.
     type Batch;
-    /// The trainable parameters, by name.
-    fn parameters(&self) -> Vec<(String, Var)>;
+    /// The trainable parameters, by name, in the groups the optimizer updates together.
+    fn parameters(&self) -> Parameters;
     /// The loss of a batch in training mode; `seed` drives this pass's randomness (dropout).
     fn loss(&self, batch: &Self::Batch, seed: u64) -> Result<Tensor>;
     /// Tokens in a batch, for throughput.
@@ -455,9 +455,7 @@ impl Trainer {
             crate::allocator::retain_freed_memory();
         }
         let params = model.parameters();
-        let names: Vec<String> = params.iter().map(|(n, _)| n.clone()).collect();
-        let vars: Vec<Var> = params.iter().map(|(_, v)| v.clone()).collect();
-        let mut optimizer = AdamW::new(params, c.adamw)?;
+        let mut optimizer = AdamW::new(params.clone(), c.adamw)?;
         let mut scaler = (c.precision == Precision::F16).then(LossScaler::new);
 
         if let Some(dir) = &c.checkpoint_dir {
@@ -525,8 +523,7 @@ impl Trainer {
                 if micro.is_empty() {
                     break;
                 }
-                let m =
-                    self.optimizer_step(model, &vars, &names, &micro, &mut optimizer, &mut scaler, scheduler, &state)?;
+                let m = self.optimizer_step(model, &params, &micro, &mut optimizer, &mut scaler, scheduler, &state)?;
                 state.step += 1;
                 state.batch_in_epoch += micro.len();
                 let device = c.device_probe.as_ref().map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step());
@@ -606,8 +603,7 @@ impl Trainer {
     fn optimizer_step<M: TrainableModel>(
         &self,
         model: &M,
-        vars: &[Var],
-        names: &[String],
+        params: &Parameters,
         micro: &[M::Batch],
         optimizer: &mut AdamW,
         scaler: &mut Option<LossScaler>,
@@ -623,13 +619,7 @@ impl Trainer {
             let loss = model.loss(batch, seed)?;
             let scaled = (&loss * (scale / micro.len() as f64))?;
             let store = scaled.backward()?;
-            let step_grads: Vec<Tensor> = vars
-                .iter()
-                .map(|v| match store.get(v.as_tensor()) {
-                    Some(g) => g.to_dtype(DType::F32),
-                    None => v.as_tensor().zeros_like()?.to_dtype(DType::F32),
-                })
-                .collect::<candle_core::Result<_>>()?;
+            let step_grads = params.gradients(&store)?;
             grads = Some(match grads {
                 Some(acc) => acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
                 None => step_grads,
@@ -664,10 +654,10 @@ impl Trainer {
         if !finite {
             if c.anomaly == AnomalyPolicy::Abort {
                 let mut bad = Vec::new();
-                for (name, g) in names.iter().zip(&grads) {
+                for (name, g) in params.split(&grads)? {
                     let s = g.sum_all()?.to_scalar::<f32>()?;
                     if !s.is_finite() {
-                        bad.push(name.clone());
+                        bad.push(name);
                     }
                 }
                 let what = if loss.is_finite() { "gradients" } else { "loss" };

@@ -9,7 +9,7 @@ use codon_data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolic
 use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_model::CodonTokenizer;
 use codon_train::{
-    AnomalyPolicy, BatchSource, Constant, MaskedLmData, MaskedLmModel, Precision, StepMetrics, TrainError,
+    AnomalyPolicy, BatchSource, Constant, MaskedLmData, MaskedLmModel, Parameters, Precision, StepMetrics, TrainError,
     TrainableModel, Trainer, TrainerConfig,
 };
 
@@ -189,7 +189,7 @@ fn bf16_and_f16_training_run() {
         let report = Trainer::new(config).fit(&m, &data, None).unwrap();
         assert_eq!(report.steps.len(), 3);
         assert!(report.steps.iter().all(|s| s.loss.is_finite() && !s.skipped), "{precision:?}: {:?}", report.steps);
-        assert_eq!(m.parameters()[0].1.dtype(), precision.dtype());
+        assert_eq!(m.parameters().named()[0].1.dtype(), precision.dtype());
         if precision == Precision::F16 {
             assert_eq!(report.steps[0].loss_scale, Some(65536.0));
         }
@@ -204,8 +204,8 @@ struct Linear {
 
 impl TrainableModel for Linear {
     type Batch = (f32, bool);
-    fn parameters(&self) -> Vec<(String, Var)> {
-        vec![("w".into(), self.w.clone()), ("b".into(), self.b.clone())]
+    fn parameters(&self) -> Parameters {
+        Parameters::from(vec![("w".into(), self.w.clone()), ("b".into(), self.b.clone())])
     }
     fn loss(&self, batch: &(f32, bool), _seed: u64) -> codon_train::Result<Tensor> {
         let x = if batch.1 { f32::NAN } else { batch.0 };

@@ -44,6 +44,13 @@ impl Var {
         }
     }
 
+    /// A variable that is a view of `t`'s storage (contiguous, any offset), without a copy: the
+    /// parameters of a fused optimizer can then live in one flat buffer that it updates with a
+    /// few launches, while the model sees each parameter as its own variable.
+    pub fn from_view(t: &Tensor) -> Result<Self> {
+        Ok(Self(t.make_var_view()?))
+    }
+
     pub fn rand_f64<S: Into<Shape>>(
         lo: f64,
         up: f64,
