@@ -36,6 +36,9 @@ struct Args {
     /// Encoder layers (CodonTransformer: 12).
     #[arg(long, default_value_t = 12)]
     layers: usize,
+    /// Recompute each layer's activations in the backward pass.
+    #[arg(long)]
+    gradient_checkpointing: bool,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -51,7 +54,8 @@ fn run() -> anyhow::Result<()> {
     let attention: AttentionType = args.attention.parse()?;
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
-    let model = MaskedLmModel::new(model, precision, attention)?;
+    let model =
+        MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps.max(2);
     let probe = codon_ascend::AscendProbe::new(ascend.clone());
@@ -68,12 +72,13 @@ fn run() -> anyhow::Result<()> {
     let report = trainer.fit(&model, &data, None::<&Path>)?;
     let last = report.steps.last().and_then(|s| s.device).ok_or_else(|| anyhow::anyhow!("no step ran"))?;
     println!(
-        "{} ({}{}), {:?}, {:?} attention, {} layers, batch {} x {}: step {steps} of {steps}",
+        "{} ({}{}), {:?}, {:?} attention{}, {} layers, batch {} x {}: step {steps} of {steps}",
         ascend.name(),
         ascend.soc().name,
         if std::env::var("CANDLE_ASCEND_SIM_NO_MATH").as_deref() == Ok("1") { ", no math" } else { "" },
         precision,
         attention,
+        if args.gradient_checkpointing { ", gradient checkpointing" } else { "" },
         args.layers,
         args.batch,
         args.length,

@@ -216,3 +216,58 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
         }
     }
 }
+
+/// Activation checkpointing recomputes each layer in the backward pass with the same dropout
+/// masks and random blocks, so every parameter gets the gradient that backpropagation through
+/// the whole graph gives: on the CPU and the emulated part, block-sparse and full attention.
+#[test]
+fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
+    let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+    use candle_core::{Tensor, Var};
+    use codon_ascend::model::bigbird::{init_weights, masked_lm_loss, BigBirdConfig, ForwardMode, ModelInput};
+    let config = BigBirdConfig::from_json(
+        r#"{"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
+            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256,
+            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}"#,
+    )
+    .unwrap();
+    let batch = codon_ascend::synthetic_mlm_batch(2, 120);
+    for device in [Device::Cpu, sim()] {
+        let vars: Vec<(String, Var)> = init_weights(&config, 0, &Device::Cpu, DType::F32)
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, Var::from_tensor(&t.to_device(&device).unwrap()).unwrap()))
+            .collect();
+        let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
+        let model = BigBirdForMaskedLM::from_named(config.clone(), named).unwrap();
+        let upload = |values: &[u32]| Tensor::from_slice(values, (2, 120), &device).unwrap();
+        let input = ModelInput {
+            input_ids: upload(&batch.input_ids),
+            token_type_ids: upload(&batch.token_type_ids),
+            attention_mask: upload(&batch.attention_mask),
+        };
+        let labels = Tensor::from_slice(&batch.labels, (2, 120), &device).unwrap();
+        for attention in [AttentionType::BlockSparse, AttentionType::OriginalFull] {
+            let mode = ForwardMode::train(attention, 11);
+            let loss = masked_lm_loss(&model.forward(&input, mode).unwrap(), &labels).unwrap();
+            let full = loss.backward().unwrap();
+            let (again, checkpointed) =
+                model.backward_checkpointed(&input, mode, |logits| masked_lm_loss(logits, &labels)).unwrap();
+            let scalar = |t: &Tensor| t.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
+            assert_eq!(scalar(&loss), scalar(&again), "{device:?} {attention:?}: the recomputed loss differs");
+            for (name, var) in &vars {
+                let (a, b) = match (full.get(var.as_tensor()), checkpointed.get(var.as_tensor())) {
+                    (Some(a), Some(b)) => (a, b),
+                    // The pooler is not part of the masked-LM loss.
+                    (None, None) => continue,
+                    (a, b) => panic!("{name}: gradient {} vs {}", a.is_some(), b.is_some()),
+                };
+                let a: Vec<f32> = a.flatten_all().unwrap().to_vec1().unwrap();
+                let b: Vec<f32> = b.flatten_all().unwrap().to_vec1().unwrap();
+                let scale = a.iter().fold(1e-12f32, |m, x| m.max(x.abs()));
+                let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale;
+                assert!(worst <= 1e-5, "{device:?} {attention:?} {name}: relative difference {worst}");
+            }
+        }
+    }
+}

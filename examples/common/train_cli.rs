@@ -101,6 +101,10 @@ pub struct Args {
     /// Clip gradients to this global norm.
     #[arg(long = "gradient_clip", alias = "gradient-clip")]
     pub gradient_clip: Option<f64>,
+    /// Recompute each encoder layer's activations in the backward pass (transformers'
+    /// gradient checkpointing): a fraction of the device memory for about a third more compute.
+    #[arg(long = "gradient_checkpointing", alias = "gradient-checkpointing")]
+    pub gradient_checkpointing: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -203,7 +207,8 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         }
     };
     println!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
-    let model = MaskedLmModel::new(model, precision, attention)?;
+    let model =
+        MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
 
     let dataset = JsonlDataset::open(&dataset_path, MalformedPolicy::Error)?;
     let loader_config = LoaderConfig {

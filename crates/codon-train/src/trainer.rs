@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,14 @@ pub trait TrainableModel {
     fn parameters(&self) -> Parameters;
     /// The loss of a batch in training mode; `seed` drives this pass's randomness (dropout).
     fn loss(&self, batch: &Self::Batch, seed: u64) -> Result<Tensor>;
+    /// The loss of a batch and the gradients of `loss · scale`. By default one backward pass
+    /// through the graph of [`TrainableModel::loss`]; a model that recomputes activations
+    /// (checkpointing) overrides it.
+    fn loss_and_gradients(&self, batch: &Self::Batch, seed: u64, scale: f64) -> Result<(Tensor, GradStore)> {
+        let loss = self.loss(batch, seed)?;
+        let grads = (&loss * scale)?.backward()?;
+        Ok((loss, grads))
+    }
     /// Tokens in a batch, for throughput.
     fn tokens(&self, batch: &Self::Batch) -> usize;
     /// Write f32 weights (named as [`TrainableModel::parameters`]) to a folder.
@@ -616,9 +625,7 @@ impl Trainer {
         let mut loss_sum: Option<Tensor> = None;
         for (i, batch) in micro.iter().enumerate() {
             let seed = codon_data::mix_seed(state.seed, (state.step * c.accumulate_grad_batches + i) as u64);
-            let loss = model.loss(batch, seed)?;
-            let scaled = (&loss * (scale / micro.len() as f64))?;
-            let store = scaled.backward()?;
+            let (loss, store) = model.loss_and_gradients(batch, seed, scale / micro.len() as f64)?;
             let step_grads = params.gradients(&store)?;
             grads = Some(match grads {
                 Some(acc) => acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,

@@ -1,8 +1,10 @@
 //! A caching allocator. Freed blocks go back to a per-size free list instead of `aclrtFree`, so
-//! steady-state training makes no `aclrtMalloc`/`aclrtFree` calls. Reuse is safe without
+//! steady-state training makes no `aclrtMalloc`/`aclrtFree` calls. A request takes the smallest
+//! cached block that is at most [`MAX_SLACK`] larger, so tensors of nearby sizes share blocks
+//! instead of each size keeping blocks of its own in the cache. Reuse is safe without
 //! synchronisation because each device has a single stream: work that used a block is
 //! ordered before any work that reuses it.
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -13,10 +15,13 @@ use crate::ffi::types::*;
 /// Block sizes are rounded up to this granularity (bytes).
 const GRANULE: usize = 512;
 
+/// A cached block serves a request up to its size / (1 + 1/MAX_SLACK): at most 1/8 wasted.
+const MAX_SLACK: usize = 8;
+
 /// Free blocks by size.
 #[derive(Debug, Default)]
 pub struct BlockCache {
-    free: HashMap<usize, Vec<usize>>,
+    free: BTreeMap<usize, Vec<usize>>,
     cached_bytes: usize,
 }
 
@@ -38,14 +43,15 @@ impl DeviceBuffer {
         let size = rounded(bytes);
         let cached = {
             let mut cache = device.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let hit = cache.free.get_mut(&size).and_then(Vec::pop);
-            if hit.is_some() {
-                cache.cached_bytes -= size;
+            let fit = cache.free.range_mut(size..=size + size / MAX_SLACK).find(|(_, v)| !v.is_empty());
+            let hit = fit.and_then(|(&block, v)| Some((block, v.pop()?)));
+            if let Some((block, _)) = hit {
+                cache.cached_bytes -= block;
             }
             hit
         };
-        if let Some(ptr) = cached {
-            return Ok(Self { ptr, size, device: device.clone() });
+        if let Some((block, ptr)) = cached {
+            return Ok(Self { ptr, size: block, device: device.clone() });
         }
         let ptr = match device.malloc(size) {
             Ok(p) => p,
@@ -106,7 +112,10 @@ impl DeviceInner {
         let blocks: Vec<(usize, usize)> = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             cache.cached_bytes = 0;
-            cache.free.drain().flat_map(|(size, v)| v.into_iter().map(move |ptr| (size, ptr))).collect()
+            std::mem::take(&mut cache.free)
+                .into_iter()
+                .flat_map(|(size, v)| v.into_iter().map(move |ptr| (size, ptr)))
+                .collect()
         };
         for (size, ptr) in blocks {
             // SAFETY: every cached pointer came from aclrtMalloc and is no longer referenced.

@@ -12,7 +12,7 @@
 //! model. Normalisation and softmax always run in f32, so bf16 and f16 models accumulate
 //! them in f32.
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 use rand::{RngCore, SeedableRng};
 
 use rand_chacha::ChaCha8Rng;
@@ -201,6 +201,7 @@ const MASK_CHUNK: usize = 64 * 1024;
 
 /// Dropout with masks from a seeded generator, so training is reproducible on any
 /// device (candle's CPU generator cannot be seeded).
+#[derive(Clone)]
 pub struct Dropout {
     rng: ChaCha8Rng,
 }
@@ -216,8 +217,9 @@ impl Dropout {
         if p <= 0.0 {
             return Ok(x.clone());
         }
+        // Converted on the host: the upload is then in x's dtype, with no cast on the device.
         let mask = self.mask(x.elem_count(), p);
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+        let mask = Tensor::from_vec(mask, x.shape(), &Device::Cpu)?.to_dtype(x.dtype())?.to_device(x.device())?;
         Ok((x * mask)?)
     }
 
