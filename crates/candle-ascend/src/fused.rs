@@ -61,8 +61,15 @@ fn hidden_of(l: &Layout) -> usize {
     l.dims().last().copied().unwrap_or(1).max(1)
 }
 
+/// The row statistics of a LayerNorm forward pass (mean and 1/σ, f32, one per row), kept for
+/// its backward pass so that it need not run the forward again.
+#[derive(Clone)]
+pub struct LayerNormStats(Arc<(AscendStorage, AscendStorage)>);
+
 /// The Ascend body of a LayerNorm op over the last dimension of `x` (`aclnnLayerNorm`), with
-/// weight and bias of that size: the result in x's dtype and shape.
+/// weight and bias of that size: the result in x's dtype and shape, and, when asked, the row
+/// statistics for [`layer_norm_grads`].
+#[allow(clippy::too_many_arguments)]
 pub fn layer_norm(
     x: &dyn DynBackendStorage,
     xl: &Layout,
@@ -71,19 +78,30 @@ pub fn layer_norm(
     b: &dyn DynBackendStorage,
     bl: &Layout,
     eps: f64,
-) -> candle_core::Result<(BoxStorage, Shape)> {
+    keep_stats: bool,
+) -> candle_core::Result<(BoxStorage, Shape, Option<LayerNormStats>)> {
     let xs = ascend_storage(x)?;
     let (ws, bs) = (ascend_storage(w)?, ascend_storage(b)?);
     let hidden = hidden_of(xl);
     let out = AscendStorage::empty(&xs.device, xl.shape().elem_count(), xs.dtype)?;
     let (xv, wv, bv, ov) = (xs.view(xl)?, ws.view(wl)?, bs.view(bl)?, out.contiguous(xl.shape())?);
-    crate::ops::norm::layer_norm(xs.dev(), &xv, &[hidden as i64], &wv, &bv, eps, &ov, None)?;
-    Ok((Box::new(out), xl.shape().clone()))
+    let normalized = [hidden as i64];
+    if !keep_stats {
+        crate::ops::norm::layer_norm(xs.dev(), &xv, &normalized, &wv, &bv, eps, &ov, None)?;
+        return Ok((Box::new(out), xl.shape().clone(), None));
+    }
+    let rows = xl.shape().elem_count() / hidden;
+    let rows_shape = Shape::from_dims(&[rows, 1]);
+    let (mean, rstd) =
+        (AscendStorage::empty(&xs.device, rows, DType::F32)?, AscendStorage::empty(&xs.device, rows, DType::F32)?);
+    let (mv, rv) = (mean.contiguous(&rows_shape)?, rstd.contiguous(&rows_shape)?);
+    crate::ops::norm::layer_norm(xs.dev(), &xv, &normalized, &wv, &bv, eps, &ov, Some((&mv, &rv)))?;
+    Ok((Box::new(out), xl.shape().clone(), Some(LayerNormStats(Arc::new((mean, rstd))))))
 }
 
 /// The Ascend body of LayerNorm's backward: `[dx | dw | db]` as one f32 buffer of
-/// `numel(x) + 2·hidden` elements. The row statistics are recomputed (`aclnnLayerNorm`), then
-/// `aclnnLayerNormBackward` gives the three gradients in one launch.
+/// `numel(x) + 2·hidden` elements, from the forward pass's statistics, in one
+/// `aclnnLayerNormBackward` launch.
 pub fn layer_norm_grads(
     x: &dyn DynBackendStorage,
     xl: &Layout,
@@ -91,33 +109,13 @@ pub fn layer_norm_grads(
     wl: &Layout,
     grad: &dyn DynBackendStorage,
     gl: &Layout,
-    eps: f64,
+    stats: &LayerNormStats,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
     let (xs, ws, gs) = (ascend_storage(x)?, ascend_storage(w)?, ascend_storage(grad)?);
-    let dev = xs.dev();
     let (n, hidden) = (xl.shape().elem_count(), hidden_of(xl));
-    let rows = n / hidden;
-    let normalized = [hidden as i64];
-    let rows_shape = Shape::from_dims(&[rows, 1]);
-    let (mean, rstd) =
-        (AscendStorage::empty(&xs.device, rows, DType::F32)?, AscendStorage::empty(&xs.device, rows, DType::F32)?);
+    let rows_shape = Shape::from_dims(&[n / hidden, 1]);
+    let (mean, rstd) = &*stats.0;
     let (mv, rv) = (mean.contiguous(&rows_shape)?, rstd.contiguous(&rows_shape)?);
-    let (xv, wv) = (xs.view(xl)?, ws.view(wl)?);
-    // The forward again, for its statistics: the normalised values go to a scratch buffer.
-    let scratch = AscendStorage::empty(&xs.device, n, xs.dtype)?;
-    // The bias only shifts the scratch values, never the statistics: any contents do.
-    let unused = AscendStorage::empty(&xs.device, hidden, ws.dtype)?;
-    let bias = unused.contiguous(&Shape::from_dims(&[hidden]))?;
-    crate::ops::norm::layer_norm(
-        dev,
-        &xv,
-        &normalized,
-        &wv,
-        &bias,
-        eps,
-        &scratch.contiguous(xl.shape())?,
-        Some((&mv, &rv)),
-    )?;
     let packed = AscendStorage::empty(&xs.device, n + 2 * hidden, DType::F32)?;
     let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
         let mut v = packed.contiguous(shape)?;
@@ -129,7 +127,9 @@ pub fn layer_norm_grads(
         piece(n, &Shape::from_dims(&[hidden]))?,
         piece(n + hidden, &Shape::from_dims(&[hidden]))?,
     );
-    crate::ops::norm::layer_norm_backward(dev, &gs.view(gl)?, &xv, &normalized, &mv, &rv, &wv, &dx, &dw, &db)?;
+    let normalized = [hidden as i64];
+    let (xv, wv) = (xs.view(xl)?, ws.view(wl)?);
+    crate::ops::norm::layer_norm_backward(xs.dev(), &gs.view(gl)?, &xv, &normalized, &mv, &rv, &wv, &dx, &dw, &db)?;
     Ok((Box::new(packed), Shape::from_dims(&[n + 2 * hidden])))
 }
 

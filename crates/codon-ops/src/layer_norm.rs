@@ -1,8 +1,12 @@
 //! LayerNorm over the last dimension, `(x − μ)/√(σ² + eps)·w + b`, as one op with a body per
 //! device: on the CPU a fused forward pass and a backward pass that gives the input gradient in
-//! one pass per row and the weight and bias gradients in one reduction; elsewhere the composed
-//! reference. Everything is computed in f32; results take each operand's dtype.
+//! one pass per row and the weight and bias gradients in one reduction; on an Ascend part that
+//! has them, `aclnnLayerNorm` (keeping the row statistics) and `aclnnLayerNormBackward`;
+//! elsewhere the composed reference. Everything is computed in f32; results take each operand's
+//! dtype.
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
+use std::sync::Mutex;
+
 use rayon::prelude::*;
 
 use candle_ascend::fused;
@@ -19,10 +23,11 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
         if !training && x.is_contiguous() {
             return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
         }
-        return x.contiguous()?.apply_op3(weight, bias, LayerNorm { eps: eps as f32 });
+        return x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32));
     }
     if ascend_has_body(x, weight, bias) {
-        return x.apply_op3(weight, bias, LayerNorm { eps: eps as f32 });
+        let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default) };
+        return x.apply_op3(weight, bias, op);
     }
     reference(x, weight, bias, eps)
 }
@@ -61,8 +66,16 @@ fn moments(row: &[f32], eps: f32) -> (f32, f32) {
 
 /// `(x − μ)/√(σ² + eps)·w + b` over the last dimension of x; w and b are (hidden,).
 pub struct LayerNorm {
-    /// The variance epsilon.
-    pub eps: f32,
+    eps: f32,
+    /// The Ascend forward pass's row statistics, for the backward pass (`None`: not kept).
+    stats: Option<Mutex<Option<fused::LayerNormStats>>>,
+}
+
+impl LayerNorm {
+    /// The op with variance epsilon `eps`.
+    pub fn new(eps: f32) -> Self {
+        Self { eps, stats: None }
+    }
 }
 
 impl CustomOp3 for LayerNorm {
@@ -104,7 +117,11 @@ impl CustomOp3 for LayerNorm {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        fused::layer_norm(s1, l1, s2, l2, s3, l3, f64::from(self.eps))
+        let (out, shape, stats) = fused::layer_norm(s1, l1, s2, l2, s3, l3, f64::from(self.eps), self.stats.is_some())?;
+        if let Some(slot) = &self.stats {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+        }
+        Ok((out, shape))
     }
 
     fn bwd(
@@ -116,9 +133,17 @@ impl CustomOp3 for LayerNorm {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         if !x.device().is_cpu() {
-            // One buffer [dx | dw | db] in f32 from aclnnLayerNormBackward.
-            let packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { eps: self.eps })?;
+            let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            let Some(stats) = stats else {
+                candle_core::bail!("layer_norm: backward pass of a forward without statistics")
+            };
+            // One buffer [dx | dw | db] in f32 from aclnnLayerNormBackward, cast at once when the
+            // three share a dtype.
+            let mut packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { stats })?;
             let (n, hidden) = (x.elem_count(), w.elem_count());
+            if x.dtype() == w.dtype() && w.dtype() == b.dtype() {
+                packed = packed.to_dtype(x.dtype())?;
+            }
             let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?.to_dtype(x.dtype())?;
             let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w.dtype())?;
             let db = packed.narrow(0, n + hidden, hidden)?.reshape(b.shape())?.to_dtype(b.dtype())?;
@@ -136,7 +161,7 @@ impl CustomOp3 for LayerNorm {
 /// LayerNorm's three gradients on an accelerator, packed as f32 `[dx | dw | db]`; the CPU uses
 /// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
 struct LayerNormGrads {
-    eps: f32,
+    stats: fused::LayerNormStats,
 }
 
 impl CustomOp3 for LayerNormGrads {
@@ -166,7 +191,7 @@ impl CustomOp3 for LayerNormGrads {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, f64::from(self.eps))
+        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, &self.stats)
     }
 }
 
@@ -273,7 +298,7 @@ mod tests {
             Var::from_tensor(&Tensor::randn(0f32, 0.3, 24, &dev).unwrap()).unwrap(),
         );
         let upstream = Tensor::randn(0f32, 1.0, (3, 7, 24), &dev).unwrap();
-        let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), super::LayerNorm { eps: 1e-12 }).unwrap();
+        let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), super::LayerNorm::new(1e-12)).unwrap();
         let reference = super::reference(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12).unwrap();
         assert!(max_diff(&ours, &reference) < 1e-5);
         let g1 = (ours * &upstream).unwrap().sum_all().unwrap().backward().unwrap();
