@@ -172,9 +172,10 @@ pub fn block_sparse_attention(
     let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
     let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
 
+    // Key block indices within a sequence (the table's are per head).
+    let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
     let no_grad = ![q, k, v].iter().any(|t| t.track_op());
     if no_grad {
-        let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
         if let Some(ctx_mid) = super::cpu_attention::fused_block_sparse_middle(
             q,
             k,
@@ -196,29 +197,19 @@ pub fn block_sparse_attention(
         Ok(t.reshape((b, h * nb, wm, d))?.index_select(&index, 1)?.reshape((b, h * (nb - 2), slots * wm, d))?)
     };
     let (gk, gv) = (gather(k)?, gather(v)?);
-    // Penalties per key: masked keys (−10000) and absent slots.
-    let key_mask = masks
-        .mask
-        .reshape((b, nb, wm))?
-        .unsqueeze(1)?
-        .broadcast_as((b, h, nb, wm))?
-        .reshape((b, h * nb, wm))?
-        .index_select(&index, 1)?
-        .reshape((b, h, nb - 2, 1, slots * wm))?;
-    let absent = Tensor::from_vec(absent, (nb - 2, slots, 1), device)?.broadcast_as((nb - 2, slots, wm))?.reshape((
-        1,
-        1,
-        nb - 2,
-        1,
-        slots * wm,
-    ))?;
+    // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
+    // absent slots' (the same for every sequence and head).
+    let local = Tensor::from_vec(local, h * (nb - 2) * slots, device)?;
+    let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
+    let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
     // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
-    let bias = ((1.0 - key_mask)? * BLOCK_SPARSE_MASK_PENALTY as f64)?.broadcast_add(&absent)?.reshape((
-        b,
-        h * (nb - 2),
-        1,
-        slots * wm,
-    ))?;
+    let bias = masks
+        .key_penalty
+        .reshape((b, nb, wm))?
+        .index_select(&local, 1)?
+        .reshape((b, h, nb - 2, slots * wm))?
+        .broadcast_add(&absent)?
+        .reshape((b, h * (nb - 2), 1, slots * wm))?;
     let q_mid = q.narrow(2, wm, n - 2 * wm)?.reshape((b, h * (nb - 2), wm, d))?;
     let ctx_mid = kernels::attention(&q_mid, &gk, &gv, scale, Some(&bias), None)?.reshape((b, h, n - 2 * wm, d))?;
 
