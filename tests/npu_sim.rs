@@ -178,6 +178,68 @@ fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
     assert!(!launched.contains_key("aclnnSqrt") && !launched.contains_key("aclnnDiv"), "{launched:?}");
 }
 
+/// `codon_ops::linear` on the emulated part: its Ascend body gives the CPU's values and the
+/// three gradients in five launches (matmul and bias add forward; two matmuls and one sum
+/// backward), with no transposed copy of dW and no zero fill.
+#[test]
+fn linear_op_matches_the_cpu_without_transposed_copies() {
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let x = Tensor::randn(0f32, 1.0, (2, 5, 24), &cpu).unwrap();
+    let w = Tensor::randn(0f32, 0.3, (40, 24), &cpu).unwrap();
+    let b = Tensor::randn(0f32, 1.0, 40, &cpu).unwrap();
+    let up = Tensor::randn(0f32, 1.0, (2, 5, 40), &cpu).unwrap();
+    // Forward and backward of `Σ linear(x, W, b)·up`, counting the device's launches between.
+    let run = |device: &Device| {
+        let vars: Vec<Var> =
+            [&x, &w, &b].iter().map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap()).collect();
+        let up = up.to_device(device).unwrap();
+        let before = ascend.counters();
+        let y = codon_ops::linear(vars[0].as_tensor(), vars[1].as_tensor(), vars[2].as_tensor()).unwrap();
+        let grads = (&y * up).unwrap().sum_all().unwrap().backward().unwrap();
+        let launched = ascend.counters().since(&before).launches;
+        let mut out = vec![y];
+        out.extend(vars.iter().map(|v| grads.get(v.as_tensor()).unwrap().clone()));
+        (out, launched)
+    };
+    // The reference: the composed ops on the CPU.
+    let want = {
+        let vars: Vec<Var> = [&x, &w, &b].iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+        let y = codon_ops::linear::reference(vars[0].as_tensor(), vars[1].as_tensor(), vars[2].as_tensor()).unwrap();
+        let grads = (&y * &up).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut out = vec![y];
+        out.extend(vars.iter().map(|v| grads.get(v.as_tensor()).unwrap().clone()));
+        out
+    };
+    // The Atlas training series runs FP32 matmuls on its FP16 cube.
+    let npu_tolerance = if ascend.soc().has_bf16() { 1e-5 } else { 2e-3 };
+    for (device, tolerance) in [(cpu.clone(), 1e-5), (dev.clone(), npu_tolerance)] {
+        let (got, launched) = run(&device);
+        let got: Vec<Tensor> = got.iter().map(|t| t.to_device(&cpu).unwrap()).collect();
+        for (name, (a, b)) in ["y", "dx", "dW", "db"].iter().zip(want.iter().zip(&got)) {
+            let diff = rel_diff(b, a);
+            assert!(diff < tolerance, "{:?} {name}: relative difference {diff}", device.location());
+        }
+        if device.is_custom() {
+            let expected: std::collections::BTreeMap<String, u64> = [
+                ("aclnnBatchMatMul", 3), // y, dx, dW
+                ("aclnnAdd", 1),         // the bias
+                ("aclnnReduceSum", 2),   // db, and the test's sum
+                // The test's Σ y·up: the product and its two gradients, the ones of the sum's
+                // gradient, and that broadcast gradient stored contiguous.
+                ("aclnnMul", 3),
+                ("aclnnInplaceFillScalar", 1),
+                ("aclnnInplaceCopy", 1),
+            ]
+            .into_iter()
+            .map(|(op, n)| (op.to_string(), n))
+            .collect();
+            assert_eq!(launched, expected);
+        }
+    }
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

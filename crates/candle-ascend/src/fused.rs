@@ -133,6 +133,48 @@ pub fn layer_norm_grads(
     Ok((Box::new(packed), Shape::from_dims(&[n + 2 * hidden])))
 }
 
+/// The Ascend body of a linear layer `x·Wᵀ + b`, x (…, in) contiguous, W (out, in), b (out):
+/// one `aclnnBatchMatMul` that reads W transposed through its strides, and one `aclnnAdd` of
+/// the broadcast bias.
+#[allow(clippy::too_many_arguments)]
+pub fn linear(
+    x: &dyn DynBackendStorage,
+    xl: &Layout,
+    w: &dyn DynBackendStorage,
+    wl: &Layout,
+    b: &dyn DynBackendStorage,
+    bl: &Layout,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (xs, ws, bs) = (ascend_storage(x)?, ascend_storage(w)?, ascend_storage(b)?);
+    let in_f = hidden_of(xl);
+    let rows = xl.shape().elem_count() / in_f;
+    let out_f = match (wl.dims(), bl.dims()) {
+        ([o, i], [bo]) if *i == in_f && bo == o && wl.is_contiguous() && xl.is_contiguous() => *o,
+        _ => candle_core::bail!(
+            "linear: input {:?}, weight {:?} and bias {:?} must fit, x and W contiguous",
+            xl.dims(),
+            wl.dims(),
+            bl.dims()
+        ),
+    };
+    let mut a = xs.view(xl)?;
+    (a.dims, a.strides) = (vec![1, rows as i64, in_f as i64], vec![(rows * in_f) as i64, in_f as i64, 1]);
+    let mut wt = ws.view(wl)?;
+    (wt.dims, wt.strides) = (vec![1, in_f as i64, out_f as i64], vec![(in_f * out_f) as i64, 1, in_f as i64]);
+    let mut bias = bs.view(bl)?;
+    (bias.dims, bias.strides) = (vec![1, rows as i64, out_f as i64], vec![0, 0, bl.stride()[0] as i64]);
+    let out_shape = Shape::from_dims(&[1, rows, out_f]);
+    let (_product, pv) = output_like(xs, &out_shape)?;
+    crate::ops::matmul::batch_matmul(xs.dev(), &a, &wt, &pv)?;
+    let (out, ov) = output_like(xs, &out_shape)?;
+    crate::ops::elementwise::binary(xs.dev(), "aclnnAdd", &pv, &bias, &ov)?;
+    let mut dims = xl.dims().to_vec();
+    if let Some(last) = dims.last_mut() {
+        *last = out_f;
+    }
+    Ok((Box::new(out), Shape::from(dims)))
+}
+
 /// A fresh storage like `like` (same device and dtype) for `shape`, with its contiguous view.
 fn output_like(like: &AscendStorage, shape: &Shape) -> candle_core::Result<(AscendStorage, View)> {
     let out = AscendStorage::empty(&like.device, shape.elem_count(), like.dtype)?;

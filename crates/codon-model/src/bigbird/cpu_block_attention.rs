@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::cpu_gemm::{matmul_into, Mat};
+use codon_ops::cpu_gemm::{matmul_into, Mat};
 use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 use codon_ops::fast_math;
 

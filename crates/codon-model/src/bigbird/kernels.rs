@@ -2,9 +2,9 @@
 //! layers, dropout and the masked-softmax attention product.
 //!
 //! Model code calls only these functions. Each picks an implementation. On the CPU:
-//! inference uses fused kernels without a backward pass (`cpu_linear`, `cpu_attention`,
-//! candle-nn's `layer_norm`); training uses this crate's fused custom ops that carry their
-//! own backward pass (`cpu_linear::TrainLinear`, `cpu_block_attention`, `codon_ops::layer_norm`,
+//! inference uses fused kernels without a backward pass (`codon_ops::linear::fused_linear`,
+//! `cpu_attention`, candle-nn's `layer_norm`); training uses fused custom ops that carry their
+//! own backward pass (`codon_ops::linear::Linear`, `cpu_block_attention`, `codon_ops::layer_norm`,
 //! `cpu_activation`), since candle-nn 0.11.1's fused `layer_norm` and `softmax_last_dim`
 //! record none and composed ops spend most of a step on temporaries. On other devices
 //! (candle-ascend) it composes device ops, which always have a backward pass. A device
@@ -19,9 +19,9 @@ use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 
 use super::cpu_block_attention::AttentionPlan;
-use super::cpu_linear::Epilogue;
 use crate::error::Result;
 use codon_ops::fast_math;
+use codon_ops::linear::{fused_linear, Epilogue, Linear};
 
 fn needs_grad(tensors: &[&Tensor]) -> bool {
     tensors.iter().any(|t| t.track_op())
@@ -69,7 +69,7 @@ pub fn linear_residual(
     operands.extend(bias);
     operands.extend(residual);
     if !needs_grad(&operands) {
-        if let Some(y) = super::cpu_linear::fused_linear(x, weight, bias, residual, None) {
+        if let Some(y) = fused_linear(x, weight, bias, residual, None) {
             return Ok(y);
         }
     }
@@ -90,7 +90,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Re
     operands.extend(bias);
     if !needs_grad(&operands) {
         let epilogue = Some(fast_math::gelu_new_in_place as fn(&mut [f32]));
-        if let Some(y) = super::cpu_linear::fused_linear(x, weight, bias, None, epilogue) {
+        if let Some(y) = fused_linear(x, weight, bias, None, epilogue) {
             return Ok(y);
         }
     }
@@ -119,35 +119,28 @@ pub fn linear_dropout(
     dropout.apply(&composed_linear(x, weight, bias)?, p)
 }
 
-/// The CPU training linear layer with its own backward pass; `None` on other devices.
+/// The CPU training linear layer with an epilogue and its own backward pass; `None` on other
+/// devices.
 fn train_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, epilogue: Epilogue) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || !weight.device().is_cpu() {
         return Ok(None);
     }
-    let zeros;
-    let bias = match bias {
-        Some(b) => b,
-        None => {
-            zeros = Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device())?;
-            &zeros
-        }
-    };
-    let op = super::cpu_linear::TrainLinear::new(epilogue);
-    Ok(Some(x.contiguous()?.apply_op3(&weight.contiguous()?, bias, op)?))
+    let bias = bias_or_zeros(weight, bias)?;
+    let op = Linear::new(epilogue);
+    Ok(Some(x.contiguous()?.apply_op3(&weight.contiguous()?, &bias, op)?))
 }
 
+/// The bias, or zeros for a layer without one.
+fn bias_or_zeros(weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    Ok(match bias {
+        Some(b) => b.clone(),
+        None => Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device())?,
+    })
+}
+
+/// `x·Wᵀ + b` through `codon_ops::linear` (its Ascend body, or the composed reference).
 fn composed_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let (rows, inner) = (dims[..dims.len() - 1].iter().product::<usize>(), dims[dims.len() - 1]);
-    let y = matmul(&x.reshape((rows, inner))?, &weight.t()?)?;
-    let y = match bias {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out_dims = dims;
-    let last = out_dims.len() - 1;
-    out_dims[last] = weight.dim(0)?;
-    Ok(y.reshape(out_dims)?)
+    Ok(codon_ops::linear(x, weight, &bias_or_zeros(weight, bias)?)?)
 }
 
 /// Attention product: softmax(q·kᵀ·scale + bias)·v with the softmax in f32.

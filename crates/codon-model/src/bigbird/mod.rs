@@ -4,8 +4,6 @@ pub mod attention;
 pub mod config;
 mod cpu_attention;
 mod cpu_block_attention;
-mod cpu_gemm;
-mod cpu_linear;
 pub mod kernels;
 pub mod model;
 pub mod numpy_rng;

@@ -1,24 +1,66 @@
-//! Fused CPU linear layers.
+//! Linear layers, `x·Wᵀ + b`.
 //!
-//! Inference ([`fused_linear`]): y = x·Wᵀ + b (+ residual), with the bias and the residual
-//! written into the GEMM's destination first, so the output takes one pass instead of a
-//! GEMM followed by one or two element-wise passes.
-//!
-//! Training ([`TrainLinear`]): the same product with an element-wise epilogue (gelu_new or
-//! a dropout mask) and a backward pass that reads the weight and the input in place, so
-//! neither is transposed into a copy, and sums the bias gradient in the same step.
+//! - [`linear`] picks the body: CPU inference takes [`fused_linear`], CPU training and Ascend
+//!   parts the [`Linear`] op, other devices the composed [`reference`].
+//! - CPU inference ([`fused_linear`]): the bias and a residual are written into the GEMM's
+//!   destination first, so the output takes one pass instead of a GEMM followed by one or two
+//!   element-wise passes.
+//! - The [`Linear`] op: on the CPU the product with an element-wise epilogue (gelu_new or a
+//!   dropout mask) and a backward pass that reads the weight and the input in place, so
+//!   neither is transposed into a copy, and sums the bias gradient in the same step. On an
+//!   Ascend part (identity epilogue) one `aclnnBatchMatMul` reading W through transposed
+//!   strides and one `aclnnAdd`; its backward is two batched matmuls that write dx and dW in
+//!   their own layouts (no transposed copy) and one `aclnnReduceSum` for db.
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::cpu_gemm::{matmul_into, Mat};
-use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
-use codon_ops::fast_math;
+use candle_ascend::fused;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+
+use crate::cpu_gemm::{matmul_into, Mat};
+use crate::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use crate::fast_math;
 
 /// Elements per parallel task of the epilogue.
 const EPILOGUE_CHUNK: usize = 16 * 1024;
+
+/// `x·Wᵀ + b` for x (…, in), W (out, in) and b (out), on any device (see the module).
+pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    let training = [x, weight, bias].iter().any(|t| t.track_op());
+    if x.device().is_cpu() && !training {
+        if let Some(y) = fused_linear(x, weight, Some(bias), None, None) {
+            return Ok(y);
+        }
+    }
+    if x.device().is_cpu() || ascend_has_body(x, weight, bias) {
+        return x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
+    }
+    reference(x, weight, bias)
+}
+
+/// Whether the part runs [`Linear`]'s Ascend body: its three aclnn operators for the
+/// operands' one dtype.
+fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
+    let dtype = x.dtype();
+    weight.dtype() == dtype
+        && bias.dtype() == dtype
+        && ["aclnnBatchMatMul", "aclnnAdd", "aclnnReduceSum"].iter().all(|op| fused::runs_natively(x, op, dtype))
+}
+
+/// The composed linear layer: a matmul over the flattened rows and a broadcast add.
+pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let (rows, inner) = (dims[..dims.len().saturating_sub(1)].iter().product::<usize>(), x.dim(D::Minus1)?);
+    let y = x.reshape((rows, inner))?.matmul(&weight.t()?)?.broadcast_add(bias)?;
+    let mut out_dims = dims;
+    if let Some(last) = out_dims.last_mut() {
+        *last = weight.dim(0)?;
+    }
+    y.reshape(out_dims)
+}
 
 /// `x·Wᵀ + bias + residual` for contiguous f32 CPU tensors: x (…, in), W (out, in), bias
 /// (out), residual shaped like the output; then `epilogue` (an element-wise activation)
@@ -71,7 +113,7 @@ pub fn fused_linear(
     Tensor::from_vec(out, out_dims, x.device()).ok()
 }
 
-/// What [`TrainLinear`] applies to `z = x·Wᵀ + b`.
+/// What [`Linear`] applies to `z = x·Wᵀ + b`.
 pub enum Epilogue {
     /// y = z.
     Identity,
@@ -81,15 +123,16 @@ pub enum Epilogue {
     Dropout(Vec<f32>),
 }
 
-/// `epilogue(x·Wᵀ + b)` with x (…, in), W (out, in), b (out), computed in f32 for any float
-/// dtype; its backward pass gives dx = dz·W, dW = dzᵀ·x and db = Σ dz in one step.
-pub struct TrainLinear {
+/// `epilogue(x·Wᵀ + b)` with x (…, in), W (out, in), b (out); its backward pass gives
+/// dx = dz·W, dW = dzᵀ·x and db = Σ dz. The CPU body computes in f32 for any float dtype and
+/// takes every epilogue; the Ascend body takes the identity.
+pub struct Linear {
     epilogue: Epilogue,
     /// z, kept for gelu_new's derivative (the saved tensor of a framework's autograd).
     pre_activation: Mutex<Vec<f32>>,
 }
 
-impl TrainLinear {
+impl Linear {
     /// A linear layer followed by `epilogue`.
     pub fn new(epilogue: Epilogue) -> Self {
         Self { epilogue, pre_activation: Mutex::new(Vec::new()) }
@@ -107,7 +150,7 @@ fn linear_dims(x: &[usize], w: &[usize], b: &[usize]) -> candle_core::Result<(us
     }
 }
 
-impl CustomOp3 for TrainLinear {
+impl CustomOp3 for Linear {
     fn name(&self) -> &'static str {
         "linear"
     }
@@ -157,6 +200,22 @@ impl CustomOp3 for TrainLinear {
         Ok((store_like(s1, z), Shape::from(shape)))
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+        s3: &dyn DynBackendStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        if !matches!(self.epilogue, Epilogue::Identity) {
+            candle_core::bail!("linear: the Ascend body has no epilogue; apply the activation or dropout after it")
+        }
+        fused::linear(s1, l1, s2, l2, s3, l3)
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -166,6 +225,14 @@ impl CustomOp3 for TrainLinear {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (rows, in_f, out_f) = linear_dims(x.dims(), w.dims(), b.dims())?;
+        if !x.device().is_cpu() {
+            // Detached: the gradients must not keep the activations' graph alive.
+            let (x2, w, g) = (x.detach().reshape((rows, in_f))?, w.detach(), grad.detach().reshape((rows, out_f))?);
+            let dx = g.matmul(&w)?.reshape(x.shape())?;
+            let dw = g.t()?.matmul(&x2)?;
+            let db = g.sum(0)?;
+            return Ok((Some(dx), Some(dw), Some(db)));
+        }
         // dz = dy ⊙ epilogue'(z).
         let mut dz = with_f32(grad, "linear backward", <[f32]>::to_vec)?;
         match &self.epilogue {
@@ -224,9 +291,9 @@ fn column_sums(m: &[f32], width: usize) -> Vec<f32> {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
-    use super::{Epilogue, TrainLinear};
+    use super::{Epilogue, Linear};
 
-    use codon_ops::cpu_storage::max_abs_diff as max_diff;
+    use crate::cpu_storage::max_abs_diff as max_diff;
 
     #[test]
     fn every_epilogue_and_all_three_gradients_match_composed_ops() {
@@ -250,7 +317,7 @@ mod tests {
                 Epilogue::GeluNew => "gelu_new",
                 Epilogue::Dropout(_) => "dropout",
             };
-            let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), TrainLinear::new(epilogue)).unwrap();
+            let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), Linear::new(epilogue)).unwrap();
             assert!(max_diff(&ours, &expected) < 1e-5, "{name}: output");
             let g_ours = (ours * &weights).unwrap().sum_all().unwrap().backward().unwrap();
             let g_ref = (&expected * &weights).unwrap().sum_all().unwrap().backward().unwrap();
@@ -262,11 +329,11 @@ mod tests {
         // bf16 operands compute in f32 and keep their dtype.
         let xb = x.as_tensor().to_dtype(DType::BF16).unwrap();
         let (wb, bb) = (w.as_tensor().to_dtype(DType::BF16).unwrap(), b.as_tensor().to_dtype(DType::BF16).unwrap());
-        let ours = xb.apply_op3(&wb, &bb, TrainLinear::new(Epilogue::Identity)).unwrap();
+        let ours = xb.apply_op3(&wb, &bb, Linear::new(Epilogue::Identity)).unwrap();
         assert_eq!(ours.dtype(), DType::BF16);
         assert!(max_diff(&ours, &z) < 0.1);
         // Shapes that do not fit are an error, not a panic.
-        let err = x.as_tensor().apply_op3(b.as_tensor(), b.as_tensor(), TrainLinear::new(Epilogue::Identity));
+        let err = x.as_tensor().apply_op3(b.as_tensor(), b.as_tensor(), Linear::new(Epilogue::Identity));
         assert!(err.is_err());
     }
 }
