@@ -240,6 +240,43 @@ fn linear_op_matches_the_cpu_without_transposed_copies() {
     }
 }
 
+/// `codon_ops::cross_entropy` (the masked-LM loss) on the emulated part: aclnnLogSoftmax and
+/// aclnnNLLLoss forward, aclnnNLLLossBackward and aclnnLogSoftmaxBackward backward give the
+/// composed reference's loss and gradient, ignored rows included, in four launches and a fill.
+#[test]
+fn cross_entropy_op_matches_the_reference_in_four_launches() {
+    use codon_ascend::model::bigbird::IGNORE_INDEX;
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let logits = Tensor::randn(0f32, 2.0, (9, 13), &cpu).unwrap();
+    let labels = Tensor::new(&[3i64, IGNORE_INDEX, 0, 12, 5, IGNORE_INDEX, 7, 7, 1], &cpu).unwrap();
+    let x = Var::from_tensor(&logits).unwrap();
+    let want = codon_ops::cross_entropy::reference(x.as_tensor(), &labels).unwrap();
+    let want_grad = (&want * 3.0).unwrap().backward().unwrap().get(&x).unwrap().clone();
+    let xd = Var::from_tensor(&logits.to_device(&dev).unwrap()).unwrap();
+    let labels_d = labels.to_device(&dev).unwrap();
+    let before = ascend.counters();
+    let loss = codon_ops::cross_entropy(xd.as_tensor(), &labels_d).unwrap();
+    let grads = loss.backward().unwrap();
+    let launched = ascend.counters().since(&before).launches;
+    let got_grad = (grads.get(&xd).unwrap() * 3.0).unwrap().to_device(&cpu).unwrap();
+    assert!(rel_diff(&loss.to_device(&cpu).unwrap(), &want) < 1e-6);
+    assert!(rel_diff(&got_grad, &want_grad) < 1e-6, "gradient");
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("aclnnLogSoftmax", 1),
+        ("aclnnNLLLoss", 1),
+        ("aclnnNLLLossBackward", 1),
+        ("aclnnLogSoftmaxBackward", 1),
+        // The unit class weights, and backward's seed gradient of 1.
+        ("aclnnInplaceFillScalar", 2),
+    ]
+    .into_iter()
+    .map(|(op, n)| (op.to_string(), n))
+    .collect();
+    assert_eq!(launched, expected);
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

@@ -5,6 +5,7 @@ pub mod activation;
 pub mod copy;
 pub mod elementwise;
 pub mod index;
+pub mod loss;
 pub mod matmul;
 pub mod norm;
 pub mod optim;

@@ -12,8 +12,7 @@ use super::kernels::{self, Dropout};
 use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
 
-/// Label value that does not count in the loss.
-pub const IGNORE_INDEX: i64 = -100;
+pub use codon_ops::cross_entropy::IGNORE_INDEX;
 
 /// A `Linear` layer: y = x·Wᵀ + b.
 #[derive(Debug, Clone)]
@@ -562,16 +561,8 @@ fn activation(act: HiddenAct, x: &Tensor) -> Result<Tensor> {
 }
 
 /// Masked-LM loss: mean cross-entropy over positions whose label is not −100, computed on
-/// the device in f32 (NaN when no position is labelled, as PyTorch).
+/// the device in f32 (NaN when no position is labelled, as PyTorch): `codon_ops::cross_entropy`.
 pub fn masked_lm_loss(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     let vocab = logits.dim(D::Minus1)?;
-    let logits = logits.reshape(((), vocab))?.to_dtype(DType::F32)?;
-    let labels = labels.flatten_all()?.to_dtype(DType::I64)?;
-    let labelled = labels.ne(IGNORE_INDEX as f64)?;
-    let safe = labelled.where_cond(&labels, &labels.zeros_like()?)?;
-    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    let picked = log_probs.gather(&safe.unsqueeze(1)?, 1)?.squeeze(1)?;
-    let weights = labelled.to_dtype(DType::F32)?;
-    let total = (picked * &weights)?.sum_all()?;
-    Ok((total.neg()? / weights.sum_all()?)?)
+    Ok(codon_ops::cross_entropy(&logits.reshape(((), vocab))?, &labels.flatten_all()?)?)
 }
