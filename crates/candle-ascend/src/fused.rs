@@ -281,6 +281,19 @@ pub fn gelu_tanh_grad(
     Ok((Box::new(out), gl.shape().clone()))
 }
 
+/// A contiguous copy of `t` (any layout) in a fresh storage: the output of an op whose value
+/// was computed by tensor ops before the op took it over (one `aclnnInplaceCopy`).
+pub fn materialize(t: &Tensor) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Custom(custom) = &*storage else {
+        candle_core::bail!("expected a tensor on an Ascend device, found one on {:?}", t.device().location())
+    };
+    let ascend = ascend_storage(custom.as_ref())?;
+    let (out, ov) = output_like(ascend, layout.shape())?;
+    crate::ops::copy::copy_into(ascend.dev(), &ov, &ascend.view(layout)?)?;
+    Ok((Box::new(out), layout.shape().clone()))
+}
+
 /// `dst ← src` in dst's dtype, straight into dst's storage: one `aclnnCast` (or
 /// `aclnnInplaceCopy` for equal dtypes), where `Var::set` of a cast value costs a cast and a copy.
 /// Both tensors live on one Ascend device and have one shape.

@@ -32,6 +32,17 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
     exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
 }
 
+/// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from f32 softmax output
+/// `y` and incoming gradient `g`, for ops that write their own backward pass: one pass on the
+/// CPU, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
+pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
+    let g = g.to_dtype(DType::F32)?.contiguous()?;
+    if y.device().is_cpu() || fused::runs_natively(y, "aclnnSoftmaxBackward", DType::F32) {
+        return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad);
+    }
+    y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
+}
+
 /// `gelu_new`, the tanh approximation of GELU. The CPU and parts with aclnnGeluV2 and
 /// aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the same
 /// function, with a composed backward).

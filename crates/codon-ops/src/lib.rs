@@ -10,6 +10,7 @@ pub mod cpu_gemm;
 pub mod cpu_storage;
 pub mod cross_entropy;
 pub mod fast_math;
+pub mod function;
 pub mod layer_norm;
 pub mod linear;
 

@@ -166,16 +166,14 @@ pub fn block_sparse_attention(
     if let Some(ctx) = planned {
         return Ok(ctx);
     }
-    let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
-
-    // Global query blocks 0 and nb−1 attend to every key.
-    let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
-    let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
-
     // Key block indices within a sequence (the table's are per head).
     let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
-    let no_grad = ![q, k, v].iter().any(|t| t.track_op());
-    if no_grad {
+    let needs_grad = [q, k, v].iter().any(|t| t.track_op());
+    if !needs_grad && q.device().is_cpu() {
+        let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
+        // Global query blocks 0 and nb−1 attend to every key.
+        let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
+        let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
         if let Some(ctx_mid) = super::cpu_attention::fused_block_sparse_middle(
             q,
             k,
@@ -191,12 +189,7 @@ pub fn block_sparse_attention(
             return merge_heads(&ctx.broadcast_mul(&masks.query_mask)?);
         }
     }
-    // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
     let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
-    let gather = |t: &Tensor| -> Result<Tensor> {
-        Ok(t.reshape((b, h * nb, wm, d))?.index_select(&index, 1)?.reshape((b, h * (nb - 2), slots * wm, d))?)
-    };
-    let (gk, gv) = (gather(k)?, gather(v)?);
     // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
     // absent slots' (the same for every sequence and head).
     let local = Tensor::from_vec(local, h * (nb - 2) * slots, device)?;
@@ -210,9 +203,151 @@ pub fn block_sparse_attention(
         .reshape((b, h, nb - 2, slots * wm))?
         .broadcast_add(&absent)?
         .reshape((b, h * (nb - 2), 1, slots * wm))?;
-    let q_mid = q.narrow(2, wm, n - 2 * wm)?.reshape((b, h * (nb - 2), wm, d))?;
-    let ctx_mid = kernels::attention(&q_mid, &gk, &gv, scale, Some(&bias), None)?.reshape((b, h, n - 2 * wm, d))?;
+    let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
+    let inputs =
+        SparseInputs { index, bias, key_penalty: masks.key_penalty.clone(), query_mask: masks.query_mask.clone() };
+    let heads = if needs_grad {
+        let forward = |q: &Tensor, k: &Tensor, v: &Tensor| sparse_forward(q, k, v, geometry, inputs);
+        codon_ops::function::function3(q, k, v, forward, sparse_backward)?
+    } else {
+        sparse_forward(q, k, v, geometry, inputs)?.0
+    };
+    Ok(heads.reshape((b, n, hd))?)
+}
 
-    let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
-    merge_heads(&ctx.broadcast_mul(&masks.query_mask)?)
+/// The sizes of one block-sparse attention.
+#[derive(Clone, Copy)]
+struct SparseGeometry {
+    b: usize,
+    h: usize,
+    n: usize,
+    d: usize,
+    wm: usize,
+    nb: usize,
+    slots: usize,
+    scale: f64,
+}
+
+/// The per-layer tables of block-sparse attention on devices.
+struct SparseInputs {
+    /// The key block of every (head, query block, slot), into (b, h·nb, wm, d).
+    index: Tensor,
+    /// Penalties of the middle query blocks' gathered keys, (b, h·(nb − 2), 1, slots·wm).
+    bias: Tensor,
+    /// Masked-key penalties, (b, 1, 1, n).
+    key_penalty: Tensor,
+    /// Zeroes padded query rows, (b, 1, n, 1).
+    query_mask: Tensor,
+}
+
+/// What the backward pass of block-sparse attention keeps: the heads, the gathered keys and
+/// values, and each part's probabilities in f32 (for the softmax gradient) and in the compute
+/// dtype (for the matmuls).
+struct SparseSaved {
+    geometry: SparseGeometry,
+    inputs: SparseInputs,
+    global: AttentionPart,
+    middle: AttentionPart,
+}
+
+/// One softmax(q·kᵀ·scale + bias)·v, with what its backward pass needs.
+struct AttentionPart {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    probs_f32: Tensor,
+    probs: Tensor,
+}
+
+impl AttentionPart {
+    fn forward(q: Tensor, k: Tensor, v: Tensor, scale: f64, bias: &Tensor) -> Result<(Tensor, Self)> {
+        let scores = (kernels::matmul(&q, &k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(bias)?;
+        let probs_f32 = kernels::softmax_f32(&scores)?;
+        let probs = probs_f32.to_dtype(v.dtype())?;
+        let out = kernels::matmul(&probs, &v)?;
+        Ok((out, Self { q, k, v, probs_f32, probs }))
+    }
+
+    /// (dq, dk, dv) from the output's gradient.
+    fn backward(&self, grad: &Tensor, scale: f64) -> Result<(Tensor, Tensor, Tensor)> {
+        let d_probs = kernels::matmul(grad, &self.v.t()?)?;
+        let dv = kernels::matmul(&self.probs.t()?, grad)?;
+        let d_scores = codon_ops::activation::softmax_last_dim_grad(&self.probs_f32, &d_probs)?;
+        let d_scores = (d_scores.to_dtype(self.q.dtype())? * scale)?;
+        let dq = kernels::matmul(&d_scores, &self.k)?;
+        let dk = kernels::matmul(&d_scores.t()?, &self.q)?;
+        Ok((dq, dk, dv))
+    }
+}
+
+/// The global query blocks (first and last) of (b, h, n, d) heads, as (b, h, 2·wm, d).
+fn global_rows(t: &Tensor, wm: usize, n: usize) -> Result<Tensor> {
+    Ok(Tensor::cat(&[t.narrow(2, 0, wm)?, t.narrow(2, n - wm, wm)?], 2)?)
+}
+
+/// Global rows (b, h, 2·wm, d) and middle rows (b, h·(nb − 2), wm, d) back into (b, h, n, d).
+fn assemble_rows(global: &Tensor, middle: &Tensor, g: SparseGeometry) -> Result<Tensor> {
+    let middle = middle.reshape((g.b, g.h, g.n - 2 * g.wm, g.d))?;
+    Ok(Tensor::cat(&[global.narrow(2, 0, g.wm)?, middle, global.narrow(2, g.wm, g.wm)?], 2)?)
+}
+
+/// Block-sparse attention over detached q, k, v (b, n, h·d): the context as a (b, n, h, d)
+/// view, and what the backward pass needs.
+fn sparse_forward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: SparseGeometry,
+    inputs: SparseInputs,
+) -> candle_core::Result<(Tensor, SparseSaved)> {
+    let run = || -> Result<(Tensor, SparseSaved)> {
+        let (q, k, v) = (split_heads(q, g.h)?, split_heads(k, g.h)?, split_heads(v, g.h)?);
+        // Global query blocks 0 and nb−1 attend to every key.
+        let (ctx_global, global) =
+            AttentionPart::forward(global_rows(&q, g.wm, g.n)?, k.clone(), v.clone(), g.scale, &inputs.key_penalty)?;
+        // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
+        let gather = |t: &Tensor| -> Result<Tensor> {
+            Ok(t.reshape((g.b, g.h * g.nb, g.wm, g.d))?.index_select(&inputs.index, 1)?.reshape((
+                g.b,
+                g.h * (g.nb - 2),
+                g.slots * g.wm,
+                g.d,
+            ))?)
+        };
+        let q_mid = q.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
+        let (ctx_mid, middle) = AttentionPart::forward(q_mid, gather(&k)?, gather(&v)?, g.scale, &inputs.bias)?;
+        let ctx = assemble_rows(&ctx_global, &ctx_mid, g)?.broadcast_mul(&inputs.query_mask)?;
+        Ok((ctx.transpose(1, 2)?, SparseSaved { geometry: g, inputs, global, middle }))
+    };
+    run().map_err(candle_core::Error::wrap)
+}
+
+/// The gradients of q, k and v from the context's gradient (b, n, h, d): the two parts'
+/// matmuls and softmax gradients, the gathered keys' and values' gradients added back into
+/// their blocks with one index-add each.
+fn sparse_backward(
+    s: &SparseSaved,
+    grad: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let run = || -> Result<(Tensor, Tensor, Tensor)> {
+        let g = s.geometry;
+        let grad = grad.transpose(1, 2)?.contiguous()?.broadcast_mul(&s.inputs.query_mask)?;
+        let (dq_global, dk, dv) = s.global.backward(&global_rows(&grad, g.wm, g.n)?, g.scale)?;
+        let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
+        let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(&grad_mid, g.scale)?;
+        let scatter = |full: Tensor, gathered: Tensor| -> Result<Tensor> {
+            let blocks = (g.b, g.h * g.nb, g.wm, g.d);
+            let gathered = gathered.reshape((g.b, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
+            Ok(full.reshape(blocks)?.index_add(&s.inputs.index, &gathered, 1)?)
+        };
+        let (dk, dv) = (scatter(dk, dk_gathered)?, scatter(dv, dv_gathered)?);
+        let dq = assemble_rows(&dq_global, &dq_mid, g)?;
+        let hd = g.h * g.d;
+        let merge = |t: Tensor| -> Result<Tensor> {
+            Ok(t.reshape((g.b, g.h, g.n, g.d))?.transpose(1, 2)?.reshape((g.b, g.n, hd))?)
+        };
+        Ok((merge(dq)?, merge(dk)?, merge(dv)?))
+    };
+    let (dq, dk, dv) = run().map_err(candle_core::Error::wrap)?;
+    Ok((Some(dq), Some(dk), Some(dv)))
 }

@@ -1,0 +1,88 @@
+//! An op whose forward pass is a sequence of tensor ops and whose backward pass is written by
+//! hand (torch's `autograd.Function`): composed ops get candle's generic backward, which for
+//! gathers, narrows and concatenations fills zeros and copies; a hand-written one launches only
+//! what the gradient needs.
+use std::sync::Mutex;
+
+use candle_ascend::fused;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+
+/// The gradients of three inputs from the saved state and the output's gradient.
+pub type Backward3<S> = fn(&S, &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)>;
+
+/// `forward(a, b, c)` on detached inputs, recorded in the graph as one op of `a`, `b` and `c`
+/// whose backward pass is `backward(saved, grad)`. `forward` returns the value and what the
+/// backward pass keeps.
+pub fn function3<S: Send + Sync + 'static>(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    forward: impl FnOnce(&Tensor, &Tensor, &Tensor) -> candle_core::Result<(Tensor, S)>,
+    backward: Backward3<S>,
+) -> candle_core::Result<Tensor> {
+    let (value, saved) = forward(&a.detach(), &b.detach(), &c.detach())?;
+    a.apply_op3(b, c, Function3 { value: Mutex::new(Some(value)), saved, backward })
+}
+
+struct Function3<S> {
+    /// The forward value, handed over (as a contiguous copy) when the op runs.
+    value: Mutex<Option<Tensor>>,
+    saved: S,
+    backward: Backward3<S>,
+}
+
+impl<S> Function3<S> {
+    fn value(&self) -> candle_core::Result<Tensor> {
+        let value = self.value.lock().unwrap_or_else(|p| p.into_inner()).take();
+        value.ok_or_else(|| candle_core::Error::msg("function3: the op ran twice"))
+    }
+}
+
+impl<S: Send + Sync> CustomOp3 for Function3<S> {
+    fn name(&self) -> &'static str {
+        "function3"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        // A fresh copy, so the storage is exactly the value.
+        let value = self.value()?.copy()?;
+        let (storage, layout) = value.storage_and_layout();
+        match &*storage {
+            candle_core::Storage::Cpu(s) => Ok((s.clone(), layout.shape().clone())),
+            _ => candle_core::bail!("function3: the forward value is not a CPU tensor"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn custom_fwd(
+        &self,
+        _: &dyn DynBackendStorage,
+        _: &Layout,
+        _: &dyn DynBackendStorage,
+        _: &Layout,
+        _: &dyn DynBackendStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        fused::materialize(&self.value()?)
+    }
+
+    fn bwd(
+        &self,
+        _a: &Tensor,
+        _b: &Tensor,
+        _c: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        (self.backward)(&self.saved, grad)
+    }
+}
