@@ -226,9 +226,9 @@ fn linear_op_matches_the_cpu_without_transposed_copies() {
                 ("aclnnBatchMatMul", 3), // y, dx, dW
                 ("aclnnAdd", 1),         // the bias
                 ("aclnnReduceSum", 2),   // db, and the test's sum
-                // The test's Σ y·up: the product and its two gradients, the ones of the sum's
-                // gradient, and that broadcast gradient stored contiguous.
-                ("aclnnMul", 3),
+                // The test's Σ y·up: the product and y's gradient (the constant `up` gets none),
+                // the ones of the sum's gradient, and that broadcast gradient stored contiguous.
+                ("aclnnMul", 2),
                 ("aclnnInplaceFillScalar", 1),
                 ("aclnnInplaceCopy", 1),
             ]

@@ -182,27 +182,45 @@ impl Tensor {
             let grad = if do_not_detach { grad } else { grad.detach() };
             if let Some(op) = node.op() {
                 match op {
+                    // An operand that does not track (a constant such as a mask) gets no
+                    // gradient: nothing reads it, and computing it costs a pass.
                     Op::Binary(lhs, rhs, BinaryOp::Add) => {
-                        grads.accumulate(lhs, &grad)?;
-                        grads.accumulate(rhs, &grad)?;
+                        if lhs.track_op() {
+                            grads.accumulate(lhs, &grad)?;
+                        }
+                        if rhs.track_op() {
+                            grads.accumulate(rhs, &grad)?;
+                        }
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Sub) => {
-                        grads.accumulate(lhs, &grad)?;
-                        let rhs_sum_grad = grads.or_insert(rhs)?;
-                        *rhs_sum_grad = rhs_sum_grad.sub(&grad)?;
+                        if lhs.track_op() {
+                            grads.accumulate(lhs, &grad)?;
+                        }
+                        if rhs.track_op() {
+                            let rhs_sum_grad = grads.or_insert(rhs)?;
+                            *rhs_sum_grad = rhs_sum_grad.sub(&grad)?;
+                        }
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Mul) => {
-                        let lhs_grad = grad.mul(rhs)?;
-                        grads.accumulate(lhs, &lhs_grad)?;
-                        let rhs_grad = grad.mul(lhs)?;
-                        grads.accumulate(rhs, &rhs_grad)?;
+                        if lhs.track_op() {
+                            let lhs_grad = grad.mul(rhs)?;
+                            grads.accumulate(lhs, &lhs_grad)?;
+                        }
+                        if rhs.track_op() {
+                            let rhs_grad = grad.mul(lhs)?;
+                            grads.accumulate(rhs, &rhs_grad)?;
+                        }
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Div) => {
-                        let lhs_grad = grad.div(rhs)?;
-                        grads.accumulate(lhs, &lhs_grad)?;
-                        let rhs_grad = grad.mul(lhs)?.div(&rhs.sqr()?)?;
-                        let rhs_sum_grad = grads.or_insert(rhs)?;
-                        *rhs_sum_grad = rhs_sum_grad.sub(&rhs_grad)?;
+                        if lhs.track_op() {
+                            let lhs_grad = grad.div(rhs)?;
+                            grads.accumulate(lhs, &lhs_grad)?;
+                        }
+                        if rhs.track_op() {
+                            let rhs_grad = grad.mul(lhs)?.div(&rhs.sqr()?)?;
+                            let rhs_sum_grad = grads.or_insert(rhs)?;
+                            *rhs_sum_grad = rhs_sum_grad.sub(&rhs_grad)?;
+                        }
                     }
                     Op::Binary(lhs, rhs, BinaryOp::Minimum)
                     | Op::Binary(lhs, rhs, BinaryOp::Maximum) => {
@@ -442,11 +460,14 @@ impl Tensor {
                         // Skipping checks, the op went ok, we can skip
                         // the matmul size checks for now.
 
-                        let lhs_grad = grad.matmul(&rhs.t()?)?;
-                        grads.accumulate(lhs, &lhs_grad)?;
-
-                        let rhs_grad = lhs.t()?.matmul(&grad)?;
-                        grads.accumulate(rhs, &rhs_grad)?;
+                        if lhs.track_op() {
+                            let lhs_grad = grad.matmul(&rhs.t()?)?;
+                            grads.accumulate(lhs, &lhs_grad)?;
+                        }
+                        if rhs.track_op() {
+                            let rhs_grad = lhs.t()?.matmul(&grad)?;
+                            grads.accumulate(rhs, &rhs_grad)?;
+                        }
                     }
                     Op::Cat(args, dim) => {
                         let mut start_idx = 0;
