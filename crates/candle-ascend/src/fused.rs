@@ -134,8 +134,8 @@ pub fn layer_norm_grads(
 }
 
 /// The Ascend body of a linear layer `x·Wᵀ + b`, x (…, in) contiguous, W (out, in), b (out):
-/// one `aclnnBatchMatMul` that reads W transposed through its strides, and one `aclnnAdd` of
-/// the broadcast bias.
+/// one `aclnnAddmm` that reads W transposed through its strides and adds the broadcast bias
+/// (torch_npu's op-plugin calls the same operator for `addmm`).
 #[allow(clippy::too_many_arguments)]
 pub fn linear(
     x: &dyn DynBackendStorage,
@@ -158,16 +158,11 @@ pub fn linear(
         ),
     };
     let mut a = xs.view(xl)?;
-    (a.dims, a.strides) = (vec![1, rows as i64, in_f as i64], vec![(rows * in_f) as i64, in_f as i64, 1]);
+    (a.dims, a.strides) = (vec![rows as i64, in_f as i64], vec![in_f as i64, 1]);
     let mut wt = ws.view(wl)?;
-    (wt.dims, wt.strides) = (vec![1, in_f as i64, out_f as i64], vec![(in_f * out_f) as i64, 1, in_f as i64]);
-    let mut bias = bs.view(bl)?;
-    (bias.dims, bias.strides) = (vec![1, rows as i64, out_f as i64], vec![0, 0, bl.stride()[0] as i64]);
-    let out_shape = Shape::from_dims(&[1, rows, out_f]);
-    let (_product, pv) = output_like(xs, &out_shape)?;
-    crate::ops::matmul::batch_matmul(xs.dev(), &a, &wt, &pv)?;
-    let (out, ov) = output_like(xs, &out_shape)?;
-    crate::ops::elementwise::binary(xs.dev(), "aclnnAdd", &pv, &bias, &ov)?;
+    (wt.dims, wt.strides) = (vec![in_f as i64, out_f as i64], vec![1, in_f as i64]);
+    let (out, ov) = output_like(xs, &Shape::from_dims(&[rows, out_f]))?;
+    crate::ops::matmul::addmm(xs.dev(), &bs.view(bl)?, &a, &wt, 1.0, 1.0, &ov)?;
     let mut dims = xl.dims().to_vec();
     if let Some(last) = dims.last_mut() {
         *last = out_f;

@@ -206,3 +206,50 @@ fn runtime_edge_cases_match_cann() {
         assert_eq!((api.aclDestroyTensor)(null_mut()), 0);
     }
 }
+
+/// The loss and linear operators refuse what ops-nn's op_api refuses (`aclnn_nll_loss.cpp`,
+/// `aclnn_logsoftmax.cpp`, `aclnn_addmm.cpp` at e5c3fa932), with its status codes.
+#[test]
+fn loss_and_addmm_refuse_what_ops_nn_refuses() {
+    type Nll = unsafe extern "C" fn(T, T, T, i64, i64, T, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type LogSoftmax = unsafe extern "C" fn(T, i64, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type Addmm = unsafe extern "C" fn(T, T, T, AclScalarPtr, AclScalarPtr, T, i8, *mut u64, *mut AclExecutorPtr) -> i32;
+    let env = Env::new();
+    let buf = env.malloc(1024);
+    let (mut ws, mut exec) = (0u64, null_mut());
+    let f = |dims: &[i64]| env.tensor(buf, dims, dtype::FLOAT);
+    let (x, target, weight, scalar) = (f(&[4, 3]), env.tensor(buf, &[4], dtype::INT64), f(&[3]), f(&[]));
+
+    let nll: Nll = unsafe { std::mem::transmute(env.tk.op("aclnnNLLLoss").unwrap().0) };
+    let call = |x: T, t: T, w: T, reduction: i64| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        nll(x, t, w, reduction, -100, scalar, scalar, &mut ws, &mut exec)
+    };
+    assert_eq!(call(x, target, weight, 1), 0);
+    assert_eq!(call(x, target, null_mut(), 1), 161_001, "weight is required");
+    assert_eq!(call(x, target, weight, 3), 161_002, "reduction beyond sum");
+    assert_eq!(call(x, f(&[4]), weight, 1), 161_002, "a FLOAT target");
+    assert_eq!(call(x, env.tensor(buf, &[5], dtype::INT64), weight, 1), 161_002, "5 targets for 4 rows");
+    assert_eq!(call(x, target, f(&[4]), 1), 161_002, "weight of the wrong size");
+
+    let log_softmax: LogSoftmax = unsafe { std::mem::transmute(env.tk.op("aclnnLogSoftmax").unwrap().0) };
+    assert_eq!(unsafe { log_softmax(x, 1, x, &mut ws, &mut exec) }, 0);
+    assert_eq!(unsafe { log_softmax(x, 2, x, &mut ws, &mut exec) }, 161_002, "dim = rank");
+
+    let addmm: Addmm = unsafe { std::mem::transmute(env.tk.op("aclnnAddmm").unwrap().0) };
+    let mut one = 1.0f64;
+    let one = unsafe { (env.tk.api.aclCreateScalar)((&mut one as *mut f64).cast(), dtype::DOUBLE) };
+    let (a, b, out) = (f(&[4, 2]), f(&[2, 3]), f(&[4, 3]));
+    let call = |c: T, a: T, b: T, beta: AclScalarPtr, cube: i8| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        addmm(c, a, b, beta, one, out, cube, &mut ws, &mut exec)
+    };
+    let soc = unsafe { CStr::from_ptr((env.tk.api.aclrtGetSocName)()) }.to_string_lossy().into_owned();
+    // KEEP_DTYPE is refused for FP32 on the Atlas training series (cube_util.cpp).
+    let fp32_cube = if soc.starts_with("Ascend910B") { 0 } else { 1 };
+    assert_eq!(call(f(&[3]), a, b, one, fp32_cube), 0, "a bias row broadcasts");
+    assert_eq!(call(f(&[5, 3]), a, b, one, fp32_cube), 161_002, "self that does not broadcast");
+    assert_eq!(call(f(&[3]), f(&[1, 4, 2]), b, one, fp32_cube), 161_002, "3-D mat1");
+    assert_eq!(call(f(&[3]), a, b, null_mut(), fp32_cube), 161_001, "null beta");
+    assert_eq!(call(f(&[3]), a, b, one, 4), 161_002, "cubeMathType 4");
+}

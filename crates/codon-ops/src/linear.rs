@@ -8,9 +8,9 @@
 //! - The [`Linear`] op: on the CPU the product with an element-wise epilogue (gelu_new or a
 //!   dropout mask) and a backward pass that reads the weight and the input in place, so
 //!   neither is transposed into a copy, and sums the bias gradient in the same step. On an
-//!   Ascend part (identity epilogue) one `aclnnBatchMatMul` reading W through transposed
-//!   strides and one `aclnnAdd`; its backward is two batched matmuls that write dx and dW in
-//!   their own layouts (no transposed copy) and one `aclnnReduceSum` for db.
+//!   Ascend part (identity epilogue) one `aclnnAddmm` reading W through transposed strides
+//!   and adding the bias; its backward is two batched matmuls that write dx and dW in their
+//!   own layouts (no transposed copy) and one `aclnnReduceSum` for db.
 
 use std::sync::Mutex;
 
@@ -47,7 +47,7 @@ fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
     weight.dtype() == dtype
         && bias.dtype() == dtype
-        && ["aclnnBatchMatMul", "aclnnAdd", "aclnnReduceSum"].iter().all(|op| fused::runs_natively(x, op, dtype))
+        && ["aclnnAddmm", "aclnnBatchMatMul", "aclnnReduceSum"].iter().all(|op| fused::runs_natively(x, op, dtype))
 }
 
 /// The composed linear layer: a matmul over the flattened rows and a broadcast add.
