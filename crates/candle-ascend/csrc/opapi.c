@@ -746,6 +746,27 @@ static float cube_input(double v, int mode) {
     return f;
 }
 
+/* How the cube reads an FP32/BF16/FP16 matmul's inputs under cubeMathType, which must be in the
+ * part's table row (ops-nn cube_util.cpp): a warning, not a refusal, for USE_FP16 with BF16. */
+static int cube_mode(const char *op, int dtype, int8_t cube_math_type, int *mode) {
+    const SimOpRow *row = op_row(op);
+    if (cube_math_type < 0 || cube_math_type > 3 || !(row->cube[dtype] & (1u << cube_math_type))) {
+        aclsimSetError("%s: cubeMathType %d is not supported for %s input on %s (%s; %s)", op, cube_math_type,
+                       dtype_name(dtype), aclrtGetSocName(), family_name(), row->source);
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    *mode = CUBE_NATIVE;
+    if (dtype == ACL_FLOAT && (cube_math_type == 2 || (cube_math_type == 1 && aclsimSocFamily() == SIM_SOC_910)))
+        *mode = CUBE_FP16;
+    else if (dtype == ACL_FLOAT && (cube_math_type == 1 || cube_math_type == 3))
+        *mode = CUBE_HF32;
+    else if (dtype == ACL_BF16 && cube_math_type == 2) {
+        fprintf(stderr, "[WARNING] %s: cubeMathType USE_FP16 with BF16 input computes in FP16\n", op);
+        *mode = CUBE_FP16;
+    }
+    return 0;
+}
+
 static void run_bmm(aclOpExecutor *e) {
     const aclTensor *o = &e->t[0], *a = &e->t[1], *b = &e->t[2];
     int64_t bs = o->dims[0], m = o->dims[1], n = o->dims[2], k = a->dims[2];
@@ -780,23 +801,8 @@ SIM_EXPORT aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *a, cons
         return bad(ACLNN_ERR_PARAM_INVALID, op, "shapes are not (b, m, k) x (b, k, n) -> (b, m, n)");
     if (a->dtype != b->dtype || a->dtype != out->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "mixed dtypes are not inferable");
     if ((r = soc_dtype(op, "self", a->dtype))) return r;
-    /* cubeMathType per SoC and dtype: the table's cube column (ops-nn cube_util.cpp). */
-    const SimOpRow *row = op_row(op);
-    if (cube_math_type < 0 || cube_math_type > 3 || !(row->cube[a->dtype] & (1u << cube_math_type))) {
-        aclsimSetError("%s: cubeMathType %d is not supported for %s input on %s (%s; %s)", op, cube_math_type,
-                       dtype_name(a->dtype), aclrtGetSocName(), family_name(), row->source);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    int mode = CUBE_NATIVE;
-    if (a->dtype == ACL_FLOAT && (cube_math_type == 2 || (cube_math_type == 1 && aclsimSocFamily() == SIM_SOC_910)))
-        mode = CUBE_FP16;
-    else if (a->dtype == ACL_FLOAT && (cube_math_type == 1 || cube_math_type == 3))
-        mode = CUBE_HF32;
-    else if (a->dtype == ACL_BF16 && cube_math_type == 2) {
-        /* cube_util.cpp logs a warning and computes in FP16; it does not refuse. */
-        fprintf(stderr, "[WARNING] %s: cubeMathType USE_FP16 with BF16 input computes in FP16\n", op);
-        mode = CUBE_FP16;
-    }
+    int mode;
+    if ((r = cube_mode(op, a->dtype, cube_math_type, &mode))) return r;
     aclnnStatus s = make(op, a->dtype, run_bmm, (uint64_t)numel(out) * sizeof(float), ws, e);
     if (s) return s;
     (*e)->i[0] = mode;
@@ -806,26 +812,6 @@ SIM_EXPORT aclnnStatus aclnnBatchMatMulGetWorkspaceSize(const aclTensor *a, cons
     return 0;
 }
 PHASE2(BatchMatMul)
-
-/* The cube's input reading for an FP32/BF16/FP16 matmul and its cubeMathType, as BatchMatMul. */
-static int cube_mode(const char *op, int dtype, int8_t cube_math_type, int *mode) {
-    const SimOpRow *row = op_row(op);
-    if (cube_math_type < 0 || cube_math_type > 3 || !(row->cube[dtype] & (1u << cube_math_type))) {
-        aclsimSetError("%s: cubeMathType %d is not supported for %s input on %s (%s; %s)", op, cube_math_type,
-                       dtype_name(dtype), aclrtGetSocName(), family_name(), row->source);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    *mode = CUBE_NATIVE;
-    if (dtype == ACL_FLOAT && (cube_math_type == 2 || (cube_math_type == 1 && aclsimSocFamily() == SIM_SOC_910)))
-        *mode = CUBE_FP16;
-    else if (dtype == ACL_FLOAT && (cube_math_type == 1 || cube_math_type == 3))
-        *mode = CUBE_HF32;
-    else if (dtype == ACL_BF16 && cube_math_type == 2) {
-        fprintf(stderr, "[WARNING] %s: cubeMathType USE_FP16 with BF16 input computes in FP16\n", op);
-        *mode = CUBE_FP16;
-    }
-    return 0;
-}
 
 /* t[0] = out (m, n), t[1] = self (broadcast to (m, n); strides in dims[]), t[2] = mat1 (m, k),
  * t[3] = mat2 (k, n); f[0] = beta, f[1] = alpha; i[0] = the cube's input mode. FP32
@@ -1455,35 +1441,48 @@ static void for_rows(const aclTensor *t, int64_t axis, aclOpExecutor *e,
         for (int64_t i = 0; i < inner; i++) f(e, o * len * inner + i, inner, len);
 }
 
+/* A row's maximum and Σ exp(x − max), accumulated in FP32. */
+static void row_max_sum(Flat *x, int64_t k0, int64_t step, int64_t len, float *mx, float *sum) {
+    *mx = -INFINITY;
+    *sum = 0;
+    for (int64_t j = 0; j < len; j++) {
+        float v = (float)ld_flat(x, k0 + j * step);
+        if (v > *mx) *mx = v;
+    }
+    for (int64_t j = 0; j < len; j++) *sum += expf((float)ld_flat(x, k0 + j * step) - *mx);
+}
+
 /* t[0] = out, t[1] = self. Max-subtracted, accumulated in FP32. */
 static void softmax_row(aclOpExecutor *e, int64_t k0, int64_t step, int64_t len) {
     Flat out = flat_of(&e->t[0]), x = flat_of(&e->t[1]);
-    float mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < len; j++) {
-        float v = (float)ld_flat(&x, k0 + j * step);
-        if (v > mx) mx = v;
-    }
-    for (int64_t j = 0; j < len; j++) sum += expf((float)ld_flat(&x, k0 + j * step) - mx);
+    float mx, sum;
+    row_max_sum(&x, k0, step, len, &mx, &sum);
     for (int64_t j = 0; j < len; j++) st_flat(&out, k0 + j * step, expf((float)ld_flat(&x, k0 + j * step) - mx) / sum);
 }
 
 static void run_softmax(aclOpExecutor *e) { for_rows(&e->t[1], e->i[0], e, softmax_row); }
 
-SIM_EXPORT aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *x, int64_t dim, aclTensor *out, uint64_t *ws,
-                                                    aclOpExecutor **e) {
-    const char *op = "aclnnSoftmax";
+/* Phase 1 of Softmax and LogSoftmax: dim in [−r, r − 1], rank ≤ 8, out of self's shape in a
+ * dtype the part has. */
+static aclnnStatus softmax_like(const char *op, void (*run)(aclOpExecutor *), const aclTensor *x, int64_t dim,
+                                aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
     int r;
     if ((r = check(op, x, "self")) || (r = check(op, out, "out"))) return r;
     if ((r = soc_dtype(op, "out", out->dtype))) return r;
     int64_t axis = axis_of(x, dim);
     if (axis < 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "dim is out of range");
     if (x->ndim > SIM_MAX_DIMS || !same_shape(x, out)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have self's shape (at most 8 dims)");
-    aclnnStatus s = make(op, x->dtype, run_softmax, 0, ws, e);
+    aclnnStatus s = make(op, x->dtype, run, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *x;
     (*e)->i[0] = axis;
     return 0;
+}
+
+SIM_EXPORT aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *x, int64_t dim, aclTensor *out, uint64_t *ws,
+                                                    aclOpExecutor **e) {
+    return softmax_like("aclnnSoftmax", run_softmax, x, dim, out, ws, e);
 }
 PHASE2(Softmax)
 
@@ -1501,17 +1500,19 @@ static void softmax_grad_row(aclOpExecutor *e, int64_t k0, int64_t step, int64_t
 
 static void run_softmax_grad(aclOpExecutor *e) { for_rows(&e->t[1], e->i[0], e, softmax_grad_row); }
 
-SIM_EXPORT aclnnStatus aclnnSoftmaxBackwardGetWorkspaceSize(const aclTensor *g, const aclTensor *y, int64_t dim,
-                                                            aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
-    const char *op = "aclnnSoftmaxBackward";
+/* Phase 1 of SoftmaxBackward and LogSoftmaxBackward: gradOutput and output share a dtype and,
+ * with out, a shape; dim in [−r, r − 1]. */
+static aclnnStatus softmax_like_grad(const char *op, void (*run)(aclOpExecutor *), const aclTensor *g,
+                                     const aclTensor *y, int64_t dim, aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
     int r;
     if ((r = check(op, g, "gradOutput")) || (r = check(op, y, "output")) || (r = check(op, out, "out"))) return r;
     if (y->dtype != g->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "output must have gradOutput's dtype");
+    if (!is_float(out->dtype)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be a floating dtype");
     int64_t axis = axis_of(g, dim);
     if (axis < 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "dim is out of range");
     if (g->ndim > SIM_MAX_DIMS || !same_shape(g, y) || !same_shape(g, out))
         return bad(ACLNN_ERR_PARAM_INVALID, op, "output and out must have gradOutput's shape (at most 8 dims)");
-    aclnnStatus s = make(op, g->dtype, run_softmax_grad, 0, ws, e);
+    aclnnStatus s = make(op, g->dtype, run, 0, ws, e);
     if (s) return s;
     (*e)->t[0] = *out;
     (*e)->t[1] = *g;
@@ -1519,41 +1520,29 @@ SIM_EXPORT aclnnStatus aclnnSoftmaxBackwardGetWorkspaceSize(const aclTensor *g, 
     (*e)->i[0] = axis;
     return 0;
 }
+
+SIM_EXPORT aclnnStatus aclnnSoftmaxBackwardGetWorkspaceSize(const aclTensor *g, const aclTensor *y, int64_t dim,
+                                                            aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    return softmax_like_grad("aclnnSoftmaxBackward", run_softmax_grad, g, y, dim, out, ws, e);
+}
 PHASE2(SoftmaxBackward)
 
 /* t[0] = out, t[1] = self: out = x − max − log Σ exp(x − max) along the axis, in FP32
  * (ops-nn e5c3fa932 activation/log_softmax_v2/docs/aclnnLogSoftmax.md). */
 static void log_softmax_row(aclOpExecutor *e, int64_t k0, int64_t step, int64_t len) {
     Flat out = flat_of(&e->t[0]), x = flat_of(&e->t[1]);
-    float mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < len; j++) {
-        float v = (float)ld_flat(&x, k0 + j * step);
-        if (v > mx) mx = v;
-    }
-    for (int64_t j = 0; j < len; j++) sum += expf((float)ld_flat(&x, k0 + j * step) - mx);
+    float mx, sum;
+    row_max_sum(&x, k0, step, len, &mx, &sum);
     float lse = mx + logf(sum);
     for (int64_t j = 0; j < len; j++) st_flat(&out, k0 + j * step, (float)ld_flat(&x, k0 + j * step) - lse);
 }
 
 static void run_log_softmax(aclOpExecutor *e) { for_rows(&e->t[1], e->i[0], e, log_softmax_row); }
 
-/* dim in [−r, r − 1], rank ≤ 8, out of self's shape; the kernel computes in out's dtype, which
- * must be one the part has (op_api aclnn_logsoftmax.cpp). */
+/* The kernel computes in out's dtype (op_api aclnn_logsoftmax.cpp). */
 SIM_EXPORT aclnnStatus aclnnLogSoftmaxGetWorkspaceSize(const aclTensor *x, int64_t dim, aclTensor *out, uint64_t *ws,
                                                        aclOpExecutor **e) {
-    const char *op = "aclnnLogSoftmax";
-    int r;
-    if ((r = check(op, x, "self")) || (r = check(op, out, "out"))) return r;
-    if ((r = soc_dtype(op, "out", out->dtype))) return r;
-    int64_t axis = axis_of(x, dim);
-    if (axis < 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "dim is out of range");
-    if (x->ndim > SIM_MAX_DIMS || !same_shape(x, out)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have self's shape (at most 8 dims)");
-    aclnnStatus st = make(op, x->dtype, run_log_softmax, 0, ws, e);
-    if (st) return st;
-    (*e)->t[0] = *out;
-    (*e)->t[1] = *x;
-    (*e)->i[0] = axis;
-    return 0;
+    return softmax_like("aclnnLogSoftmax", run_log_softmax, x, dim, out, ws, e);
 }
 PHASE2(LogSoftmax)
 
@@ -1571,26 +1560,11 @@ static void log_softmax_grad_row(aclOpExecutor *e, int64_t k0, int64_t step, int
 
 static void run_log_softmax_grad(aclOpExecutor *e) { for_rows(&e->t[1], e->i[0], e, log_softmax_grad_row); }
 
-/* gradOutput and output share a dtype and, with out, a shape; dim in [−r, r − 1] (the doc says
- * [−n, n], the source rejects n: op_api aclnn_logsoftmax_backward.cpp). */
+/* dim in [−r, r − 1]: the doc says [−n, n], the source rejects n (op_api
+ * aclnn_logsoftmax_backward.cpp). */
 SIM_EXPORT aclnnStatus aclnnLogSoftmaxBackwardGetWorkspaceSize(const aclTensor *g, const aclTensor *y, int64_t dim,
                                                                aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
-    const char *op = "aclnnLogSoftmaxBackward";
-    int r;
-    if ((r = check(op, g, "gradOutput")) || (r = check(op, y, "output")) || (r = check(op, out, "out"))) return r;
-    if (y->dtype != g->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "output must have gradOutput's dtype");
-    if (!is_float(out->dtype)) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be a floating dtype");
-    int64_t axis = axis_of(g, dim);
-    if (axis < 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "dim is out of range");
-    if (g->ndim > SIM_MAX_DIMS || !same_shape(g, y) || !same_shape(g, out))
-        return bad(ACLNN_ERR_PARAM_INVALID, op, "output and out must have gradOutput's shape (at most 8 dims)");
-    aclnnStatus st = make(op, g->dtype, run_log_softmax_grad, 0, ws, e);
-    if (st) return st;
-    (*e)->t[0] = *out;
-    (*e)->t[1] = *g;
-    (*e)->t[2] = *y;
-    (*e)->i[0] = axis;
-    return 0;
+    return softmax_like_grad("aclnnLogSoftmaxBackward", run_log_softmax_grad, g, y, dim, out, ws, e);
 }
 PHASE2(LogSoftmaxBackward)
 
