@@ -16,6 +16,13 @@ fn sim() -> Device {
     codon_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
+/// The backend counts launches per device, and every test here launches on `npu-sim:0`: they
+/// run one at a time, so a test's count holds only its own launches.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    DEVICE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn inputs(case: &str, device: &Device) -> (ModelInput, Tensor) {
     let t = candle_core::safetensors::load(fixtures().join(case).join("inputs.safetensors"), device).unwrap();
     let input = ModelInput {
@@ -95,6 +102,7 @@ fn soc() -> codon_ascend::ascend::Soc {
 
 #[test]
 fn tiny_bigbird_f32_matches_cpu_forward_and_backward() {
+    let _serial = serial();
     // The Atlas training series runs FP32 matmuls on its FP16 cube (cubeMathType USE_FP16).
     let tolerance = if soc().family == codon_ascend::ascend::SocFamily::AtlasTraining { 2e-3 } else { 1e-5 };
     compare(DType::F32, tolerance);
@@ -102,6 +110,7 @@ fn tiny_bigbird_f32_matches_cpu_forward_and_backward() {
 
 #[test]
 fn tiny_bigbird_bf16_matches_cpu_within_bf16_rounding_or_is_refused_without_bf16() {
+    let _serial = serial();
     if soc().has_bf16() {
         // The fixture README gives torch's own bf16 gap: about 1 % of the logits' scale.
         compare(DType::BF16, 2e-2);
@@ -114,6 +123,7 @@ fn tiny_bigbird_bf16_matches_cpu_within_bf16_rounding_or_is_refused_without_bf16
 
 #[test]
 fn tiny_bigbird_f16_matches_cpu_within_f16_rounding() {
+    let _serial = serial();
     compare(DType::F16, 2e-2);
 }
 
@@ -122,6 +132,7 @@ fn tiny_bigbird_f16_matches_cpu_within_f16_rounding() {
 /// add per node. Counted by the backend on the emulated part.
 #[test]
 fn backward_does_not_fill_zeros_for_first_gradients() {
+    let _serial = serial();
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let x = Var::from_tensor(&Tensor::new(&[1f32, 2.0, 3.0], &Device::Cpu).unwrap().to_device(&dev).unwrap()).unwrap();
@@ -147,6 +158,7 @@ fn backward_does_not_fill_zeros_for_first_gradients() {
 /// dozens.
 #[test]
 fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
+    let _serial = serial();
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
@@ -183,6 +195,7 @@ fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
 /// backward), with no transposed copy of dW and no zero fill.
 #[test]
 fn linear_op_matches_the_cpu_without_transposed_copies() {
+    let _serial = serial();
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
@@ -245,6 +258,7 @@ fn linear_op_matches_the_cpu_without_transposed_copies() {
 /// composed reference's loss and gradient, ignored rows included, in four launches and a fill.
 #[test]
 fn cross_entropy_op_matches_the_reference_in_four_launches() {
+    let _serial = serial();
     use codon_ascend::model::bigbird::IGNORE_INDEX;
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
@@ -282,6 +296,7 @@ fn cross_entropy_op_matches_the_reference_in_four_launches() {
 /// values and gradients, one launch each way.
 #[test]
 fn softmax_and_gelu_ops_match_the_cpu_in_one_launch_each_way() {
+    let _serial = serial();
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
