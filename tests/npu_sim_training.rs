@@ -185,7 +185,7 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
             let grads = params.gradients(&loss.unwrap().backward().unwrap()).unwrap();
             opt.step(&grads, 1e-2, None).unwrap();
         }
-        let state = opt.state();
+        let state = opt.state().unwrap();
         let mut out: Vec<Vec<f32>> =
             params.named().iter().map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()).collect();
         for (i, _) in shapes.iter().enumerate() {

@@ -23,12 +23,19 @@ pub fn runs_natively(t: &Tensor, op: &str, dtype: DType) -> bool {
 /// The device and view of a tensor on an Ascend device. The view points into the tensor's
 /// buffer, which the caller's tensor keeps alive.
 fn tensor_view(t: &Tensor) -> candle_core::Result<(Arc<DeviceInner>, View)> {
+    with_storage(t, |ascend, layout| Ok((ascend.dev().clone(), ascend.view(layout)?)))
+}
+
+/// `f` of a tensor's Ascend storage and layout, under the storage's read lock.
+fn with_storage<R>(
+    t: &Tensor,
+    f: impl FnOnce(&AscendStorage, &Layout) -> candle_core::Result<R>,
+) -> candle_core::Result<R> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Custom(custom) = &*storage else {
         candle_core::bail!("expected a tensor on an Ascend device, found one on {:?}", t.device().location())
     };
-    let ascend = ascend_storage(custom.as_ref())?;
-    Ok((ascend.dev().clone(), ascend.view(layout)?))
+    f(ascend_storage(custom.as_ref())?, layout)
 }
 
 /// AdamW in place through `aclnnApplyAdamWV2`: `var`, `m` and `v` are overwritten. `step` is a
@@ -279,14 +286,11 @@ pub fn gelu_tanh_grad(
 /// A contiguous copy of `t` (any layout) in a fresh storage: the output of an op whose value
 /// was computed by tensor ops before the op took it over (one `aclnnInplaceCopy`).
 pub fn materialize(t: &Tensor) -> candle_core::Result<(BoxStorage, Shape)> {
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Custom(custom) = &*storage else {
-        candle_core::bail!("expected a tensor on an Ascend device, found one on {:?}", t.device().location())
-    };
-    let ascend = ascend_storage(custom.as_ref())?;
-    let (out, ov) = output_like(ascend, layout.shape())?;
-    crate::ops::copy::copy_into(ascend.dev(), &ov, &ascend.view(layout)?)?;
-    Ok((Box::new(out), layout.shape().clone()))
+    with_storage(t, |ascend, layout| {
+        let (out, ov) = output_like(ascend, layout.shape())?;
+        crate::ops::copy::copy_into(ascend.dev(), &ov, &ascend.view(layout)?)?;
+        Ok((Box::new(out) as BoxStorage, layout.shape().clone()))
+    })
 }
 
 /// `dst ← src` in dst's dtype, straight into dst's storage: one `aclnnCast` (or

@@ -159,7 +159,7 @@ impl CustomOp1 for Softmax {
     }
 
     fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(res.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?))
+        Ok(Some(softmax_last_dim_grad(res, grad)?))
     }
 }
 

@@ -106,7 +106,7 @@ pub(crate) fn save<M: TrainableModel>(
     state: &TrainerState,
     require_finite: bool,
 ) -> Result<PathBuf> {
-    let weights = optimizer.master_weights();
+    let weights = optimizer.master_weights()?;
     if require_finite {
         refuse_non_finite(&weights, state.step)?;
     }
@@ -115,7 +115,7 @@ pub(crate) fn save<M: TrainableModel>(
     let tmp =
         codon_model::files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
     model.save(&weights, tmp.path())?;
-    codon_model::files::write_safetensors(&optimizer.state(), &tmp.path().join(OPTIMIZER_FILE))?;
+    codon_model::files::write_safetensors(&optimizer.state()?, &tmp.path().join(OPTIMIZER_FILE))?;
     let mut state = state.clone();
     state.optimizer_steps = optimizer.step_count();
     let json = serde_json::to_string_pretty(&state).unwrap_or_default();

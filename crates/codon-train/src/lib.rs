@@ -39,6 +39,6 @@ pub use masked_lm::{MaskedLmData, MaskedLmModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
 pub use trainer::{
-    AnomalyPolicy, BatchSource, DeviceProbe, DeviceStepStats, Precision, StepMetrics, TrainReport, TrainableModel,
-    Trainer, TrainerConfig, TrainerConfigBuilder,
+    backward_scaled, AnomalyPolicy, BatchSource, DeviceProbe, DeviceStepStats, Precision, StepMetrics, TrainReport,
+    TrainableModel, Trainer, TrainerConfig, TrainerConfigBuilder,
 };

@@ -12,7 +12,7 @@ use codon_model::bigbird::{
 
 use crate::error::{Result, TrainError};
 use crate::optim::Parameters;
-use crate::trainer::{BatchSource, Precision, TrainableModel};
+use crate::trainer::{backward_scaled, BatchSource, Precision, TrainableModel};
 
 /// A BigBird model whose parameters are trainable `Var`s in the compute dtype.
 pub struct MaskedLmModel {
@@ -74,9 +74,7 @@ impl TrainableModel for MaskedLmModel {
 
     fn loss_and_gradients(&self, batch: &MlmBatch, seed: u64, scale: f64) -> Result<(Tensor, GradStore)> {
         if !self.gradient_checkpointing {
-            let loss = self.loss(batch, seed)?;
-            let grads = (&loss * scale)?.backward()?;
-            return Ok((loss, grads));
+            return backward_scaled(self.loss(batch, seed)?, scale);
         }
         let (input, labels) = self.upload(batch)?;
         let mut loss = None;

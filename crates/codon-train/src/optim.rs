@@ -147,10 +147,6 @@ impl Parameters {
         }
         Ok(out)
     }
-
-    fn group_len(&self, group: &Group) -> usize {
-        group.values.elem_count()
-    }
 }
 
 /// The optimizer state of one group: flat f32 buffers.
@@ -202,7 +198,7 @@ impl AdamW {
                 DType::F32 => None,
                 _ => Some(values.to_dtype(DType::F32)?.copy()?),
             };
-            let zeros = || Tensor::zeros(params.group_len(group), DType::F32, values.device());
+            let zeros = || Tensor::zeros(values.elem_count(), DType::F32, values.device());
             states.push(GroupState { master, exp_avg: zeros()?, exp_avg_sq: zeros()? });
         }
         Ok(Self { params, states, config, step: 0 })
@@ -227,12 +223,9 @@ impl AdamW {
     }
 
     /// The f32 value of every parameter (the master copy when there is one).
-    pub fn master_weights(&self) -> Vec<(String, Tensor)> {
-        let thetas: candle_core::Result<Vec<Tensor>> = (0..self.states.len()).map(|i| self.theta(i)).collect();
-        thetas
-            .and_then(|t| self.params.split(&t))
-            .map(|named| named.into_iter().map(|(n, t)| (n, t.detach())).collect())
-            .unwrap_or_default()
+    pub fn master_weights(&self) -> candle_core::Result<Vec<(String, Tensor)>> {
+        let thetas = (0..self.states.len()).map(|i| self.theta(i)).collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(self.params.split(&thetas)?.into_iter().map(|(n, t)| (n, t.detach())).collect())
     }
 
     /// One update with f32 gradients, one per group as [`Parameters::gradients`] gives them (of
@@ -328,17 +321,17 @@ impl AdamW {
         Ok(())
     }
 
-    /// Moments and step count, for checkpoints: `exp_avg.<name>`, `exp_avg_sq.<name>`.
-    pub fn state(&self) -> HashMap<String, Tensor> {
+    /// The moments, for checkpoints: `exp_avg.<name>`, `exp_avg_sq.<name>`.
+    pub fn state(&self) -> candle_core::Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
         let m: Vec<Tensor> = self.states.iter().map(|s| s.exp_avg.clone()).collect();
         let v: Vec<Tensor> = self.states.iter().map(|s| s.exp_avg_sq.clone()).collect();
         for (prefix, flat) in [("exp_avg", m), ("exp_avg_sq", v)] {
-            for (name, t) in self.params.split(&flat).unwrap_or_default() {
+            for (name, t) in self.params.split(&flat)? {
                 out.insert(format!("{prefix}.{name}"), t);
             }
         }
-        out
+        Ok(out)
     }
 
     /// Restore moments, master weights and the step count.

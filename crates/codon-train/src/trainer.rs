@@ -82,6 +82,12 @@ pub enum AnomalyPolicy {
     Abort,
 }
 
+/// A loss and the gradients of `loss · scale`, by one backward pass through its graph.
+pub fn backward_scaled(loss: Tensor, scale: f64) -> Result<(Tensor, GradStore)> {
+    let grads = (&loss * scale)?.backward()?;
+    Ok((loss, grads))
+}
+
 /// A model the trainer can train: a batch in, a scalar loss out.
 pub trait TrainableModel {
     /// One micro-batch.
@@ -94,9 +100,7 @@ pub trait TrainableModel {
     /// through the graph of [`TrainableModel::loss`]; a model that recomputes activations
     /// (checkpointing) overrides it.
     fn loss_and_gradients(&self, batch: &Self::Batch, seed: u64, scale: f64) -> Result<(Tensor, GradStore)> {
-        let loss = self.loss(batch, seed)?;
-        let grads = (&loss * scale)?.backward()?;
-        Ok((loss, grads))
+        backward_scaled(self.loss(batch, seed)?, scale)
     }
     /// Tokens in a batch, for throughput.
     fn tokens(&self, batch: &Self::Batch) -> usize;
@@ -600,7 +604,7 @@ impl Trainer {
     ) -> Result<PathBuf> {
         let path = checkpoint::save(dir, model, optimizer, state, !self.config.values_meaningless)?;
         if let Some(name) = &self.config.checkpoint_filename {
-            model.save_state_dict(&optimizer.master_weights(), &dir.join(name))?;
+            model.save_state_dict(&optimizer.master_weights()?, &dir.join(name))?;
         }
         if let Some(keep) = self.config.keep_last {
             checkpoint::prune(dir, keep)?;

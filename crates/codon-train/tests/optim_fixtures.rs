@@ -85,7 +85,7 @@ fn adamw_matches_torch_with_and_without_clipping() {
                 }
             }
             opt.step(&grads, lr, schedule.beta1(step - 1)).unwrap();
-            let state = opt.state();
+            let state = opt.state().unwrap();
             for (p, v) in &vars {
                 worst = worst.max(max_rel(v.as_tensor(), &t[&format!("{case}.param.step{step}.{p}")]));
                 worst =

@@ -168,12 +168,12 @@ pub fn block_sparse_attention(
     }
     // Key block indices within a sequence (the table's are per head).
     let local: Vec<u32> = index.iter().map(|&i| i % nb as u32).collect();
+    let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
     let needs_grad = [q, k, v].iter().any(|t| t.track_op());
     if !needs_grad && q.device().is_cpu() {
         let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
         // Global query blocks 0 and nb−1 attend to every key.
-        let q_global = Tensor::cat(&[q.narrow(2, 0, wm)?, q.narrow(2, n - wm, wm)?], 2)?;
-        let ctx_global = kernels::attention(&q_global, k, v, scale, Some(&masks.key_penalty), None)?;
+        let ctx_global = kernels::attention(&global_rows(q, wm, n)?, k, v, scale, Some(&masks.key_penalty), None)?;
         if let Some(ctx_mid) = super::cpu_attention::fused_block_sparse_middle(
             q,
             k,
@@ -185,8 +185,7 @@ pub fn block_sparse_attention(
             &absent,
             BLOCK_SPARSE_MASK_PENALTY,
         ) {
-            let ctx = Tensor::cat(&[ctx_global.narrow(2, 0, wm)?, ctx_mid, ctx_global.narrow(2, wm, wm)?], 2)?;
-            return merge_heads(&ctx.broadcast_mul(&masks.query_mask)?);
+            return merge_heads(&assemble_rows(&ctx_global, &ctx_mid, geometry)?.broadcast_mul(&masks.query_mask)?);
         }
     }
     let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;

@@ -349,6 +349,7 @@ impl BigBirdForMaskedLM {
         let value = objective(&self.head(top.as_tensor(), &pass)?)?;
         let mut grads = value.backward()?;
         let mut grad = grads.remove(top.as_tensor());
+        let params: Vec<Tensor> = self.named_parameters().into_iter().map(|(_, p)| p).collect();
         for (l, (input, dropout, attention_dropout)) in saved.into_iter().enumerate().rev() {
             let Some(g) = grad.take() else { break };
             (pass.dropout, pass.attention_dropout) = (dropout, attention_dropout);
@@ -356,26 +357,12 @@ impl BigBirdForMaskedLM {
             let y = self.encoder_layer(l, input.as_tensor(), &mut pass)?.0;
             let mut layer_grads = (y * g)?.sum_all()?.backward()?;
             grad = layer_grads.remove(input.as_tensor());
-            self.merge_parameter_grads(&mut grads, layer_grads)?;
+            merge_grads(&params, &mut grads, layer_grads)?;
         }
         if let Some(g) = grad {
-            self.merge_parameter_grads(&mut grads, (embedded * g)?.sum_all()?.backward()?)?;
+            merge_grads(&params, &mut grads, (embedded * g)?.sum_all()?.backward()?)?;
         }
         Ok((value, grads))
-    }
-
-    /// Add the parameters' gradients in `from` to those in `into`.
-    fn merge_parameter_grads(&self, into: &mut GradStore, mut from: GradStore) -> Result<()> {
-        for (_, p) in self.named_parameters() {
-            if let Some(g) = from.remove(&p) {
-                let sum = match into.remove(&p) {
-                    Some(acc) => (acc + g)?,
-                    None => g,
-                };
-                into.insert(&p, sum);
-            }
-        }
-        Ok(())
     }
 
     /// Inputs padded and masks built for one pass.
@@ -543,6 +530,20 @@ impl Params {
             eps,
         })
     }
+}
+
+/// Add the gradients of `params` in `from` to those in `into`.
+fn merge_grads(params: &[Tensor], into: &mut GradStore, mut from: GradStore) -> Result<()> {
+    for p in params {
+        if let Some(g) = from.remove(p) {
+            let sum = match into.remove(p) {
+                Some(acc) => (acc + g)?,
+                None => g,
+            };
+            into.insert(p, sum);
+        }
+    }
+    Ok(())
 }
 
 fn layer_context(e: CodonError, layer: usize) -> CodonError {
