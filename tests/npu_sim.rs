@@ -291,6 +291,41 @@ fn cross_entropy_op_matches_the_reference_in_four_launches() {
     assert_eq!(launched, expected);
 }
 
+/// `codon_ops::embedding` on the emulated part: aclnnEmbedding forward and
+/// aclnnEmbeddingDenseBackward backward give the CPU's rows and table gradient, padding row
+/// without gradient, one launch each way and no composed gather.
+#[test]
+fn embedding_op_matches_the_cpu_in_one_launch_each_way() {
+    let _serial = serial();
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let table = Tensor::randn(0f32, 1.0, (11, 24), &cpu).unwrap();
+    let ids = Tensor::new(&[[3u32, 0, 10, 3, 5], [0, 0, 7, 3, 1]], &cpu).unwrap();
+    let up = Tensor::randn(0f32, 1.0, (2, 5, 24), &cpu).unwrap();
+    for dtype in [DType::F32, DType::F16] {
+        let w = Var::from_tensor(&table.to_dtype(dtype).unwrap()).unwrap();
+        let want = codon_ops::embedding(w.as_tensor(), &ids, Some(0)).unwrap();
+        let want_grad = (&want * up.to_dtype(dtype).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+        let wd = Var::from_tensor(&w.as_tensor().to_device(&dev).unwrap()).unwrap();
+        let (ids_d, up_d) = (ids.to_device(&dev).unwrap(), up.to_dtype(dtype).unwrap().to_device(&dev).unwrap());
+        let before = ascend.counters();
+        let got = codon_ops::embedding(wd.as_tensor(), &ids_d, Some(0)).unwrap();
+        let grads = (&got * &up_d).unwrap().sum_all().unwrap().backward().unwrap();
+        let launched = ascend.counters().since(&before).launches;
+        assert_eq!(rel_diff(&got.to_device(&cpu).unwrap(), &want), 0.0, "{dtype:?} rows");
+        let got_grad = grads.get(&wd).unwrap().to_device(&cpu).unwrap();
+        assert!(rel_diff(&got_grad, want_grad.get(&w).unwrap()) < 1e-3, "{dtype:?} gradient");
+        let pad_row = got_grad.get(0).unwrap().to_dtype(DType::F32).unwrap().abs().unwrap().sum_all().unwrap();
+        assert_eq!(pad_row.to_scalar::<f32>().unwrap(), 0.0);
+        for (op, n) in
+            [("aclnnEmbedding", 1), ("aclnnEmbeddingDenseBackward", 1), ("aclnnIndexSelect", 0), ("aclnnIndexAdd", 0)]
+        {
+            assert_eq!(launched.get(op).copied().unwrap_or(0), n, "{dtype:?} {op}: {launched:?}");
+        }
+    }
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

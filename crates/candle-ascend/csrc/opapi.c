@@ -1736,3 +1736,110 @@ SIM_EXPORT aclnnStatus aclnnGeluBackwardV2GetWorkspaceSize(const aclTensor *g, c
     return 0;
 }
 PHASE2(GeluBackwardV2)
+
+/* ---- embedding (ops-nn e5c3fa932 index/embedding, index/embedding_dense_grad_v2) --------- */
+
+/* t[0] = out (indices' shape + (dim,)), t[1] = weight (rows, dim), t[2] = indices. The doc: a
+ * negative index is an error and one past the table "outputs random values"; both are kernel
+ * faults here, the stricter reading. */
+static void run_embedding(aclOpExecutor *e) {
+    Flat out = flat_of(&e->t[0]), w = flat_of(&e->t[1]), ix = flat_of(&e->t[2]);
+    int64_t rows = e->t[1].dims[0], dim = e->t[1].dims[1], n = numel(&e->t[2]);
+    for (int64_t r = 0; r < n; r++) {
+        int64_t i = (int64_t)ld_flat(&ix, r);
+        if (i < 0 || i >= rows) {
+            aclsimKernelFault("aclnnEmbedding: index %lld outside 0..%lld", (long long)i, (long long)rows);
+            return;
+        }
+        for (int64_t c = 0; c < dim; c++) st_flat(&out, r * dim + c, ld_flat(&w, i * dim + c));
+    }
+}
+
+/* aclnn_embedding.cpp CheckParams: weight of the SoC's dtypes and 2-D (doc), out of weight's
+ * dtype, indices INT32 or INT64, at most 8 dims, out = indices' shape + one dim; out's last dim
+ * is also required to be weight's (the doc's rule, which the source leaves to the kernel). */
+SIM_EXPORT aclnnStatus aclnnEmbeddingGetWorkspaceSize(const aclTensor *weight, const aclTensor *indices,
+                                                      const aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnEmbedding";
+    int r;
+    if ((r = check(op, weight, "weight")) || (r = check(op, indices, "indices")) || (r = check(op, out, "out"))) return r;
+    if (weight->ndim != 2) return bad(ACLNN_ERR_PARAM_INVALID, op, "weight must be 2-D");
+    if (out->dtype != weight->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have weight's dtype");
+    if ((r = index_dtype(op, indices))) return r;
+    if (indices->ndim > 7) return bad(ACLNN_ERR_PARAM_INVALID, op, "indices has more than 7 dims (out at most 8)");
+    int shape_ok = out->ndim == indices->ndim + 1 && out->dims[out->ndim - 1] == weight->dims[1];
+    for (uint64_t d = 0; shape_ok && d < indices->ndim; d++) shape_ok = out->dims[d] == indices->dims[d];
+    if (!shape_ok) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have indices' shape plus weight's last dim");
+    aclnnStatus s = make(op, weight->dtype, run_embedding, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *weight;
+    (*e)->t[2] = *indices;
+    return 0;
+}
+PHASE2(Embedding)
+
+/* t[0] = out (numWeights, dim), t[1] = grad (…, dim), t[2] = indices; i[0] = paddingIdx (< 0:
+ * none), i[1] = scaleGradByFreq. out[i] = Σ grad rows whose index is i (÷ i's count when
+ * scaling), the paddingIdx row 0. An index outside 0..numWeights is a kernel fault. */
+static void run_embedding_grad(aclOpExecutor *e) {
+    Flat out = flat_of(&e->t[0]), g = flat_of(&e->t[1]), ix = flat_of(&e->t[2]);
+    int64_t rows = e->t[0].dims[0], dim = e->t[0].dims[1], n = numel(&e->t[2]);
+    double *acc = calloc((size_t)(rows * dim) + 1, sizeof(double));
+    int64_t *count = calloc((size_t)rows + 1, sizeof(int64_t));
+    if (!acc || !count) {
+        aclsimKernelFault("aclnnEmbeddingDenseBackward: out of host memory");
+        goto done;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        int64_t i = (int64_t)ld_flat(&ix, r);
+        if (i < 0 || i >= rows) {
+            aclsimKernelFault("aclnnEmbeddingDenseBackward: index %lld outside 0..%lld", (long long)i, (long long)rows);
+            goto done;
+        }
+        count[i]++;
+        for (int64_t c = 0; c < dim; c++) acc[i * dim + c] += ld_flat(&g, r * dim + c);
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        double scale = (e->i[1] && count[i] > 0) ? 1.0 / (double)count[i] : 1.0;
+        if (i == e->i[0]) scale = 0;
+        for (int64_t c = 0; c < dim; c++) st_flat(&out, i * dim + c, acc[i * dim + c] * scale);
+    }
+done:
+    free(acc);
+    free(count);
+}
+
+/* aclnn_embedding_dense_backward.cpp CheckParams: grad FLOAT/FLOAT16 (BF16 from DAV_2201),
+ * indices of its list, 2-8 dims for grad and 1-8 for indices (doc), grad's rows = indices'
+ * elements, out (numWeights, grad's last dim) of grad's dtype (doc: "与grad类型相同"). */
+SIM_EXPORT aclnnStatus aclnnEmbeddingDenseBackwardGetWorkspaceSize(const aclTensor *grad, const aclTensor *indices,
+                                                                   uint64_t num_weights, uint64_t padding_idx,
+                                                                   bool scale_grad_by_freq, const aclTensor *out,
+                                                                   uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnEmbeddingDenseBackward";
+    int r;
+    if ((r = check(op, grad, "grad")) || (r = check(op, indices, "indices")) || (r = check(op, out, "out"))) return r;
+    switch (indices->dtype) {
+    case ACL_FLOAT16: case ACL_FLOAT: case ACL_DOUBLE: case ACL_INT8: case ACL_UINT8: case ACL_INT16:
+    case ACL_INT32: case ACL_INT64: case ACL_BOOL: break;
+    default: return bad(ACLNN_ERR_PARAM_INVALID, op, "indices has an unsupported dtype");
+    }
+    if (out->dtype != grad->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "out must have grad's dtype");
+    if (grad->ndim < 2 || grad->ndim > 8 || indices->ndim < 1 || indices->ndim > 8)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "grad must have 2 to 8 dims and indices 1 to 8");
+    int64_t dim = grad->dims[grad->ndim - 1];
+    if (dim == 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "grad's last dim is 0");
+    if (numel(grad) / dim != numel(indices)) return bad(ACLNN_ERR_PARAM_INVALID, op, "grad's rows must match indices' elements");
+    if (out->ndim != 2 || (uint64_t)out->dims[0] != num_weights || out->dims[1] != dim)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "out must be (numWeights, grad's last dim)");
+    aclnnStatus s = make(op, grad->dtype, run_embedding_grad, 0, ws, e);
+    if (s) return s;
+    (*e)->t[0] = *out;
+    (*e)->t[1] = *grad;
+    (*e)->t[2] = *indices;
+    (*e)->i[0] = (int64_t)padding_idx; /* the doc's negative "none" arrives as a huge uint64 */
+    (*e)->i[1] = scale_grad_by_freq;
+    return 0;
+}
+PHASE2(EmbeddingDenseBackward)

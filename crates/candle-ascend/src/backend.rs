@@ -96,7 +96,7 @@ impl AscendStorage {
     }
 
     /// Indices as an INT32/INT64 view (u32 ids are read as INT32; u8 ones are cast to INT64).
-    fn index_view(&self, l: &Layout) -> Result<(View, Option<AscendStorage>)> {
+    pub(crate) fn index_view(&self, l: &Layout) -> Result<(View, Option<AscendStorage>)> {
         match self.dtype {
             DType::U32 => Ok((self.view(l)?.reinterpret(acl::INT32), None)),
             DType::I64 | DType::I32 => Ok((self.view(l)?, None)),

@@ -9,6 +9,7 @@ pub mod activation;
 pub mod cpu_gemm;
 pub mod cpu_storage;
 pub mod cross_entropy;
+pub mod embedding;
 pub mod fast_math;
 pub mod function;
 pub mod layer_norm;
@@ -16,5 +17,6 @@ pub mod linear;
 
 pub use activation::{gelu_new, softmax_last_dim_f32};
 pub use cross_entropy::cross_entropy;
+pub use embedding::embedding;
 pub use layer_norm::layer_norm;
 pub use linear::linear;

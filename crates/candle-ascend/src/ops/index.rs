@@ -1,4 +1,5 @@
-//! Indexing: index_select, index_add, gather and scatter_add. Indices are INT32 or INT64.
+//! Indexing: index_select, index_add, gather and scatter_add, and the embedding lookup with its
+//! backward. Indices are INT32 or INT64.
 use std::sync::Arc;
 
 use super::{launch, phase1, scalar, View};
@@ -49,5 +50,45 @@ pub fn scatter_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: 
     let (ta, ti, ts, to) = (a.acl(dev)?, idx.acl(dev)?, src.acl(dev)?, out.acl(dev)?);
     launch(dev, "aclnnScatterAdd", &[a, idx, src, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, i64, T, T, T), ta.ptr(), dim, ti.ptr(), ts.ptr(), to.ptr())
+    })
+}
+
+/// `out = weight[indices]`: the rows of a 2-D table at the indices (`aclnnEmbedding`).
+pub fn embedding(dev: &Arc<DeviceInner>, weight: &View, indices: &View, out: &View) -> Result<()> {
+    let (tw, ti, to) = (weight.acl(dev)?, indices.acl(dev)?, out.acl(dev)?);
+    launch(dev, "aclnnEmbedding", &[weight, indices, out], |addr, ws, ex| {
+        phase1!(addr, ws, ex, fn(T, T, T), tw.ptr(), ti.ptr(), to.ptr())
+    })
+}
+
+/// `paddingIdx` for "no padding row": the doc's negative value (−1) in the uint64 parameter
+/// (ops-nn `index/embedding_dense_grad_v2/docs/aclnnEmbeddingDenseBackward.md`).
+pub const NO_PADDING: u64 = u64::MAX;
+
+/// The table's gradient (`num_weights`, dim) from the rows' gradient `grad` (…, dim): each row
+/// added into its index's row, except the rows whose index is `padding_idx`
+/// (`aclnnEmbeddingDenseBackward`, without frequency scaling).
+pub fn embedding_dense_backward(
+    dev: &Arc<DeviceInner>,
+    grad: &View,
+    indices: &View,
+    num_weights: u64,
+    padding_idx: u64,
+    out: &View,
+) -> Result<()> {
+    let (tg, ti, to) = (grad.acl(dev)?, indices.acl(dev)?, out.acl(dev)?);
+    launch(dev, "aclnnEmbeddingDenseBackward", &[grad, indices, out], |addr, ws, ex| {
+        phase1!(
+            addr,
+            ws,
+            ex,
+            fn(T, T, u64, u64, bool, T),
+            tg.ptr(),
+            ti.ptr(),
+            num_weights,
+            padding_idx,
+            false,
+            to.ptr()
+        )
     })
 }

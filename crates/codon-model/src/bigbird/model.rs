@@ -453,21 +453,13 @@ impl BigBirdForMaskedLM {
 
     fn embed(&self, ids: &Tensor, types: &Tensor, n: usize, dropout: Option<&mut Dropout>) -> Result<Tensor> {
         let e = &self.embeddings;
-        let (b, _) = ids.dims2()?;
-        let flat_ids = ids.flatten_all()?;
-        let mut words = e.word.index_select(&flat_ids, 0)?;
-        if e.word.track_op() {
-            // padding_idx: the lookup passes no gradient to the pad row (the decoder still does).
-            let keep = flat_ids.ne(self.config.pad_token_id as f64)?.to_dtype(self.dtype)?.unsqueeze(1)?;
-            let frozen = e.word.detach().index_select(&flat_ids, 0)?;
-            words = (words.broadcast_mul(&keep)? + frozen.broadcast_mul(&(1.0 - &keep)?)?)?;
-        }
+        // padding_idx: the lookup passes no gradient to the pad row (the decoder still does).
+        let mut x = codon_ops::embedding(&e.word, ids, Some(self.config.pad_token_id as usize))?;
         let hd = self.config.hidden_size;
-        let mut x = words.reshape((b, n, hd))?;
         if self.config.rescale_embeddings {
             x = (x * (hd as f64).sqrt())?;
         }
-        let types = e.token_type.index_select(&types.flatten_all()?, 0)?.reshape((b, n, hd))?;
+        let types = codon_ops::embedding(&e.token_type, types, None)?;
         let positions = e.position.narrow(0, 0, n)?.unsqueeze(0)?;
         let mut x = (x + types)?.broadcast_add(&positions)?;
         if let Some(d) = dropout {

@@ -1,0 +1,246 @@
+//! The embedding lookup as one op, with torch's `padding_idx`: the rows of a table at integer
+//! ids, and a backward pass that sums each output row's gradient into its id's row, leaving the
+//! padding row without gradient. Composed from tensor ops (an index_select, a detached copy and
+//! a mask to stop the padding row's gradient), it is eight launches forward and a dozen backward;
+//! the op is one pass each way on the CPU, and `aclnnEmbedding` forward and
+//! `aclnnEmbeddingDenseBackward` backward on an Ascend part.
+use candle_ascend::fused;
+use candle_core::backend::BackendStorage;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use crate::cpu_storage::{contiguous, f32_vec, store_like};
+
+/// The rows of `weight` (vocab, dim) at `ids` (integers, any shape): shape `ids.dims() + [dim]`,
+/// in weight's dtype. With `padding_idx`, the lookup passes no gradient to that row (torch's
+/// `nn.Embedding(padding_idx=…)`). An id outside `0..vocab` is an error on the CPU; on an
+/// Ascend part it is a kernel fault, as with torch_npu.
+pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> candle_core::Result<Tensor> {
+    let (vocab, dim) = weight.dims2()?;
+    if let Some(pad) = padding_idx.filter(|&p| p >= vocab) {
+        candle_core::bail!("embedding: padding_idx {pad} is outside the table's {vocab} rows")
+    }
+    let mut dims = ids.dims().to_vec();
+    dims.push(dim);
+    let flat = ids.flatten_all()?;
+    let rows = if weight.device().is_cpu() || ascend_has_body(weight, &flat) {
+        weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx })?
+    } else {
+        reference(weight, &flat, padding_idx)?
+    };
+    rows.reshape(dims)
+}
+
+/// Whether the part runs [`Embedding`]'s Ascend body for this table and these ids.
+fn ascend_has_body(weight: &Tensor, ids: &Tensor) -> bool {
+    let ids_ok = matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64);
+    ids_ok
+        && fused::runs_natively(weight, "aclnnEmbedding", weight.dtype())
+        && fused::runs_natively(weight, "aclnnEmbeddingDenseBackward", weight.dtype())
+}
+
+/// The composed lookup of 1-D `ids`: an index_select whose padding rows come from a detached
+/// copy of the table, so they pass no gradient.
+pub fn reference(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> candle_core::Result<Tensor> {
+    let rows = weight.index_select(ids, 0)?;
+    match padding_idx {
+        Some(pad) if weight.track_op() => {
+            let keep = ids.ne(pad as f64)?.to_dtype(weight.dtype())?.unsqueeze(1)?;
+            let frozen = weight.detach().index_select(ids, 0)?;
+            rows.broadcast_mul(&keep)? + frozen.broadcast_mul(&(1.0 - &keep)?)?
+        }
+        _ => Ok(rows),
+    }
+}
+
+/// The lookup op over a contiguous table (vocab, dim) and 1-D integer ids; see the module.
+struct Embedding {
+    vocab: usize,
+    padding_idx: Option<usize>,
+}
+
+/// The ids of a contiguous integer storage, checked against `vocab`.
+fn cpu_ids(s: &CpuStorage, l: &Layout, vocab: usize) -> candle_core::Result<Vec<usize>> {
+    let op = "embedding";
+    let ids: Vec<i64> = match s {
+        CpuStorage::U8(v) => contiguous(v, l, op)?.iter().map(|&i| i64::from(i)).collect(),
+        CpuStorage::U32(v) => contiguous(v, l, op)?.iter().map(|&i| i64::from(i)).collect(),
+        CpuStorage::I64(v) => contiguous(v, l, op)?.to_vec(),
+        _ => candle_core::bail!("embedding: ids must be u8, u32 or i64, not {:?}", s.dtype()),
+    };
+    ids.into_iter()
+        .map(|i| match usize::try_from(i) {
+            Ok(u) if u < vocab => Ok(u),
+            _ => candle_core::bail!("embedding: id {i} is outside the table's {vocab} rows"),
+        })
+        .collect()
+}
+
+/// The gathered rows of a contiguous table.
+fn gather<T: Copy + Send + Sync>(table: &[T], dim: usize, ids: &[usize]) -> Vec<T> {
+    let mut out = Vec::with_capacity(ids.len() * dim);
+    ids.iter().for_each(|&i| out.extend_from_slice(&table[i * dim..(i + 1) * dim]));
+    out
+}
+
+impl CustomOp2 for Embedding {
+    fn name(&self) -> &'static str {
+        "embedding"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let dim = l1.dims()[1];
+        let ids = cpu_ids(s2, l2, self.vocab)?;
+        let out = match s1 {
+            CpuStorage::F32(v) => CpuStorage::F32(gather(contiguous(v, l1, "embedding")?, dim, &ids)),
+            CpuStorage::F16(v) => CpuStorage::F16(gather(contiguous(v, l1, "embedding")?, dim, &ids)),
+            CpuStorage::BF16(v) => CpuStorage::BF16(gather(contiguous(v, l1, "embedding")?, dim, &ids)),
+            other => candle_core::bail!("embedding: the table must be f32, f16 or bf16, not {:?}", other.dtype()),
+        };
+        Ok((out, Shape::from_dims(&[ids.len(), dim])))
+    }
+
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let out = fused::embedding(s1, l1, s2, l2)?;
+        Ok((out, Shape::from_dims(&[l2.shape().elem_count(), l1.dims()[1]])))
+    }
+
+    fn bwd(
+        &self,
+        _weight: &Tensor,
+        ids: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let op = EmbeddingGrad { vocab: self.vocab, padding_idx: self.padding_idx };
+        Ok((Some(ids.apply_op2_no_bwd(&grad.contiguous()?, &op)?), None))
+    }
+}
+
+/// The table's gradient (vocab, dim) from the ids (first operand) and the rows' gradient.
+struct EmbeddingGrad {
+    vocab: usize,
+    padding_idx: Option<usize>,
+}
+
+impl CustomOp2 for EmbeddingGrad {
+    fn name(&self) -> &'static str {
+        "embedding_grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let ids = cpu_ids(s1, l1, self.vocab)?;
+        let dim = l2.dims()[1];
+        let g = f32_vec(s2, l2, "embedding_grad")?;
+        // Bucket the rows by id, then each table row sums its own bucket: parallel, no races.
+        let mut buckets = vec![Vec::new(); self.vocab];
+        ids.iter().enumerate().for_each(|(r, &i)| buckets[i].push(r));
+        if let Some(pad) = self.padding_idx {
+            buckets[pad].clear();
+        }
+        let mut out = vec![0f32; self.vocab * dim];
+        out.par_chunks_mut(dim).zip(&buckets).for_each(|(row, rows)| {
+            for &r in rows {
+                row.iter_mut().zip(&g[r * dim..(r + 1) * dim]).for_each(|(o, v)| *o += v);
+            }
+        });
+        Ok((store_like(s2, out), Shape::from_dims(&[self.vocab, dim])))
+    }
+
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let out = fused::embedding_grad(s2, l2, s1, l1, self.vocab, self.padding_idx)?;
+        Ok((out, Shape::from_dims(&[self.vocab, l2.dims()[1]])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor, Var};
+
+    use super::{embedding, reference};
+    use crate::cpu_storage::max_abs_diff;
+
+    #[test]
+    fn rows_and_table_gradient_match_the_composed_reference() {
+        let dev = &Device::Cpu;
+        for dtype in [DType::F32, DType::BF16] {
+            let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 5), dev).unwrap().to_dtype(dtype).unwrap()).unwrap();
+            let ids = Tensor::new(&[[3u32, 0, 6, 3], [1, 3, 0, 0]], dev).unwrap();
+            let g = Tensor::randn(0f32, 1.0, (2, 4, 5), dev).unwrap().to_dtype(dtype).unwrap();
+            for pad in [None, Some(0), Some(3)] {
+                let ours = embedding(w.as_tensor(), &ids, pad).unwrap();
+                let want =
+                    reference(w.as_tensor(), &ids.flatten_all().unwrap(), pad).unwrap().reshape((2, 4, 5)).unwrap();
+                assert_eq!(ours.dims(), [2, 4, 5]);
+                assert_eq!(max_abs_diff(&ours, &want), 0.0);
+                let g_ours = (&ours * &g).unwrap().sum_all().unwrap().backward().unwrap();
+                let g_want = (&want * &g).unwrap().sum_all().unwrap().backward().unwrap();
+                let (a, b) = (g_ours.get(&w).unwrap(), g_want.get(&w).unwrap());
+                assert!(max_abs_diff(a, b) < 2e-2, "{dtype:?} {pad:?}");
+                // Row 3 appears three times; the padding row gets nothing; row 2 is never looked up.
+                if let Some(p) = pad {
+                    assert_eq!(
+                        a.get(p)
+                            .unwrap()
+                            .abs()
+                            .unwrap()
+                            .sum_all()
+                            .unwrap()
+                            .to_dtype(DType::F32)
+                            .unwrap()
+                            .to_scalar::<f32>()
+                            .unwrap(),
+                        0.0
+                    );
+                }
+                assert_eq!(
+                    a.get(2)
+                        .unwrap()
+                        .abs()
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap()
+                        .to_scalar::<f32>()
+                        .unwrap(),
+                    0.0
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_ids_and_padding_are_errors() {
+        let dev = &Device::Cpu;
+        let w = Tensor::zeros((4, 2), DType::F32, dev).unwrap();
+        assert!(embedding(&w, &Tensor::new(&[0u32, 4], dev).unwrap(), None).is_err());
+        assert!(embedding(&w, &Tensor::new(&[-1i64], dev).unwrap(), None).is_err());
+        assert!(embedding(&w, &Tensor::new(&[1u32], dev).unwrap(), Some(4)).is_err());
+    }
+}
