@@ -326,6 +326,44 @@ fn embedding_op_matches_the_cpu_in_one_launch_each_way() {
     }
 }
 
+/// `codon_ops::dropout` on the emulated part: aclnnDropoutGenMaskV2 + aclnnDropoutDoMask
+/// forward and aclnnDropoutDoMask backward draw the CPU's mask bit for bit, nothing uploaded.
+#[test]
+fn dropout_op_draws_the_cpu_mask_on_the_device() {
+    let _serial = serial();
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let x = Tensor::randn(0f32, 1.0, (3, 5, 67), &cpu).unwrap();
+    for dtype in [DType::F32, DType::F16] {
+        let xc = Var::from_tensor(&x.to_dtype(dtype).unwrap()).unwrap();
+        let mut stream = codon_ops::DropoutStream::new(11);
+        codon_ops::dropout(xc.as_tensor(), 0.2, &mut stream).unwrap();
+        let want = codon_ops::dropout(xc.as_tensor(), 0.2, &mut stream).unwrap();
+        let want_grad = want.sum_all().unwrap().backward().unwrap().get(&xc).unwrap().clone();
+        let xd = Var::from_tensor(&xc.as_tensor().to_device(&dev).unwrap()).unwrap();
+        let mut stream = codon_ops::DropoutStream::new(11);
+        codon_ops::dropout(xd.as_tensor(), 0.2, &mut stream).unwrap();
+        let before = ascend.counters();
+        let got = codon_ops::dropout(xd.as_tensor(), 0.2, &mut stream).unwrap();
+        let grads = got.sum_all().unwrap().backward().unwrap();
+        let spent = ascend.counters().since(&before);
+        // f32 agrees exactly (the same bits); f16 within rounding: the device scales in f32,
+        // the CPU multiplies by the f16 multiplier.
+        let tolerance = if dtype == DType::F32 { 0.0 } else { 1e-3 };
+        assert!(rel_diff(&got.to_device(&cpu).unwrap(), &want) <= tolerance, "{dtype:?} values");
+        assert!(
+            rel_diff(&grads.get(&xd).unwrap().to_device(&cpu).unwrap(), &want_grad) <= tolerance,
+            "{dtype:?} gradient"
+        );
+        assert_eq!(spent.uploads, 0, "{dtype:?}: the mask is drawn on the device");
+        let launched = spent.launches;
+        for (op, n) in [("aclnnDropoutGenMaskV2", 1), ("aclnnDropoutDoMask", 2), ("aclnnMul", 0)] {
+            assert_eq!(launched.get(op).copied().unwrap_or(0), n, "{dtype:?} {op}: {launched:?}");
+        }
+    }
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

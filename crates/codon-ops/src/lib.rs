@@ -9,14 +9,17 @@ pub mod activation;
 pub mod cpu_gemm;
 pub mod cpu_storage;
 pub mod cross_entropy;
+pub mod dropout;
 pub mod embedding;
 pub mod fast_math;
 pub mod function;
 pub mod layer_norm;
 pub mod linear;
+pub mod philox;
 
 pub use activation::{gelu_new, softmax_last_dim_f32};
 pub use cross_entropy::cross_entropy;
+pub use dropout::{dropout, DropoutStream};
 pub use embedding::embedding;
 pub use layer_norm::layer_norm;
 pub use linear::linear;

@@ -1,7 +1,7 @@
 //! Random fills, keyed by (seed, offset) as on the device.
 use std::sync::Arc;
 
-use super::{launch, phase1, View};
+use super::{int_array, launch, phase1, View};
 use crate::error::Result;
 use crate::ffi::types::*;
 use crate::runtime::device::DeviceInner;
@@ -21,5 +21,48 @@ pub fn normal(dev: &Arc<DeviceInner>, t: &View, mean: f64, std: f64, seed: u64, 
     let tt = t.acl(dev)?;
     launch(dev, "aclnnInplaceNormal", &[t], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, f32, f32, i64, i64), tt.ptr(), mean as f32, std as f32, seed as i64, offset as i64)
+    })
+}
+
+/// Bytes of a dropout mask for `n` elements: one bit each, padded to 128 bits (ops-math
+/// `aclnn_dropout_gen_mask.cpp` InferDSAOutShapeV2).
+pub fn dropout_mask_bytes(n: usize) -> usize {
+    n.div_ceil(128) * 128 / 8
+}
+
+/// A dropout bit mask for a tensor of `dims`, keyed by (seed, offset): bit i (LSB first) is 1,
+/// keep, with probability 1 − `p` (`aclnnDropoutGenMaskV2`, probDataType `prob_dtype`).
+pub fn dropout_gen_mask(
+    dev: &Arc<DeviceInner>,
+    dims: &[usize],
+    p: f64,
+    seed: u64,
+    offset: u64,
+    prob_dtype: i32,
+    mask: &View,
+) -> Result<()> {
+    let shape: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    let (arr, tm) = (int_array(dev, &shape)?, mask.acl(dev)?);
+    launch(dev, "aclnnDropoutGenMaskV2", &[mask], |addr, ws, ex| {
+        phase1!(
+            addr,
+            ws,
+            ex,
+            fn(AclIntArrayPtr, f64, i64, i64, i32, T),
+            arr.ptr(),
+            p,
+            seed as i64,
+            offset as i64,
+            prob_dtype,
+            tm.ptr()
+        )
+    })
+}
+
+/// `out = x·1/(1 − p)` where the mask's bit is 1, else 0 (`aclnnDropoutDoMask`).
+pub fn dropout_do_mask(dev: &Arc<DeviceInner>, x: &View, mask: &View, p: f64, out: &View) -> Result<()> {
+    let (tx, tm, to) = (x.acl(dev)?, mask.acl(dev)?, out.acl(dev)?);
+    launch(dev, "aclnnDropoutDoMask", &[x, mask, out], |addr, ws, ex| {
+        phase1!(addr, ws, ex, fn(T, T, f64, T), tx.ptr(), tm.ptr(), p, to.ptr())
     })
 }

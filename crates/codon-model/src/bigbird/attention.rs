@@ -9,9 +9,10 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::cpu_block_attention::{AttentionPlan, KeyRange};
-use super::kernels::{self, Dropout};
+use super::kernels;
 use super::random_blocks::RandomBlocks;
 use crate::error::Result;
+use codon_ops::DropoutStream;
 
 /// Penalty that block-sparse attention adds to masked keys (transformers' constant).
 pub const BLOCK_SPARSE_MASK_PENALTY: f32 = -10_000.0;
@@ -41,13 +42,13 @@ pub fn full_attention(
     v: &Tensor,
     heads: usize,
     key_bias: &Tensor,
-    dropout: Option<(&mut Dropout, f64)>,
+    dropout: Option<(&mut DropoutStream, f64)>,
 ) -> Result<Tensor> {
     let (b, n, hd) = q.dims3()?;
     let scale = 1.0 / ((hd / heads) as f64).sqrt();
     let mut dropout = dropout;
     let planned = kernels::planned_attention(q, k, v, || {
-        let mask = dropout.take().map(|(rng, p)| rng.mask(b * heads * n * n, p));
+        let mask = dropout.take().map(|(stream, p)| stream.multipliers(b * heads * n * n, p, q.dtype())).transpose()?;
         Ok(AttentionPlan {
             batch: b,
             heads,

@@ -12,16 +12,13 @@
 //! model. Normalisation and softmax always run in f32, so bf16 and f16 models accumulate
 //! them in f32.
 
-use candle_core::{DType, Device, Tensor, D};
-use rand::{RngCore, SeedableRng};
-
-use rand_chacha::ChaCha8Rng;
-use rayon::prelude::*;
+use candle_core::{DType, Tensor, D};
 
 use super::cpu_block_attention::AttentionPlan;
 use crate::error::Result;
 use codon_ops::fast_math;
 use codon_ops::linear::{fused_linear, Epilogue, Linear};
+use codon_ops::{dropout, DropoutStream};
 
 fn needs_grad(tensors: &[&Tensor]) -> bool {
     tensors.iter().any(|t| t.track_op())
@@ -107,16 +104,17 @@ pub fn linear_dropout(
     x: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
-    dropout: &mut Dropout,
+    stream: &mut DropoutStream,
     p: f64,
 ) -> Result<Tensor> {
     if x.device().is_cpu() && p > 0.0 {
         let elements = x.elem_count() / x.dim(D::Minus1)?.max(1) * weight.dim(0)?;
-        if let Some(y) = train_linear(x, weight, bias, Epilogue::Dropout(dropout.mask(elements, p)))? {
+        let mask = stream.multipliers(elements, p, x.dtype())?;
+        if let Some(y) = train_linear(x, weight, bias, Epilogue::Dropout(mask))? {
             return Ok(y);
         }
     }
-    dropout.apply(&composed_linear(x, weight, bias)?, p)
+    Ok(dropout(&composed_linear(x, weight, bias)?, p, stream)?)
 }
 
 /// The CPU training linear layer with an epilogue and its own backward pass; `None` on other
@@ -151,7 +149,7 @@ pub fn attention(
     v: &Tensor,
     scale: f64,
     bias: Option<&Tensor>,
-    dropout: Option<(&mut Dropout, f64)>,
+    dropout: Option<(&mut DropoutStream, f64)>,
 ) -> Result<Tensor> {
     if let (None, Some(bias)) = (&dropout, bias) {
         if !needs_grad(&[q, k, v]) {
@@ -166,8 +164,8 @@ pub fn attention(
         None => scores,
     };
     let mut probs = softmax_f32(&scores)?.to_dtype(v.dtype())?;
-    if let Some((rng, p)) = dropout {
-        probs = rng.apply(&probs, p)?;
+    if let Some((stream, p)) = dropout {
+        probs = codon_ops::dropout(&probs, p, stream)?;
     }
     matmul(&probs, v)
 }
@@ -187,51 +185,6 @@ pub fn planned_attention(
     }
     let op = super::cpu_block_attention::BlockAttention::new(plan()?);
     Ok(Some(q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?))
-}
-
-/// Mask elements per parallel task.
-const MASK_CHUNK: usize = 64 * 1024;
-
-/// Dropout with masks from a seeded generator, so training is reproducible on any
-/// device (candle's CPU generator cannot be seeded).
-#[derive(Clone)]
-pub struct Dropout {
-    rng: ChaCha8Rng,
-}
-
-impl Dropout {
-    /// A generator for one forward pass.
-    pub fn new(seed: u64) -> Self {
-        Self { rng: ChaCha8Rng::seed_from_u64(seed) }
-    }
-
-    /// Zero each element with probability `p` and scale the rest by 1/(1 − p).
-    pub fn apply(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
-        if p <= 0.0 {
-            return Ok(x.clone());
-        }
-        // Converted on the host: the upload is then in x's dtype, with no cast on the device.
-        let mask = self.mask(x.elem_count(), p);
-        let mask = Tensor::from_vec(mask, x.shape(), &Device::Cpu)?.to_dtype(x.dtype())?.to_device(x.device())?;
-        Ok((x * mask)?)
-    }
-
-    /// The next `len` mask values: 0 with probability `p`, 1/(1 − p) otherwise. Element i
-    /// comes from word i of the stream, so chunks are drawn in parallel by seeking.
-    pub fn mask(&mut self, len: usize, p: f64) -> Vec<f32> {
-        let keep = 1.0 - p;
-        let scale = (1.0 / keep) as f32;
-        let threshold = (keep * 4_294_967_296.0) as u64;
-        let start = self.rng.get_word_pos();
-        let mut mask = vec![0f32; len];
-        mask.par_chunks_mut(MASK_CHUNK).enumerate().for_each(|(i, chunk)| {
-            let mut rng = self.rng.clone();
-            rng.set_word_pos(start + (i * MASK_CHUNK) as u128);
-            chunk.iter_mut().for_each(|m| *m = if u64::from(rng.next_u32()) < threshold { scale } else { 0.0 });
-        });
-        self.rng.set_word_pos(start + len as u128);
-        mask
-    }
 }
 
 #[cfg(test)]
@@ -259,23 +212,6 @@ mod tests {
         // A gradient-tracking input takes the composed path and still agrees.
         let v = Var::from_tensor(&x).unwrap();
         assert!(max_diff(&linear_residual(v.as_tensor(), &w, Some(&b), Some(&r)).unwrap(), &with_residual) < 1e-5);
-    }
-
-    #[test]
-    fn dropout_masks_are_the_generator_stream_in_order() {
-        // Drawn in parallel chunks, the mask is still word i of the stream at element i, and
-        // the generator continues after the last word used.
-        let mut dropout = Dropout::new(7);
-        let len = 3 * MASK_CHUNK + 5;
-        let a = dropout.mask(len, 0.25);
-        let b = dropout.mask(10, 0.25);
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let threshold = (0.75 * 4_294_967_296.0) as u64;
-        let serial: Vec<f32> =
-            (0..len + 10).map(|_| if u64::from(rng.next_u32()) < threshold { 1.0 / 0.75 } else { 0.0 }).collect();
-        assert_eq!([a, b].concat(), serial);
-        let kept = serial.iter().filter(|&&m| m > 0.0).count() as f64 / serial.len() as f64;
-        assert!((kept - 0.75).abs() < 0.01, "kept {kept}");
     }
 
     #[test]

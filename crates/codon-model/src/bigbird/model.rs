@@ -8,9 +8,10 @@ use candle_core::{DType, Device, Tensor, Var, D};
 
 use super::attention::{block_sparse_attention, full_attention, BlockSparseMask};
 use super::config::{AttentionType, BigBirdConfig, HiddenAct};
-use super::kernels::{self, Dropout};
+use super::kernels;
 use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
+use codon_ops::DropoutStream;
 
 pub use codon_ops::cross_entropy::IGNORE_INDEX;
 
@@ -32,7 +33,7 @@ impl Linear {
     }
 
     /// `dropout(forward(x))`, fused where the kernels allow.
-    fn forward_dropout(&self, x: &Tensor, dropout: &mut Dropout, p: f64) -> Result<Tensor> {
+    fn forward_dropout(&self, x: &Tensor, dropout: &mut DropoutStream, p: f64) -> Result<Tensor> {
         kernels::linear_dropout(x, &self.weight, self.bias.as_ref(), dropout, p)
     }
 
@@ -132,8 +133,8 @@ struct Pass {
     /// Tokens after block padding.
     n_pad: usize,
     attention: PassAttention,
-    dropout: Option<Dropout>,
-    attention_dropout: Option<(Dropout, f64)>,
+    dropout: Option<DropoutStream>,
+    attention_dropout: Option<(DropoutStream, f64)>,
 }
 
 enum PassAttention {
@@ -342,7 +343,7 @@ impl BigBirdForMaskedLM {
         let mut saved = Vec::with_capacity(self.layers.len());
         let mut x = embedded.detach();
         for l in 0..self.layers.len() {
-            saved.push((x.clone(), pass.dropout.clone(), pass.attention_dropout.clone()));
+            saved.push((x.clone(), pass.dropout, pass.attention_dropout));
             x = self.encoder_layer(l, &x, &mut pass)?.0.detach();
         }
         let top = Var::from_view(&x)?;
@@ -401,9 +402,9 @@ impl BigBirdForMaskedLM {
         } else {
             (input.input_ids.clone(), input.token_type_ids.clone(), input.attention_mask.clone())
         };
-        let dropout = (mode.train && c.hidden_dropout_prob > 0.0).then(|| Dropout::new(mode.dropout_seed));
+        let dropout = (mode.train && c.hidden_dropout_prob > 0.0).then(|| DropoutStream::new(mode.dropout_seed));
         let attention_dropout = (mode.train && c.attention_probs_dropout_prob > 0.0)
-            .then(|| (Dropout::new(mode.dropout_seed ^ 0x5bd1_e995), c.attention_probs_dropout_prob));
+            .then(|| (DropoutStream::new(mode.dropout_seed ^ 0x5bd1_e995), c.attention_probs_dropout_prob));
         let attention = if sparse {
             let geometry = BlockGeometry {
                 seq_len: n_pad,
@@ -451,7 +452,7 @@ impl BigBirdForMaskedLM {
         self.mlm_head(&x).op("MLM head")
     }
 
-    fn embed(&self, ids: &Tensor, types: &Tensor, n: usize, dropout: Option<&mut Dropout>) -> Result<Tensor> {
+    fn embed(&self, ids: &Tensor, types: &Tensor, n: usize, dropout: Option<&mut DropoutStream>) -> Result<Tensor> {
         let e = &self.embeddings;
         // padding_idx: the lookup passes no gradient to the pad row (the decoder still does).
         let mut x = codon_ops::embedding(&e.word, ids, Some(self.config.pad_token_id as usize))?;
@@ -463,7 +464,7 @@ impl BigBirdForMaskedLM {
         let positions = e.position.narrow(0, 0, n)?.unsqueeze(0)?;
         let mut x = (x + types)?.broadcast_add(&positions)?;
         if let Some(d) = dropout {
-            x = d.apply(&x, self.config.hidden_dropout_prob)?;
+            x = codon_ops::dropout(&x, self.config.hidden_dropout_prob, d)?;
         }
         e.norm.forward(&x)
     }
@@ -473,7 +474,7 @@ impl BigBirdForMaskedLM {
         layer: &EncoderLayer,
         x: &Tensor,
         attend: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
-        mut dropout: Option<&mut Dropout>,
+        mut dropout: Option<&mut DropoutStream>,
     ) -> Result<Tensor> {
         let c = &self.config;
         let q = layer.query.forward(x)?;
@@ -482,7 +483,7 @@ impl BigBirdForMaskedLM {
         let ctx = attend(&q, &k, &v)?;
         // Dropout sits between each dense layer and its residual connection.
         let dense_residual =
-            |dense: &Linear, input: &Tensor, residual: &Tensor, dropout: Option<&mut Dropout>| match dropout {
+            |dense: &Linear, input: &Tensor, residual: &Tensor, dropout: Option<&mut DropoutStream>| match dropout {
                 Some(d) => Ok::<_, CodonError>((dense.forward_dropout(input, d, c.hidden_dropout_prob)? + residual)?),
                 None => dense.forward_residual(input, residual),
             };

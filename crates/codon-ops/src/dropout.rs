@@ -1,0 +1,218 @@
+//! Dropout as one op, with masks keyed by (seed, offset) so that runs are reproducible and the
+//! mask of any draw can be computed again. On an Ascend part the op is `aclnnDropoutGenMaskV2` +
+//! `aclnnDropoutDoMask` forward and `aclnnDropoutDoMask` of the kept mask backward, as torch_npu
+//! runs it: the mask never leaves the device. On the CPU (and devices without the two
+//! operators) the mask multiplies the input, one pass each way; the CPU's fused kernels take the
+//! same mask as multipliers ([`DropoutStream::multipliers`]).
+//!
+//! Mask layout: draw (seed, offset) keeps element i when `(w + ½)/2³²` is below the FLOAT keep
+//! probability 1 − p, where w is word i % 4 of Philox4x32-10 keyed by the seed at the counter
+//! {i / 4, offset} (offset in the high 64 bits). That is the one layout the vendor publishes
+//! (ops-math `stateless_drop_out_gen_mask_pt.h`, Ascend 950), and the emulator draws the same
+//! bits, so the CPU and `npu-sim` agree bit for bit. A real 910A or 910B draws from a generator
+//! whose algorithm is not published: the same distribution, other bits.
+use std::sync::Mutex;
+
+use candle_ascend::fused;
+use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use crate::philox::philox4x32_10;
+
+/// Where the masks of one pass come from: draw k uses (seed, k).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DropoutStream {
+    seed: u64,
+    offset: u64,
+}
+
+/// Mask elements per parallel task (a multiple of 4, one Philox block per 4 elements).
+const CHUNK: usize = 64 * 1024;
+
+impl DropoutStream {
+    /// The stream of a pass seeded by `seed`, at its first draw.
+    pub fn new(seed: u64) -> Self {
+        Self { seed, offset: 0 }
+    }
+
+    /// The key of the next draw; the stream moves past it.
+    fn next_draw(&mut self) -> (u64, u64) {
+        let draw = (self.seed, self.offset);
+        self.offset += 1;
+        draw
+    }
+
+    /// The next draw's mask for `len` elements as multipliers: 0 where dropped, 1/(1 − p) where
+    /// kept, with 1 − p rounded to `dtype` first as the device's kernel does.
+    pub fn multipliers(&mut self, len: usize, p: f64, dtype: DType) -> candle_core::Result<Vec<f32>> {
+        check_p(p)?;
+        let (seed, offset) = self.next_draw();
+        Ok(multipliers(seed, offset, len, p, dtype))
+    }
+}
+
+fn check_p(p: f64) -> candle_core::Result<()> {
+    if !(0.0..1.0).contains(&p) {
+        candle_core::bail!("dropout: probability {p} must lie in [0, 1)")
+    }
+    Ok(())
+}
+
+/// The keep probability 1 − p as the device's kernel gets it: FLOAT, then rounded to `dtype`.
+fn keep_probability(p: f64, dtype: DType) -> f32 {
+    let keep = (1.0 - p) as f32;
+    match dtype {
+        DType::F16 => half::f16::from_f32(keep).to_f32(),
+        DType::BF16 => half::bf16::from_f32(keep).to_f32(),
+        _ => keep,
+    }
+}
+
+/// The multipliers of draw (seed, offset); see the module for the layout.
+fn multipliers(seed: u64, offset: u64, len: usize, p: f64, dtype: DType) -> Vec<f32> {
+    let keep = f64::from((1.0 - p) as f32);
+    let scale = 1.0 / keep_probability(p, dtype);
+    let key = [seed as u32, (seed >> 32) as u32];
+    let mut out = vec![0f32; len];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+        for (b, block) in chunk.chunks_mut(4).enumerate() {
+            let group = ((c * CHUNK) / 4 + b) as u64;
+            let counter = [group as u32, (group >> 32) as u32, offset as u32, (offset >> 32) as u32];
+            let words = philox4x32_10(counter, key);
+            for (m, w) in block.iter_mut().zip(words) {
+                *m = if (f64::from(w) + 0.5) / 4_294_967_296.0 < keep { scale } else { 0.0 };
+            }
+        }
+    });
+    out
+}
+
+/// Zero each element of `x` with probability `p` and scale the rest by 1/(1 − p), with the next
+/// mask of `stream`. p = 0 returns x itself and draws nothing.
+pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::Result<Tensor> {
+    check_p(p)?;
+    if p == 0.0 {
+        return Ok(x.clone());
+    }
+    let (seed, offset) = stream.next_draw();
+    if ascend_has_body(x) {
+        return x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() });
+    }
+    reference(x, p, seed, offset)
+}
+
+/// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.
+fn ascend_has_body(x: &Tensor) -> bool {
+    ["aclnnDropoutGenMaskV2", "aclnnDropoutDoMask"].iter().all(|op| fused::runs_natively(x, op, x.dtype()))
+}
+
+/// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and
+/// the composed path of devices without the operators).
+pub fn reference(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_core::Result<Tensor> {
+    let m = multipliers(seed, offset, x.elem_count(), p, x.dtype());
+    // Converted on the host: the upload is then in x's dtype, with no cast on the device.
+    let m = Tensor::from_vec(m, x.shape(), &Device::Cpu)?.to_dtype(x.dtype())?.to_device(x.device())?;
+    x * m
+}
+
+/// The Ascend dropout op of one draw; it keeps its mask for the backward pass.
+struct Dropout {
+    p: f64,
+    seed: u64,
+    offset: u64,
+    mask: Mutex<Option<fused::DropoutMask>>,
+}
+
+impl CustomOp1 for Dropout {
+    fn name(&self) -> &'static str {
+        "dropout"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("dropout: the op is the accelerator body; the CPU multiplies by the mask")
+    }
+
+    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        let (out, mask) = fused::dropout(s, l, self.p, self.seed, self.offset)?;
+        *self.mask.lock().unwrap_or_else(|e| e.into_inner()) = Some(mask);
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let mask = self.mask.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mask = mask.ok_or_else(|| candle_core::Error::msg("dropout: backward pass without its forward"))?;
+        Ok(Some(grad.apply_op1_no_bwd(&DropoutGrad { p: self.p, mask })?))
+    }
+}
+
+/// The gradient through a kept mask (Ascend only).
+struct DropoutGrad {
+    p: f64,
+    mask: fused::DropoutMask,
+}
+
+impl CustomOp1 for DropoutGrad {
+    fn name(&self) -> &'static str {
+        "dropout_grad"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("dropout_grad is the accelerator body; the CPU multiplies by the mask")
+    }
+
+    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        Ok((fused::dropout_grad(s, l, &self.mask, self.p)?, l.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor, Var};
+
+    use super::{dropout, multipliers, DropoutStream};
+    use crate::philox::philox4x32_10;
+
+    #[test]
+    fn masks_follow_the_published_layout_and_rate() {
+        // Element 4g + w is word w of block g at offset 1 (the second draw).
+        let mut stream = DropoutStream::new(0x1234_5678_9abc);
+        stream.multipliers(10, 0.25, DType::F32).unwrap();
+        let m = stream.multipliers(200_003, 0.25, DType::F32).unwrap();
+        for i in [0usize, 3, 4, 131_071, 200_002] {
+            let g = (i / 4) as u32;
+            let w = philox4x32_10([g, 0, 1, 0], [0x5678_9abc, 0x1234])[i % 4];
+            let kept = (f64::from(w) + 0.5) / 4_294_967_296.0 < 0.75;
+            assert_eq!(m[i], if kept { 1.0 / 0.75 } else { 0.0 }, "element {i}");
+        }
+        let rate = m.iter().filter(|&&v| v > 0.0).count() as f64 / m.len() as f64;
+        assert!((rate - 0.75).abs() < 0.005, "kept {rate}");
+        // Another draw, another mask; the same draw, the same mask.
+        assert_ne!(m[..64], multipliers(0x1234_5678_9abc, 2, 64, 0.25, DType::F32)[..]);
+        assert_eq!(m, multipliers(0x1234_5678_9abc, 1, 200_003, 0.25, DType::F32));
+        // bf16 scales by 1/bf16(0.9), as the device's DoMask.
+        let b = multipliers(9, 0, 1000, 0.1, DType::BF16);
+        assert!(b.iter().any(|&v| v == 1.0 / half::bf16::from_f32(0.9).to_f32()));
+    }
+
+    #[test]
+    fn dropout_scales_kept_elements_and_passes_the_mask_to_the_gradient() {
+        let dev = &Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 33), dev).unwrap()).unwrap();
+        let y = dropout(x.as_tensor(), 0.3, &mut DropoutStream::new(5)).unwrap();
+        let m = multipliers(5, 0, 7 * 33, 0.3, DType::F32);
+        let (xv, yv) = (
+            x.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            y.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
+        for i in 0..xv.len() {
+            assert_eq!(yv[i], xv[i] * m[i]);
+        }
+        let g =
+            y.sum_all().unwrap().backward().unwrap().get(&x).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(g, m);
+        assert!(dropout(x.as_tensor(), 1.0, &mut DropoutStream::new(5)).is_err());
+        let same = dropout(x.as_tensor(), 0.0, &mut DropoutStream::new(5)).unwrap();
+        assert_eq!(same.flatten_all().unwrap().to_vec1::<f32>().unwrap(), xv);
+    }
+}
