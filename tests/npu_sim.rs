@@ -364,6 +364,56 @@ fn dropout_op_draws_the_cpu_mask_on_the_device() {
     }
 }
 
+/// `codon_ops::add_layer_norm` on the emulated part: on an A2, one aclnnAddLayerNorm forward
+/// (no separate add or LayerNorm) and LayerNormBackward of the kept sum give the CPU's values and
+/// all four gradients; a 910A, which lacks the operator, adds and then normalizes.
+#[test]
+fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
+    let _serial = serial();
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let vars = |dev: &Device| -> Vec<Var> {
+        [(2usize, 5usize, 24usize), (2, 5, 24), (1, 1, 24), (1, 1, 24)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(a, b, c))| {
+                let t = Tensor::randn(0f32, 1.0, (a, b, c), &cpu).unwrap().affine(1.0, i as f64 * 0.1).unwrap();
+                let t = if a == 1 { t.flatten_all().unwrap() } else { t };
+                Var::from_tensor(&t.to_device(dev).unwrap()).unwrap()
+            })
+            .collect()
+    };
+    let (vc, vd) = (vars(&cpu), vars(&dev));
+    for (c, d) in vc.iter().zip(&vd) {
+        d.set(&c.as_tensor().to_device(&dev).unwrap()).unwrap();
+    }
+    let up = Tensor::randn(0f32, 1.0, (2, 5, 24), &cpu).unwrap();
+    let run = |v: &[Var], up: &Tensor| {
+        let y =
+            codon_ops::add_layer_norm(v[0].as_tensor(), v[1].as_tensor(), v[2].as_tensor(), v[3].as_tensor(), 1e-12)
+                .unwrap();
+        let grads = (&y * up).unwrap().sum_all().unwrap().backward().unwrap();
+        (y, v.iter().map(|x| grads.get(x).unwrap().to_device(&Device::Cpu).unwrap()).collect::<Vec<_>>())
+    };
+    let (want, want_grads) = run(&vc, &up);
+    let before = ascend.counters();
+    let (got, got_grads) = run(&vd, &up.to_device(&dev).unwrap());
+    let launched = ascend.counters().since(&before).launches;
+    assert!(rel_diff(&got.to_device(&cpu).unwrap(), &want) < 1e-5);
+    for (g, w) in got_grads.iter().zip(&want_grads) {
+        assert!(rel_diff(g, w) < 1e-5);
+    }
+    let fused = codon_ascend::ascend::fused::runs_natively(vd[0].as_tensor(), "aclnnAddLayerNorm", DType::F32);
+    let count = |op: &str| launched.get(op).copied().unwrap_or(0);
+    assert_eq!(
+        (count("aclnnAddLayerNorm"), count("aclnnLayerNorm")),
+        if fused { (1, 0) } else { (0, 1) },
+        "{launched:?}"
+    );
+    assert_eq!(count("aclnnLayerNormBackward"), 1);
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

@@ -1964,3 +1964,70 @@ SIM_EXPORT aclnnStatus aclnnDropoutDoMaskGetWorkspaceSize(const aclTensor *x, co
     return 0;
 }
 PHASE2(DropoutDoMask)
+
+/* ---- AddLayerNorm (ops-nn e5c3fa932 norm/add_layer_norm) --------------------------------- */
+
+/* t[0] = yOut, t[1] = xOut, t[2] = gamma, t[3] = beta, t[4] = meanOut, t[5] = rstdOut, t[6] = x1,
+ * t[7] = x2; i[0] = N (gamma's elements). xOut = x1 + x2 as stored in its dtype, then the layer
+ * norm of xOut (run_layer_norm), so that a LayerNormBackward of xOut matches it exactly. */
+static void run_add_layer_norm(aclOpExecutor *e) {
+    Flat sum = flat_of(&e->t[1]), a = flat_of(&e->t[6]), b = flat_of(&e->t[7]);
+    for (int64_t k = 0, n = numel(&e->t[1]); k < n; k++) st_flat(&sum, k, (float)ld_flat(&a, k) + (float)ld_flat(&b, k));
+    run_layer_norm(e);
+}
+
+/* The OpDef's nine dtype combinations (add_layer_norm_def.cpp): x1, x2, gamma (= beta). */
+static int add_layer_norm_dtypes_ok(int x1, int x2, int gamma) {
+    static const int combos[9][3] = {{ACL_FLOAT, ACL_FLOAT16, ACL_FLOAT}, {ACL_FLOAT, ACL_BF16, ACL_FLOAT},
+                                     {ACL_FLOAT16, ACL_FLOAT, ACL_FLOAT}, {ACL_BF16, ACL_FLOAT, ACL_FLOAT},
+                                     {ACL_FLOAT16, ACL_FLOAT16, ACL_FLOAT}, {ACL_BF16, ACL_BF16, ACL_FLOAT},
+                                     {ACL_FLOAT16, ACL_FLOAT16, ACL_FLOAT16}, {ACL_BF16, ACL_BF16, ACL_BF16},
+                                     {ACL_FLOAT, ACL_FLOAT, ACL_FLOAT}};
+    for (int c = 0; c < 9; c++)
+        if (combos[c][0] == x1 && combos[c][1] == x2 && combos[c][2] == gamma) return 1;
+    return 0;
+}
+
+/* Dtypes per the OpDef (161002): y and x take x1's dtype when x1 and x2 share it, else FLOAT;
+ * mean and rstd FLOAT. Shapes per add_layer_norm_tiling.cpp (561002 at tiling): ranks 1-8,
+ * x1 = x2 = y = x, gamma = beta = x1's trailing dims, mean = rstd = x1's leading dims then 1s,
+ * no zero dim. biasOptional is not emulated and is refused. No 910 config exists. */
+SIM_EXPORT aclnnStatus aclnnAddLayerNormGetWorkspaceSize(const aclTensor *x1, const aclTensor *x2, const aclTensor *gamma,
+                                                         const aclTensor *beta, const aclTensor *bias, double eps,
+                                                         bool additional_output, const aclTensor *y,
+                                                         const aclTensor *mean, const aclTensor *rstd,
+                                                         const aclTensor *x, uint64_t *ws, aclOpExecutor **e) {
+    const char *op = "aclnnAddLayerNorm";
+    int r;
+    if ((r = check(op, x1, "x1")) || (r = check(op, x2, "x2")) || (r = check(op, gamma, "gamma")) ||
+        (r = check(op, beta, "beta")) || (r = check(op, y, "yOut")) || (r = check(op, mean, "meanOut")) ||
+        (r = check(op, rstd, "rstdOut")) || (r = check(op, x, "xOut")))
+        return r;
+    (void)additional_output; /* xOut is written either way here; the kernel writes it when asked */
+    if (bias) return bad(ACLNN_ERR_PARAM_INVALID, op, "biasOptional is not emulated");
+    int out_dt = x1->dtype == x2->dtype ? x1->dtype : ACL_FLOAT;
+    if (!add_layer_norm_dtypes_ok(x1->dtype, x2->dtype, gamma->dtype) || beta->dtype != gamma->dtype ||
+        y->dtype != out_dt || x->dtype != out_dt || mean->dtype != ACL_FLOAT || rstd->dtype != ACL_FLOAT)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "the dtypes are not one of the OpDef's combinations");
+    uint64_t rank = x1->ndim, g_rank = gamma->ndim;
+    int shapes_ok = rank >= 1 && rank <= 8 && g_rank >= 1 && g_rank <= rank && same_shape(x1, x2) &&
+                    same_shape(x1, y) && same_shape(x1, x) && same_shape(gamma, beta) && same_shape(mean, rstd) &&
+                    mean->ndim == rank;
+    for (uint64_t d = 0; shapes_ok && d < rank; d++) {
+        int normed = d >= rank - g_rank;
+        shapes_ok = x1->dims[d] > 0 && mean->dims[d] == (normed ? 1 : x1->dims[d]) &&
+                    (!normed || gamma->dims[d - (rank - g_rank)] == x1->dims[d]);
+    }
+    if (!shapes_ok) return bad(ACLNN_ERR_INNER_TILING_ERROR, op, "shapes of x1, x2, gamma, beta, mean, rstd, y or x do not fit");
+    aclnnStatus s = make(op, x1->dtype, run_add_layer_norm, 0, ws, e);
+    if (s) return s;
+    const aclTensor *ts[8] = {y, x, gamma, beta, mean, rstd, x1, x2};
+    for (int k = 0; k < 8; k++) (*e)->t[k] = *ts[k];
+    (*e)->i[0] = numel(gamma);
+    (*e)->i[1] = 1;
+    (*e)->i[2] = 1;
+    (*e)->i[3] = 3;
+    (*e)->f[0] = eps;
+    return 0;
+}
+PHASE2(AddLayerNorm)

@@ -106,6 +106,50 @@ pub fn layer_norm(
     Ok((Box::new(out), xl.shape().clone(), Some(LayerNormStats(Arc::new((mean, rstd))))))
 }
 
+/// The normalized output of an Ascend [`add_layer_norm`], waiting for the LayerNorm op that
+/// takes the sum as its input, with the row statistics for its backward pass.
+pub struct AddLayerNormOut {
+    out: AscendStorage,
+    stats: LayerNormStats,
+}
+
+impl AddLayerNormOut {
+    /// The normalized output as an op's result, and the statistics.
+    pub fn into_parts(self) -> (BoxStorage, LayerNormStats) {
+        (Box::new(self.out), self.stats)
+    }
+}
+
+/// The Ascend body of `LayerNorm(x1 + x2)` over the last dimension (`aclnnAddLayerNorm`): the
+/// sum x1 + x2 as the result, and the normalized output with its statistics for the LayerNorm
+/// op applied to that sum. x1 and x2 share a shape; w and b are (hidden,).
+pub fn add_layer_norm(
+    x1: &dyn DynBackendStorage,
+    l1: &Layout,
+    x2: &dyn DynBackendStorage,
+    l2: &Layout,
+    w: &Tensor,
+    b: &Tensor,
+    eps: f64,
+) -> candle_core::Result<(BoxStorage, AddLayerNormOut)> {
+    let (s1, s2) = (ascend_storage(x1)?, ascend_storage(x2)?);
+    let ((_, wv), (_, bv)) = (tensor_view(w)?, tensor_view(b)?);
+    let dev = &s1.device;
+    let shape = l1.shape();
+    let rows = shape.elem_count() / hidden_of(l1);
+    let mut stat_dims = l1.dims().to_vec();
+    if let Some(last) = stat_dims.last_mut() {
+        *last = 1;
+    }
+    let stat_shape = Shape::from(stat_dims);
+    let (mean, rstd) = (AscendStorage::empty(dev, rows, DType::F32)?, AscendStorage::empty(dev, rows, DType::F32)?);
+    let (mv, rv) = (mean.contiguous(&stat_shape)?, rstd.contiguous(&stat_shape)?);
+    let ((sum, sv), (out, ov)) = (output_like(s1, shape)?, output_like(s1, shape)?);
+    crate::ops::norm::add_layer_norm(s1.dev(), &s1.view(l1)?, &s2.view(l2)?, &wv, &bv, eps, &ov, (&mv, &rv), &sv)?;
+    let stats = LayerNormStats(Arc::new((mean, rstd)));
+    Ok((Box::new(sum), AddLayerNormOut { out, stats }))
+}
+
 /// The Ascend body of LayerNorm's backward: `[dx | dw | db]` as one f32 buffer of
 /// `numel(x) + 2·hidden` elements, from the forward pass's statistics, in one
 /// `aclnnLayerNormBackward` launch.

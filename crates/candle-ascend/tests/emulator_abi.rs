@@ -253,3 +253,76 @@ fn loss_and_addmm_refuse_what_ops_nn_refuses() {
     assert_eq!(call(f(&[3]), a, b, null_mut(), fp32_cube), 161_001, "null beta");
     assert_eq!(call(f(&[3]), a, b, one, 4), 161_002, "cubeMathType 4");
 }
+
+/// aclnnEmbedding, aclnnEmbeddingDenseBackward (ops-nn e5c3fa932), aclnnDropoutGenMaskV2,
+/// aclnnDropoutDoMask (ops-math c41933244) and aclnnAddLayerNorm (ops-nn, A2 only) refuse in
+/// phase 1 what their op_api sources refuse.
+#[test]
+fn embedding_dropout_and_add_layer_norm_refuse_what_the_vendor_refuses() {
+    type Embedding = unsafe extern "C" fn(T, T, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type DenseBackward = unsafe extern "C" fn(T, T, u64, u64, bool, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type GenMask =
+        unsafe extern "C" fn(*mut std::ffi::c_void, f64, i64, i64, i32, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type DoMask = unsafe extern "C" fn(T, T, f64, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    type AddLayerNorm =
+        unsafe extern "C" fn(T, T, T, T, T, f64, bool, T, T, T, T, *mut u64, *mut AclExecutorPtr) -> i32;
+    let env = Env::new();
+    let buf = env.malloc(4096);
+    let (mut ws, mut exec) = (0u64, null_mut());
+    let f = |dims: &[i64]| env.tensor(buf, dims, dtype::FLOAT);
+    let ids = |n: i64, dt: i32| env.tensor(buf, &[n], dt);
+    let soc = unsafe { CStr::from_ptr((env.tk.api.aclrtGetSocName)()) }.to_string_lossy().into_owned();
+    let a2 = soc.starts_with("Ascend910B");
+
+    let embedding: Embedding = unsafe { std::mem::transmute(env.tk.op("aclnnEmbedding").unwrap().0) };
+    let (table, out) = (f(&[4, 3]), f(&[2, 3]));
+    assert_eq!(unsafe { embedding(table, ids(2, dtype::INT64), out, &mut ws, &mut exec) }, 0);
+    assert_eq!(
+        unsafe { embedding(table, ids(2, dtype::INT64), f(&[2, 4]), &mut ws, &mut exec) },
+        161_002,
+        "out's last dim"
+    );
+    assert_eq!(unsafe { embedding(table, ids(2, dtype::FLOAT), out, &mut ws, &mut exec) }, 161_002, "FLOAT indices");
+    let bf16 = |dims: &[i64]| env.tensor(buf, dims, dtype::BF16);
+    let bf16_table = unsafe { embedding(bf16(&[4, 3]), ids(2, dtype::INT64), bf16(&[2, 3]), &mut ws, &mut exec) };
+    assert_eq!(bf16_table == 0, a2, "BF16 tables only from the A2 on");
+
+    let dense: DenseBackward = unsafe { std::mem::transmute(env.tk.op("aclnnEmbeddingDenseBackward").unwrap().0) };
+    let call = |grad: T, idx: T, n: u64, out: T| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        dense(grad, idx, n, u64::MAX, false, out, &mut ws, &mut exec)
+    };
+    assert_eq!(call(out, ids(2, dtype::INT64), 4, table), 0);
+    assert_eq!(call(out, ids(2, dtype::INT64), 5, table), 161_002, "out rows ≠ numWeights");
+    assert_eq!(call(out, ids(3, dtype::INT64), 4, table), 161_002, "3 indices for 2 rows");
+
+    let gen: GenMask = unsafe { std::mem::transmute(env.tk.op("aclnnDropoutGenMaskV2").unwrap().0) };
+    let shape = [200i64];
+    let shape = unsafe { (env.tk.api.aclCreateIntArray)(shape.as_ptr(), 1) };
+    let mask = |bytes: i64| env.tensor(buf, &[bytes], dtype::UINT8);
+    let call = |p: f64, m: T| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        gen(shape, p, 1, 0, dtype::FLOAT, m, &mut ws, &mut exec)
+    };
+    assert_eq!(call(0.1, mask(32)), 0, "align(200, 128)/8 = 32 bytes");
+    assert_eq!(call(0.1, mask(31)), 161_002, "a mask one byte short");
+    assert_eq!(call(1.5, mask(32)), 161_002, "prob above 1");
+
+    let do_mask: DoMask = unsafe { std::mem::transmute(env.tk.op("aclnnDropoutDoMask").unwrap().0) };
+    assert_eq!(unsafe { do_mask(f(&[200]), mask(32), 0.1, f(&[200]), &mut ws, &mut exec) }, 0);
+    assert_eq!(unsafe { do_mask(f(&[200]), mask(16), 0.1, f(&[200]), &mut ws, &mut exec) }, 161_002, "short mask");
+    assert_eq!(unsafe { do_mask(f(&[200]), mask(32), 0.1, f(&[100]), &mut ws, &mut exec) }, 161_002, "out shape");
+
+    let add_ln: AddLayerNorm = unsafe { std::mem::transmute(env.tk.op("aclnnAddLayerNorm").unwrap().0) };
+    let call = |mean: T| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        let (x, g) = (f(&[2, 3]), f(&[3]));
+        add_ln(x, x, g, g, null_mut(), 1e-5, true, x, mean, mean, x, &mut ws, &mut exec)
+    };
+    if a2 {
+        assert_eq!(call(f(&[2, 1])), 0);
+        assert_eq!(call(f(&[2])), 561_002, "mean must keep x1's rank");
+    } else {
+        assert_ne!(call(f(&[2, 1])), 0, "no Atlas training series config");
+    }
+}

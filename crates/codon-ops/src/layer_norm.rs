@@ -14,6 +14,84 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::cpu_storage::{f32_vec, pair_f32, store_like};
 
+/// LayerNorm of the residual sum `x + residual`. Parts with `aclnnAddLayerNorm` add and
+/// normalize in one launch (the sum is kept for LayerNorm's backward pass); elsewhere the sum
+/// is an add followed by [`layer_norm`].
+pub fn add_layer_norm(
+    x: &Tensor,
+    residual: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    eps: f64,
+) -> candle_core::Result<Tensor> {
+    let dtype = x.dtype();
+    let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
+    let fused_add = same
+        && (weight.dtype() == dtype || weight.dtype() == DType::F32)
+        && fused::runs_natively(x, "aclnnAddLayerNorm", dtype)
+        && ascend_has_body(x, weight, bias);
+    if !fused_add {
+        return layer_norm(&(x + residual)?, weight, bias, eps);
+    }
+    let pending = std::sync::Arc::new(Mutex::new(None));
+    let add = ResidualSum { weight: weight.clone(), bias: bias.clone(), eps, normalized: pending.clone() };
+    let sum = x.apply_op2(residual, add)?;
+    let training = [x, residual, weight, bias].iter().any(|t| t.track_op());
+    let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: Some(pending) };
+    sum.apply_op3(weight, bias, op)
+}
+
+/// The normalized output that [`ResidualSum`] computed along with the sum.
+type Pending = std::sync::Arc<Mutex<Option<fused::AddLayerNormOut>>>;
+
+/// `x + residual` through `aclnnAddLayerNorm`, which also normalizes the sum; the [`LayerNorm`]
+/// op applied next to the sum takes that output instead of launching. Its backward pass hands
+/// the sum's gradient to both operands.
+struct ResidualSum {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+    normalized: Pending,
+}
+
+impl CustomOp2 for ResidualSum {
+    fn name(&self) -> &'static str {
+        "residual_sum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("residual_sum is the accelerator body; the CPU adds, then normalizes")
+    }
+
+    fn custom_fwd(
+        &self,
+        s1: &dyn DynBackendStorage,
+        l1: &Layout,
+        s2: &dyn DynBackendStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let (sum, normalized) = fused::add_layer_norm(s1, l1, s2, l2, &self.weight, &self.bias, self.eps)?;
+        *self.normalized.lock().unwrap_or_else(|p| p.into_inner()) = Some(normalized);
+        Ok((sum, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _residual: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(grad.clone()), Some(grad.clone())))
+    }
+}
+
 /// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU,
 /// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; other devices
 /// run the composed [`reference`].
@@ -26,7 +104,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
         return x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32));
     }
     if ascend_has_body(x, weight, bias) {
-        let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default) };
+        let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
         return x.apply_op3(weight, bias, op);
     }
     reference(x, weight, bias, eps)
@@ -69,12 +147,14 @@ pub struct LayerNorm {
     eps: f32,
     /// The Ascend forward pass's row statistics, for the backward pass (`None`: not kept).
     stats: Option<Mutex<Option<fused::LayerNormStats>>>,
+    /// The output already computed by the [`ResidualSum`] that made the input, if any.
+    normalized: Option<Pending>,
 }
 
 impl LayerNorm {
     /// The op with variance epsilon `eps`.
     pub fn new(eps: f32) -> Self {
-        Self { eps, stats: None }
+        Self { eps, stats: None, normalized: None }
     }
 }
 
@@ -117,6 +197,14 @@ impl CustomOp3 for LayerNorm {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let ready = self.normalized.as_ref().and_then(|n| n.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(ready) = ready {
+            let (out, stats) = ready.into_parts();
+            if let Some(slot) = &self.stats {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(stats);
+            }
+            return Ok((out, l1.shape().clone()));
+        }
         let (out, shape, stats) = fused::layer_norm(s1, l1, s2, l2, s3, l3, f64::from(self.eps), self.stats.is_some())?;
         if let Some(slot) = &self.stats {
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = stats;

@@ -21,5 +21,5 @@ pub use activation::{gelu_new, softmax_last_dim_f32};
 pub use cross_entropy::cross_entropy;
 pub use dropout::{dropout, DropoutStream};
 pub use embedding::embedding;
-pub use layer_norm::layer_norm;
+pub use layer_norm::{add_layer_norm, layer_norm};
 pub use linear::linear;

@@ -85,3 +85,41 @@ pub fn layer_norm_backward(
         )
     })
 }
+
+/// `x = x1 + x2` and `out = LayerNorm(x)·w + b` over w's dims in one launch, with the row
+/// statistics (`aclnnAddLayerNorm`, no extra bias, additionalOutput on).
+#[allow(clippy::too_many_arguments)]
+pub fn add_layer_norm(
+    dev: &Arc<DeviceInner>,
+    x1: &View,
+    x2: &View,
+    w: &View,
+    b: &View,
+    eps: f64,
+    out: &View,
+    (mean, rstd): (&View, &View),
+    x: &View,
+) -> Result<()> {
+    let (t1, t2, tw, tb) = (x1.acl(dev)?, x2.acl(dev)?, w.acl(dev)?, b.acl(dev)?);
+    let (to, tm, tr, tx) = (out.acl(dev)?, mean.acl(dev)?, rstd.acl(dev)?, x.acl(dev)?);
+    let no_bias: T = std::ptr::null_mut();
+    launch(dev, "aclnnAddLayerNorm", &[x1, x2, w, b, out, mean, rstd, x], |addr, ws, ex| {
+        phase1!(
+            addr,
+            ws,
+            ex,
+            fn(T, T, T, T, T, f64, bool, T, T, T, T),
+            t1.ptr(),
+            t2.ptr(),
+            tw.ptr(),
+            tb.ptr(),
+            no_bias,
+            eps,
+            true,
+            to.ptr(),
+            tm.ptr(),
+            tr.ptr(),
+            tx.ptr()
+        )
+    })
+}

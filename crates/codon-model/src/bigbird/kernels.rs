@@ -29,6 +29,11 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Resul
     Ok(codon_ops::layer_norm(x, weight, bias, eps)?)
 }
 
+/// LayerNorm of `x + residual` (`codon_ops::add_layer_norm`).
+pub fn add_layer_norm(x: &Tensor, residual: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
+    Ok(codon_ops::add_layer_norm(x, residual, weight, bias, eps)?)
+}
+
 /// Softmax over the last dimension, computed in f32; the result is f32
 /// (`codon_ops::softmax_last_dim_f32`).
 pub fn softmax_f32(x: &Tensor) -> Result<Tensor> {

@@ -55,6 +55,11 @@ impl LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         kernels::layer_norm(x, &self.weight, &self.bias, self.eps)
     }
+
+    /// `forward(x + residual)`, one launch where the part adds and normalizes together.
+    fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        kernels::add_layer_norm(x, residual, &self.weight, &self.bias, self.eps)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -482,19 +487,21 @@ impl BigBirdForMaskedLM {
         let v = layer.value.forward(x)?;
         let ctx = attend(&q, &k, &v)?;
         // Dropout sits between each dense layer and its residual connection.
-        let dense_residual =
-            |dense: &Linear, input: &Tensor, residual: &Tensor, dropout: Option<&mut DropoutStream>| match dropout {
-                Some(d) => Ok::<_, CodonError>((dense.forward_dropout(input, d, c.hidden_dropout_prob)? + residual)?),
-                None => dense.forward_residual(input, residual),
-            };
-        let a = dense_residual(&layer.attention_output, &ctx, x, dropout.as_deref_mut())?;
-        let x = layer.attention_norm.forward(&a)?;
+        let dense_residual_norm = |dense: &Linear,
+                                   input: &Tensor,
+                                   residual: &Tensor,
+                                   norm: &LayerNorm,
+                                   dropout: Option<&mut DropoutStream>| match dropout
+        {
+            Some(d) => norm.forward_add(&dense.forward_dropout(input, d, c.hidden_dropout_prob)?, residual),
+            None => norm.forward(&dense.forward_residual(input, residual)?),
+        };
+        let x = dense_residual_norm(&layer.attention_output, &ctx, x, &layer.attention_norm, dropout.as_deref_mut())?;
         let inter = match c.hidden_act {
             HiddenAct::GeluNew => layer.intermediate.forward_gelu_new(&x)?,
             act => activation(act, &layer.intermediate.forward(&x)?)?,
         };
-        let o = dense_residual(&layer.output, &inter, &x, dropout)?;
-        layer.output_norm.forward(&o)
+        dense_residual_norm(&layer.output, &inter, &x, &layer.output_norm, dropout)
     }
 
     fn mlm_head(&self, x: &Tensor) -> Result<Tensor> {
