@@ -414,6 +414,70 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
     assert_eq!(count("aclnnLayerNormBackward"), 1);
 }
 
+/// `codon_ops::attention::flash_attention` on an emulated A2: one aclnnFlashAttentionScore
+/// forward (after one aclnnDropoutGenMaskV2) and one aclnnFlashAttentionScoreGrad backward give
+/// the composed attention's output and q, k, v gradients, with masked keys and dropout drawing
+/// the CPU's bits. A 910A has no FlashAttentionScore and the op reports so.
+#[test]
+fn flash_attention_matches_the_composed_attention_where_the_part_has_it() {
+    let _serial = serial();
+    let dev = sim();
+    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let cpu = Device::Cpu;
+    let (b, n, heads, d) = (2, 9, 3, 8);
+    let probe = Tensor::zeros((b, n, heads * d), DType::F32, &dev).unwrap();
+    if !codon_ops::attention::fused_attention_runs(&probe) {
+        assert!(!soc().has_bf16(), "only the 910A lacks FlashAttentionScore here");
+        return;
+    }
+    let qkv: Vec<Tensor> = (0..3).map(|_| Tensor::randn(0f32, 1.0, (b, n, heads * d), &cpu).unwrap()).collect();
+    // Sequence 1 has its last three keys masked, as padding.
+    let mut bias = vec![0f32; b * n];
+    bias[n + 6..].iter_mut().for_each(|x| *x = f32::MIN);
+    let key_bias = Tensor::from_vec(bias, (b, 1, 1, n), &cpu).unwrap();
+    let up = Tensor::randn(0f32, 1.0, (b, n, heads * d), &cpu).unwrap();
+    let vc: Vec<Var> = qkv.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+    let mask =
+        codon_ops::attention::reference_dropout(&mut codon_ops::DropoutStream::new(3), (b, heads, n), 0.1, DType::F32)
+            .unwrap();
+    let want = codon_ops::attention::reference(
+        vc[0].as_tensor(),
+        vc[1].as_tensor(),
+        vc[2].as_tensor(),
+        heads,
+        &key_bias,
+        Some(&mask),
+    )
+    .unwrap();
+    let want_grads = (&want * &up).unwrap().sum_all().unwrap().backward().unwrap();
+    let vd: Vec<Var> = qkv.iter().map(|t| Var::from_tensor(&t.to_device(&dev).unwrap()).unwrap()).collect();
+    let mut stream = codon_ops::DropoutStream::new(3);
+    let before = ascend.counters();
+    let got = codon_ops::attention::flash_attention(
+        vd[0].as_tensor(),
+        vd[1].as_tensor(),
+        vd[2].as_tensor(),
+        heads,
+        &key_bias.to_device(&dev).unwrap(),
+        Some((&mut stream, 0.1)),
+    )
+    .unwrap();
+    let grads = (&got * up.to_device(&dev).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+    let launched = ascend.counters().since(&before).launches;
+    assert!(rel_diff(&got.to_device(&cpu).unwrap(), &want) < 1e-5, "output");
+    for (c, dv) in vc.iter().zip(&vd) {
+        let g = grads.get(dv).unwrap().to_device(&cpu).unwrap();
+        assert!(rel_diff(&g, want_grads.get(c).unwrap()) < 1e-5, "gradient");
+    }
+    let count = |op: &str| launched.get(op).copied().unwrap_or(0);
+    assert_eq!(
+        [count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad"), count("aclnnDropoutGenMaskV2")],
+        [1, 1, 1],
+        "{launched:?}"
+    );
+    assert_eq!(count("aclnnSoftmax") + count("aclnnBatchMatMul"), 0, "{launched:?}");
+}
+
 /// `codon_ops::softmax_last_dim_f32` and `codon_ops::gelu_new` on the emulated part: their Ascend
 /// bodies (aclnnSoftmax/aclnnSoftmaxBackward, aclnnGeluV2/aclnnGeluBackwardV2) give the CPU's
 /// values and gradients, one launch each way.

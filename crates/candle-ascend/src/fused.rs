@@ -294,6 +294,135 @@ pub fn dropout_grad(
     Ok(Box::new(out))
 }
 
+/// What an Ascend flash attention forward pass keeps for its backward pass: the row maxima and
+/// sums (B, N, S, 8) FLOAT, the dropout bits if any, and (B, N, S).
+pub struct FlashSaved {
+    softmax_max: AscendStorage,
+    softmax_sum: AscendStorage,
+    drop_mask: Option<AscendStorage>,
+    dims: [usize; 3],
+}
+
+impl FlashSaved {
+    fn stats(&self) -> crate::error::Result<(View, View)> {
+        let [b, n, s] = self.dims;
+        let shape = Shape::from_dims(&[b, n, s, 8]);
+        Ok((self.softmax_max.contiguous(&shape)?, self.softmax_sum.contiguous(&shape)?))
+    }
+
+    fn drop_view(&self) -> crate::error::Result<Option<View>> {
+        self.drop_mask.as_ref().map(|m| m.contiguous(&Shape::from_dims(&[m.len]))).transpose()
+    }
+}
+
+/// (B, S, H) of a flash attention operand.
+fn bsh(l: &Layout) -> candle_core::Result<(usize, usize, usize)> {
+    match l.dims() {
+        [b, s, h] => Ok((*b, *s, *h)),
+        d => candle_core::bail!("flash attention: operands must be (batch, seq, hidden), got {d:?}"),
+    }
+}
+
+/// The Ascend body of full attention over (B, S, H) q, k, v with `heads` heads:
+/// `softmax(scale·q·kᵀ, masked)·v` in one `aclnnFlashAttentionScore` (BSH layout). `atten_mask`
+/// is (B, 1, S, S) UINT8, 1 where a key is masked. With `dropout` = (p, seed, offset), one
+/// `aclnnDropoutGenMaskV2` draws the (B, N, S, S) bits first, as torch_npu's
+/// `npu_fusion_attention` does.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention(
+    q: &dyn DynBackendStorage,
+    ql: &Layout,
+    k: &dyn DynBackendStorage,
+    kl: &Layout,
+    v: &dyn DynBackendStorage,
+    vl: &Layout,
+    atten_mask: &Tensor,
+    heads: usize,
+    scale: f64,
+    dropout: Option<(f64, u64, u64)>,
+) -> candle_core::Result<(BoxStorage, FlashSaved)> {
+    let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
+    let (b, s, _) = bsh(ql)?;
+    let dev = &qs.device;
+    let (_, mv) = tensor_view(atten_mask)?;
+    let drop_mask = match dropout {
+        Some((p, seed, offset)) => {
+            let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s * s);
+            let mask = AscendStorage::empty(dev, bytes, DType::U8)?;
+            let view = mask.contiguous(&Shape::from_dims(&[bytes]))?;
+            crate::ops::random::dropout_gen_mask(
+                qs.dev(),
+                &[b, heads, s, s],
+                p,
+                seed,
+                offset,
+                acl_dtype(qs.dtype)?,
+                &view,
+            )?;
+            Some(mask)
+        }
+        None => None,
+    };
+    let stats = b * heads * s * 8;
+    let saved = FlashSaved {
+        softmax_max: AscendStorage::empty(dev, stats, DType::F32)?,
+        softmax_sum: AscendStorage::empty(dev, stats, DType::F32)?,
+        drop_mask,
+        dims: [b, heads, s],
+    };
+    let drop = saved.drop_view()?;
+    let keep = dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
+    let args = crate::ops::attention::FlashArgs {
+        atten_mask: &mv,
+        drop_mask: drop.as_ref(),
+        keep,
+        heads: heads as i64,
+        scale,
+    };
+    let (out, ov) = output_like(qs, ql.shape())?;
+    let (smax, ssum) = saved.stats()?;
+    let qkv = (&qs.view(ql)?, &ks.view(kl)?, &vs.view(vl)?);
+    crate::ops::attention::flash_attention(qs.dev(), qkv, &args, (&smax, &ssum), &ov)?;
+    Ok((Box::new(out), saved))
+}
+
+/// The Ascend body of flash attention's backward: `[dq | dk | dv]` packed in one buffer of q's
+/// dtype, from the output's gradient `dy` and the forward's output `out`
+/// (`aclnnFlashAttentionScoreGrad`).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_grad(
+    q: &dyn DynBackendStorage,
+    ql: &Layout,
+    k: &dyn DynBackendStorage,
+    kl: &Layout,
+    v: &dyn DynBackendStorage,
+    vl: &Layout,
+    dy: &Tensor,
+    out: &Tensor,
+    atten_mask: &Tensor,
+    saved: &FlashSaved,
+    scale: f64,
+    keep: f64,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
+    let ((_, dyv), (_, ov), (_, mv)) = (tensor_view(dy)?, tensor_view(out)?, tensor_view(atten_mask)?);
+    let n = ql.shape().elem_count();
+    let packed = AscendStorage::empty(&qs.device, 3 * n, qs.dtype)?;
+    let piece = |i: usize, shape: &Shape| -> crate::error::Result<View> {
+        let mut v = packed.contiguous(shape)?;
+        v.offset = (i * n) as i64;
+        Ok(v)
+    };
+    let (dq, dk, dv) = (piece(0, ql.shape())?, piece(1, kl.shape())?, piece(2, vl.shape())?);
+    let drop = saved.drop_view()?;
+    let heads = saved.dims[1] as i64;
+    let args = crate::ops::attention::FlashArgs { atten_mask: &mv, drop_mask: drop.as_ref(), keep, heads, scale };
+    let (smax, ssum) = saved.stats()?;
+    let qkv = (&qs.view(ql)?, &ks.view(kl)?, &vs.view(vl)?);
+    crate::ops::attention::flash_attention_grad(qs.dev(), qkv, &dyv, &ov, &args, (&smax, &ssum), (&dq, &dk, &dv))?;
+    Ok((Box::new(packed), Shape::from_dims(&[3 * n])))
+}
+
 /// What the Ascend body of the cross-entropy loss keeps for its backward pass: the
 /// log-probabilities, the class weights (ones) and the labelled rows' total weight.
 #[derive(Clone)]

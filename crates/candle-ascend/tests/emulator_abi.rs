@@ -326,3 +326,76 @@ fn embedding_dropout_and_add_layer_norm_refuse_what_the_vendor_refuses() {
         assert_ne!(call(f(&[2, 1])), 0, "no Atlas training series config");
     }
 }
+
+/// aclnnFlashAttentionScore (ops-transformer c29bc10) exists on the A2 only, takes no
+/// (B, 1, 1, S) key mask, and needs keepProb in (0, 1].
+#[test]
+fn flash_attention_refuses_what_ops_transformer_refuses() {
+    type Fa = unsafe extern "C" fn(
+        T,
+        T,
+        T,
+        T,
+        T,
+        T,
+        T,
+        *mut std::ffi::c_void,
+        f64,
+        f64,
+        i64,
+        i64,
+        i64,
+        *const std::ffi::c_char,
+        i64,
+        i64,
+        T,
+        T,
+        T,
+        T,
+        *mut u64,
+        *mut AclExecutorPtr,
+    ) -> i32;
+    let env = Env::new();
+    let buf = env.malloc(1 << 16);
+    let f = |dims: &[i64]| env.tensor(buf, dims, dtype::FLOAT);
+    let (q, stats) = (f(&[2, 4, 6]), f(&[2, 3, 4, 8]));
+    let mask = |dims: &[i64]| env.tensor(buf, dims, dtype::UINT8);
+    let fa: Fa = unsafe { std::mem::transmute(env.tk.op("aclnnFlashAttentionScore").unwrap().0) };
+    let call = |m: T, keep: f64, layout: &std::ffi::CStr| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        let n = null_mut();
+        fa(
+            q,
+            q,
+            q,
+            n,
+            n,
+            n,
+            m,
+            n,
+            0.5,
+            keep,
+            i32::MAX.into(),
+            i32::MAX.into(),
+            3,
+            layout.as_ptr(),
+            0,
+            0,
+            stats,
+            stats,
+            n,
+            q,
+            &mut ws,
+            &mut exec,
+        )
+    };
+    let soc = unsafe { CStr::from_ptr((env.tk.api.aclrtGetSocName)()) }.to_string_lossy().into_owned();
+    if !soc.starts_with("Ascend910B") {
+        assert_ne!(call(mask(&[2, 1, 4, 4]), 1.0, c"BSH"), 0, "no Atlas training series kernel");
+        return;
+    }
+    assert_eq!(call(mask(&[2, 1, 4, 4]), 1.0, c"BSH"), 0);
+    assert_eq!(call(mask(&[2, 1, 1, 4]), 1.0, c"BSH"), 561_002, "a (B, 1, 1, S) mask");
+    assert_eq!(call(mask(&[2, 1, 4, 4]), 0.0, c"BSH"), 561_002, "keepProb 0");
+    assert_eq!(call(mask(&[2, 1, 4, 4]), 1.0, c"BNSD"), 161_002, "a 3-D query in BNSD");
+}

@@ -37,7 +37,7 @@ impl DropoutStream {
     }
 
     /// The key of the next draw; the stream moves past it.
-    fn next_draw(&mut self) -> (u64, u64) {
+    pub(crate) fn next_draw(&mut self) -> (u64, u64) {
         let draw = (self.seed, self.offset);
         self.offset += 1;
         draw

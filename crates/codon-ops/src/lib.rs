@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod activation;
+pub mod attention;
 pub mod cpu_gemm;
 pub mod cpu_storage;
 pub mod cross_entropy;

@@ -2,6 +2,7 @@
 //! (`View::acl`), call phase 1 for the workspace size, launch phase 2 on the device's stream
 //! (`launch`). `View` is the one place where a candle layout becomes an `aclTensor`.
 pub mod activation;
+pub mod attention;
 pub mod copy;
 pub mod elementwise;
 pub mod index;

@@ -44,6 +44,9 @@ pub fn full_attention(
     key_bias: &Tensor,
     dropout: Option<(&mut DropoutStream, f64)>,
 ) -> Result<Tensor> {
+    if codon_ops::attention::fused_attention_runs(q) {
+        return Ok(codon_ops::attention::flash_attention(q, k, v, heads, key_bias, dropout)?);
+    }
     let (b, n, hd) = q.dims3()?;
     let scale = 1.0 / ((hd / heads) as f64).sqrt();
     let mut dropout = dropout;

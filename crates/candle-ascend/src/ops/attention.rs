@@ -1,0 +1,136 @@
+//! Fused attention: `aclnnFlashAttentionScore` and its gradient (ops-transformer
+//! `attention/flash_attention_score[_grad]`), in the BSH layout, sparseMode 0 with no band,
+//! without pse, as torch_npu's `npu_fusion_attention` calls them.
+use std::sync::Arc;
+
+use super::{launch, phase1, View};
+use crate::error::Result;
+use crate::ffi::types::*;
+use crate::runtime::device::DeviceInner;
+
+type T = AclTensorPtr;
+type C = *const std::ffi::c_char;
+
+/// preTokens and nextTokens for "no band" (torch_npu's default, i32::MAX).
+const NO_BAND: i64 = 2_147_483_647;
+
+/// What forward and backward share: the mask of masked (1) positions, (B, 1, S, S) UINT8; the
+/// dropout bits with their keep probability (1 without); the head count and the score scale.
+pub struct FlashArgs<'a> {
+    pub atten_mask: &'a View,
+    pub drop_mask: Option<&'a View>,
+    pub keep: f64,
+    pub heads: i64,
+    pub scale: f64,
+}
+
+impl FlashArgs<'_> {
+    fn drop_ptr(&self, dev: &Arc<DeviceInner>) -> Result<Option<super::AclObject>> {
+        self.drop_mask.map(|m| m.acl(dev)).transpose()
+    }
+}
+
+/// `out = softmax(scale·q·kᵀ, masked)·(dropout / keep)·v` over (B, S, H) q, k, v, with the
+/// row maxima and sums (B, N, S, 8) FLOAT for the backward pass.
+pub fn flash_attention(
+    dev: &Arc<DeviceInner>,
+    (q, k, v): (&View, &View, &View),
+    args: &FlashArgs,
+    (softmax_max, softmax_sum): (&View, &View),
+    out: &View,
+) -> Result<()> {
+    let (tq, tk, tv, tm) = (q.acl(dev)?, k.acl(dev)?, v.acl(dev)?, args.atten_mask.acl(dev)?);
+    let (tmax, tsum, to) = (softmax_max.acl(dev)?, softmax_sum.acl(dev)?, out.acl(dev)?);
+    let drop = args.drop_ptr(dev)?;
+    let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
+    let null: T = std::ptr::null_mut();
+    let layout = c"BSH";
+    launch(
+        dev,
+        "aclnnFlashAttentionScore",
+        &[q, k, v, args.atten_mask, softmax_max, softmax_sum, out],
+        |addr, ws, ex| {
+            phase1!(
+                addr,
+                ws,
+                ex,
+                fn(T, T, T, T, T, T, T, AclIntArrayPtr, f64, f64, i64, i64, i64, C, i64, i64, T, T, T, T),
+                tq.ptr(),
+                tk.ptr(),
+                tv.ptr(),
+                null,
+                td,
+                null,
+                tm.ptr(),
+                std::ptr::null_mut(),
+                args.scale,
+                args.keep,
+                NO_BAND,
+                NO_BAND,
+                args.heads,
+                layout.as_ptr(),
+                0i64,
+                0i64,
+                tmax.ptr(),
+                tsum.ptr(),
+                null,
+                to.ptr()
+            )
+        },
+    )
+}
+
+/// dq, dk, dv of [`flash_attention`] from the output's gradient `dy`, the forward's output and
+/// its row statistics.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention_grad(
+    dev: &Arc<DeviceInner>,
+    (q, k, v): (&View, &View, &View),
+    dy: &View,
+    out: &View,
+    args: &FlashArgs,
+    (softmax_max, softmax_sum): (&View, &View),
+    (dq, dk, dv): (&View, &View, &View),
+) -> Result<()> {
+    let (tq, tk, tv, tdy, to) = (q.acl(dev)?, k.acl(dev)?, v.acl(dev)?, dy.acl(dev)?, out.acl(dev)?);
+    let (tm, tmax, tsum) = (args.atten_mask.acl(dev)?, softmax_max.acl(dev)?, softmax_sum.acl(dev)?);
+    let (tdq, tdk, tdv) = (dq.acl(dev)?, dk.acl(dev)?, dv.acl(dev)?);
+    let drop = args.drop_ptr(dev)?;
+    let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
+    let null: T = std::ptr::null_mut();
+    let layout = c"BSH";
+    let views = [q, k, v, dy, out, args.atten_mask, softmax_max, softmax_sum, dq, dk, dv];
+    launch(dev, "aclnnFlashAttentionScoreGrad", &views, |addr, ws, ex| {
+        phase1!(
+            addr,
+            ws,
+            ex,
+            fn(T, T, T, T, T, T, T, T, T, T, T, T, AclIntArrayPtr, f64, f64, i64, i64, i64, C, i64, i64, T, T, T, T),
+            tq.ptr(),
+            tk.ptr(),
+            tv.ptr(),
+            tdy.ptr(),
+            null,
+            td,
+            null,
+            tm.ptr(),
+            tmax.ptr(),
+            tsum.ptr(),
+            null,
+            to.ptr(),
+            std::ptr::null_mut(),
+            args.scale,
+            args.keep,
+            NO_BAND,
+            NO_BAND,
+            args.heads,
+            layout.as_ptr(),
+            0i64,
+            0i64,
+            tdq.ptr(),
+            tdk.ptr(),
+            tdv.ptr(),
+            null
+        )
+    })
+}
