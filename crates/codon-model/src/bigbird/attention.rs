@@ -8,10 +8,10 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use super::cpu_block_attention::{AttentionPlan, KeyRange};
 use super::kernels;
 use super::random_blocks::RandomBlocks;
 use crate::error::Result;
+use codon_ops::attention::cpu_training::{AttentionPlan, KeyRange};
 use codon_ops::DropoutStream;
 
 /// Penalty that block-sparse attention adds to masked keys (transformers' constant).
@@ -178,7 +178,7 @@ pub fn block_sparse_attention(
         let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
         // Global query blocks 0 and nb−1 attend to every key.
         let ctx_global = kernels::attention(&global_rows(q, wm, n)?, k, v, scale, Some(&masks.key_penalty), None)?;
-        if let Some(ctx_mid) = super::cpu_attention::fused_block_sparse_middle(
+        if let Some(ctx_mid) = codon_ops::attention::cpu_inference::fused_block_sparse_middle(
             q,
             k,
             v,
@@ -188,7 +188,7 @@ pub fn block_sparse_attention(
             slots,
             &absent,
             BLOCK_SPARSE_MASK_PENALTY,
-        ) {
+        )? {
             return merge_heads(&assemble_rows(&ctx_global, &ctx_mid, geometry)?.broadcast_mul(&masks.query_mask)?);
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! Model code calls only these functions. Each picks an implementation. On the CPU:
 //! inference uses fused kernels without a backward pass (`codon_ops::linear::fused_linear`,
-//! `cpu_attention`, candle-nn's `layer_norm`); training uses fused custom ops that carry their
-//! own backward pass (`codon_ops::linear::Linear`, `cpu_block_attention`, `codon_ops::layer_norm`,
+//! `codon_ops::attention::cpu_inference`, candle-nn's `layer_norm`); training uses fused custom ops
+//! that carry their own backward pass (`codon_ops::linear::Linear`,
+//! `codon_ops::attention::cpu_training`, `codon_ops::layer_norm`,
 //! `cpu_activation`), since candle-nn 0.11.1's fused `layer_norm` and `softmax_last_dim`
 //! record none and composed ops spend most of a step on temporaries. On other devices
 //! (candle-ascend) it composes device ops, which always have a backward pass. A device
@@ -14,8 +15,8 @@
 
 use candle_core::{DType, Tensor, D};
 
-use super::cpu_block_attention::AttentionPlan;
 use crate::error::Result;
+use codon_ops::attention::cpu_training::{AttentionPlan, BlockAttention};
 use codon_ops::fast_math;
 use codon_ops::linear::{fused_linear, Epilogue, Linear};
 use codon_ops::{dropout, DropoutStream};
@@ -158,7 +159,7 @@ pub fn attention(
 ) -> Result<Tensor> {
     if let (None, Some(bias)) = (&dropout, bias) {
         if !needs_grad(&[q, k, v]) {
-            if let Some(out) = super::cpu_attention::fused_attention(q, k, v, scale, bias) {
+            if let Some(out) = codon_ops::attention::cpu_inference::fused_attention(q, k, v, scale, bias)? {
                 return Ok(out);
             }
         }
@@ -188,7 +189,7 @@ pub fn planned_attention(
     if !on_cpu || !needs_grad(&[q, k, v]) {
         return Ok(None);
     }
-    let op = super::cpu_block_attention::BlockAttention::new(plan()?);
+    let op = BlockAttention::new(plan()?);
     Ok(Some(q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?))
 }
 

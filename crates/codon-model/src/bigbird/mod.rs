@@ -2,8 +2,6 @@
 
 pub mod attention;
 pub mod config;
-mod cpu_attention;
-mod cpu_block_attention;
 pub mod kernels;
 pub mod model;
 pub mod numpy_rng;

@@ -1,8 +1,14 @@
-//! Full attention as one op where the part has `aclnnFlashAttentionScore` (the A2):
+//! Attention, with a body per device. The CPU bodies: [`cpu_training`], the `BlockAttention`
+//! op that keeps its probabilities for a fused backward pass (full and block-sparse key sets),
+//! and [`cpu_inference`], chunked kernels that keep nothing. The Ascend body, here:
+//! full attention as one op where the part has `aclnnFlashAttentionScore` (the A2):
 //! `softmax(q·kᵀ/√d + key mask)·v` with the probabilities' dropout, one launch forward (plus
 //! the dropout bits) and one backward, over the (batch, seq, hidden) projections as they are
 //! (the BSH layout: no head split or merge), with no (S × S) probabilities in memory. Other
 //! devices keep the model's attention kernels; [`reference`] is the composed computation.
+pub mod cpu_inference;
+pub mod cpu_training;
+
 use std::sync::Mutex;
 
 use candle_ascend::fused;

@@ -13,9 +13,9 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use codon_ops::cpu_gemm::{matmul_into, Mat};
-use codon_ops::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
-use codon_ops::fast_math;
+use crate::cpu_gemm::{matmul_into, Mat};
+use crate::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use crate::fast_math;
 
 /// Key rows `start..start + len`, each with `penalty` added to its score.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -389,7 +389,7 @@ mod tests {
 
     use super::*;
 
-    use codon_ops::cpu_storage::max_abs_diff as max_diff;
+    use crate::cpu_storage::max_abs_diff as max_diff;
 
     /// The plan as dense (b, h, n, n) score biases: a key outside every range of the query's
     /// block gets −1e30 (zero weight), the same as an absent slot.
