@@ -248,7 +248,7 @@ fn error_lines_are_short_and_say_things_once() {
     // An injected device fault, with backtraces on: one line, said once.
     let o = Command::new(example("predict"))
         .args(["--model", &bigbird_fixture(""), "--protein", "MKV", "--organism", "51", "--device", "npu-sim:0"])
-        .env("CANDLE_ASCEND_SIM_FAIL_ALLOC", "3")
+        .env("CANDLE_ASCEND_SIM_FAIL_ALLOC", "1")
         .env("RUST_BACKTRACE", "1")
         .output()
         .unwrap();

@@ -2157,6 +2157,11 @@ static int fa_check(const char *op, const aclTensor *q, const aclTensor *k, cons
     }
     if (!same_shape(k, v)) return bad(ACLNN_ERR_PARAM_INVALID, op, "value must have key's shape here (Dv = Dk)");
     if (g->d <= 0 || g->d > 768) return bad(ACLNN_ERR_PARAM_INVALID, op, "Head dim must <= 768");
+    /* aclnnFlashAttentionScore.md 约束说明: B 1~2M, N 1~256, S 1~1M. */
+    if (g->n > 256) return bad(ACLNN_ERR_PARAM_INVALID, op, "N (head_num) must be in [1, 256]");
+    if (g->b < 1 || g->b > 2 * 1024 * 1024) return bad(ACLNN_ERR_PARAM_INVALID, op, "B must be in [1, 2M]");
+    if (g->s1 < 1 || g->s2 < 1 || g->s1 > 1024 * 1024 || g->s2 > 1024 * 1024)
+        return bad(ACLNN_ERR_PARAM_INVALID, op, "S must be in [1, 1M]");
     if (!(keep > 0 && keep <= 1)) return bad(ACLNN_ERR_INNER_TILING_ERROR, op, "keepProb value must be in range of (0, 1]");
     if (sparse != 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "only sparseMode 0 is emulated");
     if (pre < g->s1 || next < g->s2) return bad(ACLNN_ERR_PARAM_INVALID, op, "a band (preTokens/nextTokens below S) is not emulated");

@@ -294,12 +294,15 @@ pub fn dropout_grad(
     Ok(Box::new(out))
 }
 
+pub use crate::ops::attention::FlashLayout;
+
 /// What an Ascend flash attention forward pass keeps for its backward pass: the row maxima and
-/// sums (B, N, S, 8) FLOAT, the dropout bits if any, and (B, N, S).
+/// sums (B, N, S1, 8) FLOAT, the dropout bits if any, the layout and (B, N, S1).
 pub struct FlashSaved {
     softmax_max: AscendStorage,
     softmax_sum: AscendStorage,
     drop_mask: Option<AscendStorage>,
+    layout: FlashLayout,
     dims: [usize; 3],
 }
 
@@ -315,19 +318,21 @@ impl FlashSaved {
     }
 }
 
-/// (B, S, H) of a flash attention operand.
-fn bsh(l: &Layout) -> candle_core::Result<(usize, usize, usize)> {
-    match l.dims() {
-        [b, s, h] => Ok((*b, *s, *h)),
-        d => candle_core::bail!("flash attention: operands must be (batch, seq, hidden), got {d:?}"),
+/// (B, N, S1, S2) of a flash attention call: BSH operands are (batch, seq, heads·dim) with
+/// `heads` given, BNSD operands (batch, heads, seq, dim).
+fn flash_geometry(layout: FlashLayout, heads: usize, ql: &Layout, kl: &Layout) -> candle_core::Result<[usize; 4]> {
+    match (layout, ql.dims(), kl.dims()) {
+        (FlashLayout::Bsh, [b, s1, _], [_, s2, _]) => Ok([*b, heads, *s1, *s2]),
+        (FlashLayout::Bnsd, [b, n, s1, _], [_, _, s2, _]) => Ok([*b, *n, *s1, *s2]),
+        (layout, q, k) => candle_core::bail!("flash attention: {layout:?} operands, got query {q:?} and key {k:?}"),
     }
 }
 
-/// The Ascend body of full attention over (B, S, H) q, k, v with `heads` heads:
-/// `softmax(scale·q·kᵀ, masked)·v` in one `aclnnFlashAttentionScore` (BSH layout). `atten_mask`
-/// is (B, 1, S, S) UINT8, 1 where a key is masked. With `dropout` = (p, seed, offset), one
-/// `aclnnDropoutGenMaskV2` draws the (B, N, S, S) bits first, as torch_npu's
-/// `npu_fusion_attention` does.
+/// The Ascend body of attention over q, k, v in `layout` (`heads` heads for BSH; BNSD
+/// operands carry theirs): `softmax(scale·q·kᵀ, masked)·v` in one `aclnnFlashAttentionScore`.
+/// `atten_mask` is (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked. With
+/// `dropout` = (p, seed, offset), one `aclnnDropoutGenMaskV2` draws the (B, N, S1, S2) bits
+/// first, as torch_npu's `npu_fusion_attention` does.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention(
     q: &dyn DynBackendStorage,
@@ -337,22 +342,23 @@ pub fn flash_attention(
     v: &dyn DynBackendStorage,
     vl: &Layout,
     atten_mask: &Tensor,
+    layout: FlashLayout,
     heads: usize,
     scale: f64,
     dropout: Option<(f64, u64, u64)>,
 ) -> candle_core::Result<(BoxStorage, FlashSaved)> {
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
-    let (b, s, _) = bsh(ql)?;
+    let [b, heads, s1, s2] = flash_geometry(layout, heads, ql, kl)?;
     let dev = &qs.device;
     let (_, mv) = tensor_view(atten_mask)?;
     let drop_mask = match dropout {
         Some((p, seed, offset)) => {
-            let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s * s);
+            let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s1 * s2);
             let mask = AscendStorage::empty(dev, bytes, DType::U8)?;
             let view = mask.contiguous(&Shape::from_dims(&[bytes]))?;
             crate::ops::random::dropout_gen_mask(
                 qs.dev(),
-                &[b, heads, s, s],
+                &[b, heads, s1, s2],
                 p,
                 seed,
                 offset,
@@ -363,16 +369,18 @@ pub fn flash_attention(
         }
         None => None,
     };
-    let stats = b * heads * s * 8;
+    let stats = b * heads * s1 * 8;
     let saved = FlashSaved {
         softmax_max: AscendStorage::empty(dev, stats, DType::F32)?,
         softmax_sum: AscendStorage::empty(dev, stats, DType::F32)?,
         drop_mask,
-        dims: [b, heads, s],
+        layout,
+        dims: [b, heads, s1],
     };
     let drop = saved.drop_view()?;
     let keep = dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
     let args = crate::ops::attention::FlashArgs {
+        layout,
         atten_mask: &mv,
         drop_mask: drop.as_ref(),
         keep,
@@ -406,21 +414,27 @@ pub fn flash_attention_grad(
 ) -> candle_core::Result<(BoxStorage, Shape)> {
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
     let ((_, dyv), (_, ov), (_, mv)) = (tensor_view(dy)?, tensor_view(out)?, tensor_view(atten_mask)?);
-    let n = ql.shape().elem_count();
-    let packed = AscendStorage::empty(&qs.device, 3 * n, qs.dtype)?;
-    let piece = |i: usize, shape: &Shape| -> crate::error::Result<View> {
+    let (nq, nk, nv) = (ql.shape().elem_count(), kl.shape().elem_count(), vl.shape().elem_count());
+    let packed = AscendStorage::empty(&qs.device, nq + nk + nv, qs.dtype)?;
+    let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
         let mut v = packed.contiguous(shape)?;
-        v.offset = (i * n) as i64;
+        v.offset = offset as i64;
         Ok(v)
     };
-    let (dq, dk, dv) = (piece(0, ql.shape())?, piece(1, kl.shape())?, piece(2, vl.shape())?);
+    let (dq, dk, dv) = (piece(0, ql.shape())?, piece(nq, kl.shape())?, piece(nq + nk, vl.shape())?);
     let drop = saved.drop_view()?;
-    let heads = saved.dims[1] as i64;
-    let args = crate::ops::attention::FlashArgs { atten_mask: &mv, drop_mask: drop.as_ref(), keep, heads, scale };
+    let args = crate::ops::attention::FlashArgs {
+        layout: saved.layout,
+        atten_mask: &mv,
+        drop_mask: drop.as_ref(),
+        keep,
+        heads: saved.dims[1] as i64,
+        scale,
+    };
     let (smax, ssum) = saved.stats()?;
     let qkv = (&qs.view(ql)?, &ks.view(kl)?, &vs.view(vl)?);
     crate::ops::attention::flash_attention_grad(qs.dev(), qkv, &dyv, &ov, &args, (&smax, &ssum), (&dq, &dk, &dv))?;
-    Ok((Box::new(packed), Shape::from_dims(&[3 * n])))
+    Ok((Box::new(packed), Shape::from_dims(&[nq + nk + nv])))
 }
 
 /// What the Ascend body of the cross-entropy loss keeps for its backward pass: the

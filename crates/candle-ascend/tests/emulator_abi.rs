@@ -328,7 +328,7 @@ fn embedding_dropout_and_add_layer_norm_refuse_what_the_vendor_refuses() {
 }
 
 /// aclnnFlashAttentionScore (ops-transformer c29bc10) exists on the A2 only, takes no
-/// (B, 1, 1, S) key mask, and needs keepProb in (0, 1].
+/// (B, 1, 1, S) key mask, needs keepProb in (0, 1] and at most 256 heads.
 #[test]
 fn flash_attention_refuses_what_ops_transformer_refuses() {
     type Fa = unsafe extern "C" fn(
@@ -361,7 +361,7 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
     let (q, stats) = (f(&[2, 4, 6]), f(&[2, 3, 4, 8]));
     let mask = |dims: &[i64]| env.tensor(buf, dims, dtype::UINT8);
     let fa: Fa = unsafe { std::mem::transmute(env.tk.op("aclnnFlashAttentionScore").unwrap().0) };
-    let call = |m: T, keep: f64, layout: &std::ffi::CStr| unsafe {
+    let call_with = |q: T, stats: T, heads: i64, m: T, keep: f64, layout: &std::ffi::CStr| unsafe {
         let (mut ws, mut exec) = (0u64, null_mut());
         let n = null_mut();
         fa(
@@ -377,7 +377,7 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
             keep,
             i32::MAX.into(),
             i32::MAX.into(),
-            3,
+            heads,
             layout.as_ptr(),
             0,
             0,
@@ -389,6 +389,7 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
             &mut exec,
         )
     };
+    let call = |m: T, keep: f64, layout: &std::ffi::CStr| call_with(q, stats, 3, m, keep, layout);
     let soc = unsafe { CStr::from_ptr((env.tk.api.aclrtGetSocName)()) }.to_string_lossy().into_owned();
     if !soc.starts_with("Ascend910B") {
         assert_ne!(call(mask(&[2, 1, 4, 4]), 1.0, c"BSH"), 0, "no Atlas training series kernel");
@@ -398,4 +399,9 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
     assert_eq!(call(mask(&[2, 1, 1, 4]), 1.0, c"BSH"), 561_002, "a (B, 1, 1, S) mask");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 0.0, c"BSH"), 561_002, "keepProb 0");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 1.0, c"BNSD"), 161_002, "a 3-D query in BNSD");
+    // N is 1~256 (the doc's 约束说明): 257 heads of dim 1 are refused, 256 run.
+    for (heads, code) in [(256, 0), (257, 161_002)] {
+        let (q, stats) = (f(&[1, 2, heads]), f(&[1, heads, 2, 8]));
+        assert_eq!(call_with(q, stats, heads, mask(&[1, 1, 2, 2]), 1.0, c"BSH"), code, "{heads} heads");
+    }
 }

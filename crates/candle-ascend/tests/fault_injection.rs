@@ -15,10 +15,11 @@ fn injected_op_failure_and_out_of_memory_are_clear_errors() {
     assert!(err.contains("injected"), "{err}");
     // Other ops still work.
     assert_eq!(x.sqr().unwrap().to_vec1::<f32>().unwrap(), vec![1.0, 4.0, 9.0]);
-    // From the 6th aclrtMalloc on, the device is out of memory: fresh sizes fail.
+    // From the 6th aclrtMalloc on, the device is out of memory: growing sizes above the shared
+    // segments' 10 MiB each need a segment of their own, and fail.
     let mut last = Ok(());
     for n in 1..16usize {
-        if let Err(e) = Tensor::zeros(n * 1024, DType::F32, &dev) {
+        if let Err(e) = Tensor::zeros(n * (3 << 20), DType::F32, &dev) {
             last = Err(e.to_string());
             break;
         }

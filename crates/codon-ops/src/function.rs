@@ -8,11 +8,13 @@ use candle_ascend::fused;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
-/// The gradients of three inputs from the saved state and the output's gradient.
-pub type Backward3<S> = fn(&S, &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)>;
+/// The gradients of three inputs from the saved state, the inputs (detached) and the output's
+/// gradient. The graph keeps the inputs anyway, so the state need not copy them.
+pub type Backward3<S> =
+    fn(&S, [&Tensor; 3], &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)>;
 
 /// `forward(a, b, c)` on detached inputs, recorded in the graph as one op of `a`, `b` and `c`
-/// whose backward pass is `backward(saved, grad)`. `forward` returns the value and what the
+/// whose backward pass is `backward(saved, [a, b, c], grad)`. `forward` returns the value and what the
 /// backward pass keeps.
 pub fn function3<S: Send + Sync + 'static>(
     a: &Tensor,
@@ -77,12 +79,12 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
 
     fn bwd(
         &self,
-        _a: &Tensor,
-        _b: &Tensor,
-        _c: &Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        (self.backward)(&self.saved, grad)
+        (self.backward)(&self.saved, [&a.detach(), &b.detach(), &c.detach()], grad)
     }
 }

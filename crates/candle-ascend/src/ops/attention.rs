@@ -1,6 +1,6 @@
 //! Fused attention: `aclnnFlashAttentionScore` and its gradient (ops-transformer
-//! `attention/flash_attention_score[_grad]`), in the BSH layout, sparseMode 0 with no band,
-//! without pse, as torch_npu's `npu_fusion_attention` calls them.
+//! `attention/flash_attention_score[_grad]`), in the BSH or BNSD layout, sparseMode 0 with no
+//! band, without pse, as torch_npu's `npu_fusion_attention` calls them.
 use std::sync::Arc;
 
 use super::{launch, phase1, View};
@@ -14,9 +14,27 @@ type C = *const std::ffi::c_char;
 /// preTokens and nextTokens for "no band" (torch_npu's default, i32::MAX).
 const NO_BAND: i64 = 2_147_483_647;
 
-/// What forward and backward share: the mask of masked (1) positions, (B, 1, S, S) UINT8; the
-/// dropout bits with their keep probability (1 without); the head count and the score scale.
+/// The operands' layout: (batch, seq, heads·dim) or (batch, heads, seq, dim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlashLayout {
+    Bsh,
+    Bnsd,
+}
+
+impl FlashLayout {
+    fn name(self) -> &'static std::ffi::CStr {
+        match self {
+            Self::Bsh => c"BSH",
+            Self::Bnsd => c"BNSD",
+        }
+    }
+}
+
+/// What forward and backward share: the mask of masked (1) positions, (B, 1, S1, S2) or
+/// (B, N, S1, S2) UINT8; the dropout bits with their keep probability (1 without); the layout,
+/// the head count and the score scale.
 pub struct FlashArgs<'a> {
+    pub layout: FlashLayout,
     pub atten_mask: &'a View,
     pub drop_mask: Option<&'a View>,
     pub keep: f64,
@@ -30,8 +48,8 @@ impl FlashArgs<'_> {
     }
 }
 
-/// `out = softmax(scale·q·kᵀ, masked)·(dropout / keep)·v` over (B, S, H) q, k, v, with the
-/// row maxima and sums (B, N, S, 8) FLOAT for the backward pass.
+/// `out = softmax(scale·q·kᵀ, masked)·(dropout / keep)·v`, with the row maxima and sums
+/// (B, N, S1, 8) FLOAT for the backward pass.
 pub fn flash_attention(
     dev: &Arc<DeviceInner>,
     (q, k, v): (&View, &View, &View),
@@ -44,7 +62,7 @@ pub fn flash_attention(
     let drop = args.drop_ptr(dev)?;
     let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
     let null: T = std::ptr::null_mut();
-    let layout = c"BSH";
+    let layout = args.layout.name();
     launch(
         dev,
         "aclnnFlashAttentionScore",
@@ -98,7 +116,7 @@ pub fn flash_attention_grad(
     let drop = args.drop_ptr(dev)?;
     let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
     let null: T = std::ptr::null_mut();
-    let layout = c"BSH";
+    let layout = args.layout.name();
     let views = [q, k, v, dy, out, args.atten_mask, softmax_max, softmax_sum, dq, dk, dv];
     launch(dev, "aclnnFlashAttentionScoreGrad", &views, |addr, ws, ex| {
         phase1!(

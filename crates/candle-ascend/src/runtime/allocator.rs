@@ -1,10 +1,12 @@
-//! A caching allocator. Freed blocks go back to a per-size free list instead of `aclrtFree`, so
-//! steady-state training makes no `aclrtMalloc`/`aclrtFree` calls. A request takes the smallest
-//! cached block that is at most [`MAX_SLACK`] larger, so tensors of nearby sizes share blocks
-//! instead of each size keeping blocks of its own in the cache. Reuse is safe without
-//! synchronisation because each device has a single stream: work that used a block is
-//! ordered before any work that reuses it.
-use std::collections::BTreeMap;
+//! A caching allocator with block splitting, in the manner of torch's (and torch_npu's) caching
+//! allocator. Device memory comes from the driver in segments; a request takes the smallest
+//! free block that fits, split when the rest is worth keeping, and a freed block merges with
+//! its free neighbours. Steady-state training then makes no `aclrtMalloc`/`aclrtFree` calls, and
+//! blocks of one size serve requests of another, so the memory held stays close to the memory
+//! in use. Small requests live in segments of their own so that they do not pin large ones.
+//! Reuse is safe without synchronisation because each device has a single stream: work that
+//! used a block is ordered before any work that reuses it.
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -14,19 +16,131 @@ use crate::ffi::types::*;
 
 /// Block sizes are rounded up to this granularity (bytes).
 const GRANULE: usize = 512;
-
-/// A cached block serves a request up to its size / (1 + 1/MAX_SLACK): at most 1/8 wasted.
-const MAX_SLACK: usize = 8;
-
-/// Free blocks by size.
-#[derive(Debug, Default)]
-pub struct BlockCache {
-    free: BTreeMap<usize, Vec<usize>>,
-    cached_bytes: usize,
-}
+/// Requests up to this size are small: they share [`SMALL_SEGMENT`]-byte segments.
+const SMALL_REQUEST: usize = 1 << 20;
+const SMALL_SEGMENT: usize = 2 << 20;
+/// Requests up to this size share [`MEDIUM_SEGMENT`]-byte segments.
+const MEDIUM_REQUEST: usize = 10 << 20;
+const MEDIUM_SEGMENT: usize = 20 << 20;
+/// Larger requests get a segment of their own, rounded to this.
+const LARGE_ROUND: usize = 2 << 20;
+/// A large block is split only when the rest is at least this big (smaller rests would be
+/// slivers no large request can use).
+const MIN_LARGE_REST: usize = SMALL_REQUEST;
 
 fn rounded(bytes: usize) -> usize {
     bytes.max(1).div_ceil(GRANULE) * GRANULE
+}
+
+/// The driver allocation that serves a request of `size` bytes when no cached block fits.
+fn segment_size(size: usize) -> usize {
+    match size {
+        s if s <= SMALL_REQUEST => SMALL_SEGMENT,
+        s if s <= MEDIUM_REQUEST => MEDIUM_SEGMENT,
+        s => s.div_ceil(LARGE_ROUND) * LARGE_ROUND,
+    }
+}
+
+/// One block of a segment.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    size: usize,
+    free: bool,
+    small: bool,
+    /// The segment's start.
+    segment: usize,
+}
+
+/// The blocks of every segment, by address, and the free ones by size in two pools.
+#[derive(Debug, Default)]
+pub struct BlockCache {
+    blocks: BTreeMap<usize, Block>,
+    free_small: BTreeSet<(usize, usize)>,
+    free_large: BTreeSet<(usize, usize)>,
+    /// Segment start → size.
+    segments: BTreeMap<usize, usize>,
+}
+
+impl BlockCache {
+    fn pool(&mut self, small: bool) -> &mut BTreeSet<(usize, usize)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
+    }
+
+    /// The smallest free block of the request's pool that holds `size` bytes, taken.
+    fn take(&mut self, size: usize) -> Option<usize> {
+        let small = size <= SMALL_REQUEST;
+        let &(block_size, ptr) = self.pool(small).range((size, 0)..).next()?;
+        self.use_block(ptr, block_size, size, small);
+        Some(ptr)
+    }
+
+    /// A fresh segment from the driver, its first `size` bytes taken.
+    fn add_segment(&mut self, base: usize, segment: usize, size: usize) {
+        let small = size <= SMALL_REQUEST;
+        self.segments.insert(base, segment);
+        self.blocks.insert(base, Block { size: segment, free: true, small, segment: base });
+        self.pool(small).insert((segment, base));
+        self.use_block(base, segment, size, small);
+    }
+
+    /// Mark the free block at `ptr` used for `size` bytes, the rest split off as a free block
+    /// when it is worth keeping.
+    fn use_block(&mut self, ptr: usize, block_size: usize, size: usize, small: bool) {
+        self.pool(small).remove(&(block_size, ptr));
+        let rest = block_size - size;
+        let Some(block) = self.blocks.get_mut(&ptr) else { return };
+        block.free = false;
+        if rest >= if small { GRANULE } else { MIN_LARGE_REST } {
+            block.size = size;
+            let tail = Block { size: rest, free: true, small, segment: block.segment };
+            self.blocks.insert(ptr + size, tail);
+            self.pool(small).insert((rest, ptr + size));
+        }
+    }
+
+    /// Return the block at `ptr`, merged with its free neighbours in the same segment.
+    fn give_back(&mut self, ptr: usize) {
+        let Some(mut block) = self.blocks.remove(&ptr) else { return };
+        let mut start = ptr;
+        let next = ptr + block.size;
+        if let Some(&n) = self.blocks.get(&next).filter(|n| n.free && n.segment == block.segment) {
+            self.blocks.remove(&next);
+            self.pool(n.small).remove(&(n.size, next));
+            block.size += n.size;
+        }
+        if let Some((&p_ptr, &p)) = self.blocks.range(..ptr).next_back() {
+            if p.free && p.segment == block.segment && p_ptr + p.size == ptr {
+                self.blocks.remove(&p_ptr);
+                self.pool(p.small).remove(&(p.size, p_ptr));
+                block.size += p.size;
+                start = p_ptr;
+            }
+        }
+        block.free = true;
+        self.blocks.insert(start, block);
+        self.pool(block.small).insert((block.size, start));
+    }
+
+    /// Remove and list the segments that are wholly free: (start, size).
+    fn drain_free_segments(&mut self) -> Vec<(usize, usize)> {
+        let free: Vec<(usize, usize)> = self
+            .segments
+            .iter()
+            .filter(|(base, size)| self.blocks.get(base).is_some_and(|b| b.free && b.size == **size))
+            .map(|(&base, &size)| (base, size))
+            .collect();
+        for &(base, size) in &free {
+            self.segments.remove(&base);
+            if let Some(b) = self.blocks.remove(&base) {
+                self.pool(b.small).remove(&(size, base));
+            }
+        }
+        free
+    }
 }
 
 /// Device memory owned by a storage; returned to the cache when dropped.
@@ -41,28 +155,22 @@ impl DeviceBuffer {
     /// Allocate at least `bytes` bytes on `device`, from the cache when possible.
     pub(crate) fn new(device: &Arc<DeviceInner>, bytes: usize) -> Result<Self> {
         let size = rounded(bytes);
-        let cached = {
-            let mut cache = device.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let fit = cache.free.range_mut(size..=size + size / MAX_SLACK).find(|(_, v)| !v.is_empty());
-            let hit = fit.and_then(|(&block, v)| Some((block, v.pop()?)));
-            if let Some((block, _)) = hit {
-                cache.cached_bytes -= block;
-            }
-            hit
-        };
-        if let Some((block, ptr)) = cached {
-            return Ok(Self { ptr, size: block, device: device.clone() });
+        let cached = device.cache.lock().unwrap_or_else(|p| p.into_inner()).take(size);
+        if let Some(ptr) = cached {
+            return Ok(Self { ptr, size, device: device.clone() });
         }
-        let ptr = match device.malloc(size) {
+        let segment = segment_size(size);
+        let base = match device.malloc(segment) {
             Ok(p) => p,
-            // Out of memory: give the cached blocks back to the driver and try once more.
+            // Out of memory: give the free segments back to the driver and try once more.
             Err(AscendError::OutOfMemory { .. }) => {
                 device.release_cache();
-                device.malloc(size)?
+                device.malloc(segment)?
             }
             Err(e) => return Err(e),
         };
-        Ok(Self { ptr, size, device: device.clone() })
+        device.cache.lock().unwrap_or_else(|p| p.into_inner()).add_segment(base, segment, size);
+        Ok(Self { ptr: base, size, device: device.clone() })
     }
 
     /// The device address.
@@ -78,9 +186,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let mut cache = self.device.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.free.entry(self.size).or_default().push(self.ptr);
-        cache.cached_bytes += self.size;
+        self.device.cache.lock().unwrap_or_else(|p| p.into_inner()).give_back(self.ptr);
     }
 }
 
@@ -106,19 +212,12 @@ impl DeviceInner {
         }
     }
 
-    /// Free every cached block (after synchronising, since `aclrtFree` does not wait).
+    /// Free every wholly free segment (after synchronising, since `aclrtFree` does not wait).
     pub(crate) fn release_cache(&self) {
         let _ = self.synchronize();
-        let blocks: Vec<(usize, usize)> = {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            cache.cached_bytes = 0;
-            std::mem::take(&mut cache.free)
-                .into_iter()
-                .flat_map(|(size, v)| v.into_iter().map(move |ptr| (size, ptr)))
-                .collect()
-        };
-        for (size, ptr) in blocks {
-            // SAFETY: every cached pointer came from aclrtMalloc and is no longer referenced.
+        let segments = self.cache.lock().unwrap_or_else(|p| p.into_inner()).drain_free_segments();
+        for (ptr, size) in segments {
+            // SAFETY: every segment came from aclrtMalloc and none of its blocks is in use.
             unsafe { (self.toolkit.api.aclrtFree)(ptr as *mut c_void) };
             self.counters.freed(size);
         }
@@ -146,5 +245,57 @@ mod tests {
         }
         // 107000 ACL_ERROR_RT_PARAM_INVALID is a caller error, not a full device.
         assert!(!is_out_of_memory(107_000));
+    }
+
+    const MIB: usize = 1 << 20;
+
+    /// A cache with one fresh segment of `segment` bytes at `base`, `size` bytes taken.
+    fn with_segment(base: usize, segment: usize, size: usize) -> BlockCache {
+        let mut cache = BlockCache::default();
+        cache.add_segment(base, segment, size);
+        cache
+    }
+
+    #[test]
+    fn a_segment_serves_several_requests_and_merges_back_whole() {
+        let base = 1 << 40;
+        let mut cache = with_segment(base, MEDIUM_SEGMENT, 4 * MIB);
+        // The rest (16 MiB) serves two more medium requests, in address order.
+        assert_eq!(cache.take(6 * MIB), Some(base + 4 * MIB));
+        assert_eq!(cache.take(6 * MIB), Some(base + 10 * MIB));
+        assert_eq!(cache.take(6 * MIB), None, "4 MiB left");
+        assert!(cache.drain_free_segments().is_empty(), "blocks in use");
+        // Freed out of order, the blocks merge with their free neighbours into the segment.
+        for ptr in [base + 4 * MIB, base, base + 10 * MIB] {
+            cache.give_back(ptr);
+        }
+        assert_eq!(cache.drain_free_segments(), vec![(base, MEDIUM_SEGMENT)]);
+        assert!(cache.blocks.is_empty() && cache.free_large.is_empty());
+    }
+
+    #[test]
+    fn the_smallest_fitting_block_is_taken_and_small_requests_keep_to_their_pool() {
+        let (a, b) = (1 << 40, 1 << 41);
+        let mut cache = with_segment(a, 64 * MIB, 64 * MIB);
+        cache.add_segment(b, 32 * MIB, 32 * MIB);
+        cache.give_back(a);
+        cache.give_back(b);
+        // 30 MiB fits both free segments: the 32 MiB one is taken; its 2 MiB rest is split off.
+        assert_eq!(cache.take(30 * MIB), Some(b));
+        assert!(cache.free_large.contains(&(2 * MIB, b + 30 * MIB)));
+        // A rest under 1 MiB stays with the block instead.
+        assert_eq!(cache.take(63 * MIB + MIB / 2), Some(a));
+        assert_eq!(cache.blocks[&a].size, 64 * MIB);
+        // Small requests never take from the large pool.
+        assert_eq!(cache.take(4096), None);
+        cache.add_segment(1 << 42, SMALL_SEGMENT, 4096);
+        assert_eq!(cache.take(4096), Some((1 << 42) + 4096));
+    }
+
+    #[test]
+    fn segment_sizes_follow_the_request() {
+        assert_eq!(segment_size(512), SMALL_SEGMENT);
+        assert_eq!(segment_size(MIB + 512), MEDIUM_SEGMENT);
+        assert_eq!(segment_size(10 * MIB + 512), 12 * MIB);
     }
 }

@@ -20,9 +20,6 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub(crate) fn launched(&self, op: &'static str) {
-        if std::env::var_os("TRACE_LAUNCH").is_some() {
-            eprintln!("LAUNCH {op}")
-        }
         *self.launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
     }
 

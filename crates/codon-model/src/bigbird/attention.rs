@@ -6,12 +6,15 @@
 //! sequence length. CPU training hands the key blocks to the `BlockAttention` kernel as an
 //! `AttentionPlan`; other devices gather them with one index-select.
 
+use std::sync::OnceLock;
+
 use candle_core::{DType, Device, Tensor};
 
 use super::kernels;
 use super::random_blocks::RandomBlocks;
 use crate::error::Result;
 use codon_ops::attention::cpu_training::{AttentionPlan, KeyRange};
+use codon_ops::attention::FlashState;
 use codon_ops::DropoutStream;
 
 /// Penalty that block-sparse attention adds to masked keys (transformers' constant).
@@ -81,6 +84,18 @@ pub struct BlockSparseMask {
     pub query_mask: Tensor,
     /// Block size.
     pub block_size: usize,
+    /// The flash attention masks, built by the first layer that needs them.
+    flash: OnceLock<FlashMasks>,
+}
+
+/// The UINT8 masks (1 = masked) that flash attention takes in place of penalties.
+struct FlashMasks {
+    /// The global query rows' keys, (b, 1, 2·wm, n).
+    global: Tensor,
+    /// Masked keys by block, (b, nb, wm).
+    key_blocks: Tensor,
+    /// The absent slots of the middle query blocks, (nb − 2, slots·wm).
+    absent: Tensor,
 }
 
 impl BlockSparseMask {
@@ -90,7 +105,25 @@ impl BlockSparseMask {
         let (b, n) = mask.dims2()?;
         let key_penalty = ((1.0 - &mask)? * BLOCK_SPARSE_MASK_PENALTY as f64)?.reshape((b, 1, 1, n))?;
         let query_mask = mask.to_dtype(dtype)?.reshape((b, 1, n, 1))?;
-        Ok(Self { mask, key_penalty, query_mask, block_size })
+        Ok(Self { mask, key_penalty, query_mask, block_size, flash: OnceLock::new() })
+    }
+
+    /// The flash attention masks, for key tables of `slots` blocks with `absent` penalties.
+    fn flash_masks(&self, slots: usize, absent: &[f32]) -> Result<&FlashMasks> {
+        if let Some(masks) = self.flash.get() {
+            return Ok(masks);
+        }
+        let (b, n) = self.mask.dims2()?;
+        let wm = self.block_size;
+        let masked = self.mask.eq(0.0)?;
+        let absent: Vec<u8> = absent.iter().flat_map(|&a| std::iter::repeat_n(u8::from(a != 0.0), wm)).collect();
+        let rows = absent.len() / (slots * wm);
+        let built = FlashMasks {
+            global: masked.reshape((b, 1, 1, n))?.broadcast_as((b, 1, 2 * wm, n))?.contiguous()?,
+            key_blocks: masked.reshape((b, n / wm, wm))?,
+            absent: Tensor::from_vec(absent, (rows, slots * wm), self.mask.device())?,
+        };
+        Ok(self.flash.get_or_init(|| built))
     }
 }
 
@@ -193,22 +226,36 @@ pub fn block_sparse_attention(
         }
     }
     let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
-    // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
-    // absent slots' (the same for every sequence and head).
     let local = Tensor::from_vec(local, h * (nb - 2) * slots, device)?;
-    let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
-    let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
-    // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
-    let bias = masks
-        .key_penalty
-        .reshape((b, nb, wm))?
-        .index_select(&local, 1)?
-        .reshape((b, h, nb - 2, slots * wm))?
-        .broadcast_add(&absent)?
-        .reshape((b, h * (nb - 2), 1, slots * wm))?;
+    let (global, middle) = if codon_ops::attention::fused_attention_runs(q) {
+        // The middle blocks' masks: the masked keys gathered by block, or-ed with the absent
+        // slots, one row per (sequence, head, block), spread over the query rows when used.
+        let fm = masks.flash_masks(slots, &absent)?;
+        let rows = b * h * (nb - 2);
+        let middle = fm
+            .key_blocks
+            .index_select(&local, 1)?
+            .reshape((b, h, nb - 2, slots * wm))?
+            .broadcast_maximum(&fm.absent)?
+            .reshape((rows, 1, 1, slots * wm))?;
+        (KeyMask::Flash(fm.global.clone()), KeyMask::Flash(middle))
+    } else {
+        // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
+        // absent slots' (the same for every sequence and head).
+        let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
+        let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
+        // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
+        let bias = masks
+            .key_penalty
+            .reshape((b, nb, wm))?
+            .index_select(&local, 1)?
+            .reshape((b, h, nb - 2, slots * wm))?
+            .broadcast_add(&absent)?
+            .reshape((b, h * (nb - 2), 1, slots * wm))?;
+        (KeyMask::Penalty(masks.key_penalty.clone()), KeyMask::Penalty(bias))
+    };
     let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
-    let inputs =
-        SparseInputs { index, bias, key_penalty: masks.key_penalty.clone(), query_mask: masks.query_mask.clone() };
+    let inputs = SparseInputs { index, global, middle, query_mask: masks.query_mask.clone() };
     let heads = if needs_grad {
         let forward = |q: &Tensor, k: &Tensor, v: &Tensor| sparse_forward(q, k, v, geometry, inputs);
         codon_ops::function::function3(q, k, v, forward, sparse_backward)?
@@ -231,21 +278,44 @@ struct SparseGeometry {
     scale: f64,
 }
 
+impl SparseGeometry {
+    /// The middle query blocks' gathered key or value blocks, (b, h·(nb − 2), slots·wm, d),
+    /// from (b, h, n, d) heads.
+    fn gather(&self, t: &Tensor, index: &Tensor) -> Result<Tensor> {
+        Ok(t.reshape((self.b, self.h * self.nb, self.wm, self.d))?.index_select(index, 1)?.reshape((
+            self.b,
+            self.h * (self.nb - 2),
+            self.slots * self.wm,
+            self.d,
+        ))?)
+    }
+}
+
 /// The per-layer tables of block-sparse attention on devices.
 struct SparseInputs {
     /// The key block of every (head, query block, slot), into (b, h·nb, wm, d).
     index: Tensor,
-    /// Penalties of the middle query blocks' gathered keys, (b, h·(nb − 2), 1, slots·wm).
-    bias: Tensor,
-    /// Masked-key penalties, (b, 1, 1, n).
-    key_penalty: Tensor,
+    /// The global query rows' masked keys: penalties (b, 1, 1, n) or a mask (b, 1, 2·wm, n).
+    global: KeyMask,
+    /// The middle query blocks' masked keys among their gathered ones: penalties
+    /// (b, h·(nb − 2), 1, slots·wm) or a mask (b·h·(nb − 2), 1, 1, slots·wm).
+    middle: KeyMask,
     /// Zeroes padded query rows, (b, 1, n, 1).
     query_mask: Tensor,
 }
 
-/// What the backward pass of block-sparse attention keeps: the heads, the gathered keys and
-/// values, and each part's probabilities in f32 (for the softmax gradient) and in the compute
-/// dtype (for the matmuls).
+/// How a part's keys are masked: additive penalties for the composed softmax, or flash
+/// attention's UINT8 mask (1 = masked; one row per query row or one for all). They agree: every penalty here underflows exp to
+/// exactly 0, as masking does, and no query row that reaches the output has all its keys
+/// masked (a real token sees its own block).
+enum KeyMask {
+    Penalty(Tensor),
+    Flash(Tensor),
+}
+
+/// What the backward pass of block-sparse attention keeps: each part's query rows and softmax
+/// state. The key and value heads are split again from the op's inputs, and the middle blocks'
+/// gathered again, rather than kept (the gathered ones are 5 + r times the size).
 struct SparseSaved {
     geometry: SparseGeometry,
     inputs: SparseInputs,
@@ -253,34 +323,80 @@ struct SparseSaved {
     middle: AttentionPart,
 }
 
-/// One softmax(q·kᵀ·scale + bias)·v, with what its backward pass needs.
+/// One softmax(q·kᵀ·scale + bias)·v: its query rows and what its backward pass needs.
 struct AttentionPart {
     q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    probs_f32: Tensor,
-    probs: Tensor,
+    softmax: PartSoftmax,
+}
+
+/// A part's softmax state for its backward pass.
+enum PartSoftmax {
+    /// Composed: the probabilities in f32 (cast to the compute dtype again for the matmuls).
+    Composed(Tensor),
+    /// One flash attention launch: its output, row statistics and mask (before it is spread
+    /// over the query rows); no probabilities.
+    Flash { out: Tensor, state: FlashState, mask: Tensor },
 }
 
 impl AttentionPart {
-    fn forward(q: Tensor, k: Tensor, v: Tensor, scale: f64, bias: &Tensor) -> Result<(Tensor, Self)> {
+    /// The part over (batch, heads, rows, d) q and (batch, heads, keys, d) k, v. A flash mask
+    /// of one row per (sequence, head) folds the heads into the batch: flash attention takes
+    /// at most 256 heads, and a mask per batch row but not per head and batch row at once.
+    fn forward(q: Tensor, k: &Tensor, v: &Tensor, scale: f64, keys: &KeyMask) -> Result<(Tensor, Self)> {
+        let bias = match keys {
+            KeyMask::Flash(mask) => {
+                let (b, h, _, _) = q.dims4()?;
+                let outer = (mask.dim(0)?, b * h / mask.dim(0)?);
+                let fold = |t: &Tensor| fold_heads(t, outer);
+                let spread = spread_rows(mask, q.dim(2)?)?;
+                let (out, state) =
+                    codon_ops::attention::flash_attention_heads(&fold(&q)?, &fold(k)?, &fold(v)?, &spread, scale)?;
+                let ctx = out.reshape(q.shape())?;
+                return Ok((ctx, Self { q, softmax: PartSoftmax::Flash { out, state, mask: mask.clone() } }));
+            }
+            KeyMask::Penalty(bias) => bias,
+        };
         let scores = (kernels::matmul(&q, &k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(bias)?;
         let probs_f32 = kernels::softmax_f32(&scores)?;
-        let probs = probs_f32.to_dtype(v.dtype())?;
-        let out = kernels::matmul(&probs, &v)?;
-        Ok((out, Self { q, k, v, probs_f32, probs }))
+        let out = kernels::matmul(&probs_f32.to_dtype(v.dtype())?, v)?;
+        Ok((out, Self { q, softmax: PartSoftmax::Composed(probs_f32) }))
     }
 
-    /// (dq, dk, dv) from the output's gradient.
-    fn backward(&self, grad: &Tensor, scale: f64) -> Result<(Tensor, Tensor, Tensor)> {
-        let d_probs = kernels::matmul(grad, &self.v.t()?)?;
-        let dv = kernels::matmul(&self.probs.t()?, grad)?;
-        let d_scores = codon_ops::activation::softmax_last_dim_grad(&self.probs_f32, &d_probs)?;
-        let d_scores = (d_scores.to_dtype(self.q.dtype())? * scale)?;
-        let dq = kernels::matmul(&d_scores, &self.k)?;
-        let dk = kernels::matmul(&d_scores.t()?, &self.q)?;
-        Ok((dq, dk, dv))
+    /// (dq, dk, dv) from the output's gradient, with the forward's keys and values.
+    fn backward(&self, k: &Tensor, v: &Tensor, grad: &Tensor, scale: f64) -> Result<(Tensor, Tensor, Tensor)> {
+        let q = &self.q;
+        match &self.softmax {
+            PartSoftmax::Flash { out, state, mask } => {
+                let (b, h, _, _) = out.dims4()?;
+                let fold = |t: &Tensor| fold_heads(t, (b, h));
+                let mask = spread_rows(mask, q.dim(2)?)?;
+                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(v)?, &mask, out, &fold(grad)?)?;
+                Ok((dq.reshape(q.shape())?, dk.reshape(k.shape())?, dv.reshape(v.shape())?))
+            }
+            PartSoftmax::Composed(probs_f32) => {
+                let d_probs = kernels::matmul(grad, &v.t()?)?;
+                let dv = kernels::matmul(&probs_f32.to_dtype(v.dtype())?.t()?, grad)?;
+                let d_scores = codon_ops::activation::softmax_last_dim_grad(probs_f32, &d_probs)?;
+                let d_scores = (d_scores.to_dtype(q.dtype())? * scale)?;
+                let dq = kernels::matmul(&d_scores, k)?;
+                let dk = kernels::matmul(&d_scores.t()?, q)?;
+                Ok((dq, dk, dv))
+            }
+        }
     }
+}
+
+/// A (batch, heads, 1 or rows, keys) mask as (batch, heads, rows, keys): flash attention takes
+/// no mask broadcast over the query rows.
+fn spread_rows(mask: &Tensor, rows: usize) -> Result<Tensor> {
+    let (b, h, _, keys) = mask.dims4()?;
+    Ok(mask.broadcast_as((b, h, rows, keys))?.contiguous()?)
+}
+
+/// (batch, heads, rows, d) viewed as (outer.0, outer.1, rows', d), the same elements.
+fn fold_heads(t: &Tensor, (b, h): (usize, usize)) -> Result<Tensor> {
+    let d = t.dim(3)?;
+    Ok(t.reshape((b, h, t.elem_count() / (b * h * d), d))?)
 }
 
 /// The global query blocks (first and last) of (b, h, n, d) heads, as (b, h, 2·wm, d).
@@ -307,18 +423,11 @@ fn sparse_forward(
         let (q, k, v) = (split_heads(q, g.h)?, split_heads(k, g.h)?, split_heads(v, g.h)?);
         // Global query blocks 0 and nb−1 attend to every key.
         let (ctx_global, global) =
-            AttentionPart::forward(global_rows(&q, g.wm, g.n)?, k.clone(), v.clone(), g.scale, &inputs.key_penalty)?;
-        // Query blocks 1..nb−2 gather their key blocks from a (b, h·nb, wm, d) view.
-        let gather = |t: &Tensor| -> Result<Tensor> {
-            Ok(t.reshape((g.b, g.h * g.nb, g.wm, g.d))?.index_select(&inputs.index, 1)?.reshape((
-                g.b,
-                g.h * (g.nb - 2),
-                g.slots * g.wm,
-                g.d,
-            ))?)
-        };
+            AttentionPart::forward(global_rows(&q, g.wm, g.n)?, &k, &v, g.scale, &inputs.global)?;
+        // Query blocks 1..nb−2 attend to their gathered key blocks.
         let q_mid = q.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
-        let (ctx_mid, middle) = AttentionPart::forward(q_mid, gather(&k)?, gather(&v)?, g.scale, &inputs.bias)?;
+        let (k_mid, v_mid) = (g.gather(&k, &inputs.index)?, g.gather(&v, &inputs.index)?);
+        let (ctx_mid, middle) = AttentionPart::forward(q_mid, &k_mid, &v_mid, g.scale, &inputs.middle)?;
         let ctx = assemble_rows(&ctx_global, &ctx_mid, g)?.broadcast_mul(&inputs.query_mask)?;
         Ok((ctx.transpose(1, 2)?, SparseSaved { geometry: g, inputs, global, middle }))
     };
@@ -326,18 +435,21 @@ fn sparse_forward(
 }
 
 /// The gradients of q, k and v from the context's gradient (b, n, h, d): the two parts'
-/// matmuls and softmax gradients, the gathered keys' and values' gradients added back into
-/// their blocks with one index-add each.
+/// backward passes (the middle one over its key blocks gathered again), the gathered keys'
+/// and values' gradients added back into their blocks with one index-add each.
 fn sparse_backward(
     s: &SparseSaved,
+    [_, k, v]: [&Tensor; 3],
     grad: &Tensor,
 ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let run = || -> Result<(Tensor, Tensor, Tensor)> {
         let g = s.geometry;
+        let (k, v) = (split_heads(k, g.h)?, split_heads(v, g.h)?);
         let grad = grad.transpose(1, 2)?.contiguous()?.broadcast_mul(&s.inputs.query_mask)?;
-        let (dq_global, dk, dv) = s.global.backward(&global_rows(&grad, g.wm, g.n)?, g.scale)?;
+        let (dq_global, dk, dv) = s.global.backward(&k, &v, &global_rows(&grad, g.wm, g.n)?, g.scale)?;
         let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
-        let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(&grad_mid, g.scale)?;
+        let (k_mid, v_mid) = (g.gather(&k, &s.inputs.index)?, g.gather(&v, &s.inputs.index)?);
+        let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(&k_mid, &v_mid, &grad_mid, g.scale)?;
         let scatter = |full: Tensor, gathered: Tensor| -> Result<Tensor> {
             let blocks = (g.b, g.h * g.nb, g.wm, g.d);
             let gathered = gathered.reshape((g.b, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;

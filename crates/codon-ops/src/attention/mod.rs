@@ -11,7 +11,7 @@ pub mod cpu_training;
 
 use std::sync::Mutex;
 
-use candle_ascend::fused;
+use candle_ascend::fused::{self, FlashLayout};
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, D};
 
@@ -47,8 +47,33 @@ pub fn flash_attention(
         }
         _ => None,
     };
-    let op = FlashAttention { heads, scale, mask, dropout, saved: Mutex::default() };
+    let op = FlashAttention { layout: FlashLayout::Bsh, heads, scale, mask, dropout, saved: Mutex::default() };
     q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+}
+
+/// Attention over (batch, heads, seq, d) heads outside autograd, for ops with their own
+/// backward pass: `softmax(q·kᵀ·scale, masked)·v` with `mask` (batch, 1 or heads, q seq,
+/// k seq) UINT8, 1 where masked; the output and what [`FlashState::backward`] needs besides
+/// the mask. Runs where [`fused_attention_runs`].
+pub fn flash_attention_heads(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: &Tensor,
+    scale: f64,
+) -> candle_core::Result<(Tensor, FlashState)> {
+    let heads = q.dims4()?.1;
+    let op = FlashAttention {
+        layout: FlashLayout::Bnsd,
+        heads,
+        scale,
+        mask: mask.clone(),
+        dropout: None,
+        saved: Mutex::default(),
+    };
+    let out = q.contiguous()?.apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op)?;
+    let state = op.state()?;
+    Ok((out, state))
 }
 
 /// The composed attention: heads split, `softmax(q·kᵀ·scale + key_bias)`, times the dropout
@@ -75,13 +100,25 @@ pub fn reference(
 
 /// The Ascend attention op; it keeps the forward's statistics for its backward pass.
 struct FlashAttention {
+    layout: FlashLayout,
     heads: usize,
     scale: f64,
-    /// (B, 1, S, S) UINT8, 1 where masked.
+    /// (B, 1 or N, S1, S2) UINT8, 1 where masked.
     mask: Tensor,
     /// (p, seed, offset) of the probabilities' dropout.
     dropout: Option<(f64, u64, u64)>,
     saved: Mutex<Option<fused::FlashSaved>>,
+}
+
+impl FlashAttention {
+    /// What the forward pass left for the backward pass (once).
+    fn state(&self) -> candle_core::Result<FlashState> {
+        let saved = self.saved.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let saved =
+            saved.ok_or_else(|| candle_core::Error::msg("flash_attention: backward pass without its forward"))?;
+        let keep = self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
+        Ok(FlashState { saved, scale: self.scale, keep })
+    }
 }
 
 impl CustomOp3 for FlashAttention {
@@ -111,8 +148,19 @@ impl CustomOp3 for FlashAttention {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let (out, saved) =
-            fused::flash_attention(s1, l1, s2, l2, s3, l3, &self.mask, self.heads, self.scale, self.dropout)?;
+        let (out, saved) = fused::flash_attention(
+            s1,
+            l1,
+            s2,
+            l2,
+            s3,
+            l3,
+            &self.mask,
+            self.layout,
+            self.heads,
+            self.scale,
+            self.dropout,
+        )?;
         *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
         Ok((out, l1.shape().clone()))
     }
@@ -125,36 +173,47 @@ impl CustomOp3 for FlashAttention {
         res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let saved = self.saved.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let saved =
-            saved.ok_or_else(|| candle_core::Error::msg("flash_attention: backward pass without its forward"))?;
-        let keep = self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
-        let op = FlashAttentionGrad {
-            dy: grad.contiguous()?,
-            out: res.clone(),
-            mask: self.mask.clone(),
-            saved,
-            scale: self.scale,
-            keep,
-        };
-        let packed = q.apply_op3_no_bwd(k, v, &op)?;
-        let n = q.elem_count();
-        let piece = |i: usize, like: &Tensor| packed.narrow(0, i * n, n)?.reshape(like.shape());
-        Ok((Some(piece(0, q)?), Some(piece(1, k)?), Some(piece(2, v)?)))
+        let (dq, dk, dv) = self.state()?.backward(q, k, v, &self.mask, res, grad)?;
+        Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
 
-/// `[dq | dk | dv]` of [`FlashAttention`] (Ascend only).
-struct FlashAttentionGrad {
-    dy: Tensor,
-    out: Tensor,
-    mask: Tensor,
+/// What flash attention's backward pass needs from its forward pass, besides the mask.
+pub struct FlashState {
     saved: fused::FlashSaved,
     scale: f64,
     keep: f64,
 }
 
-impl CustomOp3 for FlashAttentionGrad {
+impl FlashState {
+    /// (dq, dk, dv) from the forward's operands `q`, `k`, `v` and `mask`, its output `out` and
+    /// the output's gradient, in one `aclnnFlashAttentionScoreGrad`.
+    pub fn backward(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: &Tensor,
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let op = FlashAttentionGrad { state: self, mask, dy: grad.contiguous()?, out: out.clone() };
+        let packed = q.apply_op3_no_bwd(k, v, &op)?;
+        let (nq, nk) = (q.elem_count(), k.elem_count());
+        let piece = |start: usize, like: &Tensor| packed.narrow(0, start, like.elem_count())?.reshape(like.shape());
+        Ok((piece(0, q)?, piece(nq, k)?, piece(nq + nk, v)?))
+    }
+}
+
+/// `[dq | dk | dv]` of [`FlashAttention`] (Ascend only).
+struct FlashAttentionGrad<'a> {
+    state: &'a FlashState,
+    mask: &'a Tensor,
+    dy: Tensor,
+    out: Tensor,
+}
+
+impl CustomOp3 for FlashAttentionGrad<'_> {
     fn name(&self) -> &'static str {
         "flash_attention_grad"
     }
@@ -181,19 +240,9 @@ impl CustomOp3 for FlashAttentionGrad {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let st = self.state;
         fused::flash_attention_grad(
-            s1,
-            l1,
-            s2,
-            l2,
-            s3,
-            l3,
-            &self.dy,
-            &self.out,
-            &self.mask,
-            &self.saved,
-            self.scale,
-            self.keep,
+            s1, l1, s2, l2, s3, l3, &self.dy, &self.out, self.mask, &st.saved, st.scale, st.keep,
         )
     }
 }
