@@ -519,7 +519,7 @@ fn softmax_and_gelu_ops_match_the_cpu_in_one_launch_each_way() {
 /// softmax or batched matmul; a 910A composes them.
 #[test]
 fn block_sparse_attention_matches_the_cpu_with_flash_attention_where_the_part_has_it() {
-    use codon_ascend::model::bigbird::attention::{block_sparse_attention, BlockSparseMask};
+    use codon_ascend::model::bigbird::attention::{block_sparse_attention, block_sparse_masks};
     use codon_ascend::model::bigbird::{BlockGeometry, RandomBlocks};
     let _serial = serial();
     let dev = sim();
@@ -543,7 +543,7 @@ fn block_sparse_attention_matches_the_cpu_with_flash_attention_where_the_part_ha
     let up = Tensor::randn(0f32, 1.0, (b, n, heads * d), &cpu).unwrap();
     let run = |device: &Device| {
         let vars: Vec<Var> = qkv.iter().map(|t| Var::from_tensor(&t.to_device(device).unwrap()).unwrap()).collect();
-        let masks = BlockSparseMask::new(&mask.to_device(device).unwrap(), wm, DType::F32).unwrap();
+        let masks = block_sparse_masks(&mask.to_device(device).unwrap(), wm, DType::F32).unwrap();
         let [q, k, v] = [0, 1, 2].map(|i| vars[i].as_tensor().clone());
         let out = block_sparse_attention(&q, &k, &v, &masks, &rand).unwrap();
         let grads = (&out * up.to_device(device).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();

@@ -225,4 +225,18 @@ mod tests {
         assert_eq!(ours.dtype(), DType::BF16);
         assert!(max_diff(&ours, &reference) < 4e-3);
     }
+
+    #[test]
+    fn gelu_new_matches_the_tanh_form_and_its_gradient() {
+        let x = Tensor::arange(-800i64, 800, &Device::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+        let x = x.affine(0.01, 0.003).unwrap();
+        assert!(max_diff(&crate::gelu_new(&x).unwrap(), &x.gelu().unwrap()) < 2e-6);
+        let v = Var::from_tensor(&x).unwrap();
+        let g_ours = crate::gelu_new(v.as_tensor()).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = v.as_tensor().gelu().unwrap().sum_all().unwrap().backward().unwrap();
+        assert!(max_diff(g_ours.get(&v).unwrap(), g_ref.get(&v).unwrap()) < 1e-5);
+        // A strided input.
+        let m = x.reshape((40, 40)).unwrap().t().unwrap();
+        assert!(max_diff(&crate::gelu_new(&m).unwrap(), &m.gelu().unwrap()) < 2e-6);
+    }
 }

@@ -16,6 +16,7 @@ pub mod fast_math;
 pub mod function;
 pub mod layer_norm;
 pub mod linear;
+pub mod optim;
 pub mod philox;
 
 pub use activation::{gelu_new, softmax_last_dim_f32};

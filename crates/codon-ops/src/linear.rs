@@ -1,7 +1,9 @@
 //! Linear layers, `x·Wᵀ + b`.
 //!
 //! - [`linear`] picks the body: CPU inference takes [`fused_linear`], CPU training and Ascend
-//!   parts the [`Linear`] op, other devices the composed [`reference`].
+//!   parts the [`Linear`] op, other devices the composed [`reference`]. [`linear_residual`],
+//!   [`linear_gelu_new`] and [`linear_dropout`] add what follows the layer, in the GEMM's
+//!   epilogue where the body has one.
 //! - CPU inference ([`fused_linear`]): the bias and a residual are written into the GEMM's
 //!   destination first, so the output takes one pass instead of a GEMM followed by one or two
 //!   element-wise passes.
@@ -22,6 +24,7 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::cpu_gemm::{matmul_into, Mat};
 use crate::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use crate::dropout::DropoutStream;
 use crate::fast_math;
 
 /// Elements per parallel task of the epilogue.
@@ -39,6 +42,92 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
         return x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
     }
     reference(x, weight, bias)
+}
+
+/// `x·Wᵀ + b + residual`: a linear layer followed by a residual connection (no bias: zeros).
+/// CPU inference folds the bias and the residual into the GEMM's destination.
+pub fn linear_residual(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
+    let mut operands = vec![x, weight];
+    operands.extend(bias);
+    operands.extend(residual);
+    if !needs_grad(&operands) {
+        if let Some(y) = fused_linear(x, weight, bias, residual, None) {
+            return Ok(y);
+        }
+    }
+    let y = linear(x, weight, &bias_or_zeros(weight, bias)?)?;
+    match residual {
+        Some(r) => y + r,
+        None => Ok(y),
+    }
+}
+
+/// `gelu_new(x·Wᵀ + b)`: a linear layer and its activation. On the CPU the activation is the
+/// GEMM's epilogue (in place for inference, inside the [`Linear`] op for training).
+pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    let mut operands = vec![x, weight];
+    operands.extend(bias);
+    if !needs_grad(&operands) {
+        let epilogue = Some(fast_math::gelu_new_in_place as fn(&mut [f32]));
+        if let Some(y) = fused_linear(x, weight, bias, None, epilogue) {
+            return Ok(y);
+        }
+    }
+    match cpu_linear_op(x, weight, bias, Epilogue::GeluNew)? {
+        Some(y) => Ok(y),
+        None => crate::gelu_new(&linear(x, weight, &bias_or_zeros(weight, bias)?)?),
+    }
+}
+
+/// `dropout(x·Wᵀ + b)` with the mask of `stream`'s next draw: on the CPU the mask is the
+/// GEMM's epilogue; elsewhere the [`crate::dropout`] op follows the layer. The mask is drawn
+/// the same way on every device, so runs agree across devices.
+pub fn linear_dropout(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stream: &mut DropoutStream,
+    p: f64,
+) -> candle_core::Result<Tensor> {
+    if x.device().is_cpu() && p > 0.0 {
+        let elements = x.elem_count() / x.dim(D::Minus1)?.max(1) * weight.dim(0)?;
+        let mask = stream.multipliers(elements, p, x.dtype())?;
+        if let Some(y) = cpu_linear_op(x, weight, bias, Epilogue::Dropout(mask))? {
+            return Ok(y);
+        }
+    }
+    crate::dropout(&linear(x, weight, &bias_or_zeros(weight, bias)?)?, p, stream)
+}
+
+fn needs_grad(tensors: &[&Tensor]) -> bool {
+    tensors.iter().any(|t| t.track_op())
+}
+
+/// The [`Linear`] op with an epilogue on CPU operands; `None` on other devices.
+fn cpu_linear_op(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    epilogue: Epilogue,
+) -> candle_core::Result<Option<Tensor>> {
+    if !x.device().is_cpu() || !weight.device().is_cpu() {
+        return Ok(None);
+    }
+    let bias = bias_or_zeros(weight, bias)?;
+    Ok(Some(x.contiguous()?.apply_op3(&weight.contiguous()?, &bias, Linear::new(epilogue))?))
+}
+
+/// The bias, or zeros for a layer without one.
+fn bias_or_zeros(weight: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    match bias {
+        Some(b) => Ok(b.clone()),
+        None => Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device()),
+    }
 }
 
 /// Whether the part runs [`Linear`]'s Ascend body: its three aclnn operators for the
@@ -294,6 +383,27 @@ mod tests {
     use super::{Epilogue, Linear};
 
     use crate::cpu_storage::max_abs_diff as max_diff;
+
+    #[test]
+    fn the_layer_entries_match_composed_ops_with_and_without_gradients() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 5, 24), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (40, 24), &dev).unwrap();
+        let b = Tensor::randn(0f32, 1.0, 40, &dev).unwrap();
+        let r = Tensor::randn(0f32, 1.0, (2, 5, 40), &dev).unwrap();
+        let want = x.reshape((10, 24)).unwrap().matmul(&w.t().unwrap()).unwrap().broadcast_add(&b).unwrap();
+        let want = want.reshape((2, 5, 40)).unwrap();
+        let with_residual = super::linear_residual(&x, &w, Some(&b), Some(&r)).unwrap();
+        assert!(max_diff(&super::linear_residual(&x, &w, Some(&b), None).unwrap(), &want) < 1e-5);
+        assert!(max_diff(&with_residual, &(&want + &r).unwrap()) < 1e-5);
+        assert!(max_diff(&super::linear_gelu_new(&x, &w, Some(&b)).unwrap(), &want.gelu().unwrap()) < 1e-5);
+        // A gradient-tracking input takes the training op and still agrees.
+        let v = Var::from_tensor(&x).unwrap();
+        assert!(
+            max_diff(&super::linear_residual(v.as_tensor(), &w, Some(&b), Some(&r)).unwrap(), &with_residual) < 1e-5
+        );
+        assert!(max_diff(&super::linear_gelu_new(v.as_tensor(), &w, Some(&b)).unwrap(), &want.gelu().unwrap()) < 1e-5);
+    }
 
     #[test]
     fn every_epilogue_and_all_three_gradients_match_composed_ops() {

@@ -26,7 +26,6 @@
 
 pub mod allocator;
 pub mod checkpoint;
-mod cpu_adamw;
 pub mod error;
 pub mod masked_lm;
 pub mod optim;

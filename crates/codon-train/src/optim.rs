@@ -10,14 +10,9 @@ use std::ops::Range;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 
-use candle_ascend::fused::{self, AdamWHyper};
-
-use crate::cpu_adamw::{MomentUpdate, ParameterUpdate, SumOfSquares};
-
-/// The Ascend fused operator of the update, used where the part has it (A2 and later; the
-/// Atlas training series runs the composed update).
-const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
 use crate::error::{Result, TrainError};
+use candle_ascend::fused;
+use codon_ops::optim::{sum_of_squares, AdamWStep};
 
 /// AdamW hyper-parameters other than the learning rate; the defaults are torch's.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -236,21 +231,8 @@ impl AdamW {
             return Err(TrainError::Config(format!("{} gradients for {} groups", grads.len(), self.states.len())));
         }
         self.step += 1;
-        let t = self.step as i32;
         let c = self.config;
-        let beta1 = beta1.unwrap_or(c.beta1);
-        let step_size = lr / (1.0 - beta1.powi(t));
-        let bias2_sqrt = (1.0 - c.beta2.powi(t)).sqrt();
-        let decay = 1.0 - lr * c.weight_decay;
-        // t − 1 on the device, for the fused Ascend update: one upload per step, shared.
-        let mut fused_step: Option<Tensor> = None;
-        let hyper = AdamWHyper {
-            lr: lr as f32,
-            beta1: beta1 as f32,
-            beta2: c.beta2 as f32,
-            weight_decay: c.weight_decay as f32,
-            eps: c.eps as f32,
-        };
+        let adamw = AdamWStep::new(self.step as i32, lr, beta1.unwrap_or(c.beta1), c.beta2, c.weight_decay, c.eps);
         for (i, g) in grads.iter().enumerate() {
             let group = self.params.groups[i].clone();
             let first = self.params.named[group.slots.start].0.clone();
@@ -267,30 +249,7 @@ impl AdamW {
                 }
                 let theta = self.theta(i)?;
                 let state = &mut self.states[i];
-                if theta.device().is_cpu() {
-                    // In place: θ and the moments are storage that only this optimizer writes.
-                    let g = g.contiguous()?;
-                    state.exp_avg.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
-                    state.exp_avg_sq.inplace_op2(&g, &MomentUpdate { beta: c.beta2, squared: true })?;
-                    theta.inplace_op3(
-                        &state.exp_avg,
-                        &state.exp_avg_sq,
-                        &ParameterUpdate { decay, step_size, bias2_sqrt, eps: c.eps },
-                    )?;
-                } else if fused::runs_natively(&theta, FUSED_ADAMW, DType::F32) {
-                    // In place, one launch for the group.
-                    let step = match &fused_step {
-                        Some(s) => s.clone(),
-                        None => fused_step.insert(Tensor::new(&[(t - 1) as f32], theta.device())?).clone(),
-                    };
-                    fused::apply_adamw(&theta, &state.exp_avg, &state.exp_avg_sq, &g, &step, hyper)?;
-                } else {
-                    // The composed update, a dozen launches for the group.
-                    let m = (&state.exp_avg + ((&g - &state.exp_avg)? * (1.0 - beta1))?)?;
-                    let v = ((&state.exp_avg_sq * c.beta2)? + (g.sqr()? * (1.0 - c.beta2))?)?;
-                    let denom = ((v.sqrt()? / bias2_sqrt)? + c.eps)?;
-                    let updated = ((&theta * decay)? - ((&m / denom)? * step_size)?)?;
-                    (state.exp_avg, state.exp_avg_sq) = (m, v);
+                if let Some(updated) = adamw.apply(&theta, &mut state.exp_avg, &mut state.exp_avg_sq, &g)? {
                     match &mut state.master {
                         Some(master) => *master = updated,
                         None => fused::assign(&theta, &updated)?,
@@ -386,9 +345,7 @@ impl AdamW {
 pub fn global_norm(grads: &[Tensor]) -> candle_core::Result<Tensor> {
     let mut total: Option<Tensor> = None;
     for g in grads {
-        let g = g.to_dtype(DType::F32)?;
-        let s =
-            if g.device().is_cpu() { g.contiguous()?.apply_op1_no_bwd(&SumOfSquares)? } else { g.sqr()?.sum_all()? };
+        let s = sum_of_squares(g)?;
         total = Some(match total.take() {
             Some(t) => (t + s)?,
             None => s,

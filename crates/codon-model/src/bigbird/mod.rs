@@ -2,7 +2,6 @@
 
 pub mod attention;
 pub mod config;
-pub mod kernels;
 pub mod model;
 pub mod numpy_rng;
 pub mod random_blocks;

@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 
-use super::attention::{block_sparse_attention, full_attention, BlockSparseMask};
+use super::attention::{block_sparse_attention, block_sparse_masks, full_attention, BlockSparseMask};
 use super::config::{AttentionType, BigBirdConfig, HiddenAct};
-use super::kernels;
 use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
 use codon_ops::DropoutStream;
@@ -24,22 +23,22 @@ pub struct Linear {
 
 impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        kernels::linear(x, &self.weight, self.bias.as_ref())
+        Ok(codon_ops::linear::linear_residual(x, &self.weight, self.bias.as_ref(), None)?)
     }
 
-    /// `gelu_new(forward(x))`, fused where the kernels allow.
+    /// `gelu_new(forward(x))`, fused where the op's body allows.
     fn forward_gelu_new(&self, x: &Tensor) -> Result<Tensor> {
-        kernels::linear_gelu_new(x, &self.weight, self.bias.as_ref())
+        Ok(codon_ops::linear::linear_gelu_new(x, &self.weight, self.bias.as_ref())?)
     }
 
-    /// `dropout(forward(x))`, fused where the kernels allow.
+    /// `dropout(forward(x))`, fused where the op's body allows.
     fn forward_dropout(&self, x: &Tensor, dropout: &mut DropoutStream, p: f64) -> Result<Tensor> {
-        kernels::linear_dropout(x, &self.weight, self.bias.as_ref(), dropout, p)
+        Ok(codon_ops::linear::linear_dropout(x, &self.weight, self.bias.as_ref(), dropout, p)?)
     }
 
-    /// `forward(x) + residual`, fused where the kernels allow.
+    /// `forward(x) + residual`, fused where the op's body allows.
     fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        kernels::linear_residual(x, &self.weight, self.bias.as_ref(), Some(residual))
+        Ok(codon_ops::linear::linear_residual(x, &self.weight, self.bias.as_ref(), Some(residual))?)
     }
 }
 
@@ -53,12 +52,12 @@ pub struct LayerNorm {
 
 impl LayerNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        kernels::layer_norm(x, &self.weight, &self.bias, self.eps)
+        Ok(codon_ops::layer_norm(x, &self.weight, &self.bias, self.eps)?)
     }
 
     /// `forward(x + residual)`, one launch where the part adds and normalizes together.
     fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        kernels::add_layer_norm(x, residual, &self.weight, &self.bias, self.eps)
+        Ok(codon_ops::add_layer_norm(x, residual, &self.weight, &self.bias, self.eps)?)
     }
 }
 
@@ -419,7 +418,7 @@ impl BigBirdForMaskedLM {
                 max_position_embeddings: c.max_position_embeddings,
             };
             PassAttention::BlockSparse {
-                masks: BlockSparseMask::new(&mask, wm, self.dtype).op("block-sparse masks")?,
+                masks: block_sparse_masks(&mask, wm, self.dtype).op("block-sparse masks")?,
                 geometry,
                 train: mode.train,
             }
@@ -507,7 +506,7 @@ impl BigBirdForMaskedLM {
     fn mlm_head(&self, x: &Tensor) -> Result<Tensor> {
         let t = activation(self.config.hidden_act, &self.transform.forward(x)?)?;
         let t = self.transform_norm.forward(&t)?;
-        kernels::linear(&t, &self.embeddings.word, Some(&self.decoder_bias))
+        Ok(codon_ops::linear(&t, &self.embeddings.word, &self.decoder_bias)?)
     }
 }
 
@@ -555,7 +554,7 @@ fn layer_context(e: CodonError, layer: usize) -> CodonError {
 
 fn activation(act: HiddenAct, x: &Tensor) -> Result<Tensor> {
     match act {
-        HiddenAct::GeluNew => kernels::gelu_new(x),
+        HiddenAct::GeluNew => Ok(codon_ops::gelu_new(x)?),
         HiddenAct::Gelu => Ok(x.gelu_erf()?),
         HiddenAct::Relu => Ok(x.relu()?),
     }

@@ -1,31 +1,37 @@
-//! Attention, with a body per device. The CPU bodies: [`cpu_training`], the `BlockAttention`
-//! op that keeps its probabilities for a fused backward pass (full and block-sparse key sets),
-//! and [`cpu_inference`], chunked kernels that keep nothing. The Ascend body, here:
-//! full attention as one op where the part has `aclnnFlashAttentionScore` (the A2):
-//! `softmax(q·kᵀ/√d + key mask)·v` with the probabilities' dropout, one launch forward (plus
-//! the dropout bits) and one backward, over the (batch, seq, hidden) projections as they are
-//! (the BSH layout: no head split or merge), with no (S × S) probabilities in memory. Other
-//! devices keep the model's attention kernels; [`reference`] is the composed computation.
+//! Attention, with a body per device, behind two entries: [`full_attention`] and
+//! [`block_sparse_attention`]. The bodies: [`cpu_training`], the `BlockAttention` op that keeps
+//! its probabilities for a fused backward pass (full and block-sparse key sets);
+//! [`cpu_inference`], chunked kernels that keep nothing; [`flash`], the Ascend body where the
+//! part has `aclnnFlashAttentionScore` (the A2); and the composed ops elsewhere.
+//! [`block_sparse`] holds block-sparse attention's own device path. [`reference`] is the
+//! composed computation, for tests.
+pub mod block_sparse;
 pub mod cpu_inference;
 pub mod cpu_training;
+pub mod flash;
 
-use std::sync::Mutex;
+use candle_ascend::fused;
+use candle_core::{DType, Tensor, D};
 
-use candle_ascend::fused::{self, FlashLayout};
-use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, D};
+pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
+pub use flash::{flash_attention, flash_attention_heads, FlashState};
 
 use crate::dropout::DropoutStream;
+use cpu_training::{AttentionPlan, BlockAttention, KeyRange};
+
+/// Query rows per block when full attention trains on the CPU.
+const FULL_QUERY_BLOCK: usize = 64;
 
 /// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype.
 pub fn fused_attention_runs(q: &Tensor) -> bool {
     ["aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"].iter().all(|op| fused::runs_natively(q, op, q.dtype()))
 }
 
-/// Full attention over q, k, v of shape (batch, seq, heads·d) with the additive key mask
-/// `key_bias` (batch, 1, 1, seq; nonzero where a key is masked) and dropout of the
-/// probabilities from `dropout`'s next draw. Runs where [`fused_attention_runs`].
-pub fn flash_attention(
+/// Full attention over q, k, v of shape (b, n, heads·d), with an additive key mask
+/// `key_bias` (b, 1, 1, n) and dropout of the probabilities from `dropout`'s next draw; the
+/// result is (b, n, heads·d). Flash attention where the part has it; on the CPU the training
+/// op or the inference kernels; the composed ops elsewhere.
+pub fn full_attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -33,47 +39,88 @@ pub fn flash_attention(
     key_bias: &Tensor,
     dropout: Option<(&mut DropoutStream, f64)>,
 ) -> candle_core::Result<Tensor> {
-    let (b, n, hidden) = q.dims3()?;
-    if heads == 0 || hidden % heads != 0 {
-        candle_core::bail!("flash_attention: hidden size {hidden} is not a multiple of {heads} heads")
+    if fused_attention_runs(q) {
+        return flash_attention(q, k, v, heads, key_bias, dropout);
     }
-    let scale = 1.0 / ((hidden / heads) as f64).sqrt();
-    // aclnnFlashAttentionScore has no (B, 1, 1, S) mask: the key mask is spread over the rows.
-    let mask = key_bias.ne(0.0)?.broadcast_as((b, 1, n, n))?.contiguous()?;
-    let dropout = match dropout {
-        Some((stream, p)) if p > 0.0 => {
-            let (seed, offset) = stream.next_draw();
-            Some((p, seed, offset))
-        }
-        _ => None,
-    };
-    let op = FlashAttention { layout: FlashLayout::Bsh, heads, scale, mask, dropout, saved: Mutex::default() };
-    q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
+    let (b, n, hd) = q.dims3()?;
+    if heads == 0 || hd % heads != 0 {
+        candle_core::bail!("full_attention: hidden size {hd} is not a multiple of {heads} heads")
+    }
+    let scale = 1.0 / ((hd / heads) as f64).sqrt();
+    let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
+    if on_cpu && [q, k, v].iter().any(|t| t.track_op()) {
+        let mask = match dropout {
+            Some((stream, p)) => Some(stream.multipliers(b * heads * n * n, p, q.dtype())?),
+            None => None,
+        };
+        let blocks = n.div_ceil(FULL_QUERY_BLOCK);
+        let plan = AttentionPlan {
+            batch: b,
+            heads,
+            seq_len: n,
+            query_blocks: (0..n).step_by(FULL_QUERY_BLOCK).map(|s| (s, FULL_QUERY_BLOCK.min(n - s))).collect(),
+            keys: vec![vec![KeyRange { start: 0, len: n, penalty: 0.0 }]; heads * blocks],
+            key_penalty: key_bias.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
+            query_mask: None,
+            scale: scale as f32,
+            dropout: mask,
+        };
+        let op = BlockAttention::new(plan);
+        return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
+    }
+    let (qh, kh, vh) = (split_heads(q, heads)?, split_heads(k, heads)?, split_heads(v, heads)?);
+    merge_heads(&composed(&qh, &kh, &vh, scale, Some(key_bias), dropout)?)
 }
 
-/// Attention over (batch, heads, seq, d) heads outside autograd, for ops with their own
-/// backward pass: `softmax(q·kᵀ·scale, masked)·v` with `mask` (batch, 1 or heads, q seq,
-/// k seq) UINT8, 1 where masked; the output and what [`FlashState::backward`] needs besides
-/// the mask. Runs where [`fused_attention_runs`].
-pub fn flash_attention_heads(
+/// Split (b, n, h·d) into contiguous (b, h, n, d) heads.
+fn split_heads(t: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
+    let (b, n, hd) = t.dims3()?;
+    t.reshape((b, n, heads, hd / heads))?.transpose(1, 2)?.contiguous()
+}
+
+/// Merge (b, h, n, d) heads back into (b, n, h·d).
+fn merge_heads(t: &Tensor) -> candle_core::Result<Tensor> {
+    let (b, h, n, d) = t.dims4()?;
+    t.transpose(1, 2)?.reshape((b, n, h * d))
+}
+
+/// Matrix product. The CPU GEMM has no fast bf16 kernel, so bf16 operands are multiplied in
+/// f32 (f32 accumulation) and the result rounded back to bf16.
+fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    if a.dtype() == DType::BF16 && a.device().is_cpu() {
+        return a.to_dtype(DType::F32)?.matmul(&b.to_dtype(DType::F32)?)?.to_dtype(DType::BF16);
+    }
+    a.matmul(b)
+}
+
+/// softmax(q·kᵀ·scale + bias)·v over heads, the softmax in f32, with the probabilities'
+/// dropout: the CPU inference kernel when nothing needs a gradient, composed ops otherwise.
+/// `bias` broadcasts against the scores and holds the (finite) mask penalties.
+fn composed(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: &Tensor,
     scale: f64,
-) -> candle_core::Result<(Tensor, FlashState)> {
-    let heads = q.dims4()?.1;
-    let op = FlashAttention {
-        layout: FlashLayout::Bnsd,
-        heads,
-        scale,
-        mask: mask.clone(),
-        dropout: None,
-        saved: Mutex::default(),
+    bias: Option<&Tensor>,
+    dropout: Option<(&mut DropoutStream, f64)>,
+) -> candle_core::Result<Tensor> {
+    if let (None, Some(bias)) = (&dropout, bias) {
+        if ![q, k, v].iter().any(|t| t.track_op()) {
+            if let Some(out) = cpu_inference::fused_attention(q, k, v, scale, bias)? {
+                return Ok(out);
+            }
+        }
+    }
+    let scores = (matmul(q, &k.t()?)? * scale)?.to_dtype(DType::F32)?;
+    let scores = match bias {
+        Some(b) => scores.broadcast_add(b)?,
+        None => scores,
     };
-    let out = q.contiguous()?.apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op)?;
-    let state = op.state()?;
-    Ok((out, state))
+    let mut probs = crate::softmax_last_dim_f32(&scores)?.to_dtype(v.dtype())?;
+    if let Some((stream, p)) = dropout {
+        probs = crate::dropout(&probs, p, stream)?;
+    }
+    matmul(&probs, v)
 }
 
 /// The composed attention: heads split, `softmax(q·kᵀ·scale + key_bias)`, times the dropout
@@ -96,155 +143,6 @@ pub fn reference(
         probs = (probs * m)?;
     }
     probs.matmul(&split(v)?)?.transpose(1, 2)?.reshape((b, n, hidden))
-}
-
-/// The Ascend attention op; it keeps the forward's statistics for its backward pass.
-struct FlashAttention {
-    layout: FlashLayout,
-    heads: usize,
-    scale: f64,
-    /// (B, 1 or N, S1, S2) UINT8, 1 where masked.
-    mask: Tensor,
-    /// (p, seed, offset) of the probabilities' dropout.
-    dropout: Option<(f64, u64, u64)>,
-    saved: Mutex<Option<fused::FlashSaved>>,
-}
-
-impl FlashAttention {
-    /// What the forward pass left for the backward pass (once).
-    fn state(&self) -> candle_core::Result<FlashState> {
-        let saved = self.saved.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let saved =
-            saved.ok_or_else(|| candle_core::Error::msg("flash_attention: backward pass without its forward"))?;
-        let keep = self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
-        Ok(FlashState { saved, scale: self.scale, keep })
-    }
-}
-
-impl CustomOp3 for FlashAttention {
-    fn name(&self) -> &'static str {
-        "flash_attention"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("flash_attention is the accelerator body; the CPU has its own attention kernels")
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn custom_fwd(
-        &self,
-        s1: &dyn DynBackendStorage,
-        l1: &Layout,
-        s2: &dyn DynBackendStorage,
-        l2: &Layout,
-        s3: &dyn DynBackendStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let (out, saved) = fused::flash_attention(
-            s1,
-            l1,
-            s2,
-            l2,
-            s3,
-            l3,
-            &self.mask,
-            self.layout,
-            self.heads,
-            self.scale,
-            self.dropout,
-        )?;
-        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
-        Ok((out, l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dq, dk, dv) = self.state()?.backward(q, k, v, &self.mask, res, grad)?;
-        Ok((Some(dq), Some(dk), Some(dv)))
-    }
-}
-
-/// What flash attention's backward pass needs from its forward pass, besides the mask.
-pub struct FlashState {
-    saved: fused::FlashSaved,
-    scale: f64,
-    keep: f64,
-}
-
-impl FlashState {
-    /// (dq, dk, dv) from the forward's operands `q`, `k`, `v` and `mask`, its output `out` and
-    /// the output's gradient, in one `aclnnFlashAttentionScoreGrad`.
-    pub fn backward(
-        &self,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        mask: &Tensor,
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let op = FlashAttentionGrad { state: self, mask, dy: grad.contiguous()?, out: out.clone() };
-        let packed = q.apply_op3_no_bwd(k, v, &op)?;
-        let (nq, nk) = (q.elem_count(), k.elem_count());
-        let piece = |start: usize, like: &Tensor| packed.narrow(0, start, like.elem_count())?.reshape(like.shape());
-        Ok((piece(0, q)?, piece(nq, k)?, piece(nq + nk, v)?))
-    }
-}
-
-/// `[dq | dk | dv]` of [`FlashAttention`] (Ascend only).
-struct FlashAttentionGrad<'a> {
-    state: &'a FlashState,
-    mask: &'a Tensor,
-    dy: Tensor,
-    out: Tensor,
-}
-
-impl CustomOp3 for FlashAttentionGrad<'_> {
-    fn name(&self) -> &'static str {
-        "flash_attention_grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("flash_attention_grad is the accelerator body")
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn custom_fwd(
-        &self,
-        s1: &dyn DynBackendStorage,
-        l1: &Layout,
-        s2: &dyn DynBackendStorage,
-        l2: &Layout,
-        s3: &dyn DynBackendStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let st = self.state;
-        fused::flash_attention_grad(
-            s1, l1, s2, l2, s3, l3, &self.dy, &self.out, self.mask, &st.saved, st.scale, st.keep,
-        )
-    }
 }
 
 /// The dropout multipliers (batch, heads, seq, seq) of a draw, for [`reference`] in tests.

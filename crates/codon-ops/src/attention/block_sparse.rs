@@ -1,0 +1,441 @@
+//! Block-sparse attention: the first and last query blocks attend to every key, and each
+//! query block in between to its own set of key blocks (the same number per block, chosen
+//! per head), so time and memory grow linearly with the sequence length. One entry,
+//! [`block_sparse_attention`], picks the body:
+//! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
+//! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
+//! - other devices: an op with its own backward pass that gathers the key blocks with one
+//!   index-select. Each part (global rows, middle blocks) is one `aclnnFlashAttentionScore`
+//!   where the part has it (the penalties become its UINT8 mask, the heads fold into the
+//!   batch for the middle blocks: it takes at most 256 heads), composed matmuls and softmax
+//!   elsewhere. The backward pass splits and gathers the keys and values again instead of
+//!   keeping copies.
+
+use std::sync::OnceLock;
+
+use candle_core::{DType, Tensor};
+
+use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
+use super::flash::{flash_attention_heads, FlashState};
+use super::{fused_attention_runs, matmul, merge_heads, split_heads};
+
+/// Penalty of key slots that are not part of a query block's key set. Large enough that exp
+/// underflows to exactly 0 in f32, finite so no NaN can appear.
+const ABSENT_SLOT_PENALTY: f32 = -1.0e30;
+
+/// The per-pass masks of block-sparse attention, shared by its layers.
+pub struct BlockSparseMask {
+    /// Key mask (b, n) as 0/1 f32.
+    pub mask: Tensor,
+    /// Additive penalty of masked keys, (b, 1, 1, n), f32.
+    pub key_penalty: Tensor,
+    /// The penalty a masked key gets.
+    pub penalty: f32,
+    /// Query mask (b, 1, n, 1) in the compute dtype: zeroes padded query rows.
+    pub query_mask: Tensor,
+    /// Block size.
+    pub block_size: usize,
+    /// The flash attention masks, built by the first layer that needs them.
+    flash: OnceLock<FlashMasks>,
+}
+
+/// The UINT8 masks (1 = masked) that flash attention takes in place of penalties.
+struct FlashMasks {
+    /// The global query rows' keys, (b, 1, 2·wm, n).
+    global: Tensor,
+    /// Masked keys by block, (b, nb, wm).
+    key_blocks: Tensor,
+    /// The absent slots of the middle query blocks, (nb − 2, slots·wm).
+    absent: Tensor,
+}
+
+impl BlockSparseMask {
+    /// The masks of a (b, n) 0/1 attention mask, masked keys getting `penalty`, padded query
+    /// rows zeroed in `dtype`.
+    pub fn new(attention_mask: &Tensor, block_size: usize, penalty: f32, dtype: DType) -> candle_core::Result<Self> {
+        let mask = attention_mask.to_dtype(DType::F32)?;
+        let (b, n) = mask.dims2()?;
+        let key_penalty = ((1.0 - &mask)? * penalty as f64)?.reshape((b, 1, 1, n))?;
+        let query_mask = mask.to_dtype(dtype)?.reshape((b, 1, n, 1))?;
+        Ok(Self { mask, key_penalty, penalty, query_mask, block_size, flash: OnceLock::new() })
+    }
+
+    /// The flash attention masks for `keys`.
+    fn flash_masks(&self, keys: &KeyBlocks) -> candle_core::Result<&FlashMasks> {
+        if let Some(masks) = self.flash.get() {
+            return Ok(masks);
+        }
+        let (b, n) = self.mask.dims2()?;
+        let wm = self.block_size;
+        let masked = self.mask.eq(0.0)?;
+        let absent: Vec<u8> = keys.absent.iter().flat_map(|&a| std::iter::repeat_n(u8::from(a), wm)).collect();
+        let built = FlashMasks {
+            global: masked.reshape((b, 1, 1, n))?.broadcast_as((b, 1, 2 * wm, n))?.contiguous()?,
+            key_blocks: masked.reshape((b, n / wm, wm))?,
+            absent: Tensor::from_vec(absent, (keys.blocks - 2, keys.slots * wm), self.mask.device())?,
+        };
+        Ok(self.flash.get_or_init(|| built))
+    }
+}
+
+/// The key blocks of the middle query blocks 1..blocks − 2.
+pub struct KeyBlocks {
+    /// Heads.
+    pub heads: usize,
+    /// Blocks per sequence.
+    pub blocks: usize,
+    /// Key blocks per middle query block.
+    pub slots: usize,
+    /// (heads, blocks − 2, slots) block indices within the sequence.
+    pub table: Vec<u32>,
+    /// (blocks − 2, slots): the slots left out of the key set (they repeat a global block).
+    pub absent: Vec<bool>,
+}
+
+impl KeyBlocks {
+    /// The absent slots as penalties, (blocks − 2, slots).
+    fn absent_penalties(&self) -> Vec<f32> {
+        self.absent.iter().map(|&a| if a { ABSENT_SLOT_PENALTY } else { 0.0 }).collect()
+    }
+}
+
+/// Block-sparse attention over q, k, v of shape (b, n, heads·d), n = blocks · block size;
+/// the result is (b, n, heads·d). See the module for the bodies.
+pub fn block_sparse_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    masks: &BlockSparseMask,
+    keys: &KeyBlocks,
+) -> candle_core::Result<Tensor> {
+    let (b, n, hd) = q.dims3()?;
+    let (h, nb, slots, wm) = (keys.heads, keys.blocks, keys.slots, masks.block_size);
+    if h == 0
+        || hd % h != 0
+        || nb < 3
+        || n != nb * wm
+        || keys.table.len() != h * (nb - 2) * slots
+        || keys.absent.len() != (nb - 2) * slots
+        || keys.table.iter().any(|&blk| blk as usize >= nb)
+    {
+        candle_core::bail!(
+            "block_sparse_attention: {n} tokens of {hd} features do not fit {h} heads, {nb} blocks of {wm} and a \
+             table of {} entries for {slots} slots",
+            keys.table.len()
+        )
+    }
+    let d = hd / h;
+    let scale = 1.0 / (d as f64).sqrt();
+    let needs_grad = [q, k, v].iter().any(|t| t.track_op());
+    let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
+    let absent = keys.absent_penalties();
+    if on_cpu && needs_grad {
+        let op = BlockAttention::new(cpu_plan(b, n, masks, keys, &absent, scale)?);
+        return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
+    }
+    let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
+    if on_cpu {
+        let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
+        // Global query blocks 0 and nb−1 attend to every key.
+        let global = super::composed(&global_rows(q, wm, n)?, k, v, scale, Some(&masks.key_penalty), None)?;
+        if let Some(middle) = super::cpu_inference::fused_block_sparse_middle(
+            q,
+            k,
+            v,
+            &masks.mask,
+            wm,
+            &keys.table,
+            slots,
+            &absent,
+            masks.penalty,
+        )? {
+            return merge_heads(&assemble_rows(&global, &middle, geometry)?.broadcast_mul(&masks.query_mask)?);
+        }
+    }
+    let device = q.device();
+    // The table's blocks into (b, h·nb, wm, d) heads, and within a sequence.
+    let index: Vec<u32> = keys
+        .table
+        .chunks(slots * (nb - 2))
+        .enumerate()
+        .flat_map(|(head, rows)| rows.iter().map(move |&blk| (head * nb) as u32 + blk))
+        .collect();
+    let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
+    let local = Tensor::from_vec(keys.table.clone(), h * (nb - 2) * slots, device)?;
+    let (global, middle) = if fused_attention_runs(q) {
+        // The middle blocks' masks: the masked keys gathered by block, or-ed with the absent
+        // slots, one row per (sequence, head, block), spread over the query rows when used.
+        let fm = masks.flash_masks(keys)?;
+        let middle = fm
+            .key_blocks
+            .index_select(&local, 1)?
+            .reshape((b, h, nb - 2, slots * wm))?
+            .broadcast_maximum(&fm.absent)?
+            .reshape((b * h * (nb - 2), 1, 1, slots * wm))?;
+        (KeyMask::Flash(fm.global.clone()), KeyMask::Flash(middle))
+    } else {
+        // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
+        // absent slots' (the same for every sequence and head).
+        let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
+        let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
+        // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
+        let bias = masks
+            .key_penalty
+            .reshape((b, nb, wm))?
+            .index_select(&local, 1)?
+            .reshape((b, h, nb - 2, slots * wm))?
+            .broadcast_add(&absent)?
+            .reshape((b, h * (nb - 2), 1, slots * wm))?;
+        (KeyMask::Penalty(masks.key_penalty.clone()), KeyMask::Penalty(bias))
+    };
+    let inputs = SparseInputs { index, global, middle, query_mask: masks.query_mask.clone() };
+    let heads = if needs_grad {
+        let forward = |q: &Tensor, k: &Tensor, v: &Tensor| sparse_forward(q, k, v, geometry, inputs);
+        crate::function::function3(q, k, v, forward, sparse_backward)?
+    } else {
+        sparse_forward(q, k, v, geometry, inputs)?.0
+    };
+    heads.reshape((b, n, hd))
+}
+
+/// The CPU training kernel's plan: global blocks 0 and nb−1 see every key; block j in between
+/// sees its table row.
+fn cpu_plan(
+    b: usize,
+    n: usize,
+    masks: &BlockSparseMask,
+    keys: &KeyBlocks,
+    absent: &[f32],
+    scale: f64,
+) -> candle_core::Result<AttentionPlan> {
+    let (h, nb, slots, wm) = (keys.heads, keys.blocks, keys.slots, masks.block_size);
+    let mut ranges = Vec::with_capacity(h * nb);
+    for head in 0..h {
+        for j in 0..nb {
+            if j == 0 || j == nb - 1 {
+                ranges.push(vec![KeyRange { start: 0, len: n, penalty: 0.0 }]);
+                continue;
+            }
+            let row = (head * (nb - 2) + j - 1) * slots;
+            ranges.push(
+                (0..slots)
+                    .map(|slot| KeyRange {
+                        start: keys.table[row + slot] as usize * wm,
+                        len: wm,
+                        penalty: absent[(j - 1) * slots + slot],
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(AttentionPlan {
+        batch: b,
+        heads: h,
+        seq_len: n,
+        query_blocks: (0..nb).map(|j| (j * wm, wm)).collect(),
+        keys: ranges,
+        key_penalty: masks.key_penalty.flatten_all()?.to_vec1()?,
+        query_mask: Some(masks.mask.flatten_all()?.to_vec1()?),
+        scale: scale as f32,
+        dropout: None,
+    })
+}
+
+/// The sizes of one block-sparse attention.
+#[derive(Clone, Copy)]
+struct SparseGeometry {
+    b: usize,
+    h: usize,
+    n: usize,
+    d: usize,
+    wm: usize,
+    nb: usize,
+    slots: usize,
+    scale: f64,
+}
+
+impl SparseGeometry {
+    /// The middle query blocks' gathered key or value blocks, (b, h·(nb − 2), slots·wm, d),
+    /// from (b, h, n, d) heads.
+    fn gather(&self, t: &Tensor, index: &Tensor) -> candle_core::Result<Tensor> {
+        t.reshape((self.b, self.h * self.nb, self.wm, self.d))?.index_select(index, 1)?.reshape((
+            self.b,
+            self.h * (self.nb - 2),
+            self.slots * self.wm,
+            self.d,
+        ))
+    }
+}
+
+/// The per-layer tables of block-sparse attention on devices.
+struct SparseInputs {
+    /// The key block of every (head, query block, slot), into (b, h·nb, wm, d).
+    index: Tensor,
+    /// The global query rows' masked keys: penalties (b, 1, 1, n) or a mask (b, 1, 2·wm, n).
+    global: KeyMask,
+    /// The middle query blocks' masked keys among their gathered ones: penalties
+    /// (b, h·(nb − 2), 1, slots·wm) or a mask (b·h·(nb − 2), 1, 1, slots·wm).
+    middle: KeyMask,
+    /// Zeroes padded query rows, (b, 1, n, 1).
+    query_mask: Tensor,
+}
+
+/// How a part's keys are masked: additive penalties for the composed softmax, or flash
+/// attention's UINT8 mask (1 = masked; one row per query row or one for all). They agree: every penalty here underflows exp to
+/// exactly 0, as masking does, and no query row that reaches the output has all its keys
+/// masked (a real token sees its own block).
+enum KeyMask {
+    Penalty(Tensor),
+    Flash(Tensor),
+}
+
+/// What the backward pass of block-sparse attention keeps: each part's query rows and softmax
+/// state. The key and value heads are split again from the op's inputs, and the middle blocks'
+/// gathered again, rather than kept (the gathered ones are 5 + r times the size).
+struct SparseSaved {
+    geometry: SparseGeometry,
+    inputs: SparseInputs,
+    global: AttentionPart,
+    middle: AttentionPart,
+}
+
+/// One softmax(q·kᵀ·scale + bias)·v: its query rows and what its backward pass needs.
+struct AttentionPart {
+    q: Tensor,
+    softmax: PartSoftmax,
+}
+
+/// A part's softmax state for its backward pass.
+enum PartSoftmax {
+    /// Composed: the probabilities in f32 (cast to the compute dtype again for the matmuls).
+    Composed(Tensor),
+    /// One flash attention launch: its output, row statistics and mask (before it is spread
+    /// over the query rows); no probabilities.
+    Flash { out: Tensor, state: FlashState, mask: Tensor },
+}
+
+impl AttentionPart {
+    /// The part over (batch, heads, rows, d) q and (batch, heads, keys, d) k, v. A flash mask
+    /// of one row per (sequence, head) folds the heads into the batch: flash attention takes
+    /// at most 256 heads, and a mask per batch row but not per head and batch row at once.
+    fn forward(q: Tensor, k: &Tensor, v: &Tensor, scale: f64, keys: &KeyMask) -> candle_core::Result<(Tensor, Self)> {
+        let bias = match keys {
+            KeyMask::Flash(mask) => {
+                let (b, h, _, _) = q.dims4()?;
+                let outer = (mask.dim(0)?, b * h / mask.dim(0)?);
+                let fold = |t: &Tensor| fold_heads(t, outer);
+                let spread = spread_rows(mask, q.dim(2)?)?;
+                let (out, state) = flash_attention_heads(&fold(&q)?, &fold(k)?, &fold(v)?, &spread, scale)?;
+                let ctx = out.reshape(q.shape())?;
+                return Ok((ctx, Self { q, softmax: PartSoftmax::Flash { out, state, mask: mask.clone() } }));
+            }
+            KeyMask::Penalty(bias) => bias,
+        };
+        let scores = (matmul(&q, &k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(bias)?;
+        let probs_f32 = crate::softmax_last_dim_f32(&scores)?;
+        let out = matmul(&probs_f32.to_dtype(v.dtype())?, v)?;
+        Ok((out, Self { q, softmax: PartSoftmax::Composed(probs_f32) }))
+    }
+
+    /// (dq, dk, dv) from the output's gradient, with the forward's keys and values.
+    fn backward(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        grad: &Tensor,
+        scale: f64,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let q = &self.q;
+        match &self.softmax {
+            PartSoftmax::Flash { out, state, mask } => {
+                let (b, h, _, _) = out.dims4()?;
+                let fold = |t: &Tensor| fold_heads(t, (b, h));
+                let mask = spread_rows(mask, q.dim(2)?)?;
+                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(v)?, &mask, out, &fold(grad)?)?;
+                Ok((dq.reshape(q.shape())?, dk.reshape(k.shape())?, dv.reshape(v.shape())?))
+            }
+            PartSoftmax::Composed(probs_f32) => {
+                let d_probs = matmul(grad, &v.t()?)?;
+                let dv = matmul(&probs_f32.to_dtype(v.dtype())?.t()?, grad)?;
+                let d_scores = crate::activation::softmax_last_dim_grad(probs_f32, &d_probs)?;
+                let d_scores = (d_scores.to_dtype(q.dtype())? * scale)?;
+                let dq = matmul(&d_scores, k)?;
+                let dk = matmul(&d_scores.t()?, q)?;
+                Ok((dq, dk, dv))
+            }
+        }
+    }
+}
+
+/// A (batch, heads, 1 or rows, keys) mask as (batch, heads, rows, keys): flash attention takes
+/// no mask broadcast over the query rows.
+fn spread_rows(mask: &Tensor, rows: usize) -> candle_core::Result<Tensor> {
+    let (b, h, _, keys) = mask.dims4()?;
+    mask.broadcast_as((b, h, rows, keys))?.contiguous()
+}
+
+/// (batch, heads, rows, d) viewed as (outer.0, outer.1, rows', d), the same elements.
+fn fold_heads(t: &Tensor, (b, h): (usize, usize)) -> candle_core::Result<Tensor> {
+    let d = t.dim(3)?;
+    t.reshape((b, h, t.elem_count() / (b * h * d), d))
+}
+
+/// The global query blocks (first and last) of (b, h, n, d) heads, as (b, h, 2·wm, d).
+fn global_rows(t: &Tensor, wm: usize, n: usize) -> candle_core::Result<Tensor> {
+    Tensor::cat(&[t.narrow(2, 0, wm)?, t.narrow(2, n - wm, wm)?], 2)
+}
+
+/// Global rows (b, h, 2·wm, d) and middle rows (b, h·(nb − 2), wm, d) back into (b, h, n, d).
+fn assemble_rows(global: &Tensor, middle: &Tensor, g: SparseGeometry) -> candle_core::Result<Tensor> {
+    let middle = middle.reshape((g.b, g.h, g.n - 2 * g.wm, g.d))?;
+    Tensor::cat(&[global.narrow(2, 0, g.wm)?, middle, global.narrow(2, g.wm, g.wm)?], 2)
+}
+
+/// Block-sparse attention over detached q, k, v (b, n, h·d): the context as a (b, n, h, d)
+/// view, and what the backward pass needs.
+fn sparse_forward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: SparseGeometry,
+    inputs: SparseInputs,
+) -> candle_core::Result<(Tensor, SparseSaved)> {
+    let (q, k, v) = (split_heads(q, g.h)?, split_heads(k, g.h)?, split_heads(v, g.h)?);
+    // Global query blocks 0 and nb−1 attend to every key.
+    let (ctx_global, global) = AttentionPart::forward(global_rows(&q, g.wm, g.n)?, &k, &v, g.scale, &inputs.global)?;
+    // Query blocks 1..nb−2 attend to their gathered key blocks.
+    let q_mid = q.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
+    let (k_mid, v_mid) = (g.gather(&k, &inputs.index)?, g.gather(&v, &inputs.index)?);
+    let (ctx_mid, middle) = AttentionPart::forward(q_mid, &k_mid, &v_mid, g.scale, &inputs.middle)?;
+    let ctx = assemble_rows(&ctx_global, &ctx_mid, g)?.broadcast_mul(&inputs.query_mask)?;
+    Ok((ctx.transpose(1, 2)?, SparseSaved { geometry: g, inputs, global, middle }))
+}
+
+/// The gradients of q, k and v from the context's gradient (b, n, h, d): the two parts'
+/// backward passes (the middle one over its key blocks gathered again), the gathered keys'
+/// and values' gradients added back into their blocks with one index-add each.
+fn sparse_backward(
+    s: &SparseSaved,
+    [_, k, v]: [&Tensor; 3],
+    grad: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let g = s.geometry;
+    let (k, v) = (split_heads(k, g.h)?, split_heads(v, g.h)?);
+    let grad = grad.transpose(1, 2)?.contiguous()?.broadcast_mul(&s.inputs.query_mask)?;
+    let (dq_global, dk, dv) = s.global.backward(&k, &v, &global_rows(&grad, g.wm, g.n)?, g.scale)?;
+    let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
+    let (k_mid, v_mid) = (g.gather(&k, &s.inputs.index)?, g.gather(&v, &s.inputs.index)?);
+    let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(&k_mid, &v_mid, &grad_mid, g.scale)?;
+    let scatter = |full: Tensor, gathered: Tensor| -> candle_core::Result<Tensor> {
+        let blocks = (g.b, g.h * g.nb, g.wm, g.d);
+        let gathered = gathered.reshape((g.b, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
+        full.reshape(blocks)?.index_add(&s.inputs.index, &gathered, 1)
+    };
+    let (dk, dv) = (scatter(dk, dk_gathered)?, scatter(dv, dv_gathered)?);
+    let dq = assemble_rows(&dq_global, &dq_mid, g)?;
+    let hd = g.h * g.d;
+    let merge = |t: Tensor| -> candle_core::Result<Tensor> {
+        t.reshape((g.b, g.h, g.n, g.d))?.transpose(1, 2)?.reshape((g.b, g.n, hd))
+    };
+    Ok((Some(merge(dq)?), Some(merge(dk)?), Some(merge(dv)?)))
+}

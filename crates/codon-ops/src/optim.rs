@@ -1,0 +1,202 @@
+//! The optimizer's maths, with a body per device: [`AdamWStep::apply`], the AdamW update of
+//! one flat f32 group (torch's arithmetic), and [`sum_of_squares`], behind the global gradient
+//! norm.
+//! - CPU: in place, three passes over the group instead of a dozen tensor ops that each
+//!   allocate a group-sized temporary; the norm reads the gradients without squaring them
+//!   into a copy.
+//! - Ascend, where the part has it (A2 and later): one `aclnnApplyAdamWV2` in place per group.
+//! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
+use std::sync::OnceLock;
+
+use candle_ascend::fused::{self, AdamWHyper};
+use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+/// The Ascend fused operator of the update.
+const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
+
+/// One optimizer step's AdamW constants, shared by its groups.
+pub struct AdamWStep {
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    weight_decay: f64,
+    eps: f64,
+    /// The step t, from 1.
+    t: i32,
+    /// t − 1 on the device, for the fused operator: one upload per step, shared.
+    device_step: OnceLock<Tensor>,
+}
+
+impl AdamWStep {
+    /// Step `t` (from 1) with learning rate `lr`, this step's β1, β2, weight decay and eps.
+    pub fn new(t: i32, lr: f64, beta1: f64, beta2: f64, weight_decay: f64, eps: f64) -> Self {
+        Self { lr, beta1, beta2, weight_decay, eps, t, device_step: OnceLock::new() }
+    }
+
+    /// The update of the f32 group `theta` from its gradient `g`, with its moments `m` and
+    /// `v`, as torch computes it:
+    /// `m ← m + (1 − β1)(g − m)`, `v ← β2·v + (1 − β2)·g²`,
+    /// `θ ← θ·(1 − lr·wd) − lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + eps)`.
+    /// θ and the moments change in place where the body allows (`Ok(None)`); the composed
+    /// update stores new moments in `m` and `v` and returns the new θ for the caller to keep.
+    pub fn apply(
+        &self,
+        theta: &Tensor,
+        m: &mut Tensor,
+        v: &mut Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let (beta1, beta2, eps) = (self.beta1, self.beta2, self.eps);
+        let step_size = self.lr / (1.0 - beta1.powi(self.t));
+        let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
+        let decay = 1.0 - self.lr * self.weight_decay;
+        if theta.device().is_cpu() {
+            let g = g.contiguous()?;
+            m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
+            v.inplace_op2(&g, &MomentUpdate { beta: beta2, squared: true })?;
+            theta.inplace_op3(m, v, &ParameterUpdate { decay, step_size, bias2_sqrt, eps })?;
+            return Ok(None);
+        }
+        if fused::runs_natively(theta, FUSED_ADAMW, DType::F32) {
+            let step = match self.device_step.get() {
+                Some(s) => s,
+                None => {
+                    let s = Tensor::new(&[(self.t - 1) as f32], theta.device())?;
+                    self.device_step.get_or_init(|| s)
+                }
+            };
+            let hyper = AdamWHyper {
+                lr: self.lr as f32,
+                beta1: beta1 as f32,
+                beta2: beta2 as f32,
+                weight_decay: self.weight_decay as f32,
+                eps: eps as f32,
+            };
+            fused::apply_adamw(theta, m, v, g, step, hyper)?;
+            return Ok(None);
+        }
+        let new_m = (&*m + ((g - &*m)? * (1.0 - beta1))?)?;
+        let new_v = ((&*v * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
+        let denom = ((new_v.sqrt()? / bias2_sqrt)? + eps)?;
+        let updated = ((theta * decay)? - ((&new_m / denom)? * step_size)?)?;
+        (*m, *v) = (new_m, new_v);
+        Ok(Some(updated))
+    }
+}
+
+/// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU, a square
+/// and a sum elsewhere.
+pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
+    let g = g.to_dtype(DType::F32)?;
+    if g.device().is_cpu() {
+        return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
+    }
+    g.sqr()?.sum_all()
+}
+
+/// Elements per parallel task; fixed, so sums do not depend on the thread count.
+const CHUNK: usize = 64 * 1024;
+
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("{op}: expected a contiguous f32 tensor"),
+    }
+}
+
+fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a mut [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
+        _ => candle_core::bail!("{op}: expected a contiguous f32 tensor"),
+    }
+}
+
+/// The CPU body of a moment estimate's update from the gradient, as torch does it: `m ← m + (1 − β)·(g − m)`
+/// (`lerp`) for the first moment, `v ← β·v + (1 − β)·g²` for the second.
+struct MomentUpdate {
+    /// The decay β.
+    beta: f64,
+    /// Average g² instead of g.
+    squared: bool,
+}
+
+impl InplaceOp2 for MomentUpdate {
+    fn name(&self) -> &'static str {
+        "adamw_moment"
+    }
+
+    fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, g: &CpuStorage, gl: &Layout) -> candle_core::Result<()> {
+        let (m, g) = (f32_slice_mut(dst, dst_l, self.name())?, f32_slice(g, gl, self.name())?);
+        if m.len() != g.len() {
+            candle_core::bail!("adamw_moment: {} moments for {} gradients", m.len(), g.len());
+        }
+        let (beta, rest) = (self.beta as f32, (1.0 - self.beta) as f32);
+        let squared = self.squared;
+        m.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).for_each(|(m, g)| {
+            if squared {
+                m.iter_mut().zip(g).for_each(|(m, &g)| *m = *m * beta + g * g * rest);
+            } else {
+                m.iter_mut().zip(g).for_each(|(m, &g)| *m += (g - *m) * rest);
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The CPU body of `θ ← θ·(1 − lr·wd) − step_size · m / (√v / √(1 − β₂ᵗ) + eps)`.
+struct ParameterUpdate {
+    /// 1 − lr·weight_decay.
+    decay: f64,
+    /// lr / (1 − β₁ᵗ).
+    step_size: f64,
+    /// √(1 − β₂ᵗ).
+    bias2_sqrt: f64,
+    /// Adam's epsilon.
+    eps: f64,
+}
+
+impl InplaceOp3 for ParameterUpdate {
+    fn name(&self) -> &'static str {
+        "adamw_parameter"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dst_l: &Layout,
+        m: &CpuStorage,
+        ml: &Layout,
+        v: &CpuStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<()> {
+        let theta = f32_slice_mut(dst, dst_l, self.name())?;
+        let (m, v) = (f32_slice(m, ml, self.name())?, f32_slice(v, vl, self.name())?);
+        if m.len() != theta.len() || v.len() != theta.len() {
+            candle_core::bail!("adamw_parameter: {} weights, {} and {} moments", theta.len(), m.len(), v.len());
+        }
+        let (decay, step, b2, eps) =
+            (self.decay as f32, self.step_size as f32, self.bias2_sqrt as f32, self.eps as f32);
+        theta.par_chunks_mut(CHUNK).zip(m.par_chunks(CHUNK)).zip(v.par_chunks(CHUNK)).for_each(|((t, m), v)| {
+            for ((t, &m), &v) in t.iter_mut().zip(m).zip(v) {
+                *t = *t * decay - m / (v.sqrt() / b2 + eps) * step;
+            }
+        });
+        Ok(())
+    }
+}
+
+/// The CPU body of Σ g² of an f32 tensor, as a scalar.
+struct SumOfSquares;
+
+impl CustomOp1 for SumOfSquares {
+    fn name(&self) -> &'static str {
+        "sum_of_squares"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let g = f32_slice(s, l, self.name())?;
+        let partial: Vec<f32> = g.par_chunks(CHUNK).map(|c| c.iter().map(|x| x * x).sum::<f32>()).collect();
+        Ok((CpuStorage::F32(vec![partial.iter().sum()]), Shape::from(())))
+    }
+}
