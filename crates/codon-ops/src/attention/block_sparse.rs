@@ -307,7 +307,8 @@ struct AttentionPart {
 
 /// A part's softmax state for its backward pass.
 enum PartSoftmax {
-    /// Composed: the probabilities in f32 (cast to the compute dtype again for the matmuls).
+    /// Composed: the penalties. The backward pass computes the f32 probabilities again
+    /// (five launches) rather than keep them: they are the largest activation of a layer.
     Composed(Tensor),
     /// One flash attention launch: its output, row statistics and mask (before it is spread
     /// over the query rows); no probabilities.
@@ -331,40 +332,63 @@ impl AttentionPart {
             }
             KeyMask::Penalty(bias) => bias,
         };
-        let scores = (matmul(&q, &k.t()?)? * scale)?.to_dtype(DType::F32)?.broadcast_add(bias)?;
-        let probs_f32 = crate::softmax_last_dim_f32(&scores)?;
-        let out = matmul(&probs_f32.to_dtype(v.dtype())?, v)?;
-        Ok((out, Self { q, softmax: PartSoftmax::Composed(probs_f32) }))
+        let mut probs = probabilities(&q, k, bias, scale)?;
+        probs = probs.to_dtype(v.dtype())?;
+        let out = matmul(&probs, v)?;
+        Ok((out, Self { q, softmax: PartSoftmax::Composed(bias.clone()) }))
     }
 
     /// (dq, dk, dv) from the output's gradient, with the forward's keys and values.
+    /// (dq, dk, dv) from the output's gradient, with the forward's keys and values (taken, so
+    /// that they can be dropped as soon as they have been used).
     fn backward(
         &self,
-        k: &Tensor,
-        v: &Tensor,
+        k: Tensor,
+        v: Tensor,
         grad: &Tensor,
         scale: f64,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         let q = &self.q;
+        let (k, v) = (&k, v);
         match &self.softmax {
             PartSoftmax::Flash { out, state, mask } => {
                 let (b, h, _, _) = out.dims4()?;
                 let fold = |t: &Tensor| fold_heads(t, (b, h));
                 let mask = spread_rows(mask, q.dim(2)?)?;
-                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(v)?, &mask, out, &fold(grad)?)?;
+                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(&v)?, &mask, out, &fold(grad)?)?;
                 Ok((dq.reshape(q.shape())?, dk.reshape(k.shape())?, dv.reshape(v.shape())?))
             }
-            PartSoftmax::Composed(probs_f32) => {
-                let d_probs = matmul(grad, &v.t()?)?;
-                let dv = matmul(&probs_f32.to_dtype(v.dtype())?.t()?, grad)?;
-                let d_scores = crate::activation::softmax_last_dim_grad(probs_f32, &d_probs)?;
-                let d_scores = (d_scores.to_dtype(q.dtype())? * scale)?;
+            PartSoftmax::Composed(bias) => {
+                // Each (rows × keys) temporary, and v, is dropped as soon as it has been used:
+                // at most three such temporaries are alive at once.
+                let dtype = v.dtype();
+                let mut d_probs = matmul(grad, &v.t()?)?;
+                drop(v);
+                d_probs = d_probs.to_dtype(DType::F32)?;
+                let mut probs = probabilities(q, k, bias, scale)?;
+                let mut d_scores = crate::activation::softmax_last_dim_grad(&probs, &d_probs)?;
+                drop(d_probs);
+                probs = probs.to_dtype(dtype)?;
+                let dv = matmul(&probs.t()?, grad)?;
+                drop(probs);
+                d_scores = d_scores.to_dtype(q.dtype())?;
+                d_scores = (d_scores * scale)?;
                 let dq = matmul(&d_scores, k)?;
                 let dk = matmul(&d_scores.t()?, q)?;
                 Ok((dq, dk, dv))
             }
         }
     }
+}
+
+/// softmax(q·kᵀ·scale + bias) in f32.
+/// Each step replaces the last, so one (rows × keys) temporary is alive besides the result.
+fn probabilities(q: &Tensor, k: &Tensor, bias: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
+    let mut scores = matmul(q, &k.t()?)?;
+    scores = (scores * scale)?;
+    scores = scores.to_dtype(DType::F32)?;
+    scores = scores.broadcast_add(bias)?;
+    crate::softmax_last_dim_f32(&scores)
 }
 
 /// A (batch, heads, 1 or rows, keys) mask as (batch, heads, rows, keys): flash attention takes
@@ -422,10 +446,10 @@ fn sparse_backward(
     let g = s.geometry;
     let (k, v) = (split_heads(k, g.h)?, split_heads(v, g.h)?);
     let grad = grad.transpose(1, 2)?.contiguous()?.broadcast_mul(&s.inputs.query_mask)?;
-    let (dq_global, dk, dv) = s.global.backward(&k, &v, &global_rows(&grad, g.wm, g.n)?, g.scale)?;
-    let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
     let (k_mid, v_mid) = (g.gather(&k, &s.inputs.index)?, g.gather(&v, &s.inputs.index)?);
-    let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(&k_mid, &v_mid, &grad_mid, g.scale)?;
+    let (dq_global, dk, dv) = s.global.backward(k, v, &global_rows(&grad, g.wm, g.n)?, g.scale)?;
+    let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
+    let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(k_mid, v_mid, &grad_mid, g.scale)?;
     let scatter = |full: Tensor, gathered: Tensor| -> candle_core::Result<Tensor> {
         let blocks = (g.b, g.h * g.nb, g.wm, g.d);
         let gathered = gathered.reshape((g.b, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
