@@ -47,6 +47,15 @@ fn run() -> anyhow::Result<()> {
     println!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);
     println!("BF16:            {}", if soc.has_bf16() { "yes" } else { "no (use --precision f16)" });
     println!("ASCEND_OPP_PATH: {}", std::env::var("ASCEND_OPP_PATH").unwrap_or_else(|_| "(not set)".into()));
+    match tk.hccl_path() {
+        Some(path) => println!("HCCL:            {}", path.display()),
+        None => println!("HCCL:            not found (multi-NPU training needs libhccl.so)"),
+    }
+    let timeouts = ascend::HcclTimeouts::from_env(soc);
+    for (name, effective) in [("HCCL_CONNECT_TIMEOUT", timeouts.connect_s), ("HCCL_EXEC_TIMEOUT", timeouts.exec_s)] {
+        let set = std::env::var(name).unwrap_or_else(|_| "not set".into());
+        println!("{name}: {set} (effective {effective:.0} s)");
+    }
     println!("op coverage on {} (candle op: f32 / f16 / bf16):", soc.name);
     for op in ascend::op_table::all_ops() {
         let cells: Vec<String> = [ascend::DType::F32, ascend::DType::F16, ascend::DType::BF16]

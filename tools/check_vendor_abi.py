@@ -43,9 +43,9 @@ def fetch(cache: Path) -> Path:
     return out / "torch_npu"
 
 
-def our_prototypes():
-    text = (CRATE / "src" / "ffi" / "loader.rs").read_text()
-    block = text[text.index("runtime_api! {"):]
+def our_prototypes(file="loader.rs", macro="runtime_api! {"):
+    text = (CRATE / "src" / "ffi" / file).read_text()
+    block = text[text.index(macro):]
     block = block[:block.index("\n}")]
     protos = []
     for m in re.finditer(r"(\w+): fn\(([^)]*)\)(?: -> (\w+))?;", block):
@@ -67,7 +67,7 @@ def emulator_prototypes():
     protos = []
     for src in sorted((CRATE / "csrc").glob("*.c")):
         text = src.read_text()
-        for m in re.finditer(r"SIM_EXPORT\s+([^;{]*?)\b(acl(?!sim)\w+)\s*\(([^)]*)\)\s*\{", text, re.S):
+        for m in re.finditer(r"SIM_EXPORT\s+([^;{]*?)\b((?:acl(?!sim)|Hccl)\w+)\s*\(([^)]*)\)\s*\{", text, re.S):
             ret, name, params = " ".join(m.group(1).split()), m.group(2), " ".join(m.group(3).split())
             if name.endswith("GetWorkspaceSize") or name + "GetWorkspaceSize" in text:
                 continue
@@ -81,7 +81,7 @@ def cpp_type(rust: str) -> str:
         return "void*"
     if rust in ("AclError", "AclnnStatus"):
         return "int32_t"
-    if rust.endswith("Ptr") or rust == "AclrtStream":
+    if rust.endswith("Ptr") or rust in ("AclrtStream", "HcclComm"):
         return "void*"
     return RUST_TO_CPP[rust]
 
@@ -98,6 +98,12 @@ def our_constants():
     return consts
 
 
+def our_hccl_constants():
+    text = (CRATE / "src" / "ffi" / "hccl.rs").read_text()
+    consts = {m.group(1): int(m.group(2).replace("_", "")) for m in re.finditer(r"pub const (HCCL_\w+): \w+ = ([\d_]+);", text)}
+    return consts
+
+
 CHECK = r"""
 #include <cstddef>
 #include <cstdint>
@@ -105,6 +111,7 @@ CHECK = r"""
 #include "acl/acl.h"
 #include "acl/acl_rt.h"
 #include "acl/error_codes/rt_error_codes.h"
+#include "hccl/hccl.h"
 typedef struct aclOpExecutor aclOpExecutor;
 typedef struct aclTensor aclTensor;
 typedef struct aclScalar aclScalar;
@@ -133,6 +140,9 @@ template <class R, class S, class... B> struct abi<R (*)(), S (*)(B...)> {
 %(hide)s
 namespace sim {
 #include "sim.h"
+typedef struct { char internal[4108]; } HcclRootInfo;
+typedef void *HcclComm;
+typedef int32_t HcclResult;
 %(emulator)s
 }
 %(unhide)s
@@ -157,6 +167,13 @@ def main():
         vendor = "_%s" % name if name in vendor_typedefs else "decltype(&%s)" % name
         checks.append('static_assert(abi<%s, %s>::value, "prototype of %s differs from the vendor header");'
                       % (vendor, ours, name))
+    for name, params, ret in our_prototypes("hccl.rs", "hccl_api! {"):
+        ours = "%s (*)(%s)" % (cpp_type(ret) if ret != "()" else "void", ", ".join(cpp_type(p) for p in params))
+        checks.append('static_assert(abi<decltype(&::%s), %s>::value, "prototype of %s differs from the vendor header");'
+                      % (name, ours, name))
+    for const, value in sorted(our_hccl_constants().items()):
+        checks.append('static_assert((long long)(%s) == %dLL, "%s is not %d in the vendor header");'
+                      % (const, value, const, value))
     emulator = emulator_prototypes()
     for name, _ in emulator:
         vendor = ("_%s" % name if name in vendor_typedefs else OPBASE_ONLY[name] if name in OPBASE_ONLY
@@ -180,12 +197,14 @@ def main():
                                 "emulator": "\n".join(proto for _, proto in emulator),
                                 "hide": hide, "unhide": unhide})
         r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(inc / "acl" / "inc"),
+                            "-I", str(inc / "hccl" / "inc"), "-I", str(inc.parent),
                             "-I", str(CRATE / "csrc"), str(src)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             failures.append(r.stderr.strip())
     print("vendor ABI: %d FFI prototypes, %d emulator prototypes and %d constants compared against %s headers"
-          % (len(our_prototypes()), len(emulator), len(our_constants()), WHEEL))
+          % (len(our_prototypes()) + len(our_prototypes("hccl.rs", "hccl_api! {")), len(emulator),
+             len(our_constants()) + len(our_hccl_constants()), WHEEL))
     strings = subprocess.run(["strings", str(pkg / "lib" / "libtorch_npu.so")], capture_output=True, text=True,
                              check=True).stdout.split()
     known = {s for s in strings if s.startswith("aclnn")}

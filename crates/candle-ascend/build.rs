@@ -1,5 +1,5 @@
-//! Builds the emulated CANN toolkit: `csrc/*.c` become `libascendcl.so`, `libnnopbase.so` and
-//! `libopapi.so` in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
+//! Builds the emulated CANN toolkit: `csrc/*.c` become `libascendcl.so`, `libnnopbase.so`,
+//! `libopapi.so` and `libhccl.so` in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
 //! crate loads through the same libloading path as real CANN. `soc/op_support.tsv`, the one
 //! table of per-SoC op support, becomes the C header the emulated ops check against.
 use std::fmt::Write as _;
@@ -92,10 +92,19 @@ fn main() {
     link(&lib64, &out, "ascendcl", "ascendcl.c", &[]);
     link(&lib64, &out, "nnopbase", "nnopbase.c", &["ascendcl"]);
     link(&lib64, &out, "opapi", "opapi.c", &["ascendcl", "nnopbase"]);
+    link(&lib64, &out, "hccl", "hccl.c", &["ascendcl", "rt"]);
     std::fs::write(root.join("version.cfg"), "# emulated CANN toolkit (candle-ascend npu-sim)\nversion=8.0.sim\n")
         .expect("write version.cfg");
     println!("cargo:rustc-env=CANDLE_ASCEND_SIM_ROOT={}", root.display());
-    for f in ["build.rs", "soc/op_support.tsv", "csrc/sim.h", "csrc/ascendcl.c", "csrc/nnopbase.c", "csrc/opapi.c"] {
+    for f in [
+        "build.rs",
+        "soc/op_support.tsv",
+        "csrc/sim.h",
+        "csrc/ascendcl.c",
+        "csrc/nnopbase.c",
+        "csrc/opapi.c",
+        "csrc/hccl.c",
+    ] {
         println!("cargo:rerun-if-changed={f}");
     }
 }

@@ -12,7 +12,10 @@
 /* Device addresses are host addresses with bit 62 set: non-canonical on x86-64 and aarch64,
  * so a host dereference of a device pointer faults instead of silently working. */
 #define DEVICE_TAG (1ull << 62)
-#define DEVICE_COUNT 2
+/* CANDLE_ASCEND_SIM_DEVICES emulated devices, 1..MAX_DEVICES; 8 by default, as a training server. */
+#define MAX_DEVICES 16
+#define DEFAULT_DEVICES 8
+static int g_device_count = DEFAULT_DEVICES;
 /* Stream work runs when the host waits for it, or once this many tasks are queued: a host
  * read that skips the synchronisation sees stale memory, deterministically. */
 #define LAZY_DEPTH 64
@@ -59,6 +62,8 @@ static OpCount g_ops[256];
 static int g_nops;
 static uint64_t g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs;
 static uint64_t g_current, g_peak;
+/* Device memory in use on each device: each has its own HBM. */
+static uint64_t g_device_bytes[MAX_DEVICES];
 static long g_fail_alloc_at = -1; /* 1-based index of the aclrtMalloc call that fails */
 static char g_fail_op[128];
 
@@ -84,6 +89,22 @@ SIM_EXPORT int aclsimSocFamily(void) { return g_soc->family; }
 static int g_no_math;
 
 SIM_EXPORT int aclsimNoMath(void) { return g_no_math; }
+
+/* CANDLE_ASCEND_SIM_DEVICES: a number in 1..MAX_DEVICES, or aclInit fails. */
+static int read_devices(void) {
+    const char *v = getenv("CANDLE_ASCEND_SIM_DEVICES");
+    if (!v || !*v) return 1;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 1 || n > MAX_DEVICES) {
+        aclsimSetError("CANDLE_ASCEND_SIM_DEVICES=%s: expected a device count from 1 to %d", v, MAX_DEVICES);
+        return 0;
+    }
+    g_device_count = (int)n;
+    return 1;
+}
+
+SIM_EXPORT int aclsimDeviceCount(void) { return g_device_count; }
 
 static void read_faults(void) {
     const char *a = getenv("CANDLE_ASCEND_SIM_FAIL_ALLOC");
@@ -143,7 +164,7 @@ SIM_EXPORT aclError aclInit(const char *config) {
     (void)config;
     pthread_mutex_lock(&g_lock);
     int again = g_initialized;
-    if (!again && !read_soc()) {
+    if (!again && !(read_soc() && read_devices())) {
         pthread_mutex_unlock(&g_lock);
         return ACL_ERROR_INVALID_PARAM;
     }
@@ -158,14 +179,14 @@ SIM_EXPORT aclError aclFinalize(void) { return ACL_SUCCESS; }
 SIM_EXPORT aclError aclrtGetDeviceCount(uint32_t *count) {
     if (!count) return ACL_ERROR_INVALID_PARAM;
     if (!g_initialized) return ACL_ERROR_UNINITIALIZE;
-    *count = DEVICE_COUNT;
+    *count = (uint32_t)g_device_count;
     return ACL_SUCCESS;
 }
 
 SIM_EXPORT aclError aclrtSetDevice(int32_t id) {
     if (!g_initialized) return ACL_ERROR_UNINITIALIZE;
-    if (id < 0 || id >= DEVICE_COUNT) {
-        aclsimSetError("aclrtSetDevice: device id %d out of range 0..%d", id, DEVICE_COUNT - 1);
+    if (id < 0 || id >= g_device_count) {
+        aclsimSetError("aclrtSetDevice: device id %d out of range 0..%d", id, g_device_count - 1);
         return ACL_ERROR_RT_INVALID_DEVICEID;
     }
     t_device = id;
@@ -188,14 +209,14 @@ SIM_EXPORT aclError aclrtGetMemInfo(int attr, size_t *free_bytes, size_t *total)
     if (t_device < 0) return ACL_ERROR_RT_PARAM_INVALID;
     pthread_mutex_lock(&g_lock);
     *total = g_soc->hbm;
-    *free_bytes = g_soc->hbm - g_current;
+    *free_bytes = g_soc->hbm - g_device_bytes[t_device];
     pthread_mutex_unlock(&g_lock);
     return ACL_SUCCESS;
 }
 
 /* ---- device memory -------------------------------------------------------------------- */
 
-typedef struct { uintptr_t host; uint64_t size; } Block;
+typedef struct { uintptr_t host; uint64_t size; int device; } Block;
 static Block *g_blocks;
 static size_t g_nblocks, g_capblocks;
 
@@ -230,7 +251,7 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
     g_allocs++;
     int fail = g_fail_alloc_at > 0 && (long)g_allocs >= g_fail_alloc_at; /* from the Nth call on */
     uint64_t rounded = (size + 31) / 32 * 32 + 32; /* CANN: a multiple of 32, plus 32 */
-    if (fail || g_current + rounded > g_soc->hbm) {
+    if (fail || g_device_bytes[t_device] + rounded > g_soc->hbm) {
         pthread_mutex_unlock(&g_lock);
         aclsimSetError("aclrtMalloc: out of device memory allocating %zu bytes%s", size,
                        fail ? " (injected by CANDLE_ASCEND_SIM_FAIL_ALLOC)" : "");
@@ -245,8 +266,9 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
         g_capblocks = g_capblocks ? 2 * g_capblocks : 1024;
         g_blocks = realloc(g_blocks, g_capblocks * sizeof *g_blocks);
     }
-    g_blocks[g_nblocks++] = (Block){(uintptr_t)host, rounded};
+    g_blocks[g_nblocks++] = (Block){(uintptr_t)host, rounded, t_device};
     g_current += rounded;
+    g_device_bytes[t_device] += rounded;
     if (g_current > g_peak) g_peak = g_current;
     pthread_mutex_unlock(&g_lock);
     *ptr = (void *)((uintptr_t)host | DEVICE_TAG);
@@ -264,6 +286,7 @@ SIM_EXPORT aclError aclrtFree(void *ptr) {
     for (size_t i = 0; i < g_nblocks; i++) {
         if (g_blocks[i].host == host) {
             g_current -= g_blocks[i].size;
+            g_device_bytes[g_blocks[i].device] -= g_blocks[i].size;
             g_frees++;
             g_blocks[i] = g_blocks[--g_nblocks];
             pthread_mutex_unlock(&g_lock);
@@ -278,13 +301,16 @@ SIM_EXPORT aclError aclrtFree(void *ptr) {
 
 /* ---- streams: one worker thread each, tasks run in order --------------------------------- */
 
-typedef struct Task { void (*fn)(void *); void *ctx; struct Task *next; } Task;
+typedef struct Task { void (*fn)(void *); void *ctx; struct Task *next; int eager; } Task;
 typedef struct Stream {
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake, idle;
     Task *head, *tail;
     int queued, waiters, busy, stop;
+    /* Queued tasks that must run without waiting for the host (collectives: other devices'
+     * streams wait on them). */
+    int eager;
     /* An AI Core exception of a task of this stream, reported by its next synchronisation. */
     char fault[512];
     int has_fault;
@@ -298,13 +324,14 @@ static void *stream_main(void *arg) {
     Stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!(s->head && (s->waiters || s->stop || s->queued >= LAZY_DEPTH)) && !(s->stop && !s->head))
+        while (!(s->head && (s->waiters || s->stop || s->eager || s->queued >= LAZY_DEPTH)) && !(s->stop && !s->head))
             pthread_cond_wait(&s->wake, &s->lock);
         if (!s->head && s->stop) break;
         Task *t = s->head;
         s->head = t->next;
         if (!s->head) s->tail = NULL;
         s->queued--;
+        s->eager -= t->eager;
         s->busy = 1;
         pthread_mutex_unlock(&s->lock);
         t_running = s;
@@ -344,7 +371,7 @@ SIM_EXPORT aclError aclrtCreateStream(aclrtStream *out) {
 }
 
 /* ACL: a NULL stream is the device's default stream (of the device bound to this thread). */
-static Stream *g_default_streams[DEVICE_COUNT];
+static Stream *g_default_streams[MAX_DEVICES];
 
 static Stream *stream_of(aclrtStream stream) {
     if (stream) return stream;
@@ -417,18 +444,29 @@ SIM_EXPORT aclError aclrtDestroyStream(aclrtStream stream) {
     return ACL_SUCCESS;
 }
 
-SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx) {
+static int enqueue_task(aclrtStream stream, void (*fn)(void *), void *ctx, int eager) {
     Stream *s = stream_of(stream);
     if (!s) return -1;
     Task *t = malloc(sizeof *t);
-    *t = (Task){fn, ctx, NULL};
+    if (!t) return -1;
+    *t = (Task){fn, ctx, NULL, eager};
     pthread_mutex_lock(&s->lock);
     if (s->tail) s->tail->next = t; else s->head = t;
     s->tail = t;
     s->queued++;
+    s->eager += eager;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     return 0;
+}
+
+SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx) {
+    return enqueue_task(stream, fn, ctx, 0);
+}
+
+/* A task that runs, with everything queued before it, without waiting for the host. */
+SIM_EXPORT int aclsimEnqueueEager(aclrtStream stream, void (*fn)(void *), void *ctx) {
+    return enqueue_task(stream, fn, ctx, 1);
 }
 
 /* ---- pinned host memory --------------------------------------------------------------- */
@@ -455,7 +493,7 @@ SIM_EXPORT aclError aclrtMallocHost(void **ptr, size_t size) {
         g_cappinned = g_cappinned ? 2 * g_cappinned : 64;
         g_pinned = realloc(g_pinned, g_cappinned * sizeof *g_pinned);
     }
-    g_pinned[g_npinned++] = (Block){(uintptr_t)host, size};
+    g_pinned[g_npinned++] = (Block){(uintptr_t)host, size, -1};
     pthread_mutex_unlock(&g_lock);
     *ptr = host;
     return ACL_SUCCESS;

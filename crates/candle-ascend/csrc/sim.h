@@ -81,11 +81,14 @@ typedef struct aclOpExecutor {
 SIM_EXPORT void aclsimSetError(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 SIM_EXPORT void *aclsimHostPtr(const void *dev, uint64_t bytes);
 SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx);
+SIM_EXPORT int aclsimEnqueueEager(aclrtStream stream, void (*fn)(void *), void *ctx);
+SIM_EXPORT aclError aclrtGetDevice(int32_t *id);
 SIM_EXPORT void aclsimCountLaunch(const char *op);
 SIM_EXPORT int aclsimFailOp(const char *op);
 SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 SIM_EXPORT int aclsimSocFamily(void);
 SIM_EXPORT int aclsimNoMath(void);
+SIM_EXPORT int aclsimDeviceCount(void);
 SIM_EXPORT aclOpExecutor *aclsimNewExecutor(const char *op, void (*run)(aclOpExecutor *), uint64_t workspace_size);
 SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e);
 SIM_EXPORT void aclsimRunExecutor(void *arg);

@@ -95,6 +95,32 @@ pub enum AscendError {
         /// Each refused op with its operands and the reason.
         refused: Vec<String>,
     },
+    /// An HCCL call failed.
+    #[error("{call} failed on rank {rank} of {ranks} ({device}) with HcclResult {code} ({text}){}", message_suffix(.message))]
+    Hccl {
+        /// The HCCL function.
+        call: &'static str,
+        /// This rank.
+        rank: usize,
+        /// The communicator's size.
+        ranks: usize,
+        /// The rank's device, e.g. `npu:3`.
+        device: String,
+        /// The `HcclResult`.
+        code: i32,
+        /// `HcclGetErrorString`.
+        text: String,
+        /// The toolkit's most recent error message, if any.
+        message: Option<String>,
+    },
+    /// A collective's arguments that cannot be right (checked before HCCL is called).
+    #[error("{call}: {detail}")]
+    Collective {
+        /// The collective.
+        call: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
     /// A device string that does not parse.
     #[error("unknown device {0:?} (expected cpu, npu:N or npu-sim:N)")]
     BadDevice(String),

@@ -30,7 +30,7 @@ pub mod storage;
 pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
-pub use runtime::{AscendDevice, DeviceCounters, SimCounters};
+pub use runtime::{AscendDevice, Communicator, DeviceCounters, HcclTimeouts, ReduceOp, RootInfo, SimCounters};
 pub use soc::{Soc, SocFamily};
 pub use storage::AscendStorage;
 

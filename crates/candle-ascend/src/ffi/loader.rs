@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use libloading::Library;
 
+use super::hccl::HcclApi;
 use super::types::*;
 use crate::error::{AscendError, Result};
 
@@ -84,6 +85,7 @@ pub struct Toolkit {
     nnopbase: Library,
     op_libs: Vec<Library>,
     ops: Mutex<HashMap<&'static str, Option<(usize, usize)>>>,
+    hccl: Mutex<Option<Arc<HcclApi>>>,
 }
 
 impl std::fmt::Debug for Toolkit {
@@ -220,7 +222,37 @@ impl Toolkit {
         if code != ACL_SUCCESS && code != ACL_ERROR_REPEAT_INITIALIZE {
             return Err(AscendError::Runtime { call: "aclInit", code, message: recent_message(&api) });
         }
-        Ok(Self { root: root.to_path_buf(), kind, libraries, api, acl, nnopbase, op_libs, ops: Mutex::default() })
+        Ok(Self {
+            root: root.to_path_buf(),
+            kind,
+            libraries,
+            api,
+            acl,
+            nnopbase,
+            op_libs,
+            ops: Mutex::default(),
+            hccl: Mutex::default(),
+        })
+    }
+
+    /// Where this toolkit's `libhccl.so` is, if it has one.
+    pub fn hccl_path(&self) -> Option<PathBuf> {
+        find_lib(&self.root, "libhccl.so")
+    }
+
+    /// HCCL (`libhccl.so`) from this toolkit's root, loaded on first use.
+    pub fn hccl(&self) -> Result<Arc<HcclApi>> {
+        let mut slot = self.hccl.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(api) = &*slot {
+            return Ok(api.clone());
+        }
+        let path = self.hccl_path().ok_or_else(|| AscendError::MissingSymbol {
+            library: format!("{} (lib64)", self.root.display()),
+            symbol: "libhccl.so".into(),
+        })?;
+        let api = Arc::new(HcclApi::load(&path)?);
+        *slot = Some(api.clone());
+        Ok(api)
     }
 
     /// The two phases of aclnn op `name` (e.g. `"aclnnAdd"`), as raw function addresses.

@@ -14,6 +14,8 @@ pub(crate) struct Counters {
     synchronizations: AtomicU64,
     reads: AtomicU64,
     uploads: AtomicU64,
+    collectives: AtomicU64,
+    collective_bytes: AtomicU64,
     driver_bytes: AtomicU64,
     peak_bytes: AtomicU64,
 }
@@ -41,6 +43,11 @@ impl Counters {
         self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn collective(&self, bytes: u64) {
+        self.collectives.fetch_add(1, Ordering::Relaxed);
+        self.collective_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn uploaded(&self) {
         self.uploads.fetch_add(1, Ordering::Relaxed);
     }
@@ -63,6 +70,8 @@ impl Counters {
             synchronizations: self.synchronizations.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
             uploads: self.uploads.load(Ordering::Relaxed),
+            collectives: self.collectives.load(Ordering::Relaxed),
+            collective_bytes: self.collective_bytes.load(Ordering::Relaxed),
             memory_bytes: self.driver_bytes.load(Ordering::Relaxed),
             peak_memory_bytes: self.peak_bytes.load(Ordering::Relaxed),
         }
@@ -82,6 +91,10 @@ pub struct DeviceCounters {
     pub reads: u64,
     /// Host-to-device copies.
     pub uploads: u64,
+    /// HCCL collectives issued (all-reduce, broadcast, barrier).
+    pub collectives: u64,
+    /// Bytes those collectives moved from this rank (each rank's buffer once).
+    pub collective_bytes: u64,
     /// Device memory held from the driver now, cache included, in bytes.
     pub memory_bytes: u64,
     /// The most held at once since the device opened or the last [`crate::AscendDevice::reset_peak_memory`].
@@ -108,6 +121,8 @@ impl DeviceCounters {
             synchronizations: self.synchronizations - earlier.synchronizations,
             reads: self.reads - earlier.reads,
             uploads: self.uploads - earlier.uploads,
+            collectives: self.collectives - earlier.collectives,
+            collective_bytes: self.collective_bytes - earlier.collective_bytes,
             memory_bytes: self.memory_bytes,
             peak_memory_bytes: self.peak_memory_bytes,
         }

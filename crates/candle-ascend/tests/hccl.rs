@@ -1,0 +1,189 @@
+//! The emulator's HCCL (`libhccl.so`) through `candle_ascend::Communicator`: all-reduce of each
+//! reduction and dtype, broadcast and barrier across emulated devices of one process
+//! (`HcclCommInitAll`) and across ranks that join from root info (`HcclCommInitRootInfo`, here
+//! one thread per rank); ranks that disagree, and a rank that never arrives, fail at the
+//! stream's synchronisation instead of hanging.
+use candle_ascend::{AscendDevice, Communicator, ReduceOp};
+use candle_core::{DType, Device, Tensor};
+
+/// One test at a time: the tests share the devices' streams, and collectives of two
+/// communicators queued in different orders on two streams wait on each other (as on hardware).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn devices(n: usize) -> (Vec<Device>, Vec<AscendDevice>) {
+    let devs: Vec<Device> = (0..n).map(|i| candle_ascend::parse_device(&format!("npu-sim:{i}")).unwrap()).collect();
+    let ascend = devs.iter().map(|d| candle_ascend::ascend_device(d).unwrap().clone()).collect();
+    (devs, ascend)
+}
+
+fn has_bf16(d: &AscendDevice) -> bool {
+    d.soc().name.starts_with("Ascend910B")
+}
+
+/// Rank r holds r + 1 + i·(r + 2) at element i.
+fn rank_values(rank: usize, len: usize) -> Vec<f64> {
+    (0..len).map(|i| (rank + 1) as f64 + (i * (rank + 2)) as f64 * 0.5).collect()
+}
+
+#[test]
+fn all_reduce_reduces_every_dtype_and_op_across_two_and_four_devices() {
+    let _serial = serial();
+    for ranks in [2, 4] {
+        let (devs, ascend) = devices(ranks);
+        let comms = Communicator::init_all(&ascend).unwrap();
+        let mut dtypes = vec![DType::F32, DType::F16, DType::I32, DType::I64];
+        if has_bf16(&ascend[0]) {
+            dtypes.push(DType::BF16);
+        }
+        for dtype in dtypes {
+            for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+                let len = 5;
+                let inputs: Vec<Vec<f64>> = (0..ranks).map(|r| rank_values(r, len)).collect();
+                let want: Vec<f64> = (0..len)
+                    .map(|i| {
+                        let col = inputs.iter().map(|v| if dtype.is_int() { v[i].floor() } else { v[i] });
+                        match op {
+                            ReduceOp::Sum => col.sum(),
+                            ReduceOp::Prod => col.product(),
+                            ReduceOp::Max => col.fold(f64::MIN, f64::max),
+                            ReduceOp::Min => col.fold(f64::MAX, f64::min),
+                        }
+                    })
+                    .collect();
+                let tensors: Vec<Tensor> = inputs
+                    .iter()
+                    .zip(&devs)
+                    .map(|(v, d)| Tensor::new(v.as_slice(), d).unwrap().to_dtype(dtype).unwrap())
+                    .collect();
+                for (c, t) in comms.iter().zip(&tensors) {
+                    c.all_reduce(t, op).unwrap();
+                }
+                for (r, t) in tensors.iter().enumerate() {
+                    let got = t.to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        let tol =
+                            if matches!(dtype, DType::F16 | DType::BF16) { 1e-2 * w.abs().max(1.0) } else { 1e-9 };
+                        assert!((g - w).abs() <= tol, "{ranks} ranks, {dtype:?} {op:?}, rank {r}: {got:?} vs {want:?}");
+                    }
+                }
+            }
+        }
+        let counted = ascend[0].counters();
+        assert!(counted.collectives >= 16 && counted.collective_bytes > 0, "{counted:?}");
+    }
+}
+
+#[test]
+fn large_all_reduces_go_in_several_rounds() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    // 3M f32 elements: 12 MB, three rounds of the emulator's 4 MiB slots.
+    let n = 3 << 20;
+    let tensors: Vec<Tensor> =
+        devs.iter().enumerate().map(|(r, d)| Tensor::full((r + 1) as f32, n, d).unwrap()).collect();
+    for (c, t) in comms.iter().zip(&tensors) {
+        c.all_reduce(t, ReduceOp::Sum).unwrap();
+    }
+    for t in &tensors {
+        let v = t.to_vec1::<f32>().unwrap();
+        assert!(v.iter().all(|&x| x == 3.0), "{:?}", &v[..4]);
+    }
+}
+
+#[test]
+fn broadcast_copies_the_roots_tensor_and_barrier_returns() {
+    let _serial = serial();
+    let (devs, ascend) = devices(3);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let tensors: Vec<Tensor> =
+        devs.iter().enumerate().map(|(r, d)| Tensor::new(&[r as f32 * 10.0, 1.0 + r as f32], d).unwrap()).collect();
+    for (c, t) in comms.iter().zip(&tensors) {
+        c.broadcast(t, 1).unwrap();
+        c.barrier().unwrap();
+    }
+    for t in &tensors {
+        assert_eq!(t.to_vec1::<f32>().unwrap(), vec![10.0, 2.0]);
+    }
+    // A root outside the communicator is refused before HCCL is called.
+    let err = comms[0].broadcast(&tensors[0], 3).unwrap_err().to_string();
+    assert!(err.contains("root 3 of 3 ranks"), "{err}");
+}
+
+#[test]
+fn ranks_that_join_from_root_info_reduce_together() {
+    let _serial = serial();
+    let (devs, ascend) = devices(3);
+    let root = Communicator::root_info(&ascend[0]).unwrap();
+    assert_eq!(root.as_bytes().len(), 4108);
+    let results: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|rank| {
+                let (dev, asc, bytes) = (devs[rank].clone(), ascend[rank].clone(), root.as_bytes().to_vec());
+                s.spawn(move || {
+                    let info = candle_ascend::RootInfo::from_bytes(&bytes).unwrap();
+                    let comm = Communicator::init_rank(&asc, 3, rank, &info).unwrap();
+                    let t = Tensor::new(&[rank as f32, 1.0], &dev).unwrap();
+                    comm.all_reduce(&t, ReduceOp::Sum).unwrap();
+                    t.to_vec1::<f32>().unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        assert_eq!(r, vec![3.0, 3.0]);
+    }
+    let err = candle_ascend::RootInfo::from_bytes(&[0; 12]).unwrap_err().to_string();
+    assert!(err.contains("4108 bytes"), "{err}");
+}
+
+#[test]
+fn ranks_that_disagree_fail_at_synchronisation() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let a = Tensor::zeros(4, DType::F32, &devs[0]).unwrap();
+    let b = Tensor::zeros(5, DType::F32, &devs[1]).unwrap();
+    comms[0].all_reduce(&a, ReduceOp::Sum).unwrap();
+    comms[1].all_reduce(&b, ReduceOp::Sum).unwrap();
+    let err = ascend[0].synchronize().unwrap_err().to_string();
+    assert!(err.contains("ranks disagree") && err.contains("count 4") && err.contains("count 5"), "{err}");
+    assert!(ascend[1].synchronize().is_err());
+}
+
+#[test]
+fn a_rank_that_never_arrives_times_the_others_out() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    // HCCL_EXEC_TIMEOUT is read when the collective runs; the Atlas training series rounds it
+    // down to a multiple of 68 s, so this short wait is for the A2 profile.
+    if !has_bf16(&ascend[0]) {
+        return;
+    }
+    // SAFETY (env): no other test of this binary reads HCCL_EXEC_TIMEOUT's value differently.
+    unsafe { std::env::set_var("HCCL_EXEC_TIMEOUT", "1") };
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let a = Tensor::zeros(4, DType::F32, &devs[0]).unwrap();
+    let start = std::time::Instant::now();
+    comms[0].all_reduce(&a, ReduceOp::Sum).unwrap();
+    let err = ascend[0].synchronize().unwrap_err().to_string();
+    assert!(err.contains("HcclResult 9") && err.contains("HCCL_EXEC_TIMEOUT"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(10), "{:?}", start.elapsed());
+}
+
+#[test]
+fn bf16_collectives_are_refused_without_bf16() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let t = Tensor::zeros(4, DType::BF16, &devs[0]);
+    if has_bf16(&ascend[0]) {
+        return;
+    }
+    // No BF16 tensor can even exist on a 910A; the collective check is the HCCL call's.
+    assert!(t.is_err() || comms[0].all_reduce(&t.unwrap(), ReduceOp::Sum).is_err());
+}
