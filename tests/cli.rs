@@ -267,6 +267,15 @@ fn finetune_on_npu_sim_follows_each_part() {
         assert!(stdout.contains(&format!("({soc}), precision {chosen}")), "{soc} {precision}: {stdout}");
         assert!(stdout.contains("preflight on") && stdout.contains("2 optimizer steps"), "{stdout}");
     }
+    // Two emulated devices, data-parallel over the emulator's HCCL.
+    let o = Command::new(example("finetune"))
+        .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0", "--num_gpus", "2"])
+        .args(["--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "--num_gpus 2: {stdout}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("data-parallel over HCCL") && stdout.contains("2 optimizer steps"), "{stdout}");
     let o = train("Ascend910A", "bf16");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());

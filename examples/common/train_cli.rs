@@ -114,14 +114,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let args = Args::parse();
     // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
     let demo = args.dataset_dir.is_none();
-    if args.num_gpus != 1 {
-        anyhow::bail!(
-            "--num_gpus {}: training on several devices is not supported yet; use --num_gpus 1",
-            args.num_gpus
-        );
-    }
     let out_dir = PathBuf::from("demo-output");
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let devices = data_parallel_devices(&device, args.num_gpus)?;
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
     if no_math {
@@ -207,8 +202,30 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         }
     };
     println!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
-    let model =
-        MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
+    // One replica per device; rank 0's weights reach the others by broadcast when training starts.
+    let mut replicas = Vec::with_capacity(devices.len());
+    for d in &devices[1..] {
+        let weights = model
+            .named_parameters()
+            .into_iter()
+            .map(|(n, t)| Ok((n, t.to_device(d)?)))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        replicas.push(BigBirdForMaskedLM::from_named(config.clone(), weights.into_iter().collect())?);
+    }
+    replicas.insert(0, model);
+    let replicas = replicas
+        .into_iter()
+        .map(|m| {
+            Ok(MaskedLmModel::new(m, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let model = &replicas[0];
+    if replicas.len() > 1 {
+        println!(
+            "data-parallel over HCCL: {}",
+            devices.iter().map(|d| format!("{:?}", d.location())).collect::<Vec<_>>().join(", ")
+        );
+    }
 
     let dataset = JsonlDataset::open(&dataset_path, MalformedPolicy::Error)?;
     let loader_config = LoaderConfig {
@@ -245,13 +262,13 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
     .build()?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
-        preflight(ascend, &model, precision, model.model().config().block_sparse_probe_len())?;
+        preflight(ascend, model, precision, model.model().config().block_sparse_probe_len())?;
     }
     if let Some(step) = &args.resume {
         println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
     }
     let trainer = Trainer::new(trainer_config);
-    let report = trainer.fit(&model, &data, args.resume.as_deref())?;
+    let report = trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?;
     let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) else {
         anyhow::bail!(
             "nothing to train: the run is already at the end of its {}-step schedule (resumed from a final checkpoint?)",
@@ -299,4 +316,31 @@ fn preflight(
     })?;
     println!("preflight on {}: every op of a training step is supported", ascend.soc().name);
     Ok(())
+}
+
+/// The devices of `--num_gpus n` from `--device`'s: that one and the next n − 1 of its kind.
+/// Several devices train data-parallel over HCCL, which the CPU does not have.
+fn data_parallel_devices(first: &candle_core::Device, n: usize) -> anyhow::Result<Vec<candle_core::Device>> {
+    if n == 0 {
+        anyhow::bail!("--num_gpus must be at least 1");
+    }
+    if n == 1 {
+        return Ok(vec![first.clone()]);
+    }
+    let Some(ascend) = codon_ascend::ascend::ascend_device(first) else {
+        anyhow::bail!(
+            "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator); the CPU trains with --num_gpus 1"
+        );
+    };
+    let name = ascend.name();
+    let (kind, id) = name.rsplit_once(':').unwrap_or(("npu", "0"));
+    let id: usize = id.parse()?;
+    let mut devices = vec![first.clone()];
+    for k in id + 1..id + n {
+        devices.push(
+            codon_ascend::parse_device(&format!("{kind}:{k}"))
+                .map_err(|e| anyhow::anyhow!("--num_gpus {n} from {name}: {e}"))?,
+        );
+    }
+    Ok(devices)
 }

@@ -64,6 +64,16 @@ pub enum TrainError {
         /// The last of them, from 1.
         step: usize,
     },
+    /// One rank of a data-parallel run failed.
+    #[error("rank {rank} of {ranks}: {source}")]
+    Rank {
+        /// The rank that failed.
+        rank: usize,
+        /// The number of ranks.
+        ranks: usize,
+        /// Its error.
+        source: Box<TrainError>,
+    },
 }
 
 /// The first few names and how many more there are.

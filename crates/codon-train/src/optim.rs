@@ -127,6 +127,12 @@ impl Parameters {
             .collect()
     }
 
+    /// Zero gradients in the layout of [`Parameters::gradients`] (a data-parallel rank without
+    /// a micro-batch in a step contributes these).
+    pub fn zero_gradients(&self) -> candle_core::Result<Vec<Tensor>> {
+        self.groups.iter().map(|g| Tensor::zeros(g.values.elem_count(), DType::F32, g.values.device())).collect()
+    }
+
     /// Per-group tensors (as [`Parameters::gradients`] returns) cut back into one view per
     /// parameter, with its name and shape.
     pub fn split(&self, flat: &[Tensor]) -> candle_core::Result<Vec<(String, Tensor)>> {

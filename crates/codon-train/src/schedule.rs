@@ -4,7 +4,7 @@ use crate::error::{Result, TrainError};
 
 /// A schedule: the learning rate (and optionally Adam's β1) that optimizer step `step`
 /// (counted from 0) uses. Implement it for custom schedules.
-pub trait Scheduler: Send {
+pub trait Scheduler: Send + Sync {
     /// Learning rate of step `step`.
     fn lr(&self, step: usize) -> f64;
     /// β1 of step `step`, when the schedule cycles momentum.

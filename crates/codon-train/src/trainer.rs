@@ -450,7 +450,75 @@ impl Trainer {
         M: TrainableModel,
         S: BatchSource<Batch = M::Batch>,
     {
+        self.fit_rank(model, data, resume, None)
+    }
+
+    /// Train one replica per Ascend device, data-parallel over HCCL, as upstream's DDP: each
+    /// optimizer step, rank r of N takes micro-batches r, r + N, … of the N × accumulation
+    /// that one device with N times the accumulation would take, with the same dropout
+    /// streams; the gradients are summed with one all-reduce per flat group, so every rank
+    /// makes the same update. Rank 0's initial weights are broadcast first; rank 0 alone
+    /// writes metrics, progress and checkpoints, and its report is returned. Each replica is
+    /// driven by a thread of its own.
+    pub fn fit_data_parallel<M, S>(&self, replicas: &[M], data: &S, resume: Option<&Path>) -> Result<TrainReport>
+    where
+        M: TrainableModel + Sync,
+        S: BatchSource<Batch = M::Batch> + Sync,
+    {
+        if replicas.len() <= 1 {
+            let model = replicas.first().ok_or_else(|| TrainError::Config("no model replicas".into()))?;
+            return self.fit(model, data, resume);
+        }
+        let mut devices = Vec::with_capacity(replicas.len());
+        for m in replicas {
+            let params = m.parameters();
+            let device = params.named().first().map(|(_, v)| v.as_tensor().device().clone());
+            match device.as_ref().and_then(candle_ascend::ascend_device) {
+                Some(d) => devices.push(d.clone()),
+                None => {
+                    return Err(TrainError::Config(format!(
+                        "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {:?} \
+                         trains on one device",
+                        device.map(|d| d.location())
+                    )))
+                }
+            }
+        }
+        let comms = candle_ascend::Communicator::init_all(&devices).map_err(candle_core::Error::from)?;
+        let ranks = replicas.len();
+        let results: Vec<Result<TrainReport>> = std::thread::scope(|s| {
+            let handles: Vec<_> = replicas
+                .iter()
+                .zip(&comms)
+                .map(|(model, comm)| s.spawn(move || self.fit_rank(model, data, resume, Some(comm))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(TrainError::Config("a rank's thread panicked".into()))))
+                .collect()
+        });
+        let mut reports = Vec::with_capacity(ranks);
+        for (rank, r) in results.into_iter().enumerate() {
+            reports.push(r.map_err(|e| TrainError::Rank { rank, ranks, source: Box::new(e) })?);
+        }
+        Ok(reports.swap_remove(0))
+    }
+
+    /// The training loop of one rank (`comm` is `None` on a single device).
+    fn fit_rank<M, S>(
+        &self,
+        model: &M,
+        data: &S,
+        resume: Option<&Path>,
+        comm: Option<&candle_ascend::Communicator>,
+    ) -> Result<TrainReport>
+    where
+        M: TrainableModel,
+        S: BatchSource<Batch = M::Batch>,
+    {
         let c = &self.config;
+        let (rank, ranks) = comm.map_or((0, 1), |m| (m.rank(), m.ranks()));
+        let lead = rank == 0;
         let batches_per_epoch = data.batches_per_epoch();
         if batches_per_epoch == 0 {
             return Err(TrainError::Config("the data source yields no batches".into()));
@@ -468,10 +536,15 @@ impl Trainer {
             crate::allocator::retain_freed_memory();
         }
         let params = model.parameters();
+        if let Some(comm) = comm {
+            for (_, var) in params.named() {
+                comm.broadcast(var.as_tensor(), 0).map_err(candle_core::Error::from)?;
+            }
+        }
         let mut optimizer = AdamW::new(params.clone(), c.adamw)?;
         let mut scaler = (c.precision == Precision::F16).then(LossScaler::new);
 
-        if let Some(dir) = &c.checkpoint_dir {
+        if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
             for done in checkpoint::clean_leftovers(dir)? {
                 eprintln!("interrupted save: {done}");
             }
@@ -484,7 +557,7 @@ impl Trainer {
             }
         }
 
-        let mut metrics = match &c.metrics_path {
+        let mut metrics = match c.metrics_path.as_ref().filter(|_| lead) {
             Some(p) => Some(std::io::BufWriter::new(
                 std::fs::OpenOptions::new()
                     .create(true)
@@ -497,9 +570,10 @@ impl Trainer {
             None => None,
         };
         // Without a terminal (CI, logs) progress goes out as plain lines, about 20 per run.
-        let log_lines = !c.quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let quiet = c.quiet || !lead;
+        let log_lines = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
         let log_every = (total_steps / 20).max(1);
-        let progress = if c.quiet || log_lines {
+        let progress = if quiet || log_lines {
             indicatif::ProgressBar::hidden()
         } else {
             let bar = indicatif::ProgressBar::new(total_steps as u64);
@@ -523,24 +597,34 @@ impl Trainer {
                     break 'epochs;
                 }
                 let started = Instant::now();
-                if let Some(p) = &c.device_probe {
+                if let Some(p) = c.device_probe.as_ref().filter(|_| lead) {
                     p.lock().unwrap_or_else(|e| e.into_inner()).begin_step();
                 }
+                // The step's micro-batches, numbered across ranks; this rank takes every
+                // ranks-th, from its own rank on.
                 let mut micro = Vec::with_capacity(c.accumulate_grad_batches);
-                for _ in 0..c.accumulate_grad_batches {
+                let mut taken = 0;
+                while taken < c.accumulate_grad_batches * ranks {
                     match batches.next() {
-                        Some(b) => micro.push(b?),
+                        Some(b) if taken % ranks == rank => micro.push((taken, b?)),
+                        Some(b) => drop(b?),
                         None => break,
                     }
+                    taken += 1;
                 }
-                if micro.is_empty() {
+                if taken == 0 {
                     break;
                 }
-                let m = self.optimizer_step(model, &params, &micro, &mut optimizer, &mut scaler, scheduler, &state)?;
+                let step = StepBatches { micro: &micro, total: taken, comm };
+                let m = self.optimizer_step(model, &params, step, &mut optimizer, &mut scaler, scheduler, &state)?;
                 state.step += 1;
-                state.batch_in_epoch += micro.len();
-                let device = c.device_probe.as_ref().map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step());
-                let tokens: usize = micro.iter().map(|b| model.tokens(b)).sum();
+                state.batch_in_epoch += taken;
+                let device = c
+                    .device_probe
+                    .as_ref()
+                    .filter(|_| lead)
+                    .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step());
+                let tokens: usize = micro.iter().map(|(_, b)| model.tokens(b)).sum::<usize>() * ranks;
                 let secs = started.elapsed().as_secs_f64();
                 let metric = StepMetrics {
                     step: state.step,
@@ -578,7 +662,7 @@ impl Trainer {
                 }
                 state.loss_scaler = scaler;
                 let due = c.save_every_n_steps.is_some_and(|n| state.step % n == 0);
-                if due && state.step < total_steps {
+                if due && state.step < total_steps && lead {
                     if let Some(dir) = &c.checkpoint_dir {
                         report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
                     }
@@ -588,7 +672,7 @@ impl Trainer {
             state.batch_in_epoch = 0;
         }
         progress.finish_and_clear();
-        if let Some(dir) = &c.checkpoint_dir {
+        if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
             report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
             report.checkpoints.retain(|p| p.is_dir());
         }
@@ -617,7 +701,7 @@ impl Trainer {
         &self,
         model: &M,
         params: &Parameters,
-        micro: &[M::Batch],
+        batches: StepBatches<'_, M::Batch>,
         optimizer: &mut AdamW,
         scaler: &mut Option<LossScaler>,
         scheduler: &dyn Scheduler,
@@ -627,9 +711,13 @@ impl Trainer {
         let scale = scaler.map_or(1.0, |s| s.scale);
         let mut grads: Option<Vec<Tensor>> = None;
         let mut loss_sum: Option<Tensor> = None;
-        for (i, batch) in micro.iter().enumerate() {
-            let seed = codon_data::mix_seed(state.seed, (state.step * c.accumulate_grad_batches + i) as u64);
-            let (loss, store) = model.loss_and_gradients(batch, seed, scale / micro.len() as f64)?;
+        let ranks = batches.comm.map_or(1, |m| m.ranks());
+        for (i, batch) in batches.micro {
+            // Keyed by the micro-batch's number across ranks, so N ranks draw the masks of one
+            // device with N times the accumulation.
+            let index = state.step * c.accumulate_grad_batches * ranks + i;
+            let seed = codon_data::mix_seed(state.seed, index as u64);
+            let (loss, store) = model.loss_and_gradients(batch, seed, scale / batches.total as f64)?;
             let step_grads = params.gradients(&store)?;
             grads = Some(match grads {
                 Some(acc) => acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
@@ -641,17 +729,29 @@ impl Trainer {
                 None => l,
             });
         }
-        let mut grads = grads.ok_or_else(|| TrainError::Config("optimizer step without batches".into()))?;
+        // A rank without a micro-batch (at an epoch's end) still takes part in the all-reduce.
+        let mut grads = match grads {
+            Some(g) => g,
+            None => params.zero_gradients()?,
+        };
+        let loss_sum = match (loss_sum, grads.first()) {
+            (Some(l), _) => l,
+            (None, Some(g)) => Tensor::zeros((), DType::F32, g.device())?,
+            (None, None) => return Err(TrainError::Config("a model without parameters".into())),
+        };
+        if let Some(comm) = batches.comm {
+            for g in &grads {
+                comm.all_reduce(g, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
+            }
+            comm.all_reduce(&loss_sum, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
+        }
         if scale != 1.0 {
             grads = grads.iter().map(|g| g * (1.0 / scale)).collect::<candle_core::Result<_>>()?;
         }
         let norm = global_norm(&grads)?;
-        let loss_mean = loss_sum.map(|s| s / micro.len() as f64).transpose()?;
+        let loss_mean = (loss_sum / batches.total as f64)?;
         // The one host read of the step: loss and gradient norm together.
-        let host: Vec<f32> = match &loss_mean {
-            Some(l) => Tensor::stack(&[l.reshape(())?, norm.clone()], 0)?.to_vec1()?,
-            None => vec![f32::NAN, f32::NAN],
-        };
+        let host: Vec<f32> = Tensor::stack(&[loss_mean.reshape(())?, norm.clone()], 0)?.to_vec1()?;
         let (loss, grad_norm) = (host[0] as f64, host[1] as f64);
         let lr = scheduler.lr(state.step);
         let finite = loss.is_finite() && grad_norm.is_finite();
@@ -684,6 +784,22 @@ impl Trainer {
         Ok(StepOutcome { loss, lr, grad_norm, skipped: false, anomalous: false })
     }
 }
+
+/// One optimizer step's micro-batches on this rank, each with its number across ranks; how many
+/// there are across ranks; and the communicator of a data-parallel run.
+struct StepBatches<'a, B> {
+    micro: &'a [(usize, B)],
+    total: usize,
+    comm: Option<&'a candle_ascend::Communicator>,
+}
+
+impl<B> Clone for StepBatches<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for StepBatches<'_, B> {}
 
 struct StepOutcome {
     loss: f64,
