@@ -39,6 +39,8 @@ impl DeviceProbe for AscendProbe {
             host_syncs: step.synchronizations,
             device_reads: step.reads,
             device_peak_mb: step.peak_memory_bytes as f64 / (1024.0 * 1024.0),
+            collectives: step.collectives,
+            collective_mb: step.collective_bytes as f64 / (1024.0 * 1024.0),
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = step;
         stats

@@ -374,6 +374,12 @@ pub struct DeviceStepStats {
     pub device_reads: u64,
     /// Peak device memory held from the driver during the step (cache included), in MiB.
     pub device_peak_mb: f64,
+    /// Collectives (all-reduce, broadcast, barrier) this device issued; 0 on one device.
+    #[serde(default)]
+    pub collectives: u64,
+    /// Bytes those collectives moved from this device, in MiB.
+    #[serde(default)]
+    pub collective_mb: f64,
 }
 
 /// Watches a device across optimizer steps (see [`TrainerConfigBuilder::device_probe`]).
