@@ -6,6 +6,13 @@ use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
 
+/// One test at a time: runs that share devices would queue their collectives on the same
+/// streams in different orders, and wait on each other (as on hardware).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Distinct batches, the same every epoch.
 struct Batches(Vec<MlmBatch>);
 
@@ -31,6 +38,17 @@ fn config() -> BigBirdConfig {
 /// The losses of 8 optimizer steps on `devices` emulated devices with `accumulation`. Replica
 /// r starts from init seed r: rank 0's weights must reach the others by broadcast.
 fn losses(devices: usize, accumulation: usize) -> Vec<f64> {
+    run(devices, accumulation, None, None)
+}
+
+/// As [`losses`], saving a checkpoint every 4 steps into `checkpoints` and resuming from
+/// `resume` when given.
+fn run(
+    devices: usize,
+    accumulation: usize,
+    checkpoints: Option<&std::path::Path>,
+    resume: Option<&std::path::Path>,
+) -> Vec<f64> {
     let replicas: Vec<MaskedLmModel> = (0..devices)
         .map(|r| {
             let device = codon_ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
@@ -49,11 +67,13 @@ fn losses(devices: usize, accumulation: usize) -> Vec<f64> {
             .gradient_clip(Some(0.5))
             .accumulate_grad_batches(accumulation)
             .precision(Precision::F32)
+            .checkpoint_dir(checkpoints.map(|p| p.to_path_buf()))
+            .save_every_n_steps(Some(4))
             .quiet(true)
             .build()
             .unwrap(),
     );
-    trainer.fit_data_parallel(&replicas, &data, None).unwrap().steps.iter().map(|s| s.loss).collect()
+    trainer.fit_data_parallel(&replicas, &data, resume).unwrap().steps.iter().map(|s| s.loss).collect()
 }
 
 fn assert_close(a: &[f64], b: &[f64], what: &str) {
@@ -65,6 +85,7 @@ fn assert_close(a: &[f64], b: &[f64], what: &str) {
 
 #[test]
 fn n_devices_train_as_one_device_with_n_times_the_accumulation() {
+    let _serial = serial();
     let single_2 = losses(1, 2);
     let single_4 = losses(1, 4);
     assert_eq!(single_2.len(), 8);
@@ -77,6 +98,7 @@ fn n_devices_train_as_one_device_with_n_times_the_accumulation() {
 
 #[test]
 fn data_parallel_training_on_the_cpu_is_a_clear_error() {
+    let _serial = serial();
     let cpu: Vec<MaskedLmModel> = (0..2)
         .map(|_| {
             let weights = init_weights(&config(), 0, &Device::Cpu, DType::F32).unwrap();
@@ -88,4 +110,13 @@ fn data_parallel_training_on_the_cpu_is_a_clear_error() {
     let trainer = Trainer::new(TrainerConfig::builder().max_steps(Some(1)).quiet(true).build().unwrap());
     let err = trainer.fit_data_parallel(&cpu, &data, None).unwrap_err().to_string();
     assert!(err.contains("HCCL") && err.contains("npu"), "{err}");
+}
+
+#[test]
+fn a_two_device_run_resumed_midway_reproduces_the_uninterrupted_losses() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let whole = run(2, 1, Some(dir.path()), None);
+    let resumed = run(2, 1, None, Some(&dir.path().join("step-4")));
+    assert_eq!(resumed, whole[4..].to_vec());
 }
