@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub mod bench;
 mod probe;
+pub mod rendezvous;
 pub use probe::AscendProbe;
 
 pub use candle_ascend as ascend;

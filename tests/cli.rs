@@ -315,3 +315,79 @@ fn predict_on_npu_sim_preflights_each_part() {
     assert!(stderr.contains("Ascend910A") && stderr.contains("no BF16") && stderr.contains("--dtype f16"), "{stderr}");
     assert!(!stderr.contains("preflight on"), "{stderr}");
 }
+
+/// A free TCP port on loopback for a rendezvous.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Two processes of one rank each (torchrun's variables, rendezvous on loopback) train exactly
+/// as one process with `--num_gpus 2`; when one of them is killed, the other stops within
+/// HCCL_EXEC_TIMEOUT with one line that names its rank.
+#[test]
+fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    let config = bigbird_fixture("config.json");
+    let finetune = |steps: &str, metrics: &str| {
+        let mut c = Command::new(example("finetune"));
+        c.args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
+            .args(["--precision", "f32", "--max_steps", steps, "--batch_size", "2", "--num_workers", "1", "--quiet"])
+            .args(["--metrics", metrics]);
+        c
+    };
+    let losses = |path: &str| -> Vec<f64> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
+            .collect()
+    };
+    let o = finetune("3", &p("one.jsonl")).args(["--num_gpus", "2"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let port = free_port().to_string();
+    let spawn = |rank: &str, steps: &str, metrics: &str| {
+        finetune(steps, metrics)
+            .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
+            .env("HCCL_EXEC_TIMEOUT", "2")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ranks = [spawn("0", "3", &p("two.jsonl")), spawn("1", "3", &p("two-1.jsonl"))];
+    for child in ranks {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(losses(&p("one.jsonl")), losses(&p("two.jsonl")));
+    assert!(!Path::new(&p("two-1.jsonl")).exists(), "rank 1 writes no metrics");
+
+    // Kill rank 1 once rank 0 has finished a step: rank 0 stops within the timeout.
+    let port = free_port().to_string();
+    let spawn = |rank: &str| {
+        finetune("100000", &p(&format!("kill-{rank}.jsonl")))
+            .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
+            .env("HCCL_EXEC_TIMEOUT", "2")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (rank0, mut rank1) = (spawn("0"), spawn("1"));
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(p("kill-0.jsonl")).map_or(true, |m| m.lines().count() < 1) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120), "rank 0 never finished a step");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    rank1.kill().unwrap();
+    let killed = std::time::Instant::now();
+    let o = rank0.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(killed.elapsed() < std::time::Duration::from_secs(30), "{:?}", killed.elapsed());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("rank 0 of 2") && stderr.contains("HCCL_EXEC_TIMEOUT"), "{stderr}");
+    let _ = rank1.wait();
+}

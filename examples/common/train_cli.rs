@@ -108,6 +108,10 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// With WORLD_SIZE > 1 (torchrun's variables): a file on a shared filesystem through which
+    /// rank 0 hands out HCCL's root info, instead of TCP on MASTER_ADDR:MASTER_PORT.
+    #[arg(long)]
+    pub rendezvous: Option<PathBuf>,
 }
 
 pub fn run(mode: Mode) -> anyhow::Result<()> {
@@ -115,7 +119,18 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
+    // torchrun's layout: one process per device, --device npu:K meaning K + LOCAL_RANK.
+    let layout = codon_ascend::rendezvous::RankLayout::from_env()?;
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let device = match &layout {
+        Some(l) if args.num_gpus != 1 => anyhow::bail!(
+            "WORLD_SIZE={} runs one process per device: use --num_gpus 1 in each (rank {})",
+            l.world,
+            l.rank
+        ),
+        Some(l) => data_parallel_devices(&device, l.local_rank + 1)?.pop().unwrap_or(device),
+        None => device,
+    };
     let devices = data_parallel_devices(&device, args.num_gpus)?;
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
@@ -268,7 +283,23 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
     }
     let trainer = Trainer::new(trainer_config);
-    let report = trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?;
+    let report = match (&layout, codon_ascend::ascend::ascend_device(&device)) {
+        (Some(l), Some(ascend)) => {
+            let how = codon_ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
+            let timeout = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc()).connect_s;
+            let comm = codon_ascend::rendezvous::join(l, ascend, &how, std::time::Duration::from_secs_f64(timeout))?;
+            println!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
+            trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
+        }
+        (Some(l), None) => anyhow::bail!(
+            "WORLD_SIZE={}: several processes train over HCCL on Ascend NPUs (--device npu:K or npu-sim:K); the CPU trains alone",
+            l.world
+        ),
+        (None, _) => trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?,
+    };
+    if layout.as_ref().is_some_and(|l| l.rank != 0) {
+        return Ok(());
+    }
     let (Some(first), Some(last)) = (report.steps.first(), report.steps.last()) else {
         anyhow::bail!(
             "nothing to train: the run is already at the end of its {}-step schedule (resumed from a final checkpoint?)",

@@ -510,6 +510,27 @@ impl Trainer {
         Ok(reports.swap_remove(0))
     }
 
+    /// Train as one rank of a data-parallel run whose other ranks are other processes (each
+    /// with its own replica and the same data), over `comm`; see [`Trainer::fit_data_parallel`]
+    /// for the semantics. Rank 0 returns the full report; the others train silently.
+    pub fn fit_distributed<M, S>(
+        &self,
+        model: &M,
+        data: &S,
+        resume: Option<&Path>,
+        comm: &candle_ascend::Communicator,
+    ) -> Result<TrainReport>
+    where
+        M: TrainableModel,
+        S: BatchSource<Batch = M::Batch>,
+    {
+        self.fit_rank(model, data, resume, Some(comm)).map_err(|e| TrainError::Rank {
+            rank: comm.rank(),
+            ranks: comm.ranks(),
+            source: Box::new(e),
+        })
+    }
+
     /// The training loop of one rank (`comm` is `None` on a single device).
     fn fit_rank<M, S>(
         &self,

@@ -1,0 +1,186 @@
+//! Several processes, one rank each: the rank layout from torchrun's environment variables, and
+//! the rendezvous that hands rank 0's HCCL root info to the other ranks, over TCP on
+//! `MASTER_ADDR:MASTER_PORT` or through a file on a shared filesystem. Only the root info goes
+//! this way; HCCL carries every tensor.
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use candle_ascend::{AscendDevice, Communicator, RootInfo};
+
+/// What went wrong while ranks found each other.
+#[derive(Debug, thiserror::Error)]
+pub enum RendezvousError {
+    /// An environment variable that is missing or does not parse.
+    #[error("{name}={value:?}: {why}")]
+    Env {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// The exchange did not complete in time, or failed.
+    #[error("rank {rank} of {world}: rendezvous at {at} failed: {why}")]
+    Exchange {
+        /// This rank.
+        rank: usize,
+        /// The number of ranks.
+        world: usize,
+        /// The address or file.
+        at: String,
+        /// What happened.
+        why: String,
+    },
+    /// HCCL refused the communicator.
+    #[error(transparent)]
+    Hccl(#[from] candle_ascend::AscendError),
+}
+
+/// This process's place among the ranks (torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankLayout {
+    /// This rank, 0 … world − 1.
+    pub rank: usize,
+    /// The number of ranks.
+    pub world: usize,
+    /// This rank's device index on its machine.
+    pub local_rank: usize,
+}
+
+fn env_number(name: &'static str) -> Result<Option<usize>, RendezvousError> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().map(Some).map_err(|_| RendezvousError::Env { name, value: v, why: "not a number" }),
+        Err(_) => Ok(None),
+    }
+}
+
+impl RankLayout {
+    /// The layout from `WORLD_SIZE`, `RANK` and `LOCAL_RANK` (default: `RANK`); `None` when
+    /// `WORLD_SIZE` is unset or 1.
+    pub fn from_env() -> Result<Option<Self>, RendezvousError> {
+        let Some(world) = env_number("WORLD_SIZE")?.filter(|&w| w > 1) else { return Ok(None) };
+        let rank = env_number("RANK")?.ok_or(RendezvousError::Env {
+            name: "RANK",
+            value: String::new(),
+            why: "must be set when WORLD_SIZE > 1",
+        })?;
+        if rank >= world {
+            return Err(RendezvousError::Env {
+                name: "RANK",
+                value: rank.to_string(),
+                why: "must be below WORLD_SIZE",
+            });
+        }
+        let local_rank = env_number("LOCAL_RANK")?.unwrap_or(rank);
+        Ok(Some(Self { rank, world, local_rank }))
+    }
+}
+
+/// Where the ranks meet.
+#[derive(Debug, Clone)]
+pub enum Rendezvous {
+    /// Rank 0 listens on `MASTER_ADDR:MASTER_PORT`; the others connect.
+    Tcp(String),
+    /// Rank 0 writes the root info to a file (atomically); the others wait for it.
+    File(PathBuf),
+}
+
+impl Rendezvous {
+    /// `--rendezvous FILE` when given, else `MASTER_ADDR:MASTER_PORT` (torchrun's defaults:
+    /// 127.0.0.1 and 29500).
+    pub fn from_env(file: Option<PathBuf>) -> Self {
+        match file {
+            Some(f) => Self::File(f),
+            None => {
+                let addr = std::env::var("MASTER_ADDR").unwrap_or_else(|_| "127.0.0.1".into());
+                let port = std::env::var("MASTER_PORT").unwrap_or_else(|_| "29500".into());
+                Self::Tcp(format!("{addr}:{port}"))
+            }
+        }
+    }
+
+    fn at(&self) -> String {
+        match self {
+            Self::Tcp(a) => a.clone(),
+            Self::File(f) => f.display().to_string(),
+        }
+    }
+}
+
+/// This rank's communicator on `device`: rank 0 makes the root info and hands it to the
+/// others through `how`; every rank then joins (`HcclCommInitRootInfo`). Waits up to `timeout`
+/// for the others.
+pub fn join(
+    layout: &RankLayout,
+    device: &AscendDevice,
+    how: &Rendezvous,
+    timeout: Duration,
+) -> Result<Communicator, RendezvousError> {
+    let fail = |why: String| RendezvousError::Exchange { rank: layout.rank, world: layout.world, at: how.at(), why };
+    let root = if layout.rank == 0 {
+        let root = Communicator::root_info(device)?;
+        share(how, root.as_bytes(), layout.world - 1, timeout).map_err(fail)?;
+        root
+    } else {
+        RootInfo::from_bytes(&receive(how, timeout).map_err(fail)?)?
+    };
+    Ok(Communicator::init_rank(device, layout.world, layout.rank, &root)?)
+}
+
+fn share(how: &Rendezvous, bytes: &[u8], peers: usize, timeout: Duration) -> Result<(), String> {
+    match how {
+        Rendezvous::File(path) => {
+            let tmp = path.with_extension("partial");
+            std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| e.to_string())
+        }
+        Rendezvous::Tcp(addr) => {
+            let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen: {e}"))?;
+            listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + timeout;
+            let mut served = 0;
+            while served < peers {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+                        stream.write_all(bytes).map_err(|e| e.to_string())?;
+                        served += 1;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        return Err(format!("{served} of {peers} ranks connected within {} s", timeout.as_secs()));
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn receive(how: &Rendezvous, timeout: Duration) -> Result<Vec<u8>, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = match how {
+            Rendezvous::File(path) => std::fs::read(path).ok(),
+            Rendezvous::Tcp(addr) => {
+                let target = addr.to_socket_addrs().map_err(|e| e.to_string())?.next().ok_or("no address")?;
+                TcpStream::connect_timeout(&target, Duration::from_millis(500)).ok().and_then(|mut s| {
+                    let mut buf = Vec::new();
+                    s.read_to_end(&mut buf).ok().map(|_| buf)
+                })
+            }
+        };
+        match got {
+            Some(bytes) if !bytes.is_empty() => return Ok(bytes),
+            _ if Instant::now() >= deadline => {
+                return Err(format!("rank 0 did not answer within {} s", timeout.as_secs()))
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
