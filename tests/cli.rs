@@ -363,6 +363,21 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     }
     assert_eq!(losses(&p("one.jsonl")), losses(&p("two.jsonl")));
     assert!(!Path::new(&p("two-1.jsonl")).exists(), "rank 1 writes no metrics");
+    // The same through a rendezvous file instead of TCP.
+    let spawn = |rank: &str, metrics: &str| {
+        finetune("3", metrics)
+            .args(["--rendezvous", &p("root-info")])
+            .envs([("WORLD_SIZE", "2"), ("RANK", rank)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    for child in [spawn("0", &p("file.jsonl")), spawn("1", &p("file-1.jsonl"))] {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(losses(&p("one.jsonl")), losses(&p("file.jsonl")));
 
     // Kill rank 1 once rank 0 has finished a step: rank 0 stops within the timeout.
     let port = free_port().to_string();
