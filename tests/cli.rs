@@ -329,12 +329,18 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
     assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
-    let config = bigbird_fixture("config.json");
+    // The fixture model with dropout on, trained with clipping.
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bigbird_fixture("config.json")).unwrap()).unwrap();
+    config["hidden_dropout_prob"] = 0.1.into();
+    config["attention_probs_dropout_prob"] = 0.1.into();
+    std::fs::write(p("config.json"), config.to_string()).unwrap();
+    let config = p("config.json");
     let finetune = |steps: &str, metrics: &str| {
         let mut c = Command::new(example("finetune"));
         c.args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
             .args(["--precision", "f32", "--max_steps", steps, "--batch_size", "2", "--num_workers", "1", "--quiet"])
-            .args(["--metrics", metrics]);
+            .args(["--gradient_clip", "0.5", "--metrics", metrics]);
         c
     };
     let losses = |path: &str| -> Vec<f64> {
@@ -344,7 +350,7 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
             .collect()
     };
-    let o = finetune("3", &p("one.jsonl")).args(["--num_gpus", "2"]).output().unwrap();
+    let o = finetune("8", &p("one.jsonl")).args(["--num_gpus", "2"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let port = free_port().to_string();
     let spawn = |rank: &str, steps: &str, metrics: &str| {
@@ -356,16 +362,17 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
             .spawn()
             .unwrap()
     };
-    let ranks = [spawn("0", "3", &p("two.jsonl")), spawn("1", "3", &p("two-1.jsonl"))];
+    let ranks = [spawn("0", "8", &p("two.jsonl")), spawn("1", "8", &p("two-1.jsonl"))];
     for child in ranks {
         let o = child.wait_with_output().unwrap();
         assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     }
+    assert_eq!(losses(&p("one.jsonl")).len(), 8);
     assert_eq!(losses(&p("one.jsonl")), losses(&p("two.jsonl")));
     assert!(!Path::new(&p("two-1.jsonl")).exists(), "rank 1 writes no metrics");
     // The same through a rendezvous file instead of TCP.
     let spawn = |rank: &str, metrics: &str| {
-        finetune("3", metrics)
+        finetune("8", metrics)
             .args(["--rendezvous", &p("root-info")])
             .envs([("WORLD_SIZE", "2"), ("RANK", rank)])
             .stdout(std::process::Stdio::piped())
