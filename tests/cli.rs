@@ -386,10 +386,13 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     }
     assert_eq!(losses(&p("one.jsonl")), losses(&p("file.jsonl")));
 
-    // Kill rank 1 once rank 0 has finished a step: rank 0 stops within the timeout.
+    // Kill rank 1 once rank 0 has saved a checkpoint (a step takes about 0.1 s here, so the
+    // kill lands long before step 40): rank 0 stops within the timeout, and the checkpoints left
+    // behind resume.
     let port = free_port().to_string();
     let spawn = |rank: &str| {
-        finetune("100000", &p(&format!("kill-{rank}.jsonl")))
+        finetune("40", &p(&format!("kill-{rank}.jsonl")))
+            .args(["--checkpoint_dir", &p("ck"), "--save_every_n_steps", "1", "--keep_last", "2"])
             .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
             .env("HCCL_EXEC_TIMEOUT", "2")
             .stdout(std::process::Stdio::null())
@@ -399,7 +402,7 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     };
     let (rank0, mut rank1) = (spawn("0"), spawn("1"));
     let started = std::time::Instant::now();
-    while std::fs::read_to_string(p("kill-0.jsonl")).map_or(true, |m| m.lines().count() < 1) {
+    while std::fs::read_to_string(p("kill-0.jsonl")).map_or(true, |m| m.lines().count() < 2) {
         assert!(started.elapsed() < std::time::Duration::from_secs(120), "rank 0 never finished a step");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -412,4 +415,19 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("rank 0 of 2") && stderr.contains("HCCL_EXEC_TIMEOUT"), "{stderr}");
     let _ = rank1.wait();
+    let mut saved: Vec<usize> = std::fs::read_dir(p("ck"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
+        .collect();
+    saved.sort();
+    let last = *saved.last().expect("a checkpoint was saved");
+    // The same schedule, now on two devices of one process, continues from the last step.
+    let resumed = finetune("40", &p("resumed.jsonl"))
+        .args(["--num_gpus", "2", "--resume", &p(&format!("ck/step-{last}"))])
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let first = std::fs::read_to_string(p("resumed.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    assert_eq!(first["step"].as_u64(), Some(last as u64 + 1));
 }
