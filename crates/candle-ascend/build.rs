@@ -100,6 +100,7 @@ fn main() {
         "build.rs",
         "soc/op_support.tsv",
         "csrc/sim.h",
+        "csrc/half.h",
         "csrc/ascendcl.c",
         "csrc/nnopbase.c",
         "csrc/opapi.c",

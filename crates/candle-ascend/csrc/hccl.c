@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "half.h"
 #include "sim.h"
 
 typedef int32_t HcclResult;
@@ -139,54 +140,14 @@ static int reducible(int32_t dtype) {
     }
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-    if (exp == 0) {
-        if (!man) bits = sign;
-        else { exp = 113; while (!(man & 1024)) { man <<= 1; exp--; } bits = sign | exp << 23 | (man & 1023) << 13; }
-    } else if (exp == 31) bits = sign | 0x7f800000u | man << 13;
-    else bits = sign | (exp + 112) << 23 | man << 13;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-static uint16_t float_to_half(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 255, man = x & 0x7fffff;
-    if (exp == 255) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) return (uint16_t)(sign | 0x7c00);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t)sign;
-        man |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - e), half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = sign | (uint32_t)e << 10 | man >> 13, rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
-    return (uint16_t)half;
-}
-
-static float bf16_to_float(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; memcpy(&f, &x, 4); return f; }
-
-static uint16_t float_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
-    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
-}
-
 static double load(const char *p, int32_t dtype, uint64_t i) {
     switch (dtype) {
     case HCCL_DATA_TYPE_INT8: return ((const int8_t *)p)[i];
     case HCCL_DATA_TYPE_INT16: return ((const int16_t *)p)[i];
     case HCCL_DATA_TYPE_INT32: return ((const int32_t *)p)[i];
     case HCCL_DATA_TYPE_INT64: return (double)((const int64_t *)p)[i];
-    case HCCL_DATA_TYPE_FP16: return half_to_float(((const uint16_t *)p)[i]);
-    case HCCL_DATA_TYPE_BFP16: return bf16_to_float(((const uint16_t *)p)[i]);
+    case HCCL_DATA_TYPE_FP16: return f16_to_f32(((const uint16_t *)p)[i]);
+    case HCCL_DATA_TYPE_BFP16: return bf16_to_f32(((const uint16_t *)p)[i]);
     default: return ((const float *)p)[i];
     }
 }
@@ -197,8 +158,8 @@ static void store(char *p, int32_t dtype, uint64_t i, double v) {
     case HCCL_DATA_TYPE_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
     case HCCL_DATA_TYPE_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
     case HCCL_DATA_TYPE_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case HCCL_DATA_TYPE_FP16: ((uint16_t *)p)[i] = float_to_half((float)v); break;
-    case HCCL_DATA_TYPE_BFP16: ((uint16_t *)p)[i] = float_to_bf16((float)v); break;
+    case HCCL_DATA_TYPE_FP16: ((uint16_t *)p)[i] = f32_to_f16((float)v); break;
+    case HCCL_DATA_TYPE_BFP16: ((uint16_t *)p)[i] = f32_to_bf16((float)v); break;
     default: ((float *)p)[i] = (float)v; break;
     }
 }
