@@ -61,6 +61,7 @@ typedef struct { char name[64]; uint64_t count; } OpCount;
 static OpCount g_ops[256];
 static int g_nops;
 static uint64_t g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs;
+static uint64_t g_collectives, g_collective_bytes; /* counted by libhccl.so */
 static uint64_t g_current, g_peak;
 /* Device memory in use on each device: each has its own HBM. */
 static uint64_t g_device_bytes[MAX_DEVICES];
@@ -127,11 +128,21 @@ SIM_EXPORT void aclsimCountLaunch(const char *op) {
 
 SIM_EXPORT int aclsimFailOp(const char *op) { return g_fail_op[0] && strcmp(g_fail_op, op) == 0; }
 
-/* Counters, in this order: allocations, frees, h2d copies, h2d bytes, d2h copies, d2h bytes,
- * d2d copies, stream synchronisations, current device bytes, peak device bytes. */
-SIM_EXPORT void aclsimCounters(uint64_t out[10]) {
+/* A collective that ran, with the bytes of each rank's buffer (libhccl.so calls this). */
+SIM_EXPORT void aclsimCountCollective(uint64_t bytes) {
     pthread_mutex_lock(&g_lock);
-    uint64_t v[10] = {g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs, g_current, g_peak};
+    g_collectives++;
+    g_collective_bytes += bytes;
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Counters, in this order: allocations, frees, h2d copies, h2d bytes, d2h copies, d2h bytes,
+ * d2d copies, stream synchronisations, current device bytes, peak device bytes, collectives
+ * run (per rank), their bytes. */
+SIM_EXPORT void aclsimCounters(uint64_t out[12]) {
+    pthread_mutex_lock(&g_lock);
+    uint64_t v[12] = {g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs, g_current, g_peak,
+                      g_collectives, g_collective_bytes};
     memcpy(out, v, sizeof v);
     pthread_mutex_unlock(&g_lock);
 }
@@ -154,6 +165,7 @@ SIM_EXPORT void aclsimResetCounters(void) {
     pthread_mutex_lock(&g_lock);
     g_nops = 0;
     g_allocs = g_frees = g_h2d = g_h2d_bytes = g_d2h = g_d2h_bytes = g_d2d = g_syncs = 0;
+    g_collectives = g_collective_bytes = 0;
     g_peak = g_current;
     pthread_mutex_unlock(&g_lock);
 }

@@ -281,6 +281,7 @@ static void run_collective(void *arg) {
                           math ? n : 0);
         done += n;
     } while (code == HCCL_SUCCESS && done < k->d.count);
+    if (code == HCCL_SUCCESS) aclsimCountCollective(k->d.kind == KIND_BARRIER ? 0 : k->d.count * esize);
     if (code != HCCL_SUCCESS) {
         Clique *c = k->comm->clique;
         pthread_mutex_lock(&c->lock);

@@ -89,6 +89,7 @@ SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(pr
 SIM_EXPORT int aclsimSocFamily(void);
 SIM_EXPORT int aclsimNoMath(void);
 SIM_EXPORT int aclsimDeviceCount(void);
+SIM_EXPORT void aclsimCountCollective(uint64_t bytes);
 SIM_EXPORT aclOpExecutor *aclsimNewExecutor(const char *op, void (*run)(aclOpExecutor *), uint64_t workspace_size);
 SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e);
 SIM_EXPORT void aclsimRunExecutor(void *arg);

@@ -101,6 +101,7 @@ fn broadcast_copies_the_roots_tensor_and_barrier_returns() {
     let comms = Communicator::init_all(&ascend).unwrap();
     let tensors: Vec<Tensor> =
         devs.iter().enumerate().map(|(r, d)| Tensor::new(&[r as f32 * 10.0, 1.0 + r as f32], d).unwrap()).collect();
+    let before = ascend[0].sim_counters().unwrap().collectives;
     for (c, t) in comms.iter().zip(&tensors) {
         c.broadcast(t, 1).unwrap();
         c.barrier().unwrap();
@@ -108,6 +109,11 @@ fn broadcast_copies_the_roots_tensor_and_barrier_returns() {
     for t in &tensors {
         assert_eq!(t.to_vec1::<f32>().unwrap(), vec![10.0, 2.0]);
     }
+    // The emulator counts each rank's collectives when they run: 3 broadcasts of 8 bytes and 3
+    // barriers of none; the backend counts what each device issued.
+    let after = ascend[0].sim_counters().unwrap().collectives;
+    assert_eq!((after.0 - before.0, after.1 - before.1), (6, 24));
+    assert!(ascend[2].counters().collectives >= 2);
     // A root outside the communicator is refused before HCCL is called.
     let err = comms[0].broadcast(&tensors[0], 3).unwrap_err().to_string();
     assert!(err.contains("root 3 of 3 ranks"), "{err}");

@@ -224,6 +224,8 @@ pub struct SimCounters {
     pub synchronizations: u64,
     /// Device memory in use now, and its peak, in bytes (driver view, cache included).
     pub memory: (u64, u64),
+    /// HCCL collectives that ran (counted once per rank), and the bytes of the ranks' buffers.
+    pub collectives: (u64, u64),
     /// Kernel launches per aclnn op.
     pub launches: BTreeMap<String, u64>,
 }
@@ -400,7 +402,7 @@ impl AscendDevice {
         // SAFETY: emulator-only prototypes from csrc/ascendcl.c.
         let counters: unsafe extern "C" fn(*mut u64) = unsafe { std::mem::transmute(counters) };
         let op_counts: unsafe extern "C" fn(*mut u8, usize) -> usize = unsafe { std::mem::transmute(op_counts) };
-        let mut v = [0u64; 10];
+        let mut v = [0u64; 12];
         unsafe { counters(v.as_mut_ptr()) };
         let needed = unsafe { op_counts(std::ptr::null_mut(), 0) };
         let mut buf = vec![0u8; needed + 1];
@@ -421,6 +423,7 @@ impl AscendDevice {
             device_to_device: v[6],
             synchronizations: v[7],
             memory: (v[8], v[9]),
+            collectives: (v[10], v[11]),
             launches,
         })
     }
