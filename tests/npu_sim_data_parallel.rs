@@ -38,7 +38,7 @@ fn config() -> BigBirdConfig {
 /// The losses of 8 optimizer steps on `devices` emulated devices with `accumulation`. Replica
 /// r starts from init seed r: rank 0's weights must reach the others by broadcast.
 fn losses(devices: usize, accumulation: usize) -> Vec<f64> {
-    run(devices, accumulation, None, None)
+    run(devices, accumulation, None, None, Some(8))
 }
 
 /// As [`losses`], saving a checkpoint every 4 steps into `checkpoints` and resuming from
@@ -48,6 +48,7 @@ fn run(
     accumulation: usize,
     checkpoints: Option<&std::path::Path>,
     resume: Option<&std::path::Path>,
+    max_steps: Option<usize>,
 ) -> Vec<f64> {
     let replicas: Vec<MaskedLmModel> = (0..devices)
         .map(|r| {
@@ -61,8 +62,8 @@ fn run(
     let data = Batches((0..12).map(|i| codon_ascend::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder()
-            .max_steps(Some(8))
-            .max_epochs(100)
+            .max_steps(max_steps)
+            .max_epochs(if max_steps.is_some() { 100 } else { 1 })
             .learning_rate(1e-3)
             .gradient_clip(Some(0.5))
             .accumulate_grad_batches(accumulation)
@@ -116,7 +117,17 @@ fn data_parallel_training_on_the_cpu_is_a_clear_error() {
 fn a_two_device_run_resumed_midway_reproduces_the_uninterrupted_losses() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let whole = run(2, 1, Some(dir.path()), None);
-    let resumed = run(2, 1, None, Some(&dir.path().join("step-4")));
+    let whole = run(2, 1, Some(dir.path()), None, Some(8));
+    let resumed = run(2, 1, None, Some(&dir.path().join("step-4")), Some(8));
     assert_eq!(resumed, whole[4..].to_vec());
+}
+
+#[test]
+fn an_epoch_on_two_devices_has_the_steps_of_one_device_accumulating_two() {
+    let _serial = serial();
+    // One epoch of 12 batches: 6 steps either way, and the same schedule, so the same losses.
+    let two = run(2, 1, None, None, None);
+    let one = run(1, 2, None, None, None);
+    assert_eq!(two.len(), 6);
+    assert_close(&two, &one, "one epoch on 2 devices against 1 device accumulating 2");
 }

@@ -438,10 +438,16 @@ impl Trainer {
         Self { config }
     }
 
-    /// Optimizer steps the run will take over `batches_per_epoch` batches.
+    /// Optimizer steps the run will take over `batches_per_epoch` batches on one device.
     pub fn total_steps(&self, batches_per_epoch: usize) -> usize {
+        self.total_steps_on(batches_per_epoch, 1)
+    }
+
+    /// Optimizer steps over `batches_per_epoch` batches when `ranks` ranks share each step's
+    /// micro-batches (each step takes accumulation × ranks of them).
+    fn total_steps_on(&self, batches_per_epoch: usize, ranks: usize) -> usize {
         let c = &self.config;
-        let per_epoch = batches_per_epoch.div_ceil(c.accumulate_grad_batches);
+        let per_epoch = batches_per_epoch.div_ceil(c.accumulate_grad_batches * ranks.max(1));
         let by_epochs = per_epoch * c.max_epochs.max(1);
         match c.max_steps {
             Some(m) if c.max_epochs == 0 => m,
@@ -550,7 +556,7 @@ impl Trainer {
         if batches_per_epoch == 0 {
             return Err(TrainError::Config("the data source yields no batches".into()));
         }
-        let total_steps = self.total_steps(batches_per_epoch);
+        let total_steps = self.total_steps_on(batches_per_epoch, ranks);
         let one_cycle;
         let scheduler: &dyn Scheduler = match &c.scheduler {
             Some(s) => s.as_ref(),
