@@ -133,8 +133,7 @@ pub fn join(
 fn share(how: &Rendezvous, bytes: &[u8], peers: usize, timeout: Duration) -> Result<(), String> {
     match how {
         Rendezvous::File(path) => {
-            let tmp = path.with_extension("partial");
-            std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| e.to_string())
+            codon_data::write_atomically(path, |out| out.write_all(bytes)).map_err(|e| e.to_string())
         }
         Rendezvous::Tcp(addr) => {
             let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen: {e}"))?;

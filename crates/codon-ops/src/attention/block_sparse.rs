@@ -17,7 +17,7 @@ use candle_core::{DType, Tensor};
 
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 use super::flash::{flash_attention_heads, FlashState};
-use super::{fused_attention_runs, matmul, merge_heads, split_heads};
+use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
 /// underflows to exactly 0 in f32, finite so no NaN can appear.
@@ -332,7 +332,7 @@ impl AttentionPart {
             }
             KeyMask::Penalty(bias) => bias,
         };
-        let mut probs = probabilities(&q, k, bias, scale)?;
+        let mut probs = probabilities(&q, k, Some(bias), scale)?;
         probs = probs.to_dtype(v.dtype())?;
         let out = matmul(&probs, v)?;
         Ok((out, Self { q, softmax: PartSoftmax::Composed(bias.clone()) }))
@@ -365,7 +365,7 @@ impl AttentionPart {
                 let mut d_probs = matmul(grad, &v.t()?)?;
                 drop(v);
                 d_probs = d_probs.to_dtype(DType::F32)?;
-                let mut probs = probabilities(q, k, bias, scale)?;
+                let mut probs = probabilities(q, k, Some(bias), scale)?;
                 let mut d_scores = crate::activation::softmax_last_dim_grad(&probs, &d_probs)?;
                 drop(d_probs);
                 probs = probs.to_dtype(dtype)?;
@@ -379,16 +379,6 @@ impl AttentionPart {
             }
         }
     }
-}
-
-/// softmax(q·kᵀ·scale + bias) in f32.
-/// Each step replaces the last, so one (rows × keys) temporary is alive besides the result.
-fn probabilities(q: &Tensor, k: &Tensor, bias: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
-    let mut scores = matmul(q, &k.t()?)?;
-    scores = (scores * scale)?;
-    scores = scores.to_dtype(DType::F32)?;
-    scores = scores.broadcast_add(bias)?;
-    crate::softmax_last_dim_f32(&scores)
 }
 
 /// A (batch, heads, 1 or rows, keys) mask as (batch, heads, rows, keys): flash attention takes

@@ -93,6 +93,18 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     a.matmul(b)
 }
 
+/// softmax(q·kᵀ·scale + bias) in f32. Each step replaces the last, so one (rows × keys)
+/// temporary is alive besides the result.
+fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
+    let mut scores = matmul(q, &k.t()?)?;
+    scores = (scores * scale)?;
+    scores = scores.to_dtype(DType::F32)?;
+    if let Some(b) = bias {
+        scores = scores.broadcast_add(b)?;
+    }
+    crate::softmax_last_dim_f32(&scores)
+}
+
 /// softmax(q·kᵀ·scale + bias)·v over heads, the softmax in f32, with the probabilities'
 /// dropout: the CPU inference kernel when nothing needs a gradient, composed ops otherwise.
 /// `bias` broadcasts against the scores and holds the (finite) mask penalties.
@@ -111,12 +123,7 @@ fn composed(
             }
         }
     }
-    let scores = (matmul(q, &k.t()?)? * scale)?.to_dtype(DType::F32)?;
-    let scores = match bias {
-        Some(b) => scores.broadcast_add(b)?,
-        None => scores,
-    };
-    let mut probs = crate::softmax_last_dim_f32(&scores)?.to_dtype(v.dtype())?;
+    let mut probs = probabilities(q, k, bias, scale)?.to_dtype(v.dtype())?;
     if let Some((stream, p)) = dropout {
         probs = crate::dropout(&probs, p, stream)?;
     }
