@@ -4,7 +4,7 @@
 use candle_core::{DType, Device};
 use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, TrainReport, TrainableModel, Trainer, TrainerConfig};
 
 /// One test at a time: runs that share devices would queue their collectives on the same
 /// streams in different orders, and wait on each other (as on hardware).
@@ -50,7 +50,14 @@ fn run(
     resume: Option<&std::path::Path>,
     max_steps: Option<usize>,
 ) -> Vec<f64> {
-    let replicas: Vec<MaskedLmModel> = (0..devices)
+    let replicas = replicas(devices);
+    let steps = train(&replicas, accumulation, checkpoints, resume, max_steps).steps;
+    steps.iter().map(|s| s.loss).collect()
+}
+
+/// One tiny model per emulated device; replica r starts from init seed r.
+fn replicas(devices: usize) -> Vec<MaskedLmModel> {
+    (0..devices)
         .map(|r| {
             let device = codon_ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
             let weights = init_weights(&config(), r as u64, &Device::Cpu, DType::F32).unwrap();
@@ -58,7 +65,16 @@ fn run(
             let model = BigBirdForMaskedLM::from_named(config(), weights).unwrap();
             MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse).unwrap()
         })
-        .collect();
+        .collect()
+}
+
+fn train(
+    replicas: &[MaskedLmModel],
+    accumulation: usize,
+    checkpoints: Option<&std::path::Path>,
+    resume: Option<&std::path::Path>,
+    max_steps: Option<usize>,
+) -> TrainReport {
     let data = Batches((0..12).map(|i| codon_ascend::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder()
@@ -74,7 +90,7 @@ fn run(
             .build()
             .unwrap(),
     );
-    trainer.fit_data_parallel(&replicas, &data, resume).unwrap().steps.iter().map(|s| s.loss).collect()
+    trainer.fit_data_parallel(replicas, &data, resume).unwrap()
 }
 
 fn assert_close(a: &[f64], b: &[f64], what: &str) {
@@ -130,4 +146,56 @@ fn an_epoch_on_two_devices_has_the_steps_of_one_device_accumulating_two() {
     let one = run(1, 2, None, None, None);
     assert_eq!(two.len(), 6);
     assert_close(&two, &one, "one epoch on 2 devices against 1 device accumulating 2");
+}
+
+/// With the parameters in many small groups, each group's all-reduce starts as soon as the
+/// backward pass has finished its gradients. Groups start from the last down, and the first
+/// group holds the embeddings, whose gradients come last: every other group starts while
+/// gradients are still to come. The losses stay those of one device accumulating two.
+#[test]
+fn gradient_buckets_start_during_the_backward_pass() {
+    let _serial = serial();
+    let grouped: Vec<MaskedLmModel> = replicas(2).into_iter().map(|m| m.with_group_elements(4096).unwrap()).collect();
+    let groups = grouped[0].parameters().group_count();
+    assert!(groups >= 4, "{groups} groups");
+    let report = train(&grouped, 1, None, None, Some(8));
+    for step in &report.steps {
+        assert_eq!(step.overlapped_buckets, Some(groups - 1), "step {}", step.step);
+    }
+    let two: Vec<f64> = report.steps.iter().map(|s| s.loss).collect();
+    assert_close(&two, &losses(1, 2), "2 devices with small buckets against 1 device accumulating 2");
+}
+
+/// Rank 0 alone writes metrics. When it cannot, it tells the other rank through the first
+/// step's collectives, and rank 1 stops there naming rank 0, instead of waiting for rank 0
+/// until HCCL_EXEC_TIMEOUT.
+#[test]
+fn a_rank_zero_write_failure_stops_every_rank_at_the_next_step() {
+    let _serial = serial();
+    // Bounds the wait should the failure not reach rank 1 (the test then fails on its error).
+    // SAFETY (env): the other tests of this binary do not time out either way.
+    unsafe { std::env::set_var("HCCL_EXEC_TIMEOUT", "30") };
+    let dir = tempfile::tempdir().unwrap();
+    let unwritable = dir.path().join("missing").join("metrics.jsonl");
+    let data = Batches((0..4).map(|i| codon_ascend::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
+    let trainer = Trainer::new(
+        TrainerConfig::builder().max_steps(Some(2)).metrics_path(Some(unwritable)).quiet(true).build().unwrap(),
+    );
+    let models = replicas(2);
+    let devices: Vec<_> = models
+        .iter()
+        .map(|m| candle_ascend::ascend_device(m.parameters().named()[0].1.device()).unwrap().clone())
+        .collect();
+    let comms = candle_ascend::Communicator::init_all(&devices).unwrap();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let ranks: Vec<_> =
+            models.iter().zip(&comms).map(|(m, c)| s.spawn(|| trainer.fit_distributed(m, &data, None, c))).collect();
+        ranks.into_iter().map(|h| h.join().unwrap().unwrap_err().to_string()).collect()
+    });
+    assert!(errors[0].contains("rank 0 of 2") && errors[0].contains("metrics.jsonl"), "{}", errors[0]);
+    assert!(
+        errors[1].contains("rank 1 of 2") && errors[1].contains("stopped at step 1 because rank(s) [0] failed"),
+        "{}",
+        errors[1]
+    );
 }

@@ -81,7 +81,7 @@ def cpp_type(rust: str) -> str:
         return "void*"
     if rust in ("AclError", "AclnnStatus"):
         return "int32_t"
-    if rust.endswith("Ptr") or rust in ("AclrtStream", "HcclComm"):
+    if rust.endswith("Ptr") or rust in ("AclrtStream", "AclrtEvent", "HcclComm"):
         return "void*"
     return RUST_TO_CPP[rust]
 

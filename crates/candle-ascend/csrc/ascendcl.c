@@ -481,6 +481,116 @@ SIM_EXPORT int aclsimEnqueueEager(aclrtStream stream, void (*fn)(void *), void *
     return enqueue_task(stream, fn, ctx, 1);
 }
 
+/* ---- events: one stream's point that another stream, or the host, waits for -------------- */
+
+/* `recorded` counts aclrtRecordEvent calls, `completed` the records their streams have reached;
+ * a wait takes the latest record at the time it is queued, as acl_rt.h documents. */
+typedef struct Event {
+    pthread_mutex_t lock;
+    pthread_cond_t reached;
+    uint64_t recorded, completed;
+} Event;
+typedef struct { Event *event; uint64_t target; } EventTask;
+
+static void wait_event(Event *e, uint64_t target) {
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < target) pthread_cond_wait(&e->reached, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void run_record(void *ctx) {
+    EventTask *t = ctx;
+    pthread_mutex_lock(&t->event->lock);
+    if (t->event->completed < t->target) t->event->completed = t->target;
+    pthread_cond_broadcast(&t->event->reached);
+    pthread_mutex_unlock(&t->event->lock);
+    free(t);
+}
+
+static void run_wait(void *ctx) {
+    EventTask *t = ctx;
+    wait_event(t->event, t->target);
+    free(t);
+}
+
+SIM_EXPORT aclError aclrtCreateEvent(aclrtEvent *event) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    if (t_device < 0) {
+        aclsimSetError("aclrtCreateEvent: no device set on this thread");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    Event *e = calloc(1, sizeof *e);
+    if (!e) return ACL_ERROR_BAD_ALLOC;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->reached, NULL);
+    *event = e;
+    return ACL_SUCCESS;
+}
+
+/* Queued work may still record or wait on the event: destruction waits for its last record. */
+SIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent event) {
+    Event *e = event;
+    if (!e) return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&e->lock);
+    uint64_t last = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    wait_event(e, last);
+    pthread_cond_destroy(&e->reached);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+    return ACL_SUCCESS;
+}
+
+/* The record runs eagerly: another stream may be waiting for it, and a device does not wait
+ * for its host to reach a synchronisation before it runs queued work. */
+SIM_EXPORT aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+    Event *e = event;
+    if (!e) return ACL_ERROR_INVALID_PARAM;
+    EventTask *t = malloc(sizeof *t);
+    if (!t) return ACL_ERROR_BAD_ALLOC;
+    pthread_mutex_lock(&e->lock);
+    t->event = e;
+    t->target = ++e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    if (aclsimEnqueueEager(stream, run_record, t) != 0) {
+        free(t);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    return ACL_SUCCESS;
+}
+
+/* Waiting on an event that was never recorded is refused: acl_rt.h does not define it, and on
+ * CUDA it silently orders nothing. */
+SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+    Event *e = event;
+    if (!e) return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    if (target == 0) {
+        aclsimSetError("aclrtStreamWaitEvent: the event has not been recorded");
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    EventTask *t = malloc(sizeof *t);
+    if (!t) return ACL_ERROR_BAD_ALLOC;
+    *t = (EventTask){e, target};
+    if (aclsimEnqueue(stream, run_wait, t) != 0) {
+        free(t);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    return ACL_SUCCESS;
+}
+
+SIM_EXPORT aclError aclrtSynchronizeEvent(aclrtEvent event) {
+    Event *e = event;
+    if (!e) return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&e->lock);
+    uint64_t target = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    wait_event(e, target);
+    return ACL_SUCCESS;
+}
+
 /* ---- pinned host memory --------------------------------------------------------------- */
 
 static Block *g_pinned;

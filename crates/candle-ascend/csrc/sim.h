@@ -14,6 +14,7 @@
 typedef int aclError;
 typedef int32_t aclnnStatus;
 typedef void *aclrtStream;
+typedef void *aclrtEvent;
 
 enum { ACL_SUCCESS = 0, ACL_ERROR_INVALID_PARAM = 100000, ACL_ERROR_UNINITIALIZE = 100001,
        ACL_ERROR_REPEAT_INITIALIZE = 100002, ACL_ERROR_BAD_ALLOC = 200000,

@@ -165,6 +165,39 @@ fn async_copies_need_pinned_memory_and_a_synchronisation() {
     }
 }
 
+/// An event orders one stream after another (`aclrtStreamWaitEvent` waits for the event's
+/// latest record): a copy queued on a second stream after the wait sees what the first stream
+/// wrote, though the host never waited for the first stream. An event never recorded cannot
+/// be waited on.
+#[test]
+fn events_order_one_stream_after_another() {
+    let env = Env::new();
+    let api = &env.tk.api;
+    let (src, dst) = (env.malloc(16), env.malloc(16));
+    unsafe {
+        let mut other = null_mut();
+        assert_eq!((api.aclrtCreateStream)(&mut other), 0);
+        let mut event = null_mut();
+        assert_eq!((api.aclrtCreateEvent)(&mut event), 0);
+        assert_eq!((api.aclrtStreamWaitEvent)(other, event), ACL_ERROR_RT_PARAM_INVALID);
+        assert!(env.message().contains("not been recorded"));
+        let mut pinned = null_mut();
+        assert_eq!((api.aclrtMallocHost)(&mut pinned, 16), 0);
+        std::ptr::write_bytes(pinned.cast::<u8>(), 9, 16);
+        assert_eq!((api.aclrtMemcpyAsync)(src, 16, pinned, 16, ACL_MEMCPY_HOST_TO_DEVICE, env.stream), 0);
+        assert_eq!((api.aclrtRecordEvent)(event, env.stream), 0);
+        assert_eq!((api.aclrtStreamWaitEvent)(other, event), 0);
+        assert_eq!((api.aclrtMemcpyAsync)(dst, 16, src, 16, ACL_MEMCPY_DEVICE_TO_DEVICE, other), 0);
+        assert_eq!((api.aclrtSynchronizeStream)(other), 0);
+        let mut back = [0u8; 16];
+        assert_eq!((api.aclrtMemcpy)(back.as_mut_ptr().cast(), 16, dst, 16, ACL_MEMCPY_DEVICE_TO_HOST), 0);
+        assert_eq!(back, [9u8; 16]);
+        assert_eq!((api.aclrtDestroyEvent)(event), 0);
+        assert_eq!((api.aclrtDestroyStream)(other), 0);
+        assert_eq!((api.aclrtFreeHost)(pinned), 0);
+    }
+}
+
 #[test]
 fn unsupported_combinations_return_documented_codes() {
     let env = Env::new();

@@ -193,3 +193,51 @@ fn bf16_collectives_are_refused_without_bf16() {
     // No BF16 tensor can even exist on a 910A; the collective check is the HCCL call's.
     assert!(t.is_err() || comms[0].all_reduce(&t.unwrap(), ReduceOp::Sum).is_err());
 }
+
+/// `start_all_reduce` runs on the communicator's own stream, after the work already queued on
+/// the device stream (the emulator's device stream runs lazily, so without the event the
+/// reduction would read the buffer before the kernel that writes it), and returns at once:
+/// later device work is queued before `finish_started` waits.
+#[test]
+fn started_all_reduces_follow_earlier_kernels_and_finish_together() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let inputs: Vec<Vec<f64>> = (0..2).map(|r| rank_values(r, 6)).collect();
+    let mut buckets = Vec::new();
+    for (c, (v, d)) in comms.iter().zip(inputs.iter().zip(&devs)) {
+        let x = Tensor::new(v.as_slice(), d).unwrap().to_dtype(DType::F32).unwrap();
+        let doubled = (&x * 2.0).unwrap();
+        c.start_all_reduce(&doubled, ReduceOp::Sum).unwrap();
+        let later = (&x + 1.0).unwrap();
+        buckets.push((doubled, later));
+    }
+    for c in &comms {
+        c.finish_started().unwrap();
+    }
+    let want: Vec<f32> = (0..6).map(|i| (2.0 * (inputs[0][i] + inputs[1][i])) as f32).collect();
+    for (r, (doubled, later)) in buckets.iter().enumerate() {
+        assert_eq!(doubled.to_vec1::<f32>().unwrap(), want, "rank {r}");
+        let plus_one: Vec<f32> = inputs[r].iter().map(|v| (v + 1.0) as f32).collect();
+        assert_eq!(later.to_vec1::<f32>().unwrap(), plus_one, "rank {r}");
+    }
+    // Nothing started: finishing is a no-op.
+    comms[0].finish_started().unwrap();
+}
+
+/// A started all-reduce whose peer never starts one fails in `finish_started`, naming the rank.
+#[test]
+fn a_started_all_reduce_without_its_peer_fails_in_finish() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    if !has_bf16(&ascend[0]) {
+        return;
+    }
+    // SAFETY (env): no other test of this binary reads HCCL_EXEC_TIMEOUT's value differently.
+    unsafe { std::env::set_var("HCCL_EXEC_TIMEOUT", "1") };
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let a = Tensor::zeros(4, DType::F32, &devs[0]).unwrap();
+    comms[0].start_all_reduce(&a, ReduceOp::Sum).unwrap();
+    let err = comms[0].finish_started().unwrap_err().to_string();
+    assert!(err.contains("rank 0 of 2") && err.contains("HCCL_EXEC_TIMEOUT"), "{err}");
+}

@@ -64,6 +64,15 @@ pub enum TrainError {
         /// The last of them, from 1.
         step: usize,
     },
+    /// Other ranks of a data-parallel run failed (each reports its own error); this one
+    /// stopped with them at the step they reported it in.
+    #[error("stopped at step {step} because rank(s) {failed:?} failed (their own error says why)")]
+    PeersFailed {
+        /// The ranks that failed.
+        failed: Vec<usize>,
+        /// The step, from 1.
+        step: usize,
+    },
     /// One rank of a data-parallel run failed.
     #[error("rank {rank} of {ranks}: {source}")]
     Rank {

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod allocator;
+mod buckets;
 pub mod checkpoint;
 pub mod error;
 pub mod masked_lm;
@@ -33,6 +34,7 @@ pub mod schedule;
 pub mod trainer;
 
 pub use allocator::retain_freed_memory;
+pub use candle_core::backprop::GradientObserver;
 pub use error::{Result, TrainError};
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};

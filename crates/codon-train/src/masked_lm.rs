@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::backprop::GradStore;
+use candle_core::backprop::{GradStore, GradientObserver};
 use candle_core::{DType, Device, Tensor};
 use codon_data::{DataLoader, MlmBatch};
 use codon_model::bigbird::{
@@ -31,6 +31,17 @@ impl MaskedLmModel {
         let named = params.named().iter().map(|(name, var)| (name.clone(), var.as_tensor().clone())).collect();
         let model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
         Ok(Self { model, params, attention, gradient_checkpointing: false })
+    }
+
+    /// Regroup the parameters into flat groups of at most `max_group_elems` elements (see
+    /// [`Parameters::trainable_grouped`]; the default is [`crate::optim::FLAT_GROUP_ELEMS`]).
+    pub fn with_group_elements(self, max_group_elems: usize) -> Result<Self> {
+        let named = self.model.named_parameters();
+        let dtype = named.first().map_or(DType::F32, |(_, t)| t.dtype());
+        let params = Parameters::trainable_grouped(named, dtype, max_group_elems)?;
+        let named = params.named().iter().map(|(name, var)| (name.clone(), var.as_tensor().clone())).collect();
+        let model = BigBirdForMaskedLM::from_named(self.model.config().clone(), named)?;
+        Ok(Self { model, params, ..self })
     }
 
     /// Recompute each encoder layer's activations in the backward pass instead of keeping them
@@ -72,9 +83,16 @@ impl TrainableModel for MaskedLmModel {
         Ok(masked_lm_loss(&logits, &labels)?)
     }
 
-    fn loss_and_gradients(&self, batch: &MlmBatch, seed: u64, scale: f64) -> Result<(Tensor, GradStore)> {
+    fn loss_and_gradients(
+        &self,
+        batch: &MlmBatch,
+        seed: u64,
+        scale: f64,
+        observer: &mut dyn GradientObserver,
+    ) -> Result<(Tensor, GradStore)> {
+        // The checkpointed pass differentiates layer by layer and tells `observer` of nothing.
         if !self.gradient_checkpointing {
-            return backward_scaled(self.loss(batch, seed)?, scale);
+            return backward_scaled(self.loss(batch, seed)?, scale, observer);
         }
         let (input, labels) = self.upload(batch)?;
         let mut loss = None;

@@ -70,6 +70,13 @@ impl Parameters {
     /// Trainable variables holding `named`'s values in `dtype`; views into flat group buffers
     /// except on the CPU (see the type).
     pub fn trainable(named: Vec<(String, Tensor)>, dtype: DType) -> Result<Self> {
+        Self::trainable_grouped(named, dtype, FLAT_GROUP_ELEMS)
+    }
+
+    /// [`Parameters::trainable`] with groups of at most `max_group_elems` elements (a larger
+    /// parameter alone). The groups are also a data-parallel run's all-reduce buckets: smaller
+    /// ones start reducing sooner in the backward pass, at more launches per step.
+    pub fn trainable_grouped(named: Vec<(String, Tensor)>, dtype: DType, max_group_elems: usize) -> Result<Self> {
         let on_cpu = named.first().is_none_or(|(_, t)| t.device().is_cpu());
         if on_cpu {
             let vars = named
@@ -81,7 +88,7 @@ impl Parameters {
         let sizes: Vec<usize> = named.iter().map(|(_, t)| t.elem_count()).collect();
         let mut vars = Vec::with_capacity(named.len());
         let mut out_groups = Vec::new();
-        for slots in groups(&sizes, FLAT_GROUP_ELEMS) {
+        for slots in groups(&sizes, max_group_elems.max(1)) {
             let parts = named[slots.clone()]
                 .iter()
                 .map(|(_, t)| t.to_dtype(dtype)?.flatten_all())
@@ -112,19 +119,34 @@ impl Parameters {
     /// The gradients of a backward pass as one flat f32 tensor per group (zeros for a
     /// parameter that got none): a copy per parameter into its group, one cast per group.
     pub fn gradients(&self, store: &GradStore) -> candle_core::Result<Vec<Tensor>> {
-        self.groups
+        (0..self.groups.len()).map(|g| self.group_gradient(g, |var| store.get(var.as_tensor()).cloned())).collect()
+    }
+
+    /// How many flat groups there are.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The group of each parameter, in parameter order.
+    pub fn group_of_each(&self) -> Vec<usize> {
+        self.groups.iter().enumerate().flat_map(|(g, group)| group.slots.clone().map(move |_| g)).collect()
+    }
+
+    /// Group `group`'s gradient as one flat f32 tensor, from each of its parameters' gradient
+    /// (`gradient_of`; zeros where it has none).
+    pub fn group_gradient(
+        &self,
+        group: usize,
+        mut gradient_of: impl FnMut(&Var) -> Option<Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let parts = self.named[self.groups[group].slots.clone()]
             .iter()
-            .map(|group| {
-                let parts = self.named[group.slots.clone()]
-                    .iter()
-                    .map(|(_, var)| match store.get(var.as_tensor()) {
-                        Some(g) => g.flatten_all(),
-                        None => var.as_tensor().zeros_like()?.flatten_all(),
-                    })
-                    .collect::<candle_core::Result<Vec<_>>>()?;
-                Tensor::cat(&parts, 0)?.to_dtype(DType::F32)
+            .map(|(_, var)| match gradient_of(var) {
+                Some(g) => g.flatten_all(),
+                None => var.as_tensor().zeros_like()?.flatten_all(),
             })
-            .collect()
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::cat(&parts, 0)?.to_dtype(DType::F32)
     }
 
     /// Zero gradients in the layout of [`Parameters::gradients`] (a data-parallel rank without

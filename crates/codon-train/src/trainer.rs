@@ -6,10 +6,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::backprop::GradStore;
+use candle_core::backprop::{GradStore, GradientObserver};
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::buckets::Buckets;
 use crate::checkpoint::{self, TrainerState};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
@@ -82,9 +83,10 @@ pub enum AnomalyPolicy {
     Abort,
 }
 
-/// A loss and the gradients of `loss · scale`, by one backward pass through its graph.
-pub fn backward_scaled(loss: Tensor, scale: f64) -> Result<(Tensor, GradStore)> {
-    let grads = (&loss * scale)?.backward()?;
+/// A loss and the gradients of `loss · scale`, by one backward pass through its graph, telling
+/// `observer` of each gradient as soon as it is final.
+pub fn backward_scaled(loss: Tensor, scale: f64, observer: &mut dyn GradientObserver) -> Result<(Tensor, GradStore)> {
+    let grads = (&loss * scale)?.backward_with(observer)?;
     Ok((loss, grads))
 }
 
@@ -98,9 +100,17 @@ pub trait TrainableModel {
     fn loss(&self, batch: &Self::Batch, seed: u64) -> Result<Tensor>;
     /// The loss of a batch and the gradients of `loss · scale`. By default one backward pass
     /// through the graph of [`TrainableModel::loss`]; a model that recomputes activations
-    /// (checkpointing) overrides it.
-    fn loss_and_gradients(&self, batch: &Self::Batch, seed: u64, scale: f64) -> Result<(Tensor, GradStore)> {
-        backward_scaled(self.loss(batch, seed)?, scale)
+    /// (checkpointing) overrides it. `observer` may be told of final gradients during the pass
+    /// (a data-parallel step then overlaps their reduction with the rest of it); gradients
+    /// it is not told of are taken from the returned store afterwards.
+    fn loss_and_gradients(
+        &self,
+        batch: &Self::Batch,
+        seed: u64,
+        scale: f64,
+        observer: &mut dyn GradientObserver,
+    ) -> Result<(Tensor, GradStore)> {
+        backward_scaled(self.loss(batch, seed)?, scale, observer)
     }
     /// Tokens in a batch, for throughput.
     fn tokens(&self, batch: &Self::Batch) -> usize;
@@ -356,6 +366,10 @@ pub struct StepMetrics {
     /// The f16 loss scale, when used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
+    /// In a data-parallel run, the gradient buckets whose all-reduce started while the backward
+    /// pass was still running (the rest started after it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub overlapped_buckets: Option<usize>,
     /// What the device did during the step, when a [`DeviceProbe`] watches it.
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub device: Option<DeviceStepStats>,
@@ -509,8 +523,15 @@ impl Trainer {
                 .map(|h| h.join().unwrap_or_else(|_| Err(TrainError::Config("a rank's thread panicked".into()))))
                 .collect()
         });
+        // The error of a rank that failed on its own, before those of the ranks it stopped.
+        let first_cause =
+            results.iter().position(|r| r.as_ref().is_err_and(|e| !matches!(e, TrainError::PeersFailed { .. })));
         let mut reports = Vec::with_capacity(ranks);
-        for (rank, r) in results.into_iter().enumerate() {
+        let mut results: Vec<_> = results.into_iter().enumerate().collect();
+        if let Some(i) = first_cause {
+            results.swap(0, i);
+        }
+        for (rank, r) in results {
             reports.push(r.map_err(|e| TrainError::Rank { rank, ranks, source: Box::new(e) })?);
         }
         Ok(reports.swap_remove(0))
@@ -577,9 +598,21 @@ impl Trainer {
         let mut optimizer = AdamW::new(params.clone(), c.adamw)?;
         let mut scaler = (c.precision == Precision::F16).then(LossScaler::new);
 
+        // A rank's own failure (writing metrics or a checkpoint) in a data-parallel run: it takes
+        // part in one more step's collectives to tell the others, who stop too, instead of
+        // waiting for it until HCCL_EXEC_TIMEOUT.
+        let mut failure: Option<TrainError> = None;
+        let fail = |e: TrainError, failure: &mut Option<TrainError>| match comm {
+            Some(_) => {
+                *failure = Some(e);
+                Ok(())
+            }
+            None => Err(e),
+        };
         if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
-            for done in checkpoint::clean_leftovers(dir)? {
-                eprintln!("interrupted save: {done}");
+            match checkpoint::clean_leftovers(dir) {
+                Ok(done) => done.iter().for_each(|d| eprintln!("interrupted save: {d}")),
+                Err(e) => fail(e, &mut failure)?,
             }
         }
         let mut state = TrainerState::new(c, total_steps, data.batch_size());
@@ -590,18 +623,19 @@ impl Trainer {
             }
         }
 
-        let mut metrics = match c.metrics_path.as_ref().filter(|_| lead) {
-            Some(p) => Some(std::io::BufWriter::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(resume.is_some())
-                    .write(true)
-                    .truncate(resume.is_none())
-                    .open(p)
-                    .map_err(|e| TrainError::io(p, e))?,
-            )),
-            None => None,
-        };
+        let mut metrics = None;
+        if let Some(p) = c.metrics_path.as_ref().filter(|_| lead) {
+            let opened = std::fs::OpenOptions::new()
+                .create(true)
+                .append(resume.is_some())
+                .write(true)
+                .truncate(resume.is_none())
+                .open(p);
+            match opened {
+                Ok(f) => metrics = Some(std::io::BufWriter::new(f)),
+                Err(e) => fail(TrainError::io(p, e), &mut failure)?,
+            }
+        }
         // Without a terminal (CI, logs) progress goes out as plain lines, about 20 per run.
         let quiet = c.quiet || !lead;
         let log_lines = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -626,6 +660,16 @@ impl Trainer {
         'epochs: while state.step < total_steps && state.epoch < max_epochs {
             let mut batches = data.epoch(state.epoch as u64).skip(state.batch_in_epoch);
             loop {
+                if let Some(e) = failure.take() {
+                    // Tell the other ranks through the next step's collectives, then stop.
+                    if state.step >= total_steps {
+                        return Err(e);
+                    }
+                    let step = StepBatches { micro: &[], total: 1, comm, failed: true };
+                    let _ = self.optimizer_step(model, &params, step, &mut optimizer, &mut scaler, scheduler, &state);
+                    progress.finish_and_clear();
+                    return Err(e);
+                }
                 if state.step >= total_steps {
                     break 'epochs;
                 }
@@ -648,7 +692,7 @@ impl Trainer {
                 if taken == 0 {
                     break;
                 }
-                let step = StepBatches { micro: &micro, total: taken, comm };
+                let step = StepBatches { micro: &micro, total: taken, comm, failed: false };
                 let m = self.optimizer_step(model, &params, step, &mut optimizer, &mut scaler, scheduler, &state)?;
                 state.step += 1;
                 state.batch_in_epoch += taken;
@@ -669,11 +713,15 @@ impl Trainer {
                     step_seconds: secs,
                     skipped: m.skipped,
                     loss_scale: scaler.map(|s| s.scale),
+                    overlapped_buckets: m.overlapped_buckets,
                     device,
                 };
                 if let Some(w) = metrics.as_mut() {
                     let line = serde_json::to_string(&metric).unwrap_or_default();
-                    writeln!(w, "{line}").and_then(|_| w.flush()).map_err(|e| TrainError::io("metrics", e))?;
+                    let written = writeln!(w, "{line}").and_then(|_| w.flush());
+                    if let Err(e) = written {
+                        fail(TrainError::io("metrics", e), &mut failure)?;
+                    }
                 }
                 progress.set_position(state.step as u64);
                 let memory = metric.device.map(|d| format!(" {:.0} MiB device", d.device_peak_mb)).unwrap_or_default();
@@ -697,7 +745,10 @@ impl Trainer {
                 let due = c.save_every_n_steps.is_some_and(|n| state.step % n == 0);
                 if due && state.step < total_steps && lead {
                     if let Some(dir) = &c.checkpoint_dir {
-                        report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
+                        match self.save(model, &optimizer, &state, dir) {
+                            Ok(path) => report.checkpoints.push(path),
+                            Err(e) => fail(e, &mut failure)?,
+                        }
                     }
                 }
             }
@@ -705,6 +756,9 @@ impl Trainer {
             state.batch_in_epoch = 0;
         }
         progress.finish_and_clear();
+        if let Some(e) = failure {
+            return Err(e);
+        }
         if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
             report.checkpoints.push(self.save(model, &optimizer, &state, dir)?);
             report.checkpoints.retain(|p| p.is_dir());
@@ -745,54 +799,89 @@ impl Trainer {
         let mut grads: Option<Vec<Tensor>> = None;
         let mut loss_sum: Option<Tensor> = None;
         let ranks = batches.comm.map_or(1, |m| m.ranks());
-        for (i, batch) in batches.micro {
+        let mut reduced = None;
+        let mut overlapped_buckets = batches.comm.map(|_| 0);
+        for (n, (i, batch)) in batches.micro.iter().enumerate() {
             // Keyed by the micro-batch's number across ranks, so N ranks draw the masks of one
             // device with N times the accumulation.
             let index = state.step * c.accumulate_grad_batches * ranks + i;
             let seed = codon_data::mix_seed(state.seed, index as u64);
-            let (loss, store) = model.loss_and_gradients(batch, seed, scale / batches.total as f64)?;
-            let step_grads = params.gradients(&store)?;
-            grads = Some(match grads {
-                Some(acc) => acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?,
-                None => step_grads,
-            });
+            let scale = scale / batches.total as f64;
+            let last = n + 1 == batches.micro.len();
+            let loss = match batches.comm.filter(|_| last) {
+                // The step's last backward pass starts each bucket's all-reduce as it finishes.
+                Some(comm) => {
+                    let mut buckets = Buckets::new(params, comm, grads.take());
+                    let (loss, store) = model.loss_and_gradients(batch, seed, scale, &mut buckets)?;
+                    let (sum, overlapped) = buckets.finish_with(|var| store.get(var.as_tensor()).cloned())?;
+                    reduced = Some((sum, overlapped));
+                    loss
+                }
+                None => {
+                    let (loss, store) = model.loss_and_gradients(batch, seed, scale, &mut ())?;
+                    let step_grads = params.gradients(&store)?;
+                    grads = Some(match grads {
+                        Some(acc) => {
+                            acc.iter().zip(&step_grads).map(|(a, b)| a + b).collect::<candle_core::Result<_>>()?
+                        }
+                        None => step_grads,
+                    });
+                    loss
+                }
+            };
             let l = loss.detach().to_dtype(DType::F32)?;
             loss_sum = Some(match loss_sum {
                 Some(s) => (s + l)?,
                 None => l,
             });
         }
-        // A rank without a micro-batch (at an epoch's end) still takes part in the all-reduce.
-        let mut grads = match grads {
-            Some(g) => g,
-            None => params.zero_gradients()?,
+        let device = params.named().first().map(|(_, v)| v.device().clone());
+        let Some(device) = device else {
+            return Err(TrainError::Config("a model without parameters".into()));
         };
-        let loss_sum = match (loss_sum, grads.first()) {
-            (Some(l), _) => l,
-            (None, Some(g)) => Tensor::zeros((), DType::F32, g.device())?,
-            (None, None) => return Err(TrainError::Config("a model without parameters".into())),
+        let loss_sum = match loss_sum {
+            Some(l) => l,
+            None => Tensor::zeros((), DType::F32, &device)?,
         };
-        if let Some(comm) = batches.comm {
-            for g in &grads {
-                comm.all_reduce(g, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
+        let mut grads = match (batches.comm, reduced) {
+            (_, Some((sum, overlapped))) => {
+                overlapped_buckets = Some(overlapped);
+                sum
             }
-            comm.all_reduce(&loss_sum, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
+            // A rank without a micro-batch (at an epoch's end) still takes part in every
+            // all-reduce, with zeros.
+            (Some(comm), None) => Buckets::new(params, comm, grads.take()).finish_with(|_| None)?.0,
+            (None, _) => match grads {
+                Some(g) => g,
+                None => params.zero_gradients()?,
+            },
+        };
+        // The loss travels with one flag per rank, set by a rank that has failed.
+        let mut flags = vec![0f32; ranks];
+        flags[batches.comm.map_or(0, |m| m.rank())] = f32::from(u8::from(batches.failed));
+        let status = Tensor::cat(&[loss_sum.reshape(1)?, Tensor::new(flags, &device)?], 0)?;
+        if let Some(comm) = batches.comm {
+            comm.all_reduce(&status, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
         }
         if scale != 1.0 {
             grads = grads.iter().map(|g| g * (1.0 / scale)).collect::<candle_core::Result<_>>()?;
         }
         let norm = global_norm(&grads)?;
-        let loss_mean = (loss_sum / batches.total as f64)?;
-        // The one host read of the step: loss and gradient norm together.
-        let host: Vec<f32> = Tensor::stack(&[loss_mean.reshape(())?, norm.clone()], 0)?.to_vec1()?;
+        let loss_mean = (status.narrow(0, 0, 1)? / batches.total as f64)?;
+        // The one host read of the step: loss, gradient norm and the ranks' flags together.
+        let host: Vec<f32> = Tensor::cat(&[loss_mean, norm.reshape(1)?, status.narrow(0, 1, ranks)?], 0)?.to_vec1()?;
         let (loss, grad_norm) = (host[0] as f64, host[1] as f64);
+        let failed: Vec<usize> = (0..ranks).filter(|&r| host[2 + r] > 0.5).collect();
+        if !failed.is_empty() && !batches.failed {
+            return Err(TrainError::PeersFailed { failed, step: state.step + 1 });
+        }
         let lr = scheduler.lr(state.step);
         let finite = loss.is_finite() && grad_norm.is_finite();
         if let Some(s) = scaler.as_mut() {
             s.update(grad_norm.is_finite());
             if !grad_norm.is_finite() {
                 let anomalous = s.scale < 1.0;
-                return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous });
+                return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous, overlapped_buckets });
             }
         }
         if !finite {
@@ -808,13 +897,13 @@ impl Trainer {
                 return Err(TrainError::NonFinite { step: state.step + 1, what: what.into(), parameters: bad });
             }
             eprintln!("warning: non-finite loss or gradients at step {}; update skipped", state.step + 1);
-            return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous: true });
+            return Ok(StepOutcome { loss, lr, grad_norm, skipped: true, anomalous: true, overlapped_buckets });
         }
         if let Some(max_norm) = c.gradient_clip {
             clip_by_norm(&mut grads, &norm, max_norm)?;
         }
         optimizer.step(&grads, lr, scheduler.beta1(state.step))?;
-        Ok(StepOutcome { loss, lr, grad_norm, skipped: false, anomalous: false })
+        Ok(StepOutcome { loss, lr, grad_norm, skipped: false, anomalous: false, overlapped_buckets })
     }
 }
 
@@ -824,6 +913,8 @@ struct StepBatches<'a, B> {
     micro: &'a [(usize, B)],
     total: usize,
     comm: Option<&'a candle_ascend::Communicator>,
+    /// This rank has failed and takes part only to tell the others.
+    failed: bool,
 }
 
 impl<B> Clone for StepBatches<'_, B> {
@@ -841,4 +932,6 @@ struct StepOutcome {
     skipped: bool,
     /// Skipped for values that are not finite, as opposed to an ordinary f16 overflow.
     anomalous: bool,
+    /// Data-parallel gradient buckets whose all-reduce started during the backward pass.
+    overlapped_buckets: Option<usize>,
 }

@@ -27,6 +27,24 @@ thread_local! {
     }
 }
 
+/// Told by [`Tensor::backward_with`] of a graph's variables and of their final gradients.
+pub trait GradientObserver {
+    /// Called once, before any gradient, with every variable the graph reaches.
+    fn variables(&mut self, variables: &[&Tensor]) -> Result<()>;
+    /// A variable's final gradient; `None` when the graph gives it none.
+    fn ready(&mut self, variable: &Tensor, gradient: Option<&Tensor>) -> Result<()>;
+}
+
+/// Observes nothing: plain [`Tensor::backward`].
+impl GradientObserver for () {
+    fn variables(&mut self, _: &[&Tensor]) -> Result<()> {
+        Ok(())
+    }
+    fn ready(&mut self, _: &Tensor, _: Option<&Tensor>) -> Result<()> {
+        Ok(())
+    }
+}
+
 impl Tensor {
     /// Return all the nodes that lead to this value in a topologically sorted vec, the first
     /// elements having dependencies on the latter ones, e.g. the first element if any is the
@@ -163,11 +181,23 @@ impl Tensor {
     }
 
     pub fn backward(&self) -> Result<GradStore> {
+        self.backward_with(&mut ())
+    }
+
+    /// [`Tensor::backward`], telling `observer` of the graph's variables before differentiating
+    /// and of each variable's final gradient as soon as every node that uses the variable has
+    /// been differentiated, while the rest of the graph is still to come. A data-parallel
+    /// trainer starts reducing gradients there, overlapping communication with the pass.
+    pub fn backward_with(&self, observer: &mut dyn GradientObserver) -> Result<GradStore> {
         let sorted_nodes = self.sorted_nodes();
+        let variables: Vec<&Tensor> = sorted_nodes.iter().copied().filter(|n| n.is_variable()).collect();
+        observer.variables(&variables)?;
         let mut grads = GradStore::new();
         grads.insert(self, self.ones_like()?.contiguous()?);
         for node in sorted_nodes.iter() {
             if node.is_variable() {
+                // The order is topological: every user of this variable came before it.
+                observer.ready(node, grads.get(node))?;
                 continue;
             }
             let grad = grads

@@ -41,6 +41,11 @@ runtime_api! {
     aclrtGetDeviceCount: fn(*mut u32) -> AclError;
     aclrtCreateStream: fn(*mut AclrtStream) -> AclError;
     aclrtSynchronizeStream: fn(AclrtStream) -> AclError;
+    aclrtDestroyStream: fn(AclrtStream) -> AclError;
+    aclrtCreateEvent: fn(*mut AclrtEvent) -> AclError;
+    aclrtDestroyEvent: fn(AclrtEvent) -> AclError;
+    aclrtRecordEvent: fn(AclrtEvent, AclrtStream) -> AclError;
+    aclrtStreamWaitEvent: fn(AclrtStream, AclrtEvent) -> AclError;
     aclrtMalloc: fn(*mut *mut c_void, usize, i32) -> AclError;
     aclrtFree: fn(*mut c_void) -> AclError;
     aclrtMemcpy: fn(*mut c_void, usize, *const c_void, usize, i32) -> AclError;

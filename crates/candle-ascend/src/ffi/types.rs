@@ -5,6 +5,7 @@ use std::ffi::c_void;
 pub type AclError = i32;
 pub type AclnnStatus = i32;
 pub type AclrtStream = *mut c_void;
+pub type AclrtEvent = *mut c_void;
 /// Opaque `aclTensor*`, `aclScalar*`, `aclIntArray*`, `aclBoolArray*`, `aclOpExecutor*`.
 pub type AclTensorPtr = *mut c_void;
 pub type AclScalarPtr = *mut c_void;
@@ -16,6 +17,10 @@ pub const ACL_SUCCESS: AclError = 0;
 pub const ACL_ERROR_REPEAT_INITIALIZE: AclError = 100_002;
 pub const ACL_ERROR_BAD_ALLOC: AclError = 200_000;
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
+/// `ACL_ERROR_RT_PARAM_INVALID` (`rt_error_codes.h`).
+pub const ACL_ERROR_RT_PARAM_INVALID: AclError = 107_000;
+/// `ACL_ERROR_RT_INVALID_DEVICEID` (`rt_error_codes.h`).
+pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
 /// `ACL_ERROR_RT_DEVICE_OOM` (`rt_error_codes.h`).
 pub const ACL_ERROR_RT_DEVICE_OOM: AclError = 207_018;
 

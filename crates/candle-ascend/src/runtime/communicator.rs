@@ -1,16 +1,20 @@
 //! Collectives over HCCL: a [`Communicator`] is one rank's handle. Ranks on the devices of one
 //! process come from [`Communicator::init_all`]; ranks in separate processes share a
 //! [`RootInfo`] from rank 0 and call [`Communicator::init_rank`]. Collectives are queued on the
-//! rank's device stream, in order with its kernels, as torch_npu's ProcessGroupHCCL does;
-//! their failures (a timeout, ranks that disagree) surface at the stream's next synchronisation.
+//! rank's device stream, in order with its kernels; their failures (a timeout, ranks that
+//! disagree) surface at the stream's next synchronisation. [`Communicator::start_all_reduce`]
+//! instead runs on the communicator's own stream, ordered after the device stream's work by an
+//! event, so the device goes on computing while the ranks communicate, as torch_npu's
+//! ProcessGroupHCCL does with its HCCL streams.
 use std::ffi::{c_void, CStr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Storage, Tensor};
 
 use super::device::{AscendDevice, DeviceInner};
 use crate::error::{AscendError, Result};
 use crate::ffi::hccl::{data_type, reduce_op, HcclApi, HcclComm, HcclRootInfo, HCCL_ROOT_INFO_BYTES};
+use crate::ffi::types::{AclrtEvent, AclrtStream};
 use crate::soc::{Soc, SocFamily};
 use crate::storage::AscendStorage;
 
@@ -97,12 +101,50 @@ pub struct Communicator {
     rank: usize,
     ranks: usize,
     device: Arc<DeviceInner>,
+    side: SideStream,
+    /// Tensors of started collectives, kept alive until the device stream has waited for them.
+    started: Mutex<Vec<Tensor>>,
+}
+
+/// The communicator's own stream, with the two events that order it against the device stream:
+/// `ready` (device → side: the buffers are written) and `done` (side → device: reduced).
+struct SideStream {
+    stream: AclrtStream,
+    ready: AclrtEvent,
+    done: AclrtEvent,
+}
+
+impl SideStream {
+    fn new(device: &DeviceInner) -> Result<Self> {
+        let api = &device.toolkit.api;
+        device.bind_thread()?;
+        let mut stream: AclrtStream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the device is bound to this thread.
+        device.check("aclrtCreateStream", unsafe { (api.aclrtCreateStream)(&mut stream) })?;
+        let mut events = [std::ptr::null_mut(); 2];
+        for (i, e) in events.iter_mut().enumerate() {
+            // SAFETY: valid out-pointer.
+            let code = unsafe { (api.aclrtCreateEvent)(e) };
+            if let Err(err) = device.check("aclrtCreateEvent", code) {
+                // SAFETY: created above and never used.
+                unsafe {
+                    for made in &events[..i] {
+                        (api.aclrtDestroyEvent)(*made);
+                    }
+                    (api.aclrtDestroyStream)(stream);
+                }
+                return Err(err);
+            }
+        }
+        Ok(Self { stream, ready: events[0], done: events[1] })
+    }
 }
 
 // SAFETY: an HcclComm may be used from any thread that binds its device (each call here binds
 // it first); HCCL serialises a communicator's calls on its stream.
 unsafe impl Send for Communicator {}
-// SAFETY: as above; `&self` methods only enqueue work on the device's stream.
+// SAFETY: as above; `&self` methods only enqueue work on the streams, the side stream's under
+// the `started` lock.
 unsafe impl Sync for Communicator {}
 
 impl std::fmt::Debug for Communicator {
@@ -153,12 +195,35 @@ impl Communicator {
         if code != 0 {
             return Err(hccl_error(&api, &first.inner, "HcclCommInitAll", 0, ranks, code));
         }
-        Ok(comms
-            .into_iter()
-            .zip(devices)
-            .enumerate()
-            .map(|(rank, (comm, d))| Communicator { api: api.clone(), comm, rank, ranks, device: d.inner.clone() })
-            .collect())
+        let mut out = Vec::with_capacity(ranks);
+        let mut comms = comms.into_iter();
+        for (rank, (comm, d)) in comms.by_ref().zip(devices).enumerate() {
+            match Communicator::new(api.clone(), comm, rank, ranks, &d.inner) {
+                Ok(c) => out.push(c),
+                Err(e) => {
+                    // SAFETY: the communicators not yet wrapped are live and unused.
+                    comms.for_each(|c| unsafe {
+                        (api.HcclCommDestroy)(c);
+                    });
+                    return Err(e);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Wraps a live HCCL communicator; destroys it if the side stream cannot be made.
+    fn new(api: Arc<HcclApi>, comm: HcclComm, rank: usize, ranks: usize, device: &Arc<DeviceInner>) -> Result<Self> {
+        match SideStream::new(device) {
+            Ok(side) => {
+                Ok(Communicator { api, comm, rank, ranks, device: device.clone(), side, started: Mutex::default() })
+            }
+            Err(e) => {
+                // SAFETY: the communicator is live and unused.
+                unsafe { (api.HcclCommDestroy)(comm) };
+                Err(e)
+            }
+        }
     }
 
     /// New root info, on rank 0's device (`HcclGetRootInfo`), to share with the other ranks.
@@ -191,7 +256,7 @@ impl Communicator {
         if code != 0 {
             return Err(hccl_error(&api, &device.inner, "HcclCommInitRootInfo", rank, ranks, code));
         }
-        Ok(Communicator { api, comm, rank, ranks, device: device.inner.clone() })
+        Communicator::new(api, comm, rank, ranks, &device.inner)
     }
 
     /// This rank.
@@ -215,6 +280,67 @@ impl Communicator {
         // until the work is done (the caching allocator reuses it only in stream order).
         let code = unsafe { (self.api.HcclAllReduce)(ptr, ptr, count, dtype, op.hccl(), self.comm, stream) };
         self.counted(call, code, t.elem_count() * t.dtype().size_in_bytes())
+    }
+
+    /// Start reducing `t` over the ranks, in place, and return at once. The reduction runs on
+    /// the communicator's own stream after the work queued so far on the device stream, while
+    /// the device stream goes on with later work. Every rank must start the same collectives in
+    /// the same order. [`Communicator::finish_started`] makes the device stream wait for them;
+    /// until then `t` must not be read or written.
+    pub fn start_all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
+        let call = "HcclAllReduce";
+        let dtype = hccl_dtype(call, t.dtype())?;
+        let (ptr, count) = self.buffer(call, t)?;
+        // Held throughout, so that two threads' record-wait-reduce sequences do not interleave.
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let api = &self.device.toolkit.api;
+        // SAFETY: both events and streams are live and belong to this device.
+        let code = unsafe { (api.aclrtRecordEvent)(self.side.ready, self.device.stream()) };
+        self.device.check("aclrtRecordEvent", code)?;
+        // SAFETY: as above.
+        let code = unsafe { (api.aclrtStreamWaitEvent)(self.side.stream, self.side.ready) };
+        self.device.check("aclrtStreamWaitEvent", code)?;
+        // SAFETY: `ptr` holds `count` elements of `t`'s dtype; `t` stays alive in `started`
+        // until the device stream has waited for this reduction.
+        let code = unsafe { (self.api.HcclAllReduce)(ptr, ptr, count, dtype, op.hccl(), self.comm, self.side.stream) };
+        self.counted(call, code, t.elem_count() * t.dtype().size_in_bytes())?;
+        started.push(t.clone());
+        Ok(())
+    }
+
+    /// Make the device stream wait for every collective of [`Communicator::start_all_reduce`],
+    /// and report the first that failed. The host waits for them too: a collective's failure
+    /// (a rank that never came, ranks that disagree) is reported here, naming this rank.
+    pub fn finish_started(&self) -> Result<()> {
+        let mut guard = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        let started = std::mem::take(&mut *guard);
+        if started.is_empty() {
+            return Ok(());
+        }
+        self.device.bind_thread()?;
+        let api = &self.device.toolkit.api;
+        // SAFETY: both events and streams are live and belong to this device.
+        let code = unsafe { (api.aclrtRecordEvent)(self.side.done, self.side.stream) };
+        self.device.check("aclrtRecordEvent", code)?;
+        // SAFETY: as above.
+        let code = unsafe { (api.aclrtStreamWaitEvent)(self.device.stream(), self.side.done) };
+        self.device.check("aclrtStreamWaitEvent", code)?;
+        drop(guard);
+        // SAFETY: the side stream is live.
+        let code = unsafe { (api.aclrtSynchronizeStream)(self.side.stream) };
+        drop(started);
+        self.device.counters.synchronized();
+        if code != 0 {
+            let detail = format!(
+                "rank {} of {} on {}: {}",
+                self.rank,
+                self.ranks,
+                self.device.name(),
+                self.device.toolkit.recent_message().unwrap_or_else(|| format!("ACL error {code}"))
+            );
+            return Err(AscendError::Collective { call: "HcclAllReduce", detail });
+        }
+        Ok(())
     }
 
     /// Copy rank `root`'s `t` into every rank's `t`.
@@ -277,12 +403,21 @@ impl Communicator {
 
 impl Drop for Communicator {
     fn drop(&mut self) {
+        let api = &self.device.toolkit.api;
+        // Work queued on either stream may still use the communicator; a failure was or will be
+        // reported by the call that queued it.
         if self.device.bind_thread().is_ok() {
-            // Work queued on the stream may still use the communicator.
             let _ = self.device.synchronize();
+            // SAFETY: the side stream is live.
+            let _ = unsafe { (api.aclrtSynchronizeStream)(self.side.stream) };
         }
-        // SAFETY: the communicator is live and no longer used.
-        unsafe { (self.api.HcclCommDestroy)(self.comm) };
+        // SAFETY: nothing queued uses the communicator, its stream or its events any more.
+        unsafe {
+            (self.api.HcclCommDestroy)(self.comm);
+            (api.aclrtDestroyEvent)(self.side.ready);
+            (api.aclrtDestroyEvent)(self.side.done);
+            (api.aclrtDestroyStream)(self.side.stream);
+        }
     }
 }
 

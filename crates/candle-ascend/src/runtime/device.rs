@@ -266,7 +266,7 @@ impl AscendDevice {
         if id >= count as usize {
             return Err(AscendError::Runtime {
                 call: "aclrtSetDevice",
-                code: 107_001,
+                code: ACL_ERROR_RT_INVALID_DEVICEID,
                 message: Some(format!("device {id} does not exist: this machine has {count} device(s)")),
             });
         }
