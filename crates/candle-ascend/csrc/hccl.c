@@ -54,6 +54,7 @@ typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     uint32_t joined;      /* ranks that have initialised */
+    uint32_t joined_mask; /* which ranks: a rank that joins twice is refused */
     int ready;            /* sized for nranks (root-info communicators) */
     uint32_t arrived;     /* ranks in the current round */
     uint32_t departed;    /* ranks done reading the current round */
@@ -140,6 +141,25 @@ static int reducible(int32_t dtype) {
     }
 }
 
+static int64_t load_int(const char *p, int32_t dtype, uint64_t i) {
+    switch (dtype) {
+    case HCCL_DATA_TYPE_INT8: return ((const int8_t *)p)[i];
+    case HCCL_DATA_TYPE_INT16: return ((const int16_t *)p)[i];
+    case HCCL_DATA_TYPE_INT32: return ((const int32_t *)p)[i];
+    default: return ((const int64_t *)p)[i];
+    }
+}
+
+/* Integer results wrap to the dtype's width (two's complement), as a device's integer adder. */
+static void store_int(char *p, int32_t dtype, uint64_t i, int64_t v) {
+    switch (dtype) {
+    case HCCL_DATA_TYPE_INT8: ((int8_t *)p)[i] = (int8_t)(uint8_t)v; break;
+    case HCCL_DATA_TYPE_INT16: ((int16_t *)p)[i] = (int16_t)(uint16_t)v; break;
+    case HCCL_DATA_TYPE_INT32: ((int32_t *)p)[i] = (int32_t)(uint32_t)v; break;
+    default: ((int64_t *)p)[i] = v; break;
+    }
+}
+
 static double load(const char *p, int32_t dtype, uint64_t i) {
     switch (dtype) {
     case HCCL_DATA_TYPE_INT8: return ((const int8_t *)p)[i];
@@ -164,26 +184,27 @@ static void store(char *p, int32_t dtype, uint64_t i, double v) {
     }
 }
 
-/* Integers reduce exactly in int64; floats in the rank order, each step rounded to f32 as a
- * device accumulates. */
+/* Integers reduce exactly in int64 (wrapping, never through a double); floats in the rank
+ * order, each step rounded to f32 as a device accumulates, and a NaN on any rank stays NaN
+ * (fmaxf would drop it and hide a diverged rank). */
 static void reduce_into(char *out, Clique *c, int32_t dtype, int32_t op, uint64_t n) {
     int integer = dtype == HCCL_DATA_TYPE_INT8 || dtype == HCCL_DATA_TYPE_INT16 || dtype == HCCL_DATA_TYPE_INT32 ||
                   dtype == HCCL_DATA_TYPE_INT64;
     for (uint64_t i = 0; i < n; i++) {
         if (integer) {
-            int64_t acc = (int64_t)load(slot(c, 0), dtype, i);
+            uint64_t acc = (uint64_t)load_int(slot(c, 0), dtype, i);
             for (uint32_t r = 1; r < c->nranks; r++) {
-                int64_t x = (int64_t)load(slot(c, r), dtype, i);
-                acc = op == HCCL_REDUCE_SUM ? acc + x : op == HCCL_REDUCE_PROD ? acc * x
-                    : op == HCCL_REDUCE_MAX ? (x > acc ? x : acc) : (x < acc ? x : acc);
+                int64_t x = load_int(slot(c, r), dtype, i), a = (int64_t)acc;
+                acc = op == HCCL_REDUCE_SUM ? acc + (uint64_t)x : op == HCCL_REDUCE_PROD ? acc * (uint64_t)x
+                    : (uint64_t)(op == HCCL_REDUCE_MAX ? (x > a ? x : a) : (x < a ? x : a));
             }
-            store(out, dtype, i, (double)acc);
+            store_int(out, dtype, i, (int64_t)acc);
         } else {
             float acc = (float)load(slot(c, 0), dtype, i);
             for (uint32_t r = 1; r < c->nranks; r++) {
                 float x = (float)load(slot(c, r), dtype, i);
                 acc = op == HCCL_REDUCE_SUM ? acc + x : op == HCCL_REDUCE_PROD ? acc * x
-                    : op == HCCL_REDUCE_MAX ? fmaxf(acc, x) : fminf(acc, x);
+                    : isnan(acc) || isnan(x) ? NAN : op == HCCL_REDUCE_MAX ? fmaxf(acc, x) : fminf(acc, x);
             }
             store(out, dtype, i, acc);
         }
@@ -311,6 +332,8 @@ SIM_EXPORT HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t count
     if (!sendBuf || !recvBuf) return fail(HCCL_E_PTR, "%s: sendBuf and recvBuf must not be null", "HcclAllReduce");
     if (!reducible(dataType)) return fail(HCCL_E_NOT_SUPPORT, "%s: dataType not supported for a reduction on this part", "HcclAllReduce");
     if (op < HCCL_REDUCE_SUM || op > HCCL_REDUCE_MIN) return fail(HCCL_E_PARA, "%s: op must be SUM, PROD, MAX or MIN", "HcclAllReduce");
+    if (count > SIZE_MAX / hccl_dtype_size(dataType))
+        return fail(HCCL_E_PARA, "%s: count elements overflow the address space", "HcclAllReduce");
     size_t bytes = count * hccl_dtype_size(dataType);
     if (count && (!aclsimHostPtr(sendBuf, bytes) || !aclsimHostPtr(recvBuf, bytes)))
         return fail(HCCL_E_PTR, "%s: sendBuf or recvBuf is not count elements of device memory", "HcclAllReduce");
@@ -325,6 +348,7 @@ SIM_EXPORT HcclResult HcclBroadcast(void *buf, uint64_t count, int32_t dataType,
     if (!esize || (dataType == HCCL_DATA_TYPE_BFP16 && aclsimSocFamily() == SIM_SOC_910))
         return fail(HCCL_E_NOT_SUPPORT, "%s: dataType not supported on this part", "HcclBroadcast");
     if (m && m->clique && root >= m->clique->nranks) return fail(HCCL_E_PARA, "%s: root is not a rank of comm", "HcclBroadcast");
+    if (count > SIZE_MAX / esize) return fail(HCCL_E_PARA, "%s: count elements overflow the address space", "HcclBroadcast");
     if (count && !aclsimHostPtr(buf, count * esize))
         return fail(HCCL_E_PTR, "%s: buf is not count elements of device memory", "HcclBroadcast");
     return enqueue(comm, (CallDesc){KIND_BROADCAST, dataType, 0, root, count}, buf, buf, stream);
@@ -408,13 +432,24 @@ SIM_EXPORT HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
     if (c == MAP_FAILED) return HCCL_E_SYSCALL;
     int timed_out = 0;
     pthread_mutex_lock(&c->lock);
+    if (c->joined_mask & (1u << rank)) {
+        pthread_mutex_unlock(&c->lock);
+        munmap(c, bytes);
+        return fail(HCCL_E_PARA, "%s: this rank has already joined the communicator", "HcclCommInitRootInfo");
+    }
+    c->joined_mask |= 1u << rank;
     c->joined++;
     pthread_cond_broadcast(&c->cond);
     WAIT_UNTIL(c, c->joined >= c->nranks, ts, timed_out);
     int last = !timed_out && c->joined == c->nranks;
+    if (timed_out) {
+        c->joined--;
+        c->joined_mask &= ~(1u << rank);
+    }
     pthread_mutex_unlock(&c->lock);
     if (timed_out) {
         munmap(c, bytes);
+        shm_unlink(name); /* the communicator is dead: late ranks find it gone */
         return fail(HCCL_E_TIMEOUT, "%s: not every rank joined within HCCL_CONNECT_TIMEOUT", "HcclCommInitRootInfo");
     }
     if (last) shm_unlink(name); /* every rank has it mapped */

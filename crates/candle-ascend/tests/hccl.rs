@@ -241,3 +241,53 @@ fn a_started_all_reduce_without_its_peer_fails_in_finish() {
     let err = comms[0].finish_started().unwrap_err().to_string();
     assert!(err.contains("rank 0 of 2") && err.contains("HCCL_EXEC_TIMEOUT"), "{err}");
 }
+
+/// Integers reduce exactly (2^53 + 1 does not survive a trip through a double), and a NaN on
+/// one rank stays NaN under max and min instead of being dropped.
+#[test]
+fn int64_sums_are_exact_and_nan_survives_max_and_min() {
+    let _serial = serial();
+    let (devs, ascend) = devices(2);
+    let comms = Communicator::init_all(&ascend).unwrap();
+    let big = (1i64 << 53) + 1;
+    let ints: Vec<Tensor> = devs.iter().map(|d| Tensor::new(&[big, -3], d).unwrap()).collect();
+    for (c, t) in comms.iter().zip(&ints) {
+        c.all_reduce(t, ReduceOp::Sum).unwrap();
+    }
+    for t in &ints {
+        assert_eq!(t.to_vec1::<i64>().unwrap(), vec![2 * big, -6]);
+    }
+    for op in [ReduceOp::Max, ReduceOp::Min] {
+        let floats: Vec<Tensor> =
+            devs.iter().zip([f32::NAN, 1.0]).map(|(d, v)| Tensor::new(&[v, 2.0], d).unwrap()).collect();
+        for (c, t) in comms.iter().zip(&floats) {
+            c.all_reduce(t, op).unwrap();
+        }
+        for t in &floats {
+            let got = t.to_vec1::<f32>().unwrap();
+            assert!(got[0].is_nan() && got[1] == 2.0, "{op:?}: {got:?}");
+        }
+    }
+}
+
+/// A rank number joins a communicator once: of two joins as rank 0, one forms the
+/// communicator with rank 1 and the other is refused (as a duplicate, or because the
+/// rendezvous has closed), whatever their order.
+#[test]
+fn a_rank_that_joins_twice_is_refused() {
+    let _serial = serial();
+    let (_, ascend) = devices(2);
+    let root = Communicator::root_info(&ascend[0]).unwrap();
+    let (zeros, one) = std::thread::scope(|s| {
+        let twice: Vec<_> =
+            (0..2).map(|_| s.spawn(|| Communicator::init_rank(&ascend[0], 2, 0, &root).map(|c| c.rank()))).collect();
+        let one = Communicator::init_rank(&ascend[1], 2, 1, &root).map(|c| c.rank());
+        let zeros: Vec<_> = twice.into_iter().map(|h| h.join().unwrap().map_err(|e| e.to_string())).collect();
+        (zeros, one)
+    });
+    assert_eq!(one.unwrap(), 1);
+    let joined: Vec<_> = zeros.iter().filter(|r| r.is_ok()).collect();
+    assert_eq!(joined.len(), 1, "{zeros:?}");
+    let refused = zeros.iter().find_map(|r| r.as_ref().err()).unwrap();
+    assert!(refused.contains("already joined") || refused.contains("rendezvous is gone"), "{refused}");
+}
