@@ -53,7 +53,8 @@ typedef struct {
     uint32_t magic, nranks;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    uint32_t joined;      /* ranks that have initialised */
+    uint32_t joined;      /* ranks that have initialised; never decreases once the communicator forms */
+    uint32_t alive;       /* ranks not yet destroyed (a fast rank may destroy before a slow one wakes) */
     uint32_t joined_mask; /* which ranks: a rank that joins twice is refused */
     int ready;            /* sized for nranks (root-info communicators) */
     uint32_t arrived;     /* ranks in the current round */
@@ -371,7 +372,7 @@ SIM_EXPORT HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm 
     Clique *c = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (c == MAP_FAILED) return fail(HCCL_E_MEMORY, "%s: no memory for the communicator", "HcclCommInitAll");
     clique_init(c, ndev);
-    c->joined = ndev;
+    c->joined = c->alive = ndev;
     c->ready = 1;
     for (uint32_t i = 0; i < ndev; i++) {
         Comm *m = calloc(1, sizeof *m);
@@ -439,11 +440,13 @@ SIM_EXPORT HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
     }
     c->joined_mask |= 1u << rank;
     c->joined++;
+    c->alive++;
     pthread_cond_broadcast(&c->cond);
     WAIT_UNTIL(c, c->joined >= c->nranks, ts, timed_out);
     int last = !timed_out && c->joined == c->nranks;
     if (timed_out) {
         c->joined--;
+        c->alive--;
         c->joined_mask &= ~(1u << rank);
     }
     pthread_mutex_unlock(&c->lock);
@@ -466,7 +469,7 @@ SIM_EXPORT HcclResult HcclCommDestroy(HcclComm comm) {
     if (!m) return fail(HCCL_E_PTR, "%s: comm must not be null", "HcclCommDestroy");
     Clique *c = m->clique;
     pthread_mutex_lock(&c->lock);
-    uint32_t left = --c->joined;
+    uint32_t left = --c->alive;
     pthread_mutex_unlock(&c->lock);
     if (m->shared || left == 0) munmap(c, m->bytes);
     free(m);

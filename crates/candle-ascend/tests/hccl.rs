@@ -285,7 +285,7 @@ fn a_rank_that_joins_twice_is_refused() {
         let zeros: Vec<_> = twice.into_iter().map(|h| h.join().unwrap().map_err(|e| e.to_string())).collect();
         (zeros, one)
     });
-    assert_eq!(one.unwrap(), 1);
+    assert_eq!(one.map_err(|e| format!("{e} / {zeros:?}")).unwrap(), 1);
     let joined: Vec<_> = zeros.iter().filter(|r| r.is_ok()).collect();
     assert_eq!(joined.len(), 1, "{zeros:?}");
     let refused = zeros.iter().find_map(|r| r.as_ref().err()).unwrap();
