@@ -82,8 +82,9 @@ impl<'a> Buckets<'a> {
         Ok(())
     }
 
-    /// After the backward pass: starts the remaining buckets, with the gradients `ready` was
-    /// not told of from `gradient_of` (zeros where it has none), waits for every bucket, and
+    /// After the backward pass: starts the remaining buckets, with the gradients the observer
+    /// was not told of from `gradient_of` (zeros where it has none), orders the device stream
+    /// after every bucket (the host does not wait: [`Communicator::synchronize`] reports), and
     /// returns the summed gradients, one per group, and how many buckets started while
     /// other gradients were still to come.
     pub(crate) fn finish_with(

@@ -870,6 +870,10 @@ impl Trainer {
         let loss_mean = (status.narrow(0, 0, 1)? / batches.total as f64)?;
         // The one host read of the step: loss, gradient norm and the ranks' flags together.
         let host: Vec<f32> = Tensor::cat(&[loss_mean, norm.reshape(1)?, status.narrow(0, 1, ranks)?], 0)?.to_vec1()?;
+        // The bucket reductions are done by now (the read followed them); did they succeed?
+        if let Some(comm) = batches.comm {
+            comm.synchronize().map_err(candle_core::Error::from)?;
+        }
         let (loss, grad_norm) = (host[0] as f64, host[1] as f64);
         let failed: Vec<usize> = (0..ranks).filter(|&r| host[2 + r] > 0.5).collect();
         if !failed.is_empty() && !batches.failed {

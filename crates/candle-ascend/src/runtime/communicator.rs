@@ -308,12 +308,11 @@ impl Communicator {
         Ok(())
     }
 
-    /// Make the device stream wait for every collective of [`Communicator::start_all_reduce`],
-    /// and report the first that failed. The host waits for them too: a collective's failure
-    /// (a rank that never came, ranks that disagree) is reported here, naming this rank.
+    /// Make the device stream wait for every collective of [`Communicator::start_all_reduce`]:
+    /// work queued after this sees the reductions. The host does not wait; a failure of these
+    /// collectives is reported by [`Communicator::synchronize`].
     pub fn finish_started(&self) -> Result<()> {
-        let mut guard = self.started.lock().unwrap_or_else(|p| p.into_inner());
-        let started = std::mem::take(&mut *guard);
+        let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
         if started.is_empty() {
             return Ok(());
         }
@@ -325,10 +324,18 @@ impl Communicator {
         // SAFETY: as above.
         let code = unsafe { (api.aclrtStreamWaitEvent)(self.device.stream(), self.side.done) };
         self.device.check("aclrtStreamWaitEvent", code)?;
-        drop(guard);
+        // From here the caching allocator reuses their blocks only after the device stream's
+        // wait, which follows the reductions.
+        started.clear();
+        Ok(())
+    }
+
+    /// Wait on the host for the collectives of [`Communicator::start_all_reduce`], and report
+    /// the first that failed (a rank that never came, ranks that disagree), naming this rank.
+    pub fn synchronize(&self) -> Result<()> {
+        self.device.bind_thread()?;
         // SAFETY: the side stream is live.
-        let code = unsafe { (api.aclrtSynchronizeStream)(self.side.stream) };
-        drop(started);
+        let code = unsafe { (self.device.toolkit.api.aclrtSynchronizeStream)(self.side.stream) };
         self.device.counters.synchronized();
         if code != 0 {
             let detail = format!(
