@@ -238,7 +238,12 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     if replicas.len() > 1 {
         println!(
             "data-parallel over HCCL: {}",
-            devices.iter().map(|d| format!("{:?}", d.location())).collect::<Vec<_>>().join(", ")
+            devices
+                .iter()
+                .map(|d| codon_ascend::ascend::ascend_device(d)
+                    .map_or_else(|| format!("{:?}", d.location()), |a| a.name()))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
 
