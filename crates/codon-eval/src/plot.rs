@@ -106,7 +106,9 @@ pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band:
                 .label(band.name.as_str())
                 .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], BAND_COLOR.mix(0.25).filled()));
         }
-        for (s, color) in series.iter().zip(SERIES_COLORS.iter().cycle()) {
+        // Drawn last to first, so the first series (the sequence) lies on top.
+        for (i, s) in series.iter().enumerate().rev() {
+            let color = &SERIES_COLORS[i % SERIES_COLORS.len()];
             let points = s.values.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i as f64, v)));
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
@@ -126,13 +128,16 @@ pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band:
     write_svg(path, &svg)
 }
 
-/// Box plots of CSI and of GC content, one box per organism, side by side.
+/// Box plots of CSI and of GC content, one box per organism with each sequence as a dot, in
+/// two panels side by side; organisms run down the y axis so long names stay readable.
 pub fn plot_distributions(path: &Path, organisms: &[OrganismValues]) -> Result<()> {
     let error = plot_error(path);
     let names: Vec<&str> = organisms.iter().map(|o| o.organism.as_str()).collect();
+    let label_width = names.iter().map(|n| n.len() as u32 * 7).max().unwrap_or(60).clamp(60, 320);
+    let height = 120 + 40 * names.len().max(1) as u32;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1200, 520)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (1200, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| error(e.to_string()))?;
         let panels = root.split_evenly((1, 2));
         let metrics: [(&str, f32, ValuesOf); 2] =
@@ -141,36 +146,47 @@ pub fn plot_distributions(path: &Path, organisms: &[OrganismValues]) -> Result<(
             let mut chart = ChartBuilder::on(panel)
                 .caption(format!("{metric} per organism"), ("sans-serif", 18))
                 .margin(12)
-                .x_label_area_size(60)
-                .y_label_area_size(56)
-                .build_cartesian_2d((0..names.len().max(1) as u32).into_segmented(), 0f32..top)
+                .x_label_area_size(40)
+                .y_label_area_size(label_width)
+                .build_cartesian_2d(0f32..top, (0..names.len().max(1) as u32).into_segmented())
                 .map_err(|e| error(e.to_string()))?;
             chart
                 .configure_mesh()
-                .disable_x_mesh()
-                .x_labels(names.len().max(1))
-                .x_label_formatter(&|v| match v {
+                .disable_y_mesh()
+                .y_labels(names.len().max(1))
+                .y_label_formatter(&|v| match v {
                     SegmentValue::CenterOf(i) => names.get(*i as usize).map_or(String::new(), |n| n.to_string()),
                     _ => String::new(),
                 })
-                .y_desc(metric)
+                .x_desc(metric)
                 .draw()
                 .map_err(|e| error(e.to_string()))?;
             let boxes = organisms.iter().enumerate().filter_map(|(i, o)| {
                 let finite: Vec<f64> = values_of(o).iter().copied().filter(|v| v.is_finite()).collect();
                 (!finite.is_empty()).then(|| {
-                    Boxplot::new_vertical(SegmentValue::CenterOf(i as u32), &Quartiles::new(&finite))
-                        .width(30)
+                    Boxplot::new_horizontal(SegmentValue::CenterOf(i as u32), &Quartiles::new(&finite))
+                        .width(24)
                         .style(color)
                 })
             });
             chart
                 .draw_series(boxes)
                 .map_err(|e| error(e.to_string()))?
-                .label(metric)
+                .label(format!("{metric}: quartiles and range"))
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 18, y + 5)], color.stroke_width(2)));
+            let dots = organisms.iter().enumerate().flat_map(|(i, o)| {
+                values_of(o).iter().filter(|v| v.is_finite()).map(move |&v| {
+                    Circle::new((v as f32, SegmentValue::CenterOf(i as u32)), 3, color.mix(0.5).filled())
+                })
+            });
+            chart
+                .draw_series(dots)
+                .map_err(|e| error(e.to_string()))?
+                .label(format!("{metric} of each sequence"))
+                .legend(move |(x, y)| Circle::new((x + 9, y), 3, color.mix(0.5).filled()));
             chart
                 .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .draw()

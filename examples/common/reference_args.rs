@@ -1,0 +1,65 @@
+//! Where per-organism codon statistics come from: a training JSONL (`--reference`) or one
+//! codon-usage table (`--codon-table`). Shared by `evaluate` and `predict`'s baselines.
+
+use std::path::PathBuf;
+
+use codon_ascend::eval::{read_codon_usage, OrganismReference, ReferenceSet};
+
+/// The reference flags.
+#[derive(clap::Args, Debug)]
+pub struct ReferenceArgs {
+    /// Training JSONL in upstream's format ({"codons": "M_ATG ...", "organism": id}): each
+    /// organism's codon frequencies and CSI weights come from its sequences in it.
+    #[arg(long, conflicts_with = "codon_table")]
+    pub reference: Option<PathBuf>,
+    /// One codon-usage table (Kazusa or GCG layout) used for every organism.
+    #[arg(long)]
+    pub codon_table: Option<PathBuf>,
+}
+
+/// The loaded reference.
+pub enum References {
+    /// Per organism, from a training file.
+    Set(ReferenceSet),
+    /// One table for every organism.
+    Table(Box<OrganismReference>),
+}
+
+impl ReferenceArgs {
+    /// Load the reference; sequences are kept for the organisms `keep_sequences` accepts.
+    pub fn load(&self, keep_sequences: impl Fn(u32) -> bool) -> anyhow::Result<References> {
+        match (&self.reference, &self.codon_table) {
+            (Some(path), None) => Ok(References::Set(ReferenceSet::read_jsonl(path, keep_sequences)?)),
+            (None, Some(path)) => {
+                Ok(References::Table(Box::new(OrganismReference::from_counts(&read_codon_usage(path)?)?)))
+            }
+            _ => anyhow::bail!(
+                "give --reference TRAIN.jsonl (per-organism statistics) or --codon-table FILE (one table)"
+            ),
+        }
+    }
+
+    /// True when one table serves every organism, so rows need no organism.
+    pub fn is_single_table(&self) -> bool {
+        self.codon_table.is_some()
+    }
+}
+
+impl References {
+    /// An organism's frequencies and weights (`None` organism: only with a single table).
+    pub fn for_organism(&self, organism: Option<u32>) -> Result<OrganismReference, String> {
+        match (self, organism) {
+            (References::Table(reference), _) => Ok(reference.as_ref().clone()),
+            (References::Set(set), Some(organism)) => set.reference(organism).map_err(|e| e.to_string()),
+            (References::Set(_), None) => Err("no organism given".to_string()),
+        }
+    }
+
+    /// The reference sequences of an organism (none for a table).
+    pub fn sequences(&self, organism: u32) -> &[codon_ascend::eval::Dna] {
+        match self {
+            References::Set(set) => set.sequences(organism),
+            References::Table(_) => &[],
+        }
+    }
+}
