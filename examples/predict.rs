@@ -4,22 +4,59 @@
 //! cargo run --release --example predict -- --model DIR --protein MALWMRLL... --organism "Escherichia coli general"
 //! cargo run --release --example predict -- --model DIR --input proteins.csv --output predictions.csv --match-protein
 //! ```
+//! cargo run --release --example predict -- --method high-frequency --reference train.jsonl --input proteins.csv --output hfc.csv
+//! ```
 //! Batch files are CSV with columns `protein_sequence` and `organism` (name or id); the
-//! output adds `predicted_dna` (with several sequences: one row per sequence).
+//! output adds `predicted_dna` (with several sequences: one row per sequence). A batch shows its
+//! progress on stderr: a bar on a terminal, a plain line every few seconds otherwise.
+//!
+//! `--method` picks the codon choice: the model (default), or one of upstream's baselines, which
+//! read each organism's codon frequencies from `--reference` or `--codon-table`: the most frequent
+//! codon (`high-frequency`), a codon drawn by its frequency (`background`), or a uniformly drawn
+//! synonym (`uniform`). Every method decodes the same residues, stop included.
 
+#[path = "common/csv_table.rs"]
+mod csv_table;
+#[path = "common/reference_args.rs"]
+mod reference_args;
+
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
-use codon_ascend::model::{OrganismRef, PredictOptions, Predictor, ORGANISMS};
+use codon_ascend::model::{prediction_residues, OrganismRef, PredictOptions, Predictor, ORGANISMS};
+use csv_table::CsvTable;
+use rand::SeedableRng;
+use reference_args::{ReferenceArgs, References};
+
+/// How codons are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Method {
+    /// CodonTransformer.
+    Model,
+    /// The most frequent codon of each amino acid in the organism's reference.
+    HighFrequency,
+    /// A codon drawn with its frequency in the organism's reference (seeded by --seed).
+    Background,
+    /// A synonymous codon drawn uniformly (seeded by --seed).
+    Uniform,
+}
 
 /// Predict DNA for a protein and an organism.
 #[derive(Parser)]
 struct Args {
+    /// How codons are chosen: the model, or a baseline.
+    #[arg(long, value_enum, default_value_t = Method::Model)]
+    method: Method,
     /// Model directory (config.json + model.safetensors) or checkpoint (.pt, .ckpt, .safetensors).
-    #[arg(long, required_unless_present = "list_organisms")]
+    #[arg(long)]
     model: Option<PathBuf>,
+    #[command(flatten)]
+    reference: ReferenceArgs,
     /// config.json of a checkpoint file's model, when it is not CodonTransformer's size.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -56,9 +93,90 @@ struct Args {
     /// Sequences per protein (sampling).
     #[arg(long, default_value_t = 1)]
     num_sequences: usize,
-    /// Sampling seed.
+    /// Sampling seed (the model's sampler, and the random baselines).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+/// Proteins done, on stderr: an indicatif bar on a terminal, else a line every few seconds.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    total: usize,
+    done: usize,
+    start: Instant,
+    last_line: Instant,
+}
+
+impl Progress {
+    const LINE_EVERY: Duration = Duration::from_secs(5);
+
+    fn new(total: usize) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {pos}/{len} proteins  {per_sec}  elapsed {elapsed}  ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        let now = Instant::now();
+        Self { bar, total, done: 0, start: now, last_line: now }
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.done += n;
+        if let Some(bar) = &self.bar {
+            bar.inc(n as u64);
+            return;
+        }
+        if self.done < self.total && self.last_line.elapsed() < Self::LINE_EVERY {
+            return;
+        }
+        self.last_line = Instant::now();
+        let seconds = self.start.elapsed().as_secs_f64();
+        let rate = self.done as f64 / seconds.max(1e-9);
+        let eta = (self.total - self.done) as f64 / rate.max(1e-9);
+        eprintln!("predicted {}/{} proteins, {rate:.2} proteins/s, ETA {eta:.0} s", self.done, self.total);
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Upstream's baselines, each protein's draws seeded by (seed, row).
+struct Baseline {
+    method: Method,
+    references: Option<References>,
+    seed: u64,
+    num_sequences: usize,
+}
+
+impl Baseline {
+    fn predict(&self, protein: &str, organism: &OrganismRef, row: usize) -> anyhow::Result<Vec<String>> {
+        let residues = prediction_residues(protein)?;
+        let organism = organism.resolve()?;
+        let frequencies = match (&self.references, self.method) {
+            (_, Method::Uniform) | (None, _) => None,
+            (Some(r), _) => Some(r.for_organism(Some(organism)).map_err(anyhow::Error::msg)?.frequencies),
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(codon_ascend::data::mix_seed(self.seed, row as u64));
+        (0..self.num_sequences)
+            .map(|_| {
+                let dna = match (self.method, &frequencies) {
+                    (Method::HighFrequency, Some(f)) => high_frequency_choice(&residues, f)?,
+                    (Method::Background, Some(f)) => background_frequency_choice(&residues, f, &mut rng)?,
+                    (Method::Uniform, _) => uniform_random_choice(&residues, &mut rng)?,
+                    _ => anyhow::bail!("--method {:?} needs --reference or --codon-table", self.method),
+                };
+                Ok(dna.as_str().to_string())
+            })
+            .collect()
+    }
 }
 
 fn organism_ref(text: &str) -> OrganismRef {
@@ -76,14 +194,73 @@ fn run() -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let Some(model) = &args.model else { anyhow::bail!("--model is required") };
     if let Some(output) = &args.output {
-        let inputs: Vec<&std::path::Path> = args.input.iter().map(|p| p.as_path()).chain([model.as_path()]).collect();
+        let inputs: Vec<&std::path::Path> =
+            [args.input.as_deref(), args.model.as_deref()].into_iter().flatten().collect();
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
     }
     if let Some(organism) = &args.organism {
         organism_ref(organism).resolve().context("--organism (predict --list-organisms lists them)")?;
     }
+    let predict = match args.method {
+        Method::Model => model_predictions(&args)?,
+        method => baseline_predictions(&args, method)?,
+    };
+    if let Some(protein) = &args.protein {
+        let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+        let items = [(protein.clone(), organism_ref(organism))];
+        for dna in predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))? {
+            println!("{dna}");
+        }
+        return Ok(());
+    }
+    let (Some(input), Some(output)) = (&args.input, &args.output) else {
+        anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV");
+    };
+    let table = CsvTable::read(input)?;
+    let (protein_col, organism_col) = (table.column("protein_sequence")?, table.column("organism")?);
+    let items: Vec<(String, OrganismRef)> = table
+        .rows
+        .iter()
+        .map(|r| (r.get(protein_col).unwrap_or("").to_string(), organism_ref(r.get(organism_col).unwrap_or(""))))
+        .collect();
+    let mut progress = Progress::new(items.len());
+    let results = predict(&items, &mut |n| progress.advance(n))?;
+    progress.finish();
+    let mut failed = 0;
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(table.headers.iter().chain(["predicted_dna"]))?;
+    for (row, result) in table.rows.iter().zip(results) {
+        match result {
+            Ok(predictions) => {
+                for dna in predictions {
+                    writer.write_record(row.iter().chain([dna.as_str()]))?;
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                writer.write_record(row.iter().chain([format!("ERROR: {e}").as_str()]))?;
+            }
+        }
+    }
+    let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
+    println!("predicted {} proteins ({failed} failed); wrote {}", table.rows.len() - failed, output.display());
+    if failed > 0 && failed == table.rows.len() {
+        anyhow::bail!("every one of the {failed} rows failed (their errors are in {})", output.display());
+    }
+    Ok(())
+}
+
+/// Predictions of each item (its DNA sequences, or its error); `progress(n)` as `n` are done.
+type PredictFn<'a> = Box<
+    dyn Fn(&[(String, OrganismRef)], &mut dyn FnMut(usize)) -> anyhow::Result<Vec<anyhow::Result<Vec<String>>>> + 'a,
+>;
+
+fn model_predictions(args: &Args) -> anyhow::Result<PredictFn<'static>> {
+    let Some(model) = &args.model else {
+        anyhow::bail!("--method model needs --model DIR (or pick a baseline --method)")
+    };
     let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
     let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
@@ -110,54 +287,32 @@ fn run() -> anyhow::Result<()> {
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
-    if let Some(protein) = &args.protein {
-        let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
-        for p in predictor.predict(protein, organism_ref(organism), &options)? {
-            println!("{}", p.predicted_dna);
-        }
-        return Ok(());
+    Ok(Box::new(move |items, progress| {
+        let results = predictor.predict_batch_with_progress(items, &options, progress)?;
+        Ok(results.into_iter().map(|r| Ok(r?.into_iter().map(|p| p.predicted_dna).collect())).collect())
+    }))
+}
+
+fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn<'static>> {
+    if args.temperature.is_some() || args.model.is_some() {
+        anyhow::bail!("--method {method:?}: --model and --temperature belong to --method model");
     }
-    let (Some(input), Some(output)) = (&args.input, &args.output) else {
-        anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV");
-    };
-    let mut reader = csv::Reader::from_path(input).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
-    let headers = reader.headers()?.clone();
-    let column = |name: &str| {
-        headers
+    if method == Method::HighFrequency && args.num_sequences > 1 {
+        anyhow::bail!("--method high-frequency is deterministic: --num-sequences must be 1");
+    }
+    let references = (method != Method::Uniform).then(|| args.reference.load(|_| false)).transpose()?;
+    let baseline = Baseline { method, references, seed: args.seed, num_sequences: args.num_sequences.max(1) };
+    Ok(Box::new(move |items, progress| {
+        Ok(items
             .iter()
-            .position(|h| h.trim() == name)
-            .ok_or_else(|| anyhow::anyhow!("{}: no {name:?} column", input.display()))
-    };
-    let (protein_col, organism_col) = (column("protein_sequence")?, column("organism")?);
-    let rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>()?;
-    let items: Vec<(String, OrganismRef)> = rows
-        .iter()
-        .map(|r| (r.get(protein_col).unwrap_or("").to_string(), organism_ref(r.get(organism_col).unwrap_or(""))))
-        .collect();
-    let results = predictor.predict_batch(&items, &options)?;
-    let mut failed = 0;
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    writer.write_record(headers.iter().chain(["predicted_dna"]))?;
-    for (row, result) in rows.iter().zip(results) {
-        match result {
-            Ok(predictions) => {
-                for p in predictions {
-                    writer.write_record(row.iter().chain([p.predicted_dna.as_str()]))?;
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                writer.write_record(row.iter().chain([format!("ERROR: {e}").as_str()]))?;
-            }
-        }
-    }
-    let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
-    codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
-    println!("predicted {} proteins ({failed} failed); wrote {}", rows.len() - failed, output.display());
-    if failed > 0 && failed == rows.len() {
-        anyhow::bail!("every one of the {failed} rows failed (their errors are in {})", output.display());
-    }
-    Ok(())
+            .enumerate()
+            .map(|(row, (protein, organism))| {
+                let result = baseline.predict(protein, organism, row);
+                progress(1);
+                result
+            })
+            .collect())
+    }))
 }
 
 /// A prediction of a short and a long protein with every launch reduced to phase 1: fails before

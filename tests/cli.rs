@@ -130,6 +130,9 @@ fn init_model_then_predict() {
         &["--model", &model, "--input", &csv_in.to_string_lossy(), "--output", &csv_out, "--match-protein"],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Not a terminal: plain progress lines, the last one for the whole batch.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("predicted 3/3 proteins,") && stderr.contains("proteins/s, ETA 0 s"), "{stderr}");
     let mut reader = csv::Reader::from_path(&csv_out).unwrap();
     assert_eq!(
         reader.headers().unwrap().iter().collect::<Vec<_>>(),

@@ -8,31 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 mod common;
-use common::run;
-
-fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eval/upstream_metrics.json");
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The fixture's reference ORFs as a training JSONL (merged `A_CCC` tokens, organism ids).
-fn write_reference(fixture: &Value, path: &Path) {
-    let mut text = String::new();
-    for (idx, organism) in fixture["organisms"].as_object().unwrap().values().enumerate() {
-        for r in organism["references"].as_array().unwrap() {
-            let (dna, protein) = (r["dna"].as_str().unwrap(), r["protein"].as_str().unwrap());
-            let tokens: Vec<String> = protein
-                .chars()
-                .zip(dna.as_bytes().chunks(3))
-                .map(|(a, c)| format!("{a}_{}", String::from_utf8_lossy(c)))
-                .collect();
-            let record = serde_json::json!({"idx": idx, "codons": tokens.join(" "), "organism": organism["id"]});
-            text.push_str(&record.to_string());
-            text.push('\n');
-        }
-    }
-    std::fs::write(path, text).unwrap();
-}
+use common::{eval_fixture as fixture, run, write_eval_reference as write_reference};
 
 fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
     let mut reader = csv::Reader::from_path(path).unwrap();

@@ -32,3 +32,28 @@ pub fn demo(file: &str) -> String {
 pub fn bigbird_fixture(rel: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bigbird").join(rel).to_string_lossy().into_owned()
 }
+
+/// The upstream evaluation golden values (`tests/fixtures/eval/upstream_metrics.json`).
+pub fn eval_fixture() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eval/upstream_metrics.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The evaluation fixture's reference ORFs as a training JSONL (merged `A_CCC` tokens, organism ids).
+pub fn write_eval_reference(fixture: &serde_json::Value, path: &Path) {
+    let mut text = String::new();
+    for (idx, organism) in fixture["organisms"].as_object().unwrap().values().enumerate() {
+        for r in organism["references"].as_array().unwrap() {
+            let (dna, protein) = (r["dna"].as_str().unwrap(), r["protein"].as_str().unwrap());
+            let tokens: Vec<String> = protein
+                .chars()
+                .zip(dna.as_bytes().chunks(3))
+                .map(|(a, c)| format!("{a}_{}", String::from_utf8_lossy(c)))
+                .collect();
+            let record = serde_json::json!({"idx": idx, "codons": tokens.join(" "), "organism": organism["id"]});
+            text.push_str(&record.to_string());
+            text.push('\n');
+        }
+    }
+    std::fs::write(path, text).unwrap();
+}

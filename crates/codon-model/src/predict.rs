@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::bigbird::{AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput};
 use crate::error::{CodonError, Result, TensorContext};
 use crate::organisms::{organism_name, OrganismRef};
-use crate::sequence::{merged_sequence_with, ProteinConfig};
+use crate::sequence::{merged_sequence_with, preprocess_protein, ProteinConfig};
 use crate::tokenizer::CodonTokenizer;
 use crate::vocab::{codon_ids_for, codon_of, FIRST_CODON_ID, LAST_CODON_ID, MAX_AMINO_ACIDS};
 
@@ -105,6 +105,27 @@ struct Prepared {
     residues: Vec<char>,
 }
 
+fn refuse_empty(protein: &str) -> Result<()> {
+    if protein.is_empty() {
+        return Err(CodonError::Prediction("Protein sequence cannot be empty.".into()));
+    }
+    Ok(())
+}
+
+/// The residues a prediction decodes, one codon each: the protein as the model sees it (upper
+/// case, ambiguous letters resolved as upstream does by default, with seed 0; an internal `*`
+/// a stop; `_` appended when the protein does not end with a stop). Baselines decode the same.
+pub fn prediction_residues(protein: &str) -> Result<String> {
+    refuse_empty(protein)?;
+    // Internal '*' is a stop here: upstream's tokenizer would split it into two tokens.
+    let cleaned: String = {
+        let trimmed = protein.trim_end();
+        let last = trimmed.len().saturating_sub(1);
+        trimmed.char_indices().map(|(i, c)| if c == '*' && i < last { '_' } else { c }).collect()
+    };
+    preprocess_protein(&cleaned, &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))
+}
+
 impl Predictor {
     /// A predictor over a loaded model, which must have CodonTransformer's vocabulary and
     /// organism table.
@@ -134,18 +155,13 @@ impl Predictor {
     }
 
     fn prepare(&self, protein: &str, organism: &OrganismRef) -> Result<Prepared> {
-        if protein.is_empty() {
-            return Err(CodonError::Prediction("Protein sequence cannot be empty.".into()));
-        }
+        // Upstream's order: an empty protein, then the organism, then the protein's letters.
+        refuse_empty(protein)?;
         let organism_id = organism.resolve()?;
-        // Internal '*' is a stop here: upstream's tokenizer would split it into two tokens.
-        let cleaned: String = {
-            let trimmed = protein.trim_end();
-            let last = trimmed.len().saturating_sub(1);
-            trimmed.char_indices().map(|(i, c)| if c == '*' && i < last { '_' } else { c }).collect()
-        };
+        let residues = prediction_residues(protein)?;
+        // Already preprocessed: the second pass changes nothing and draws nothing.
         let merged =
-            merged_sequence_with(&cleaned, "", "_", &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))?;
+            merged_sequence_with(&residues, "", "_", &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))?;
         let residues = merged.split(' ').filter_map(|t| t.chars().next()).collect();
         Ok(Prepared {
             organism_id,
@@ -176,6 +192,17 @@ impl Predictor {
         items: &[(String, OrganismRef)],
         options: &PredictOptions,
     ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
+        self.predict_batch_with_progress(items, options, &mut |_| {})
+    }
+
+    /// [`Predictor::predict_batch`], calling `progress(n)` as each `n` proteins are done (the
+    /// ones refused before any forward pass first, then each forward batch's).
+    pub fn predict_batch_with_progress(
+        &self,
+        items: &[(String, OrganismRef)],
+        options: &PredictOptions,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
         options.validate()?;
         let mut out: Vec<Option<Result<Vec<DnaPrediction>>>> = (0..items.len()).map(|_| None).collect();
         let mut ok: Vec<(usize, Prepared)> = Vec::new();
@@ -199,9 +226,14 @@ impl Predictor {
         if !current.is_empty() {
             batches.push(current);
         }
+        let refused = out.iter().filter(|o| o.is_some()).count();
+        if refused > 0 {
+            progress(refused);
+        }
         for batch in batches {
             let (indices, prepared): (Vec<usize>, Vec<Prepared>) = batch.into_iter().unzip();
             let results = self.predict_prepared(&prepared, options)?;
+            progress(indices.len());
             for (i, r) in indices.into_iter().zip(results) {
                 out[i] = Some(Ok(r));
             }
