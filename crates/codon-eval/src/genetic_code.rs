@@ -20,7 +20,11 @@ pub fn codon_index(codon: &[u8]) -> Option<usize> {
 /// The codon of an index 0..64.
 pub fn codon_text(index: usize) -> &'static str {
     static TEXT: LazyLock<Vec<String>> = LazyLock::new(|| {
-        (0..64).map(|i| [i / 16, (i / 4) % 4, i % 4].iter().map(|&b| b"ACGT"[b] as char).collect()).collect()
+        (0..64)
+            .map(|i| {
+                codon_model::vocab::codon_at(i).map_or(String::new(), |c| String::from_utf8_lossy(&c).into_owned())
+            })
+            .collect()
     });
     &TEXT[index % 64]
 }

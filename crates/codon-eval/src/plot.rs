@@ -31,7 +31,8 @@ impl ProfileBand {
         let len = profiles.iter().map(Vec::len).max().unwrap_or(0);
         let bounds = (0..len)
             .map(|i| {
-                let mut at: Vec<f64> = profiles.iter().filter_map(|p| p.get(i).copied().flatten()).collect();
+                let mut at: Vec<f64> =
+                    profiles.iter().filter_map(|p| p.get(i).copied().flatten()).filter(|v| v.is_finite()).collect();
                 if at.is_empty() {
                     return None;
                 }
@@ -76,7 +77,11 @@ pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band:
     let error = plot_error(path);
     let values = series.iter().flat_map(|s| s.values.iter().flatten().copied());
     let band_values = band.into_iter().flat_map(|b| b.bounds.iter().flatten().flat_map(|&(l, u)| [l, u]));
-    let (lo, hi) = values.chain(band_values).fold((-100.0f64, 100.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    // A near-uniform window can give an enormous (even infinite) %MinMax: only finite values count.
+    let (lo, hi) = values
+        .chain(band_values)
+        .filter(|v| v.is_finite())
+        .fold((-100.0f64, 100.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let len = series.iter().map(|s| s.values.len()).max().unwrap_or(0).max(1);
     let mut svg = String::new();
     {
@@ -109,7 +114,8 @@ pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band:
         // Drawn last to first, so the first series (the sequence) lies on top.
         for (i, s) in series.iter().enumerate().rev() {
             let color = &SERIES_COLORS[i % SERIES_COLORS.len()];
-            let points = s.values.iter().enumerate().filter_map(|(i, v)| v.map(|v| (i as f64, v)));
+            let points =
+                s.values.iter().enumerate().filter_map(|(i, v)| v.filter(|v| v.is_finite()).map(|v| (i as f64, v)));
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
                 .map_err(|e| error(e.to_string()))?
@@ -195,4 +201,30 @@ pub fn plot_distributions(path: &Path, organisms: &[OrganismValues]) -> Result<(
         root.present().map_err(|e| error(e.to_string()))?;
     }
     write_svg(path, &svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_band_takes_nearest_rank_percentiles_where_profiles_have_values() {
+        let profiles =
+            vec![vec![Some(1.0), Some(2.0), None], vec![Some(3.0), Some(4.0), None], vec![Some(5.0), None, None]];
+        let band = ProfileBand::from_profiles("band", &profiles, 10.0, 90.0);
+        assert_eq!(band.bounds, [Some((1.0, 5.0)), Some((2.0, 4.0)), None]);
+    }
+
+    #[test]
+    fn non_finite_values_and_empty_inputs_still_draw() {
+        let dir = tempfile::tempdir().unwrap();
+        let values = [Some(f64::INFINITY), Some(3.0), Some(f64::NAN), None];
+        let path = dir.path().join("p.svg");
+        plot_minmax(&path, "t", &[ProfileSeries { name: "s", values: &values }], None).unwrap();
+        plot_minmax(&path, "t", &[ProfileSeries { name: "s", values: &[] }], None).unwrap();
+        let organisms = [OrganismValues { organism: "x".into(), csi: vec![f64::NAN], gc_content: vec![] }];
+        plot_distributions(&dir.path().join("d.svg"), &organisms).unwrap();
+        plot_distributions(&dir.path().join("e.svg"), &[]).unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().starts_with("<svg"));
+    }
 }
