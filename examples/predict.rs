@@ -14,9 +14,18 @@
 //! read each organism's codon frequencies from `--reference` or `--codon-table`: the most frequent
 //! codon (`high-frequency`), a codon drawn by its frequency (`background`), or a uniformly drawn
 //! synonym (`uniform`). Every method decodes the same residues, stop included.
+//!
+//! Infill: `--dna` (or a `dna` column) gives known codons, `NNN` where the model chooses; known
+//! codons are kept exactly. Constraints (`--avoid-sites`, `--avoid-motif`, `--gc-window` with
+//! `--gc-min`/`--gc-max`, `--max-homopolymer`, `--max-repeat`) are met by synonymous changes that
+//! cost the model the least log-probability; each edit is reported (stdout, or the CSV's
+//! `edits`, `edit_cost` and `remaining` columns). A constraint no change can meet is an error
+//! naming it and its position, unless `--best-effort`.
 
 #[path = "common/csv_table.rs"]
 mod csv_table;
+#[path = "common/design_args.rs"]
+mod design_args;
 #[path = "common/reference_args.rs"]
 mod reference_args;
 
@@ -26,10 +35,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
-use codon_ascend::model::{prediction_residues, OrganismRef, PredictOptions, Predictor, ORGANISMS};
+use codon_ascend::model::{prediction_residues, OrganismRef, PredictOptions, Predictor, ProteinInput, ORGANISMS};
 use csv_table::CsvTable;
+use design_args::{edit_lines, DesignArgs};
 use rand::SeedableRng;
 use reference_args::{ReferenceArgs, References};
 
@@ -69,6 +80,9 @@ struct Args {
     /// Organism name or id (for --protein).
     #[arg(long)]
     organism: Option<String>,
+    /// Infill (with --protein): the protein's DNA with NNN for each codon to predict.
+    #[arg(long, value_name = "PARTIAL", requires = "protein")]
+    dna: Option<String>,
     /// CSV with protein_sequence and organism columns.
     #[arg(long, requires = "output")]
     input: Option<PathBuf>,
@@ -96,6 +110,14 @@ struct Args {
     /// Sampling seed (the model's sampler, and the random baselines).
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    design: DesignArgs,
+}
+
+/// One predicted DNA, with the model's codon scores when constraints need them.
+struct Predicted {
+    dna: String,
+    scores: Option<Vec<[f32; 64]>>,
 }
 
 /// Proteins done, on stderr: an indicatif bar on a terminal, else a line every few seconds.
@@ -157,9 +179,10 @@ struct Baseline {
 }
 
 impl Baseline {
-    fn predict(&self, protein: &str, organism: &OrganismRef, row: usize) -> anyhow::Result<Vec<String>> {
-        let residues = prediction_residues(protein)?;
-        let organism = organism.resolve()?;
+    fn predict(&self, input: &ProteinInput, row: usize) -> anyhow::Result<Vec<Predicted>> {
+        anyhow::ensure!(input.known_dna.is_none(), "known codons (infill) need --method model");
+        let residues = prediction_residues(&input.protein)?;
+        let organism = input.organism.resolve()?;
         let frequencies = match (&self.references, self.method) {
             (_, Method::Uniform) | (None, _) => None,
             (Some(r), _) => Some(r.for_organism(Some(organism)).map_err(anyhow::Error::msg)?.frequencies),
@@ -173,7 +196,7 @@ impl Baseline {
                     (Method::Uniform, _) => uniform_random_choice(&residues, &mut rng)?,
                     _ => anyhow::bail!("--method {:?} needs --reference or --codon-table", self.method),
                 };
-                Ok(dna.as_str().to_string())
+                Ok(Predicted { dna: dna.as_str().to_string(), scores: None })
             })
             .collect()
     }
@@ -202,15 +225,36 @@ fn run() -> anyhow::Result<()> {
     if let Some(organism) = &args.organism {
         organism_ref(organism).resolve().context("--organism (predict --list-organisms lists them)")?;
     }
+    let constraints = args.design.constraints()?;
+    let designer =
+        Designer { constraints, options: RepairOptions { best_effort: args.design.best_effort, ..Default::default() } };
+    if !designer.constraints.is_empty() && args.method != Method::Model {
+        anyhow::bail!("constraints are repaired with the model's scores: use them with --method model");
+    }
     let predict = match args.method {
-        Method::Model => model_predictions(&args)?,
+        Method::Model => model_predictions(&args, !designer.constraints.is_empty())?,
         method => baseline_predictions(&args, method)?,
     };
     if let Some(protein) = &args.protein {
         let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
-        let items = [(protein.clone(), organism_ref(organism))];
-        for dna in predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))? {
-            println!("{dna}");
+        let items =
+            [ProteinInput { protein: protein.clone(), organism: organism_ref(organism), known_dna: args.dna.clone() }];
+        let predictions =
+            predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
+        for predicted in predictions {
+            match designer.apply(&predicted)? {
+                None => println!("{}", predicted.dna),
+                Some(repair) => {
+                    println!("{}", repair.dna);
+                    for line in edit_lines(&repair) {
+                        println!("edit: {line}");
+                    }
+                    println!("log-probability cost: {:.3} over {} edits", repair.cost, repair.edits.len());
+                    for v in &repair.remaining {
+                        println!("remaining: {v}");
+                    }
+                }
+            }
         }
         return Ok(());
     }
@@ -219,27 +263,62 @@ fn run() -> anyhow::Result<()> {
     };
     let table = CsvTable::read(input)?;
     let (protein_col, organism_col) = (table.column("protein_sequence")?, table.column("organism")?);
-    let items: Vec<(String, OrganismRef)> = table
+    let dna_col = table.optional_column("dna");
+    let items: Vec<ProteinInput> = table
         .rows
         .iter()
-        .map(|r| (r.get(protein_col).unwrap_or("").to_string(), organism_ref(r.get(organism_col).unwrap_or(""))))
+        .map(|r| ProteinInput {
+            protein: r.get(protein_col).unwrap_or("").to_string(),
+            organism: organism_ref(r.get(organism_col).unwrap_or("")),
+            known_dna: dna_col.and_then(|c| r.get(c)).filter(|d| !d.trim().is_empty()).map(str::to_string),
+        })
         .collect();
     let mut progress = Progress::new(items.len());
     let results = predict(&items, &mut |n| progress.advance(n))?;
     progress.finish();
-    let mut failed = 0;
+    let (mut failed, mut unsatisfied) = (0, 0);
+    let designing = !designer.constraints.is_empty();
     let mut writer = csv::Writer::from_writer(Vec::new());
-    writer.write_record(table.headers.iter().chain(["predicted_dna"]))?;
-    for (row, result) in table.rows.iter().zip(results) {
-        match result {
-            Ok(predictions) => {
-                for dna in predictions {
-                    writer.write_record(row.iter().chain([dna.as_str()]))?;
+    let extra: &[&str] =
+        if designing { &["predicted_dna", "edits", "edit_cost", "remaining"] } else { &["predicted_dna"] };
+    writer.write_record(table.headers.iter().chain(extra.iter().copied()))?;
+    for (i, (row, result)) in table.rows.iter().zip(results).enumerate() {
+        let designed: anyhow::Result<Vec<Vec<String>>> = result.and_then(|predictions| {
+            predictions
+                .iter()
+                .map(|p| {
+                    Ok(match designer.apply(p)? {
+                        None => vec![p.dna.clone()],
+                        Some(r) => {
+                            let remaining: Vec<String> = r.remaining.iter().map(ToString::to_string).collect();
+                            vec![
+                                r.dna.clone(),
+                                edit_lines(&r).join("; "),
+                                format!("{:.6}", r.cost),
+                                remaining.join("; "),
+                            ]
+                        }
+                    })
+                })
+                .collect()
+        });
+        match designed {
+            Ok(records) => {
+                for fields in records {
+                    let mut fields = fields;
+                    fields.resize(extra.len(), String::new());
+                    writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
                 }
             }
             Err(e) => {
                 failed += 1;
-                writer.write_record(row.iter().chain([format!("ERROR: {e}").as_str()]))?;
+                if e.downcast_ref::<codon_ascend::design::DesignError>().is_some() {
+                    unsatisfied += 1;
+                }
+                eprintln!("{}: row {} (line {}): {e}", input.display(), i + 1, i + 2);
+                let mut fields = vec![format!("ERROR: {e}")];
+                fields.resize(extra.len(), String::new());
+                writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
             }
         }
     }
@@ -249,15 +328,34 @@ fn run() -> anyhow::Result<()> {
     if failed > 0 && failed == table.rows.len() {
         anyhow::bail!("every one of the {failed} rows failed (their errors are in {})", output.display());
     }
+    if unsatisfied > 0 {
+        anyhow::bail!("{unsatisfied} rows have a constraint no synonymous change can meet (see their errors in {}; --best-effort keeps the closest sequence)", output.display());
+    }
     Ok(())
 }
 
-/// Predictions of each item (its DNA sequences, or its error); `progress(n)` as `n` are done.
-type PredictFn<'a> = Box<
-    dyn Fn(&[(String, OrganismRef)], &mut dyn FnMut(usize)) -> anyhow::Result<Vec<anyhow::Result<Vec<String>>>> + 'a,
->;
+/// The constraints, and their repair of a prediction.
+struct Designer {
+    constraints: Vec<codon_ascend::design::Constraint>,
+    options: RepairOptions,
+}
 
-fn model_predictions(args: &Args) -> anyhow::Result<PredictFn<'static>> {
+impl Designer {
+    /// The repaired prediction, or `None` without constraints.
+    fn apply(&self, predicted: &Predicted) -> anyhow::Result<Option<Repair>> {
+        if self.constraints.is_empty() {
+            return Ok(None);
+        }
+        let scores = predicted.scores.as_ref().ok_or_else(|| anyhow::anyhow!("constraints need the model's scores"))?;
+        Ok(Some(repair(&predicted.dna, scores, &self.constraints, &self.options)?))
+    }
+}
+
+/// Predictions of each item (its DNA sequences, or its error); `progress(n)` as `n` are done.
+type PredictFn<'a> =
+    Box<dyn Fn(&[ProteinInput], &mut dyn FnMut(usize)) -> anyhow::Result<Vec<anyhow::Result<Vec<Predicted>>>> + 'a>;
+
+fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<PredictFn<'static>> {
     let Some(model) = &args.model else {
         anyhow::bail!("--method model needs --model DIR (or pick a baseline --method)")
     };
@@ -279,6 +377,7 @@ fn model_predictions(args: &Args) -> anyhow::Result<PredictFn<'static>> {
         num_sequences: args.num_sequences,
         match_protein: args.match_protein,
         seed: args.seed,
+        keep_codon_scores,
         ..Default::default()
     };
     options.validate()?;
@@ -289,7 +388,12 @@ fn model_predictions(args: &Args) -> anyhow::Result<PredictFn<'static>> {
     }
     Ok(Box::new(move |items, progress| {
         let results = predictor.predict_batch_with_progress(items, &options, progress)?;
-        Ok(results.into_iter().map(|r| Ok(r?.into_iter().map(|p| p.predicted_dna).collect())).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                Ok(r?.into_iter().map(|p| Predicted { dna: p.predicted_dna, scores: p.codon_log_probs }).collect())
+            })
+            .collect())
     }))
 }
 
@@ -306,8 +410,8 @@ fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn
         Ok(items
             .iter()
             .enumerate()
-            .map(|(row, (protein, organism))| {
-                let result = baseline.predict(protein, organism, row);
+            .map(|(row, input)| {
+                let result = baseline.predict(input, row);
                 progress(1);
                 result
             })

@@ -13,6 +13,7 @@ pub use probe::AscendProbe;
 
 pub use candle_ascend as ascend;
 pub use codon_data as data;
+pub use codon_design as design;
 pub use codon_eval as eval;
 pub use codon_model as model;
 pub use codon_train as train;

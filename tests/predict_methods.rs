@@ -89,3 +89,105 @@ fn baselines_refuse_what_they_cannot_do() {
     assert_eq!(translate(&rows[0]), "MKV_");
     assert!(rows[1].starts_with("ERROR: ") && rows[1].contains('#'), "{}", rows[1]);
 }
+
+#[test]
+fn constraints_are_met_by_reported_synonymous_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let model = common::bigbird_fixture("");
+    let protein = "MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVEALYLVCGERGFFYTPKTRREAEDLQVGQVELGGGPGAGSLQPLALEGSLQKRGIVEQCCTSICSLYQLENYCN";
+    let base = ["--model", &model, "--protein", protein, "--organism", "51", "--match-protein"];
+    let plain = run("predict", &base);
+    assert!(plain.status.success(), "{}", String::from_utf8_lossy(&plain.stderr));
+    let plain_dna = String::from_utf8_lossy(&plain.stdout).trim().to_string();
+    let flags = [
+        "--gc-window",
+        "50",
+        "--gc-min",
+        "30",
+        "--gc-max",
+        "65",
+        "--avoid-sites",
+        "BsaI,EcoRI",
+        "--max-homopolymer",
+        "5",
+    ];
+    let o = run("predict", &[&base[..], &flags[..]].concat());
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut lines = stdout.lines();
+    let dna = lines.next().unwrap().to_string();
+    assert_eq!(translate(&dna), format!("{protein}_"), "the protein never changes");
+    let gc_ok = dna.as_bytes().windows(50).all(|w| {
+        let gc = w.iter().filter(|b| matches!(b, b'G' | b'C')).count() as f64 * 2.0;
+        (30.0..=65.0).contains(&gc)
+    });
+    assert!(gc_ok && !dna.contains("GGTCTC") && !dna.contains("GAGACC") && !dna.contains("GAATTC"), "{dna}");
+    let edits: Vec<&str> = stdout.lines().filter(|l| l.starts_with("edit: codon ")).collect();
+    let changed = plain_dna.as_bytes().chunks(3).zip(dna.as_bytes().chunks(3)).filter(|(a, b)| a != b).count();
+    assert!(changed > 0 && edits.len() >= changed, "the fixture model's DNA needed edits: {stdout}");
+    assert!(stdout.contains("log-probability cost: "), "{stdout}");
+
+    // A constraint the protein rules out: exit 1 naming it; --best-effort reports what is left.
+    let impossible = [
+        "--protein",
+        "MWWMW",
+        "--organism",
+        "51",
+        "--match-protein",
+        "--gc-window",
+        "9",
+        "--gc-min",
+        "60",
+        "--gc-max",
+        "100",
+    ];
+    let o = run("predict", &[&["--model", model.as_str()][..], &impossible[..]].concat());
+    assert_eq!(o.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("cannot satisfy \"GC 60-100% in every 9-nt window\"") && stderr.contains("codons 1-"),
+        "{stderr}"
+    );
+    let o = run("predict", &[&["--model", model.as_str(), "--best-effort"][..], &impossible[..]].concat());
+    assert!(o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("remaining: GC 60-100%"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // In a batch: edits, cost and remaining columns; known codons (infill) kept through the repair.
+    std::fs::write(
+        p("in.csv"),
+        format!("protein_sequence,organism,dna\n{protein},51,\nMKVLAW,51,ATGNNNGTANNNGCGTGG\n"),
+    )
+    .unwrap();
+    let args = ["--model", &model, "--input", &p("in.csv"), "--output", &p("out.csv"), "--match-protein"];
+    let o = run("predict", &[&args[..], &flags[..]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut reader = csv::Reader::from_path(dir.path().join("out.csv")).unwrap();
+    let headers: Vec<String> = reader.headers().unwrap().iter().map(str::to_string).collect();
+    assert_eq!(headers, ["protein_sequence", "organism", "dna", "predicted_dna", "edits", "edit_cost", "remaining"]);
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(&rows[0][3], dna, "the batch repairs as the single prediction does");
+    assert!(rows[0][4].contains("GC 30-65% in every 50-nt window"), "{}", &rows[0][4]);
+    let infilled = &rows[1][3];
+    assert_eq!((&infilled[..3], &infilled[6..9], &infilled[12..18]), ("ATG", "GTA", "GCGTGG"), "{infilled}");
+    assert_eq!(translate(infilled), "MKVLAW_");
+}
+
+#[test]
+fn infill_errors_name_the_problem() {
+    let model = common::bigbird_fixture("");
+    for (dna, expected) in [
+        ("ATGNNNGTA", "9 nucleotides for a protein of 7 residues"),
+        ("ATGNNNGTANNNGCGTGC", "codon 6 (TGC) encodes C but the protein has W there"),
+        ("ATGNNNGTANNNGCGTGU", "'U' at position 18"),
+    ] {
+        let o = run("predict", &["--model", &model, "--protein", "MKVLAW", "--organism", "51", "--dna", dna]);
+        assert_eq!(o.status.code(), Some(1), "{dna}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains(expected), "{dna}: {stderr}");
+    }
+}

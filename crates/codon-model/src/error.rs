@@ -99,6 +99,9 @@ pub enum CodonError {
     /// Invalid prediction arguments (messages as upstream `predict_dna_sequence`).
     #[error("{0}")]
     Prediction(String),
+    /// Known DNA for infill that does not fit its protein.
+    #[error("known DNA: {0}")]
+    KnownDna(String),
     /// A tokenizer file could not be read or parsed.
     #[error("cannot load tokenizer from {path}: {message}")]
     TokenizerFile {

@@ -13,9 +13,9 @@ use rand_chacha::ChaCha8Rng;
 use crate::bigbird::{AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput};
 use crate::error::{CodonError, Result, TensorContext};
 use crate::organisms::{organism_name, OrganismRef};
-use crate::sequence::{merged_sequence_with, preprocess_protein, ProteinConfig};
+use crate::sequence::{preprocess_protein, ProteinConfig};
 use crate::tokenizer::CodonTokenizer;
-use crate::vocab::{codon_ids_for, codon_of, FIRST_CODON_ID, LAST_CODON_ID, MAX_AMINO_ACIDS};
+use crate::vocab::{codon_ids_for, codon_of, translate_codon, FIRST_CODON_ID, LAST_CODON_ID, MAX_AMINO_ACIDS};
 
 /// Context tokens on each side of a window's own residues when a protein is split.
 const WINDOW_CONTEXT: usize = 256;
@@ -39,6 +39,8 @@ pub struct PredictOptions {
     pub attention: AttentionType,
     /// Most tokens per forward pass in batch prediction (rows × padded length).
     pub max_batch_tokens: usize,
+    /// Keep each residue's log-probabilities of the 64 codons ([`DnaPrediction::codon_log_probs`]).
+    pub keep_codon_scores: bool,
 }
 
 impl Default for PredictOptions {
@@ -52,6 +54,7 @@ impl Default for PredictOptions {
             seed: 0,
             attention: AttentionType::OriginalFull,
             max_batch_tokens: 8192,
+            keep_codon_scores: false,
         }
     }
 }
@@ -77,7 +80,7 @@ impl PredictOptions {
 }
 
 /// One predicted coding sequence (`DNASequencePrediction` upstream).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DnaPrediction {
     /// Organism name.
     pub organism: String,
@@ -87,6 +90,29 @@ pub struct DnaPrediction {
     pub processed_input: String,
     /// Predicted DNA, one codon per residue (stop included).
     pub predicted_dna: String,
+    /// With [`PredictOptions::keep_codon_scores`]: per residue, the model's log-probability of
+    /// each codon (index A<C<G<T, see [`crate::vocab::codon_at`]) among the 64; a codon the
+    /// prediction may not choose (not a synonym under `match_protein`, or not the known codon of
+    /// an infill position) is −∞.
+    pub codon_log_probs: Option<Vec<[f32; 64]>>,
+}
+
+/// One protein to predict: its organism, and for infill its known codons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProteinInput {
+    /// The protein.
+    pub protein: String,
+    /// The organism, by name or id.
+    pub organism: OrganismRef,
+    /// Infill: DNA of the protein's length × 3 with `NNN` for each codon to predict; the other
+    /// codons are kept exactly and fed to the model as `aa_codon` tokens.
+    pub known_dna: Option<String>,
+}
+
+impl From<&(String, OrganismRef)> for ProteinInput {
+    fn from((protein, organism): &(String, OrganismRef)) -> Self {
+        Self { protein: protein.clone(), organism: organism.clone(), known_dna: None }
+    }
 }
 
 /// A model, its tokenizer and a device, ready to predict.
@@ -103,6 +129,8 @@ struct Prepared {
     merged: String,
     /// Amino acid of each merged token.
     residues: Vec<char>,
+    /// The codon id kept at each residue (infill), `None` where the model chooses.
+    known: Vec<Option<u32>>,
 }
 
 fn refuse_empty(protein: &str) -> Result<()> {
@@ -154,21 +182,32 @@ impl Predictor {
         MAX_AMINO_ACIDS.min(self.model.config().max_position_embeddings.saturating_sub(2)).max(1)
     }
 
-    fn prepare(&self, protein: &str, organism: &OrganismRef) -> Result<Prepared> {
+    fn prepare(&self, input: &ProteinInput) -> Result<Prepared> {
         // Upstream's order: an empty protein, then the organism, then the protein's letters.
-        refuse_empty(protein)?;
-        let organism_id = organism.resolve()?;
-        let residues = prediction_residues(protein)?;
-        // Already preprocessed: the second pass changes nothing and draws nothing.
-        let merged =
-            merged_sequence_with(&residues, "", "_", &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))?;
-        let residues = merged.split(' ').filter_map(|t| t.chars().next()).collect();
+        refuse_empty(&input.protein)?;
+        let organism_id = input.organism.resolve()?;
+        let residues: Vec<char> = prediction_residues(&input.protein)?.chars().collect();
+        let known = match &input.known_dna {
+            Some(dna) => known_codons(dna, &residues)?,
+            None => vec![None; residues.len()],
+        };
+        let merged = residues
+            .iter()
+            .zip(&known)
+            .map(|(aa, id)| {
+                let codon =
+                    id.and_then(codon_of).map_or("UNK".to_string(), |c| String::from_utf8_lossy(&c).into_owned());
+                format!("{aa}_{codon}")
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
         Ok(Prepared {
             organism_id,
             organism: organism_name(organism_id as i64)?.to_string(),
-            protein: protein.to_string(),
+            protein: input.protein.clone(),
             merged,
             residues,
+            known,
         })
     }
 
@@ -180,7 +219,8 @@ impl Predictor {
         options: &PredictOptions,
     ) -> Result<Vec<DnaPrediction>> {
         options.validate()?;
-        let prepared = self.prepare(protein, &organism.into())?;
+        let prepared =
+            self.prepare(&ProteinInput { protein: protein.to_string(), organism: organism.into(), known_dna: None })?;
         let mut results = self.predict_prepared(&[prepared], options)?;
         results.pop().ok_or_else(|| CodonError::Prediction("no prediction".into()))
     }
@@ -192,22 +232,23 @@ impl Predictor {
         items: &[(String, OrganismRef)],
         options: &PredictOptions,
     ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
-        self.predict_batch_with_progress(items, options, &mut |_| {})
+        let inputs: Vec<ProteinInput> = items.iter().map(ProteinInput::from).collect();
+        self.predict_batch_with_progress(&inputs, options, &mut |_| {})
     }
 
     /// [`Predictor::predict_batch`], calling `progress(n)` as each `n` proteins are done (the
     /// ones refused before any forward pass first, then each forward batch's).
     pub fn predict_batch_with_progress(
         &self,
-        items: &[(String, OrganismRef)],
+        items: &[ProteinInput],
         options: &PredictOptions,
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
         options.validate()?;
         let mut out: Vec<Option<Result<Vec<DnaPrediction>>>> = (0..items.len()).map(|_| None).collect();
         let mut ok: Vec<(usize, Prepared)> = Vec::new();
-        for (i, (protein, organism)) in items.iter().enumerate() {
-            match self.prepare(protein, organism) {
+        for (i, item) in items.iter().enumerate() {
+            match self.prepare(item) {
                 Ok(p) => ok.push((i, p)),
                 Err(e) => out[i] = Some(Err(e)),
             }
@@ -328,11 +369,16 @@ impl Predictor {
                     }
                 })
                 .collect();
+            let allowed: Vec<Vec<u32>> =
+                allowed.into_iter().zip(&prepared.known).map(|(a, k)| k.map_or(a, |id| vec![id])).collect();
+            let scores = options.keep_codon_scores.then(|| codon_log_probs(&logits, &allowed));
             let mut predictions = Vec::with_capacity(options.num_sequences);
             for _ in 0..options.num_sequences {
                 let mut dna = String::with_capacity(3 * logits.len());
                 for (row, allowed) in logits.iter().zip(&allowed) {
-                    let id = if options.deterministic {
+                    let id = if allowed.len() == 1 {
+                        allowed[0]
+                    } else if options.deterministic {
                         argmax(row, allowed)
                     } else {
                         sample_top_p(row, allowed, options.temperature, options.top_p, &mut rng)
@@ -345,12 +391,81 @@ impl Predictor {
                     protein: prepared.protein.clone(),
                     processed_input: prepared.merged.clone(),
                     predicted_dna: dna,
+                    codon_log_probs: scores.clone(),
                 });
             }
             out.push(predictions);
         }
         Ok(out)
     }
+}
+
+/// Infill: the codon id kept at each residue, from DNA with `NNN` where the model chooses. The DNA
+/// has the protein's length × 3, with or without the stop codon `prediction_residues` appends.
+fn known_codons(dna: &str, residues: &[char]) -> Result<Vec<Option<u32>>> {
+    let dna = dna.trim().to_ascii_uppercase();
+    if let Some((i, c)) = dna.char_indices().find(|(_, c)| !matches!(c, 'A' | 'C' | 'G' | 'T' | 'N')) {
+        return Err(CodonError::KnownDna(format!(
+            "{c:?} at position {}: use A, C, G, T, and NNN for a codon to predict",
+            i + 1
+        )));
+    }
+    let codons = dna.len() / 3;
+    if dna.len() % 3 != 0
+        || !(codons == residues.len() || codons + 1 == residues.len() && residues.last() == Some(&'_'))
+    {
+        return Err(CodonError::KnownDna(format!(
+            "{} nucleotides for a protein of {} residues (stop included): give {} (or {} without the stop codon)",
+            dna.len(),
+            residues.len(),
+            3 * residues.len(),
+            3 * residues.len() - 3
+        )));
+    }
+    let mut known: Vec<Option<u32>> = dna
+        .as_bytes()
+        .chunks_exact(3)
+        .zip(residues)
+        .enumerate()
+        .map(|(i, (codon, &aa))| match codon {
+            b"NNN" => Ok(None),
+            c if c.contains(&b'N') => Err(CodonError::KnownDna(format!(
+                "codon {} ({}) mixes known and unknown bases: write a codon out or as NNN",
+                i + 1,
+                String::from_utf8_lossy(c)
+            ))),
+            c if translate_codon(c) == Some(aa) => {
+                Ok(codon_ids_for(aa).iter().copied().find(|&id| codon_of(id).as_ref().map(|x| &x[..]) == Some(c)))
+            }
+            c => Err(CodonError::KnownDna(format!(
+                "codon {} ({}) encodes {} but the protein has {aa} there",
+                i + 1,
+                String::from_utf8_lossy(c),
+                translate_codon(c).unwrap_or('?')
+            ))),
+        })
+        .collect::<Result<_>>()?;
+    known.resize(residues.len(), None);
+    Ok(known)
+}
+
+/// Per residue, the log-softmax of the 64 codon logits, −∞ outside the allowed ids.
+fn codon_log_probs(logits: &[Vec<f32>], allowed: &[Vec<u32>]) -> Vec<[f32; 64]> {
+    logits
+        .iter()
+        .zip(allowed)
+        .map(|(row, allowed)| {
+            let codons = &row[FIRST_CODON_ID as usize..=LAST_CODON_ID as usize];
+            let max = codons.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let log_sum = codons.iter().map(|v| (v - max).exp()).sum::<f32>().ln() + max;
+            let mut out = [f32::NEG_INFINITY; 64];
+            for &id in allowed {
+                let i = (id - FIRST_CODON_ID) as usize;
+                out[i] = codons[i] - log_sum;
+            }
+            out
+        })
+        .collect()
 }
 
 /// The allowed id with the largest logit (the first on ties, as torch's argmax).

@@ -84,6 +84,11 @@ pub fn codon_of(id: u32) -> Option<[u8; 3]> {
     Some([t[2].to_ascii_uppercase(), t[3].to_ascii_uppercase(), t[4].to_ascii_uppercase()])
 }
 
+/// The upper-case codon of an index 0..64 (A<C<G<T order): the inverse of [`codon_index`].
+pub fn codon_at(index: usize) -> Option<[u8; 3]> {
+    u32::try_from(index).ok().filter(|&i| i < 64).and_then(|i| codon_of(FIRST_CODON_ID + i))
+}
+
 /// Index 0..64 of an upper-case ACGT codon in A<C<G<T order, or `None` for anything else.
 pub fn codon_index(codon: &[u8]) -> Option<usize> {
     if codon.len() != 3 {

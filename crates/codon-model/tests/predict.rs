@@ -181,3 +181,74 @@ fn models_without_the_codontransformer_vocabulary_are_rejected() {
     let err = Predictor::new(model).err().unwrap().to_string();
     assert!(err.contains("vocab_size 50"), "{err}");
 }
+
+fn infill(
+    p: &Predictor,
+    protein: &str,
+    known: &str,
+    match_protein: bool,
+) -> codon_model::Result<codon_model::DnaPrediction> {
+    let input = codon_model::ProteinInput {
+        protein: protein.into(),
+        organism: "Homo sapiens".into(),
+        known_dna: Some(known.into()),
+    };
+    let options = PredictOptions { match_protein, keep_codon_scores: true, ..Default::default() };
+    let mut out = p.predict_batch_with_progress(&[input], &options, &mut |_| {}).unwrap();
+    out.pop().unwrap().map(|mut v| v.pop().unwrap())
+}
+
+#[test]
+fn infill_keeps_known_codons_and_feeds_them_to_the_model() {
+    let p = predictor();
+    for (known, match_protein) in
+        [("ATGNNNGTANNNGCGTGGNNN", true), ("atgnnngtannngcgtgg", false), ("ATGNNNGTANNNGCGTGGTAG", false)]
+    {
+        let out = infill(&p, "MKVLAW", known, match_protein).unwrap();
+        let (dna, upper) = (&out.predicted_dna, known.to_ascii_uppercase());
+        for (i, (got, want)) in dna.as_bytes().chunks(3).zip(upper.as_bytes().chunks(3)).enumerate() {
+            if want != b"NNN" {
+                assert_eq!(got, want, "{known}: known codon {} kept", i + 1);
+            }
+        }
+        assert!(out.processed_input.starts_with("M_ATG K_UNK V_GTA L_UNK A_GCG W_TGG"), "{}", out.processed_input);
+        if match_protein {
+            assert_eq!(translate(dna), "MKVLAW_");
+        }
+    }
+    for (known, expected) in [
+        ("ATGNNNGTA", "9 nucleotides for a protein of 7 residues"),
+        ("ATGNNNGTTNNNGCGTGCNNN", "codon 6 (TGC) encodes C but the protein has W there"),
+        ("ATGNNXGTANNNGCGTGGNNN", "'X' at position 6"),
+        ("ATGNANGTANNNGCGTGGNNN", "codon 2 (NAN) mixes known and unknown bases"),
+    ] {
+        let err = infill(&p, "MKVLAW", known, true).unwrap_err().to_string();
+        assert!(err.contains(expected), "{known}: {err}");
+    }
+}
+
+#[test]
+fn codon_scores_are_log_probabilities_of_the_codons_the_prediction_may_choose() {
+    let p = predictor();
+    let out = infill(&p, "MKVLAW", "NNNNNNNNNNNNGCGNNNNNN", true).unwrap();
+    let scores = out.codon_log_probs.as_ref().unwrap();
+    assert_eq!(scores.len(), 7);
+    for (i, (row, aa)) in scores.iter().zip("MKVLAW_".chars()).enumerate() {
+        let finite: Vec<usize> = (0..64).filter(|&c| row[c].is_finite()).collect();
+        let synonyms: Vec<usize> = if i == 4 {
+            vec![codon_model::vocab::codon_index(b"GCG").unwrap()]
+        } else {
+            (0..64).filter(|&c| translate_codon(&codon_model::vocab::codon_at(c).unwrap()) == Some(aa)).collect()
+        };
+        assert_eq!(finite, synonyms, "residue {i} ({aa})");
+        assert!(finite.iter().all(|&c| row[c] <= 0.0));
+        let best = *finite.iter().max_by(|&&a, &&b| row[a].total_cmp(&row[b]).then(b.cmp(&a))).unwrap();
+        assert_eq!(
+            out.predicted_dna.as_bytes()[3 * i..3 * i + 3],
+            codon_model::vocab::codon_at(best).unwrap(),
+            "residue {i}: the prediction is the best-scored codon"
+        );
+    }
+    let plain = p.predict("MKVLAW", "Homo sapiens", &PredictOptions::default()).unwrap();
+    assert!(plain[0].codon_log_probs.is_none(), "scores only when asked");
+}

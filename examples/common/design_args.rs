@@ -1,0 +1,68 @@
+//! The synthesis-constraint flags of `predict`, and how a repair is reported.
+
+use codon_ascend::design::{Constraint, Repair};
+
+/// Constraints the predicted DNA must meet; it is repaired by synonymous changes when it does not.
+#[derive(clap::Args, Debug, Default)]
+pub struct DesignArgs {
+    /// Restriction sites to avoid on both strands, by enzyme name: BsaI,BsmBI,EcoRI,...
+    #[arg(long, value_name = "ENZYMES")]
+    pub avoid_sites: Option<String>,
+    /// A motif to avoid on both strands, in IUPAC letters (repeatable).
+    #[arg(long, value_name = "SEQ")]
+    pub avoid_motif: Vec<String>,
+    /// Window (nucleotides) for --gc-min/--gc-max.
+    #[arg(long, value_name = "N", requires = "gc_min", requires = "gc_max")]
+    pub gc_window: Option<usize>,
+    /// Lowest GC percentage in every window.
+    #[arg(long, value_name = "P", requires = "gc_window")]
+    pub gc_min: Option<f64>,
+    /// Highest GC percentage in every window.
+    #[arg(long, value_name = "P", requires = "gc_window")]
+    pub gc_max: Option<f64>,
+    /// Longest run of one base.
+    #[arg(long, value_name = "N")]
+    pub max_homopolymer: Option<usize>,
+    /// Longest exact repeat.
+    #[arg(long, value_name = "N")]
+    pub max_repeat: Option<usize>,
+    /// Keep the sequence and report what is left when a constraint cannot be met (else: exit 1).
+    #[arg(long)]
+    pub best_effort: bool,
+}
+
+impl DesignArgs {
+    /// The constraints the flags ask for (none: no repair).
+    pub fn constraints(&self) -> anyhow::Result<Vec<Constraint>> {
+        let mut out = match &self.avoid_sites {
+            Some(names) => Constraint::sites(names)?,
+            None => Vec::new(),
+        };
+        for motif in &self.avoid_motif {
+            out.push(Constraint::motif(motif)?);
+        }
+        if let (Some(window), Some(min), Some(max)) = (self.gc_window, self.gc_min, self.gc_max) {
+            out.push(Constraint::gc_window(window, min, max)?);
+        }
+        if let Some(n) = self.max_homopolymer {
+            anyhow::ensure!(n >= 1, "--max-homopolymer {n}: must be at least 1");
+            out.push(Constraint::MaxHomopolymer(n));
+        }
+        if let Some(n) = self.max_repeat {
+            out.push(Constraint::max_repeat(n)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Each edit as `codon 12 (nt 34-36) GTC>GTG cost 0.412: reason`.
+pub fn edit_lines(repair: &Repair) -> Vec<String> {
+    repair
+        .edits
+        .iter()
+        .map(|e| {
+            let nt = 3 * e.codon + 1;
+            format!("codon {} (nt {}-{}) {}>{} cost {:.3}: {}", e.codon + 1, nt, nt + 2, e.old, e.new, e.cost, e.reason)
+        })
+        .collect()
+}
