@@ -38,7 +38,7 @@ use clap::Parser;
 use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
-use codon_ascend::model::{prediction_residues, OrganismRef, PredictOptions, Predictor, ProteinInput, ORGANISMS};
+use codon_ascend::model::{prediction_residues, OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use csv_table::CsvTable;
 use design_args::{edit_lines, DesignArgs};
 use rand::SeedableRng;
@@ -71,7 +71,7 @@ struct Args {
     /// config.json of a checkpoint file's model, when it is not CodonTransformer's size.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Print the organisms (id and name) the model knows, and exit.
+    /// Print the organisms (id and name) the model knows (with --model, its own table), and exit.
     #[arg(long)]
     list_organisms: bool,
     /// Protein sequence.
@@ -211,8 +211,10 @@ fn organism_ref(text: &str) -> OrganismRef {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The model's organisms: the built-in ones, or the table stored with a model taught more.
+    let organisms = args.model.as_deref().map(OrganismTable::for_model).transpose()?.unwrap_or_default();
     if args.list_organisms {
-        for (id, name) in ORGANISMS.iter().enumerate() {
+        for (id, name) in organisms.names().iter().enumerate() {
             println!("{id}\t{name}");
         }
         return Ok(());
@@ -223,7 +225,7 @@ fn run() -> anyhow::Result<()> {
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
     }
     if let Some(organism) = &args.organism {
-        organism_ref(organism).resolve().context("--organism (predict --list-organisms lists them)")?;
+        organisms.resolve(&organism_ref(organism)).context("--organism (predict --list-organisms lists them)")?;
     }
     let constraints = args.design.constraints()?;
     let designer =
@@ -382,7 +384,8 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<Pre
     };
     options.validate()?;
     let config = args.config.as_deref().map(BigBirdConfig::from_file).transpose()?;
-    let predictor = Predictor::new(load_model(model, config, &device, dtype)?)?;
+    let predictor =
+        Predictor::with_organisms(load_model(model, config, &device, dtype)?, OrganismTable::for_model(model)?)?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }

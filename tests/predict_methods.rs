@@ -191,3 +191,50 @@ fn infill_errors_name_the_problem() {
         assert!(stderr.contains(expected), "{dna}: {stderr}");
     }
 }
+
+#[test]
+fn a_model_with_its_own_organism_table_predicts_for_its_new_organism() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::bigbird_fixture("config.json")).unwrap()).unwrap();
+    config["type_vocab_size"] = serde_json::json!(165);
+    std::fs::write(p("config.json"), config.to_string()).unwrap();
+    let o = run("init_model", &["--output", &p("model"), "--config", &p("config.json")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut names: Vec<String> = codon_ascend::model::ORGANISMS.iter().map(|n| n.to_string()).collect();
+    names.push("Nova organism".into());
+    std::fs::write(dir.path().join("model/organisms.json"), serde_json::to_string(&names).unwrap()).unwrap();
+
+    for organism in ["Nova organism", "164"] {
+        let o =
+            run("predict", &["--model", &p("model"), "--protein", "MKV", "--organism", organism, "--match-protein"]);
+        assert!(o.status.success(), "{organism}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(translate(String::from_utf8_lossy(&o.stdout).trim()), "MKV_");
+    }
+    let o = run("predict", &["--model", &p("model"), "--protein", "MKV", "--organism", "Nova organsm"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Did you mean: Nova organism"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run("predict", &["--model", &p("model"), "--list-organisms"]);
+    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l == "164\tNova organism"));
+    // Without the table the new id is unknown; a table with more organisms than rows is refused.
+    let o = run("predict", &["--model", &common::bigbird_fixture(""), "--protein", "MKV", "--organism", "164"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Invalid organism ID: 164"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    names.push("Another organism".into());
+    std::fs::write(dir.path().join("model/organisms.json"), serde_json::to_string(&names).unwrap()).unwrap();
+    let o = run("predict", &["--model", &p("model"), "--protein", "MKV", "--organism", "Nova organism"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("a token type per organism (166)"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -34,7 +34,7 @@ pub enum CodonError {
         /// The name given.
         name: String,
         /// Close known names.
-        suggestions: Vec<&'static str>,
+        suggestions: Vec<String>,
     },
     /// An organism id outside 0..164.
     #[error("Invalid organism ID: {id}. Please use a valid organism name or ID.")]
@@ -175,7 +175,7 @@ impl<T> TensorContext<T> for Result<T> {
     }
 }
 
-fn suggest(names: &[&str]) -> String {
+fn suggest(names: &[String]) -> String {
     if names.is_empty() {
         String::new()
     } else {

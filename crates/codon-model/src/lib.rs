@@ -24,7 +24,7 @@ pub mod tokenizer;
 pub mod vocab;
 
 pub use error::{CodonError, Result};
-pub use organisms::{organism_id, organism_name, parse_organism, OrganismRef, NUM_ORGANISMS, ORGANISMS};
+pub use organisms::{organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, NUM_ORGANISMS, ORGANISMS};
 pub use predict::{prediction_residues, DnaPrediction, PredictOptions, Predictor, ProteinInput};
 pub use sequence::{
     merged_sequence, merged_sequence_with, preprocess_dna, preprocess_protein, replace_ambiguous_codons,

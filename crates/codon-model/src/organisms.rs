@@ -210,10 +210,10 @@ impl From<u32> for OrganismRef {
 
 /// The id of an organism name (exact match). An unknown name is an error that suggests close names.
 pub fn organism_id(name: &str) -> Result<u32> {
-    ORGANISMS
-        .binary_search(&name)
-        .map(|i| i as u32)
-        .map_err(|_| CodonError::UnknownOrganismName { name: name.to_string(), suggestions: close_names(name) })
+    ORGANISMS.binary_search(&name).map(|i| i as u32).map_err(|_| CodonError::UnknownOrganismName {
+        name: name.to_string(),
+        suggestions: close_names(name, &ORGANISMS),
+    })
 }
 
 /// The name of an organism id. An id outside 0..164 is an error.
@@ -230,12 +230,13 @@ pub fn parse_organism(text: &str) -> Result<u32> {
     }
 }
 
-/// Up to three known names closest to `name` (case-insensitive Jaro-Winkler, then substring matches).
-fn close_names(name: &str) -> Vec<&'static str> {
+/// Up to three of `known` closest to `name` (case-insensitive Jaro-Winkler, then substring matches).
+fn close_names<S: AsRef<str>>(name: &str, known: &[S]) -> Vec<String> {
     let query = name.to_lowercase();
-    let mut scored: Vec<(f64, &'static str)> = ORGANISMS
+    let mut scored: Vec<(f64, &str)> = known
         .iter()
-        .map(|&candidate| {
+        .map(|candidate| {
+            let candidate = candidate.as_ref();
             let lower = candidate.to_lowercase();
             let mut score = strsim::jaro_winkler(&query, &lower);
             if !query.is_empty() && lower.contains(&query) {
@@ -246,7 +247,124 @@ fn close_names(name: &str) -> Vec<&'static str> {
         .filter(|(score, _)| *score > 0.75)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-    scored.into_iter().take(3).map(|(_, n)| n).collect()
+    scored.into_iter().take(3).map(|(_, n)| n.to_string()).collect()
+}
+
+/// The organisms a model knows, by id: the built-in 164, or the table stored beside a model that
+/// was taught more (`organisms.json`, a JSON list of names whose index is the id). A stored table
+/// starts with the built-in names in their order, so every built-in id keeps its meaning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrganismTable {
+    names: Vec<String>,
+}
+
+impl Default for OrganismTable {
+    fn default() -> Self {
+        Self { names: ORGANISMS.iter().map(|n| n.to_string()).collect() }
+    }
+}
+
+impl OrganismTable {
+    /// The file name of a stored table in a model directory.
+    pub const FILE: &'static str = "organisms.json";
+
+    /// The built-in 164.
+    pub fn builtin() -> Self {
+        Self::default()
+    }
+
+    /// A table from names: the built-in ones first, in order, then new ones, none twice.
+    pub fn from_names(names: Vec<String>) -> Result<Self> {
+        if names.len() < NUM_ORGANISMS || names.iter().zip(ORGANISMS).any(|(a, b)| a != b) {
+            return Err(CodonError::Config(format!(
+                "an organism table must start with the {NUM_ORGANISMS} built-in organisms in their order"
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
+            return Err(CodonError::Config(format!("organism {twice:?} appears twice in the organism table")));
+        }
+        if let Some(blank) = names.iter().position(|n| n.trim().is_empty() || n.trim() != n) {
+            return Err(CodonError::Config(format!(
+                "organism {blank}: a name must be non-empty, without surrounding spaces"
+            )));
+        }
+        Ok(Self { names })
+    }
+
+    /// The table stored in a model directory, or the built-in one when the model has none (a
+    /// checkpoint file: the table beside it).
+    pub fn for_model(model: &std::path::Path) -> Result<Self> {
+        let dir = if model.is_dir() { model } else { crate::files::parent_dir(model) };
+        let path = dir.join(Self::FILE);
+        if !path.exists() {
+            return Ok(Self::builtin());
+        }
+        let io = |source| CodonError::Io { path: path.clone(), source };
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        let names: Vec<String> = serde_json::from_str(&text)
+            .map_err(|e| CodonError::Config(format!("{}: not a JSON list of organism names: {e}", path.display())))?;
+        Self::from_names(names)
+    }
+
+    /// Write the table into a model directory, atomically.
+    pub fn save(&self, dir: &std::path::Path) -> Result<()> {
+        let path = dir.join(Self::FILE);
+        let io = |source| CodonError::Io { path: path.clone(), source };
+        let text = serde_json::to_string_pretty(&self.names).map_err(|e| CodonError::Config(e.to_string()))?;
+        let mut tmp = crate::files::temp_file_in(dir, ".organisms-").map_err(io)?;
+        std::io::Write::write_all(tmp.as_file_mut(), text.as_bytes()).map_err(io)?;
+        tmp.persist(&path).map_err(|e| io(e.error))?;
+        Ok(())
+    }
+
+    /// Number of organisms (the `type_vocab_size` a model needs).
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Never true: a table holds at least the built-in organisms.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Every name, by id.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The name of an id.
+    pub fn name(&self, id: i64) -> Result<&str> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.names.get(i))
+            .map(String::as_str)
+            .ok_or(CodonError::UnknownOrganismId { id })
+    }
+
+    /// The id of a name (exact match); an unknown name suggests close ones from this table.
+    pub fn id(&self, name: &str) -> Result<u32> {
+        self.names.iter().position(|n| n == name).map(|i| i as u32).ok_or_else(|| CodonError::UnknownOrganismName {
+            name: name.to_string(),
+            suggestions: close_names(name, &self.names),
+        })
+    }
+
+    /// Resolve a name or an id.
+    pub fn resolve(&self, organism: &OrganismRef) -> Result<u32> {
+        match organism {
+            OrganismRef::Id(id) => self.name(*id).map(|_| *id as u32),
+            OrganismRef::Name(name) => self.id(name),
+        }
+    }
+
+    /// This table with one more organism, and its id (the next free one).
+    pub fn with_organism(&self, name: &str) -> Result<(Self, u32)> {
+        let mut names = self.names.clone();
+        names.push(name.to_string());
+        let table = Self::from_names(names)?;
+        Ok((table, (self.names.len()) as u32))
+    }
 }
 
 #[cfg(test)]

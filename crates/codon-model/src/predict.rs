@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::bigbird::{AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput};
 use crate::error::{CodonError, Result, TensorContext};
-use crate::organisms::{organism_name, OrganismRef};
+use crate::organisms::{OrganismRef, OrganismTable};
 use crate::sequence::{preprocess_protein, ProteinConfig};
 use crate::tokenizer::CodonTokenizer;
 use crate::vocab::{codon_ids_for, codon_of, translate_codon, FIRST_CODON_ID, LAST_CODON_ID, MAX_AMINO_ACIDS};
@@ -119,6 +119,7 @@ impl From<&(String, OrganismRef)> for ProteinInput {
 pub struct Predictor {
     model: BigBirdForMaskedLM,
     tokenizer: CodonTokenizer,
+    organisms: OrganismTable,
 }
 
 /// A protein prepared for the model.
@@ -158,17 +159,28 @@ impl Predictor {
     /// A predictor over a loaded model, which must have CodonTransformer's vocabulary and
     /// organism table.
     pub fn new(model: BigBirdForMaskedLM) -> Result<Self> {
+        Self::with_organisms(model, OrganismTable::builtin())
+    }
+
+    /// A predictor whose organisms are `organisms` (the table stored with a model that was taught
+    /// new ones, see [`OrganismTable::for_model`]); the model needs a token-type row for each.
+    pub fn with_organisms(model: BigBirdForMaskedLM, organisms: OrganismTable) -> Result<Self> {
         let c = model.config();
-        if c.vocab_size != crate::vocab::VOCAB_SIZE || c.type_vocab_size < crate::organisms::NUM_ORGANISMS {
+        if c.vocab_size != crate::vocab::VOCAB_SIZE || c.type_vocab_size < organisms.len() {
             return Err(CodonError::Config(format!(
-                "prediction needs CodonTransformer's vocabulary ({} tokens) and organism table ({} types); the model has vocab_size {} and type_vocab_size {}",
+                "prediction needs CodonTransformer's vocabulary ({} tokens) and a token type per organism ({}); the model has vocab_size {} and type_vocab_size {}",
                 crate::vocab::VOCAB_SIZE,
-                crate::organisms::NUM_ORGANISMS,
+                organisms.len(),
                 c.vocab_size,
                 c.type_vocab_size
             )));
         }
-        Ok(Self { model, tokenizer: CodonTokenizer::new()? })
+        Ok(Self { model, tokenizer: CodonTokenizer::new()?, organisms })
+    }
+
+    /// The organisms this predictor knows.
+    pub fn organisms(&self) -> &OrganismTable {
+        &self.organisms
     }
 
     /// The model.
@@ -185,7 +197,7 @@ impl Predictor {
     fn prepare(&self, input: &ProteinInput) -> Result<Prepared> {
         // Upstream's order: an empty protein, then the organism, then the protein's letters.
         refuse_empty(&input.protein)?;
-        let organism_id = input.organism.resolve()?;
+        let organism_id = self.organisms.resolve(&input.organism)?;
         let residues: Vec<char> = prediction_residues(&input.protein)?.chars().collect();
         let known = match &input.known_dna {
             Some(dna) => known_codons(dna, &residues)?,
@@ -203,7 +215,7 @@ impl Predictor {
             .join(" ");
         Ok(Prepared {
             organism_id,
-            organism: organism_name(organism_id as i64)?.to_string(),
+            organism: self.organisms.name(i64::from(organism_id))?.to_string(),
             protein: input.protein.clone(),
             merged,
             residues,
