@@ -10,8 +10,10 @@ use codon_ascend::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::CodonTokenizer;
-use codon_ascend::train::{AnomalyPolicy, MaskedLmData, MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::model::{CodonTokenizer, OrganismTable};
+use codon_ascend::train::{
+    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, TrainableModel, Trainer, TrainerConfig,
+};
 
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -112,6 +114,11 @@ pub struct Args {
     /// rank 0 hands out HCCL's root info, instead of TCP on MASTER_ADDR:MASTER_PORT.
     #[arg(long)]
     pub rendezvous: Option<PathBuf>,
+    /// Teach --model a new organism under this name: one embedding row is added and is all that
+    /// trains; every record of the dataset is taken as this organism's. The checkpoints carry the
+    /// new organism in their config and organism table (organisms.json).
+    #[arg(long = "add-organism", alias = "add_organism", value_name = "NAME")]
+    pub add_organism: Option<String>,
 }
 
 pub fn run(mode: Mode) -> anyhow::Result<()> {
@@ -217,9 +224,21 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         }
     };
     println!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
+    let new_organism = match (&args.add_organism, &args.model) {
+        (None, _) => None,
+        (Some(name), Some(path)) if mode == Mode::Finetune => {
+            if devices.len() > 1 || layout.is_some() {
+                anyhow::bail!("--add-organism trains one embedding row on one device: use --num_gpus 1");
+            }
+            let taught = NewOrganismModel::new(&model, &OrganismTable::for_model(path)?, name, precision, attention)?;
+            println!("adding organism {name:?} as id {}: only its embedding row trains", taught.organism_id());
+            Some(taught)
+        }
+        (Some(_), _) => anyhow::bail!("--add-organism teaches a trained model a new organism: finetune with --model"),
+    };
     // One replica per device; rank 0's weights reach the others by broadcast when training starts.
     let mut replicas = Vec::with_capacity(devices.len());
-    for d in &devices[1..] {
+    for d in devices.iter().skip(1).filter(|_| new_organism.is_none()) {
         let weights = model
             .named_parameters()
             .into_iter()
@@ -227,14 +246,15 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             .collect::<candle_core::Result<Vec<_>>>()?;
         replicas.push(BigBirdForMaskedLM::from_named(config.clone(), weights.into_iter().collect())?);
     }
+    let probe_len = config.block_sparse_probe_len();
     replicas.insert(0, model);
     let replicas = replicas
         .into_iter()
+        .filter(|_| new_organism.is_none())
         .map(|m| {
             Ok(MaskedLmModel::new(m, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let model = &replicas[0];
     if replicas.len() > 1 {
         println!(
             "data-parallel over HCCL: {}",
@@ -282,7 +302,11 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
     .build()?;
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
-        preflight(ascend, model, precision, model.model().config().block_sparse_probe_len())?;
+        match (&new_organism, replicas.first()) {
+            (Some(taught), _) => preflight(ascend, taught, precision, probe_len)?,
+            (None, Some(model)) => preflight(ascend, model, precision, probe_len)?,
+            (None, None) => {}
+        }
     }
     if let Some(step) = &args.resume {
         println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
@@ -294,13 +318,17 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             let timeout = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc()).connect_s;
             let comm = codon_ascend::rendezvous::join(l, ascend, &how, std::time::Duration::from_secs_f64(timeout))?;
             println!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
+            let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
         }
         (Some(l), None) => anyhow::bail!(
             "WORLD_SIZE={}: several processes train over HCCL on Ascend NPUs (--device npu:K or npu-sim:K); the CPU trains alone",
             l.world
         ),
-        (None, _) => trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?,
+        (None, _) => match &new_organism {
+            Some(taught) => trainer.fit(taught, &data, args.resume.as_deref())?,
+            None => trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?,
+        },
     };
     if layout.as_ref().is_some_and(|l| l.rank != 0) {
         return Ok(());
@@ -339,9 +367,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
 
 /// One optimizer step of this run, on a synthetic batch, with every launch reduced to phase 1:
 /// fails before the first real step, listing every op the part refuses.
-fn preflight(
+fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
     ascend: &codon_ascend::ascend::AscendDevice,
-    model: &MaskedLmModel,
+    model: &M,
     precision: Precision,
     seq_len: usize,
 ) -> anyhow::Result<()> {

@@ -29,6 +29,7 @@ mod buckets;
 pub mod checkpoint;
 pub mod error;
 pub mod masked_lm;
+pub mod new_organism;
 pub mod optim;
 pub mod schedule;
 pub mod trainer;
@@ -37,6 +38,7 @@ pub use allocator::retain_freed_memory;
 pub use candle_core::backprop::GradientObserver;
 pub use error::{Result, TrainError};
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
+pub use new_organism::NewOrganismModel;
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
 pub use trainer::{

@@ -169,6 +169,9 @@ pub struct BigBirdForMaskedLM {
     device: Device,
 }
 
+/// The organism (token-type) embedding table's parameter name: one row per organism.
+pub const TOKEN_TYPE_EMBEDDINGS: &str = "bert.embeddings.token_type_embeddings.weight";
+
 /// Every parameter name and shape of a configuration, in transformers' state-dict order
 /// (the tied decoder keys excluded).
 pub fn parameter_shapes(c: &BigBirdConfig) -> Vec<(String, Vec<usize>)> {
@@ -176,7 +179,7 @@ pub fn parameter_shapes(c: &BigBirdConfig) -> Vec<(String, Vec<usize>)> {
     let mut v: Vec<(String, Vec<usize>)> = vec![
         ("bert.embeddings.word_embeddings.weight".into(), vec![c.vocab_size, hd]),
         ("bert.embeddings.position_embeddings.weight".into(), vec![c.max_position_embeddings, hd]),
-        ("bert.embeddings.token_type_embeddings.weight".into(), vec![c.type_vocab_size, hd]),
+        (TOKEN_TYPE_EMBEDDINGS.into(), vec![c.type_vocab_size, hd]),
         ("bert.embeddings.LayerNorm.weight".into(), vec![hd]),
         ("bert.embeddings.LayerNorm.bias".into(), vec![hd]),
     ];
@@ -222,7 +225,7 @@ impl BigBirdForMaskedLM {
         let embeddings = Embeddings {
             word,
             position: p.take("bert.embeddings.position_embeddings.weight")?,
-            token_type: p.take("bert.embeddings.token_type_embeddings.weight")?,
+            token_type: p.take(TOKEN_TYPE_EMBEDDINGS)?,
             norm: p.norm("bert.embeddings.LayerNorm", eps)?,
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
@@ -272,7 +275,7 @@ impl BigBirdForMaskedLM {
         let mut out = vec![
             ("bert.embeddings.word_embeddings.weight".to_string(), self.embeddings.word.clone()),
             ("bert.embeddings.position_embeddings.weight".to_string(), self.embeddings.position.clone()),
-            ("bert.embeddings.token_type_embeddings.weight".to_string(), self.embeddings.token_type.clone()),
+            (TOKEN_TYPE_EMBEDDINGS.to_string(), self.embeddings.token_type.clone()),
             ("bert.embeddings.LayerNorm.weight".to_string(), self.embeddings.norm.weight.clone()),
             ("bert.embeddings.LayerNorm.bias".to_string(), self.embeddings.norm.bias.clone()),
         ];
