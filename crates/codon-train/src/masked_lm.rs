@@ -56,18 +56,6 @@ impl MaskedLmModel {
     pub fn model(&self) -> &BigBirdForMaskedLM {
         &self.model
     }
-
-    /// A batch's model inputs and labels on the model's device.
-    fn upload(&self, batch: &MlmBatch) -> Result<(ModelInput, Tensor)> {
-        let device = self.model.device();
-        let shape = (batch.batch_size, batch.seq_len);
-        let input = ModelInput {
-            input_ids: Tensor::from_slice(&batch.input_ids, shape, device)?,
-            token_type_ids: Tensor::from_slice(&batch.token_type_ids, shape, device)?,
-            attention_mask: Tensor::from_slice(&batch.attention_mask, shape, device)?,
-        };
-        Ok((input, Tensor::from_slice(&batch.labels, shape, device)?))
-    }
 }
 
 impl TrainableModel for MaskedLmModel {
@@ -78,7 +66,7 @@ impl TrainableModel for MaskedLmModel {
     }
 
     fn loss(&self, batch: &MlmBatch, seed: u64) -> Result<Tensor> {
-        let (input, labels) = self.upload(batch)?;
+        let (input, labels) = upload(batch, self.model.device())?;
         let logits = self.model.forward(&input, ForwardMode::train(self.attention, seed))?;
         Ok(masked_lm_loss(&logits, &labels)?)
     }
@@ -94,7 +82,7 @@ impl TrainableModel for MaskedLmModel {
         if !self.gradient_checkpointing {
             return backward_scaled(self.loss(batch, seed)?, scale, observer);
         }
-        let (input, labels) = self.upload(batch)?;
+        let (input, labels) = upload(batch, self.model.device())?;
         let mut loss = None;
         let (_, grads) =
             self.model.backward_checkpointed(&input, ForwardMode::train(self.attention, seed), |logits| {
@@ -123,6 +111,17 @@ impl TrainableModel for MaskedLmModel {
     fn save_state_dict(&self, weights: &[(String, Tensor)], path: &Path) -> Result<()> {
         codon_model::bigbird::weights::save_torch_state_dict(weights, path).map_err(TrainError::from)
     }
+}
+
+/// A batch's model inputs and labels on `device`.
+pub(crate) fn upload(batch: &MlmBatch, device: &Device) -> Result<(ModelInput, Tensor)> {
+    let shape = (batch.batch_size, batch.seq_len);
+    let input = ModelInput {
+        input_ids: Tensor::from_slice(&batch.input_ids, shape, device)?,
+        token_type_ids: Tensor::from_slice(&batch.token_type_ids, shape, device)?,
+        attention_mask: Tensor::from_slice(&batch.attention_mask, shape, device)?,
+    };
+    Ok((input, Tensor::from_slice(&batch.labels, shape, device)?))
 }
 
 /// codon-data's loader as a [`BatchSource`].

@@ -6,18 +6,18 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::backprop::{GradStore, GradientObserver};
 use candle_core::{DType, Device, Tensor};
 use codon_data::MlmBatch;
 use codon_model::bigbird::{
-    load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
+    load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode,
     TOKEN_TYPE_EMBEDDINGS,
 };
 use codon_model::OrganismTable;
 
 use crate::error::{Result, TrainError};
+use crate::masked_lm::upload;
 use crate::optim::Parameters;
-use crate::trainer::{backward_scaled, Precision, TrainableModel};
+use crate::trainer::{Precision, TrainableModel};
 
 /// The trainable parameter: the new organism's embedding row, shape (1, hidden).
 pub const NEW_ORGANISM_ROW: &str = "bert.embeddings.token_type_embeddings.new_organism_row";
@@ -113,27 +113,11 @@ impl TrainableModel for NewOrganismModel {
     fn loss(&self, batch: &MlmBatch, seed: u64) -> Result<Tensor> {
         let row = self.row.named()[0].1.as_tensor().clone();
         let model = BigBirdForMaskedLM::from_named(self.config.clone(), self.with_row(&self.compute, &row)?)?;
-        let device = model.device();
+        let (mut input, labels) = upload(batch, model.device())?;
         let shape = (batch.batch_size, batch.seq_len);
-        let organisms = vec![self.organism_id; batch.token_type_ids.len()];
-        let input = ModelInput {
-            input_ids: Tensor::from_slice(&batch.input_ids, shape, device)?,
-            token_type_ids: Tensor::from_vec(organisms, shape, device)?,
-            attention_mask: Tensor::from_slice(&batch.attention_mask, shape, device)?,
-        };
-        let labels = Tensor::from_slice(&batch.labels, shape, device)?;
+        input.token_type_ids = Tensor::from_vec(vec![self.organism_id; shape.0 * shape.1], shape, model.device())?;
         let logits = model.forward(&input, ForwardMode::train(self.attention, seed))?;
         Ok(masked_lm_loss(&logits, &labels)?)
-    }
-
-    fn loss_and_gradients(
-        &self,
-        batch: &MlmBatch,
-        seed: u64,
-        scale: f64,
-        observer: &mut dyn GradientObserver,
-    ) -> Result<(Tensor, GradStore)> {
-        backward_scaled(self.loss(batch, seed)?, scale, observer)
     }
 
     fn tokens(&self, batch: &MlmBatch) -> usize {
