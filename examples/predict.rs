@@ -159,7 +159,7 @@ impl Progress {
         self.last_line = Instant::now();
         let seconds = self.start.elapsed().as_secs_f64();
         let rate = self.done as f64 / seconds.max(1e-9);
-        let eta = (self.total - self.done) as f64 / rate.max(1e-9);
+        let eta = self.total.saturating_sub(self.done) as f64 / rate.max(1e-9);
         eprintln!("predicted {}/{} proteins, {rate:.2} proteins/s, ETA {eta:.0} s", self.done, self.total);
     }
 
