@@ -202,13 +202,6 @@ impl Baseline {
     }
 }
 
-fn organism_ref(text: &str) -> OrganismRef {
-    match text.trim().parse::<i64>() {
-        Ok(id) => OrganismRef::Id(id),
-        Err(_) => OrganismRef::Name(text.trim().to_string()),
-    }
-}
-
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // The model's organisms: the built-in ones, or the table stored with a model taught more.
@@ -225,7 +218,7 @@ fn run() -> anyhow::Result<()> {
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
     }
     if let Some(organism) = &args.organism {
-        organisms.resolve(&organism_ref(organism)).context("--organism (predict --list-organisms lists them)")?;
+        organisms.resolve(&OrganismRef::parse(organism)).context("--organism (predict --list-organisms lists them)")?;
     }
     let constraints = args.design.constraints()?;
     let designer =
@@ -239,8 +232,11 @@ fn run() -> anyhow::Result<()> {
     };
     if let Some(protein) = &args.protein {
         let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
-        let items =
-            [ProteinInput { protein: protein.clone(), organism: organism_ref(organism), known_dna: args.dna.clone() }];
+        let items = [ProteinInput {
+            protein: protein.clone(),
+            organism: OrganismRef::parse(organism),
+            known_dna: args.dna.clone(),
+        }];
         let predictions =
             predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
         for predicted in predictions {
@@ -271,7 +267,7 @@ fn run() -> anyhow::Result<()> {
         .iter()
         .map(|r| ProteinInput {
             protein: r.get(protein_col).unwrap_or("").to_string(),
-            organism: organism_ref(r.get(organism_col).unwrap_or("")),
+            organism: OrganismRef::parse(r.get(organism_col).unwrap_or("")),
             known_dna: dna_col.and_then(|c| r.get(c)).filter(|d| !d.trim().is_empty()).map(str::to_string),
         })
         .collect();

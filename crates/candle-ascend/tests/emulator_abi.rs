@@ -109,9 +109,9 @@ fn phase_two_checks_the_workspace_as_opbase_does() {
     unsafe {
         assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
         assert!(ws > 0, "the reduction asks for an accumulator");
-        assert_eq!(p2(null_mut(), ws, exec, env.stream), 161_001, "positive size, NULL workspace");
+        assert_eq!(p2(null_mut(), ws, exec, env.stream), ACLNN_ERR_PARAM_NULLPTR, "positive size, NULL workspace");
         assert!(env.message().contains("null workspace"));
-        assert_eq!(p2(null_mut(), 0, null_mut(), env.stream), 161_001, "NULL executor");
+        assert_eq!(p2(null_mut(), 0, null_mut(), env.stream), ACLNN_ERR_PARAM_NULLPTR, "NULL executor");
         // Size 0 passes phase 2 (no size check), and the kernel then faults.
         assert_eq!(p1(x, dims, true, dtype::FLOAT, y, &mut ws, &mut exec), 0);
         assert_eq!(p2(null_mut(), 0, exec, env.stream), 0, "phase 2 does not compare sizes");
@@ -211,7 +211,7 @@ fn unsupported_combinations_return_documented_codes() {
     assert!(env.message().contains("not supported"), "dtype error names the problem");
     let f = env.tensor(buf, &[1, 2, 2], dtype::FLOAT);
     assert_eq!(unsafe { p1(f, f, f, 4, &mut ws, &mut exec) }, 161_002, "cubeMathType out of range");
-    assert_eq!(unsafe { p1(null_mut(), f, f, 0, &mut ws, &mut exec) }, 161_001, "null operand");
+    assert_eq!(unsafe { p1(null_mut(), f, f, 0, &mut ws, &mut exec) }, ACLNN_ERR_PARAM_NULLPTR, "null operand");
     // The message is returned once, then cleared.
     let _ = unsafe { (env.tk.api.aclGetRecentErrMsg)() };
     assert!(unsafe { (env.tk.api.aclGetRecentErrMsg)() }.is_null());
@@ -259,7 +259,7 @@ fn loss_and_addmm_refuse_what_ops_nn_refuses() {
         nll(x, t, w, reduction, -100, scalar, scalar, &mut ws, &mut exec)
     };
     assert_eq!(call(x, target, weight, 1), 0);
-    assert_eq!(call(x, target, null_mut(), 1), 161_001, "weight is required");
+    assert_eq!(call(x, target, null_mut(), 1), ACLNN_ERR_PARAM_NULLPTR, "weight is required");
     assert_eq!(call(x, target, weight, 3), 161_002, "reduction beyond sum");
     assert_eq!(call(x, f(&[4]), weight, 1), 161_002, "a FLOAT target");
     assert_eq!(call(x, env.tensor(buf, &[5], dtype::INT64), weight, 1), 161_002, "5 targets for 4 rows");
@@ -283,7 +283,7 @@ fn loss_and_addmm_refuse_what_ops_nn_refuses() {
     assert_eq!(call(f(&[3]), a, b, one, fp32_cube), 0, "a bias row broadcasts");
     assert_eq!(call(f(&[5, 3]), a, b, one, fp32_cube), 161_002, "self that does not broadcast");
     assert_eq!(call(f(&[3]), f(&[1, 4, 2]), b, one, fp32_cube), 161_002, "3-D mat1");
-    assert_eq!(call(f(&[3]), a, b, null_mut(), fp32_cube), 161_001, "null beta");
+    assert_eq!(call(f(&[3]), a, b, null_mut(), fp32_cube), ACLNN_ERR_PARAM_NULLPTR, "null beta");
     assert_eq!(call(f(&[3]), a, b, one, 4), 161_002, "cubeMathType 4");
 }
 

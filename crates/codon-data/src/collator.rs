@@ -15,8 +15,8 @@ use rand::Rng;
 use crate::error::{DataError, Result};
 use crate::record::TrainingRecord;
 
-/// Label of positions that do not count in the loss.
-pub const IGNORE_INDEX: i64 = -100;
+/// Label of a position that takes no loss (the loss's own constant, re-exported).
+pub use codon_model::bigbird::IGNORE_INDEX;
 
 /// A masked-LM batch in row-major `(batch_size, seq_len)` layout.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -118,7 +118,7 @@ impl MlmCollator {
             rows.push(self.tokenizer.encode(&r.codons)?);
         }
         let organisms: Vec<u32> = records.iter().map(|r| r.organism).collect();
-        Ok(codon_model::pad_rows(&rows, &organisms))
+        Ok(codon_model::pad_rows(&rows, &organisms)?)
     }
 
     /// Tokenize, pad and mask a batch of records.

@@ -221,13 +221,20 @@ pub fn organism_name(id: i64) -> Result<&'static str> {
     usize::try_from(id).ok().and_then(|i| ORGANISMS.get(i).copied()).ok_or(CodonError::UnknownOrganismId { id })
 }
 
-/// Resolve a command-line or CSV organism field: an integer string is an id, anything else a name.
-pub fn parse_organism(text: &str) -> Result<u32> {
-    let text = text.trim();
-    match text.parse::<i64>() {
-        Ok(id) => OrganismRef::Id(id).resolve(),
-        Err(_) => organism_id(text),
+impl OrganismRef {
+    /// A command-line or CSV organism field: an integer is an id, anything else a name (trimmed).
+    pub fn parse(text: &str) -> Self {
+        let text = text.trim();
+        match text.parse::<i64>() {
+            Ok(id) => OrganismRef::Id(id),
+            Err(_) => OrganismRef::Name(text.to_string()),
+        }
     }
+}
+
+/// Resolve a command-line or CSV organism field against the built-in organisms.
+pub fn parse_organism(text: &str) -> Result<u32> {
+    OrganismRef::parse(text).resolve()
 }
 
 /// Up to three of `known` closest to `name` (case-insensitive Jaro-Winkler, then substring matches).

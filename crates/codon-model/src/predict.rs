@@ -6,7 +6,7 @@
 //! codons of each residue's amino acid (so the DNA translates back to the protein).
 //! Proteins longer than 2046 residues are predicted in overlapping windows.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -331,14 +331,10 @@ impl Predictor {
             rows.push(self.tokenizer.encode(&tokens[w.protein][w.start..w.end].join(" "))?);
         }
         let organisms: Vec<u32> = windows.iter().map(|w| batch[w.protein].organism_id).collect();
-        let enc = crate::tokenizer::pad_rows(&rows, &organisms);
-        let device: &Device = self.model.device();
+        let enc = crate::tokenizer::pad_rows(&rows, &organisms)?;
         let shape = (enc.batch_size, enc.seq_len);
-        let input = ModelInput {
-            input_ids: Tensor::from_vec(enc.input_ids, shape, device)?,
-            token_type_ids: Tensor::from_vec(enc.token_type_ids, shape, device)?,
-            attention_mask: Tensor::from_vec(enc.attention_mask, shape, device)?,
-        };
+        let (c, device) = (self.model.config(), self.model.device());
+        let input = ModelInput::from_host(shape, &enc.input_ids, &enc.token_type_ids, &enc.attention_mask, c, device)?;
         let logits = self.model.forward(&input, ForwardMode::eval(options.attention)).op("prediction forward")?;
         let logits: Vec<Vec<Vec<f32>>> = logits.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3()?;
         let mut out: Vec<Vec<Vec<f32>>> = batch.iter().map(|p| vec![Vec::new(); p.residues.len()]).collect();

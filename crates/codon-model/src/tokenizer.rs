@@ -156,23 +156,20 @@ impl CodonTokenizer {
 
     /// Encode and pad a batch. `organism_ids[i]` fills row `i` of `token_type_ids`.
     pub fn encode_batch(&self, merged: &[&str], organism_ids: &[u32]) -> Result<BatchEncoding> {
-        if merged.len() != organism_ids.len() {
-            return Err(CodonError::Tokenizer(format!(
-                "encode_batch: {} sequences but {} organism ids",
-                merged.len(),
-                organism_ids.len()
-            )));
-        }
         let mut rows: Vec<Vec<u32>> = Vec::with_capacity(merged.len());
         for m in merged {
             rows.push(self.encode(m)?);
         }
-        Ok(pad_rows(&rows, organism_ids))
+        pad_rows(&rows, organism_ids)
     }
 }
 
-/// Right-pad rows of ids to the longest one and build the mask and the organism rows.
-pub fn pad_rows(rows: &[Vec<u32>], organism_ids: &[u32]) -> BatchEncoding {
+/// Right-pad rows of ids to the longest one and build the mask and the organism rows; one
+/// organism id per row.
+pub fn pad_rows(rows: &[Vec<u32>], organism_ids: &[u32]) -> Result<BatchEncoding> {
+    if rows.len() != organism_ids.len() {
+        return Err(CodonError::Tokenizer(format!("{} sequences but {} organism ids", rows.len(), organism_ids.len())));
+    }
     let seq_len = rows.iter().map(Vec::len).max().unwrap_or(0);
     let n = rows.len() * seq_len;
     let mut enc = BatchEncoding {
@@ -189,7 +186,7 @@ pub fn pad_rows(rows: &[Vec<u32>], organism_ids: &[u32]) -> BatchEncoding {
         enc.attention_mask.resize(enc.attention_mask.len() + seq_len - row.len(), 0);
         enc.token_type_ids.resize(enc.token_type_ids.len() + seq_len, organism);
     }
-    enc
+    Ok(enc)
 }
 
 fn is_word_byte(b: u8) -> bool {

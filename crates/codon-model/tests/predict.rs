@@ -252,3 +252,19 @@ fn codon_scores_are_log_probabilities_of_the_codons_the_prediction_may_choose() 
     let plain = p.predict("MKVLAW", "Homo sapiens", &PredictOptions::default()).unwrap();
     assert!(plain[0].codon_log_probs.is_none(), "scores only when asked");
 }
+
+#[test]
+fn ids_are_checked_against_the_model_before_they_reach_a_device() {
+    let p = predictor();
+    let c = p.model().config();
+    let input = |ids: &[u32], types: &[u32], mask: &[u32]| {
+        codon_model::bigbird::ModelInput::from_host((1, 3), ids, types, mask, c, &Device::Cpu).map(|_| ())
+    };
+    assert!(input(&[1, 40, 2], &[51, 51, 51], &[1, 1, 1]).is_ok());
+    let err = input(&[1, 90, 2], &[51, 51, 51], &[1, 1, 1]).unwrap_err().to_string();
+    assert!(err.contains("input_ids[0][1] = 90 is outside 0..90"), "{err}");
+    let err = input(&[1, 40, 2], &[51, 164, 51], &[1, 1, 1]).unwrap_err().to_string();
+    assert!(err.contains("token_type_ids[0][1] = 164 is outside 0..164"), "{err}");
+    assert!(input(&[1, 40, 2], &[51, 51, 51], &[1, 2, 1]).is_err());
+    assert!(input(&[1, 40], &[51, 51, 51], &[1, 1, 1]).is_err(), "a length that does not fit the shape");
+}

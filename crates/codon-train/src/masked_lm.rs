@@ -7,7 +7,7 @@ use candle_core::backprop::{GradStore, GradientObserver};
 use candle_core::{DType, Device, Tensor};
 use codon_data::{DataLoader, MlmBatch};
 use codon_model::bigbird::{
-    load_model, masked_lm_loss, save_model, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
+    load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
 
 use crate::error::{Result, TrainError};
@@ -66,7 +66,7 @@ impl TrainableModel for MaskedLmModel {
     }
 
     fn loss(&self, batch: &MlmBatch, seed: u64) -> Result<Tensor> {
-        let (input, labels) = upload(batch, self.model.device())?;
+        let (input, labels) = upload(batch, self.model.config(), self.model.device())?;
         let logits = self.model.forward(&input, ForwardMode::train(self.attention, seed))?;
         Ok(masked_lm_loss(&logits, &labels)?)
     }
@@ -82,7 +82,7 @@ impl TrainableModel for MaskedLmModel {
         if !self.gradient_checkpointing {
             return backward_scaled(self.loss(batch, seed)?, scale, observer);
         }
-        let (input, labels) = upload(batch, self.model.device())?;
+        let (input, labels) = upload(batch, self.model.config(), self.model.device())?;
         let mut loss = None;
         let (_, grads) =
             self.model.backward_checkpointed(&input, ForwardMode::train(self.attention, seed), |logits| {
@@ -113,14 +113,11 @@ impl TrainableModel for MaskedLmModel {
     }
 }
 
-/// A batch's model inputs and labels on `device`.
-pub(crate) fn upload(batch: &MlmBatch, device: &Device) -> Result<(ModelInput, Tensor)> {
+/// A batch's model inputs (ids checked against `config`) and labels on `device`.
+pub(crate) fn upload(batch: &MlmBatch, config: &BigBirdConfig, device: &Device) -> Result<(ModelInput, Tensor)> {
     let shape = (batch.batch_size, batch.seq_len);
-    let input = ModelInput {
-        input_ids: Tensor::from_slice(&batch.input_ids, shape, device)?,
-        token_type_ids: Tensor::from_slice(&batch.token_type_ids, shape, device)?,
-        attention_mask: Tensor::from_slice(&batch.attention_mask, shape, device)?,
-    };
+    let input =
+        ModelInput::from_host(shape, &batch.input_ids, &batch.token_type_ids, &batch.attention_mask, config, device)?;
     Ok((input, Tensor::from_slice(&batch.labels, shape, device)?))
 }
 

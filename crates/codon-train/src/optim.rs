@@ -111,11 +111,6 @@ impl Parameters {
         &self.named
     }
 
-    /// Parameter names, in order.
-    pub fn names(&self) -> Vec<String> {
-        self.named.iter().map(|(n, _)| n.clone()).collect()
-    }
-
     /// The gradients of a backward pass as one flat f32 tensor per group (zeros for a
     /// parameter that got none): a copy per parameter into its group, one cast per group.
     pub fn gradients(&self, store: &GradStore) -> candle_core::Result<Vec<Tensor>> {
@@ -230,11 +225,6 @@ impl AdamW {
     /// Optimizer steps taken.
     pub fn step_count(&self) -> usize {
         self.step
-    }
-
-    /// Parameter names, in order.
-    pub fn names(&self) -> Vec<String> {
-        self.params.names()
     }
 
     /// θ of a group, flat f32: the master copy, or the parameters' own buffer.

@@ -194,11 +194,6 @@ impl TrainerConfig {
             device_probe: None,
         })
     }
-
-    /// The precision.
-    pub fn precision(&self) -> Precision {
-        self.precision
-    }
 }
 
 impl TrainerConfigBuilder {

@@ -21,6 +21,9 @@ pub const ACL_ERROR_RT_MEMORY_ALLOCATION: AclError = 207_001;
 pub const ACL_ERROR_RT_PARAM_INVALID: AclError = 107_000;
 /// `ACL_ERROR_RT_INVALID_DEVICEID` (`rt_error_codes.h`).
 pub const ACL_ERROR_RT_INVALID_DEVICEID: AclError = 107_001;
+/// `ACLNN_ERR_PARAM_NULLPTR` (aclnn's `aclnn_base.h`; the emulator's sim.h): a required
+/// operand or output was a null pointer.
+pub const ACLNN_ERR_PARAM_NULLPTR: AclnnStatus = 161_001;
 /// `ACL_ERROR_RT_DEVICE_OOM` (`rt_error_codes.h`).
 pub const ACL_ERROR_RT_DEVICE_OOM: AclError = 207_018;
 

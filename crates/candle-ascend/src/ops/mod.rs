@@ -138,7 +138,11 @@ impl AclObject {
         call: &'static str,
     ) -> Result<Self> {
         if ptr.is_null() {
-            return Err(AscendError::Runtime { call, code: 161_001, message: dev.toolkit.recent_message() });
+            return Err(AscendError::Runtime {
+                call,
+                code: crate::ffi::types::ACLNN_ERR_PARAM_NULLPTR,
+                message: dev.toolkit.recent_message(),
+            });
         }
         Ok(Self { ptr, destroy })
     }

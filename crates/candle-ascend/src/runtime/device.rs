@@ -296,6 +296,7 @@ impl AscendDevice {
             staging: Mutex::default(),
             preflight: Mutex::default(),
             counters: Counters::default(),
+            // A fixed stream until `set_seed`: any constant does (this one is c in m/s).
             seed: AtomicU64::new(299_792_458),
             random_offset: AtomicU64::new(0),
         });

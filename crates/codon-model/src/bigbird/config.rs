@@ -216,11 +216,6 @@ impl BigBirdConfig {
         serde_json::to_string_pretty(&value).unwrap_or_default()
     }
 
-    /// Head dimension.
-    pub fn head_dim(&self) -> usize {
-        self.hidden_size / self.num_attention_heads.max(1)
-    }
-
     /// Longest unpadded input that still falls back to full attention: (5 + 2r)·block.
     pub fn max_tokens_full_fallback(&self) -> usize {
         (5 + 2 * self.num_random_blocks) * self.block_size

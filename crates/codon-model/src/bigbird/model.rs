@@ -117,6 +117,48 @@ pub struct ModelInput {
     pub attention_mask: Tensor,
 }
 
+impl ModelInput {
+    /// Upload row-major `shape` ids from the host, each checked against the configuration first:
+    /// a token id outside the vocabulary, an organism id without an embedding row or a mask that
+    /// is not 0/1 is an error here, where on an NPU it would surface as a late AI-core fault.
+    pub fn from_host(
+        shape: (usize, usize),
+        input_ids: &[u32],
+        token_type_ids: &[u32],
+        attention_mask: &[u32],
+        config: &BigBirdConfig,
+        device: &Device,
+    ) -> Result<Self> {
+        let n = shape.0 * shape.1;
+        for (name, ids, bound) in [
+            ("input_ids", input_ids, config.vocab_size),
+            ("token_type_ids", token_type_ids, config.type_vocab_size),
+            ("attention_mask", attention_mask, 2),
+        ] {
+            if ids.len() != n {
+                return Err(CodonError::Input(format!("{name}: {} values for shape {shape:?}", ids.len())));
+            }
+            if let Some((i, &id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= bound) {
+                return Err(CodonError::Input(format!(
+                    "{name}[{}][{}] = {id} is outside 0..{bound} (the model's {})",
+                    i / shape.1.max(1),
+                    i % shape.1.max(1),
+                    match name {
+                        "input_ids" => "vocab_size",
+                        "token_type_ids" => "type_vocab_size: one row per organism",
+                        _ => "mask values",
+                    }
+                )));
+            }
+        }
+        Ok(Self {
+            input_ids: Tensor::from_slice(input_ids, shape, device)?,
+            token_type_ids: Tensor::from_slice(token_type_ids, shape, device)?,
+            attention_mask: Tensor::from_slice(attention_mask, shape, device)?,
+        })
+    }
+}
+
 /// What a forward pass did, besides its logits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardInfo {
@@ -410,6 +452,7 @@ impl BigBirdForMaskedLM {
             (input.input_ids.clone(), input.token_type_ids.clone(), input.attention_mask.clone())
         };
         let dropout = (mode.train && c.hidden_dropout_prob > 0.0).then(|| DropoutStream::new(mode.dropout_seed));
+        // XOR with MurmurHash2's mixing constant: an attention-dropout stream unrelated to the hidden one.
         let attention_dropout = (mode.train && c.attention_probs_dropout_prob > 0.0)
             .then(|| (DropoutStream::new(mode.dropout_seed ^ 0x5bd1_e995), c.attention_probs_dropout_prob));
         let attention = if sparse {
