@@ -46,6 +46,7 @@ fn bench(c: &mut Criterion) {
                         .max_steps(Some(1))
                         .max_epochs(1)
                         .precision(precision)
+                        .retain_freed_memory(true)
                         .quiet(true)
                         .build()
                         .expect("config"),

@@ -66,6 +66,7 @@ fn run() -> anyhow::Result<()> {
             .max_epochs(steps)
             .precision(precision)
             .device_probe(Box::new(probe))
+            .retain_freed_memory(true)
             .quiet(true)
             .build()?,
     );

@@ -48,7 +48,13 @@ fn run() -> anyhow::Result<()> {
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps.max(2);
     let trainer = Trainer::new(
-        TrainerConfig::builder().max_steps(Some(steps)).max_epochs(steps).precision(precision).quiet(true).build()?,
+        TrainerConfig::builder()
+            .max_steps(Some(steps))
+            .max_epochs(steps)
+            .precision(precision)
+            .retain_freed_memory(true)
+            .quiet(true)
+            .build()?,
     );
     let report = trainer.fit(&model, &data, None::<&Path>)?;
     let mut later: Vec<f64> = report.steps.iter().skip(1).map(|s| s.step_seconds).collect();

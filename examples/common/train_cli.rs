@@ -295,6 +295,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .max_skipped_steps(args.max_skipped_steps)
         .values_are_meaningless(no_math)
         .metrics_path(args.metrics.clone())
+        .retain_freed_memory(true)
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
         Some(ascend) => trainer_config.device_probe(Box::new(codon_ascend::AscendProbe::new(ascend.clone()))),

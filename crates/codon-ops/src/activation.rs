@@ -7,7 +7,7 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use crate::cpu_storage::{contiguous, pair_f32, store_like};
+use crate::f32_views::{contiguous, pair_f32, store_like};
 use crate::fast_math;
 
 /// Softmax over the last dimension, computed in f32; the result is f32. The CPU and parts with
@@ -205,7 +205,7 @@ impl CustomOp2 for SoftmaxGrad {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var, D};
 
-    use crate::cpu_storage::max_abs_diff as max_diff;
+    use crate::f32_views::max_abs_diff as max_diff;
 
     #[test]
     fn softmax_and_its_gradient_match_the_composed_ops() {

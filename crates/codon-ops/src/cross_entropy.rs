@@ -10,7 +10,7 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use crate::cpu_storage::contiguous;
+use crate::f32_views::contiguous;
 
 /// Label value that does not count in the loss (torch's default `ignore_index`).
 pub const IGNORE_INDEX: i64 = -100;
@@ -208,7 +208,7 @@ mod tests {
     use candle_core::{Device, Tensor, Var};
 
     use super::{cross_entropy, reference, IGNORE_INDEX};
-    use crate::cpu_storage::max_abs_diff;
+    use crate::f32_views::max_abs_diff;
 
     #[test]
     fn loss_and_gradient_match_the_composed_reference() {

@@ -10,7 +10,7 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::cpu_storage::{contiguous, f32_vec, store_like};
+use crate::f32_views::{contiguous, f32_vec, store_like};
 
 /// The rows of `weight` (vocab, dim) at `ids` (integers, any shape): shape `ids.dims() + [dim]`,
 /// in weight's dtype. With `padding_idx`, the lookup passes no gradient to that row (torch's
@@ -183,7 +183,7 @@ mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
     use super::{embedding, reference};
-    use crate::cpu_storage::max_abs_diff;
+    use crate::f32_views::max_abs_diff;
 
     #[test]
     fn rows_and_table_gradient_match_the_composed_reference() {

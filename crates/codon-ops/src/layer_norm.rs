@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use candle_ascend::fused;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
-use crate::cpu_storage::{f32_vec, pair_f32, store_like};
+use crate::f32_views::{f32_vec, pair_f32, store_like};
 
 /// LayerNorm of the residual sum `x + residual`. Parts with `aclnnAddLayerNorm` add and
 /// normalize in one launch (the sum is kept for LayerNorm's backward pass); elsewhere the sum
@@ -375,7 +375,7 @@ impl CustomOp2 for LayerNormParamGrad {
 mod tests {
     use candle_core::{Device, Tensor, Var};
 
-    use crate::cpu_storage::max_abs_diff as max_diff;
+    use crate::f32_views::max_abs_diff as max_diff;
 
     #[test]
     fn layer_norm_and_all_three_gradients_match_the_composed_ops() {

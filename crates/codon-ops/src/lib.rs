@@ -8,10 +8,10 @@
 pub mod activation;
 pub mod attention;
 pub mod cpu_gemm;
-pub mod cpu_storage;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
+pub mod f32_views;
 pub mod fast_math;
 pub mod function;
 pub mod layer_norm;

@@ -23,8 +23,8 @@ use candle_ascend::fused;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::cpu_gemm::{matmul_into, Mat};
-use crate::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
 use crate::dropout::DropoutStream;
+use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32};
 use crate::fast_math;
 
 /// Elements per parallel task of the epilogue.
@@ -382,7 +382,7 @@ mod tests {
 
     use super::{Epilogue, Linear};
 
-    use crate::cpu_storage::max_abs_diff as max_diff;
+    use crate::f32_views::max_abs_diff as max_diff;
 
     #[test]
     fn the_layer_entries_match_composed_ops_with_and_without_gradients() {

@@ -24,19 +24,19 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod allocator;
 mod buckets;
 pub mod checkpoint;
 pub mod error;
+pub mod malloc_tuning;
 pub mod masked_lm;
 pub mod new_organism;
 pub mod optim;
 pub mod schedule;
 pub mod trainer;
 
-pub use allocator::retain_freed_memory;
 pub use candle_core::backprop::GradientObserver;
 pub use error::{Result, TrainError};
+pub use malloc_tuning::retain_freed_memory;
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
 pub use new_organism::NewOrganismModel;
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};

@@ -190,7 +190,7 @@ impl TrainerConfig {
             max_skipped_steps: 10,
             values_meaningless: false,
             scheduler: None,
-            retain_freed_memory: true,
+            retain_freed_memory: false,
             device_probe: None,
         })
     }
@@ -303,8 +303,8 @@ impl TrainerConfigBuilder {
         self.0.scheduler = Some(s);
         self
     }
-    /// Keep freed memory in the process while training (default true; see
-    /// [`crate::retain_freed_memory`]). Process-wide once applied.
+    /// Keep freed memory in the process while training (default false: it changes malloc for the
+    /// whole process; see [`crate::retain_freed_memory`]). The training examples turn it on.
     pub fn retain_freed_memory(mut self, yes: bool) -> Self {
         self.0.retain_freed_memory = yes;
         self
@@ -582,7 +582,7 @@ impl Trainer {
             }
         };
         if c.retain_freed_memory {
-            crate::allocator::retain_freed_memory();
+            crate::malloc_tuning::retain_freed_memory();
         }
         let params = model.parameters();
         if let Some(comm) = comm {

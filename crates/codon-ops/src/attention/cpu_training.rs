@@ -14,7 +14,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_gemm::{matmul_into, Mat};
-use crate::cpu_storage::{cow_f32, store_like, tensor_from_f32, with_f32};
+use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32};
 use crate::fast_math;
 
 /// Key rows `start..start + len`, each with `penalty` added to its score.
@@ -94,7 +94,7 @@ impl BlockAttention {
 
 /// One (sequence, head): where its rows and columns sit in the (batch, tokens, hidden) tensors.
 #[derive(Clone, Copy)]
-struct Slice {
+struct SequenceHead {
     batch: usize,
     head: usize,
     n: usize,
@@ -102,7 +102,7 @@ struct Slice {
     d: usize,
 }
 
-impl Slice {
+impl SequenceHead {
     /// Offset of (token `row`, this head's first column).
     fn at(&self, row: usize) -> usize {
         (self.batch * self.n + row) * self.hidden + self.head * self.d
@@ -117,7 +117,7 @@ impl Slice {
 /// A query block's keys and values as matrices: read in place when they are one range,
 /// gathered into `kbuf`/`vbuf` otherwise.
 fn keys_and_values<'a>(
-    s: Slice,
+    s: SequenceHead,
     ranges: &[KeyRange],
     k: &'a [f32],
     v: &'a [f32],
@@ -150,7 +150,7 @@ fn key_bias(plan: &AttentionPlan, batch: usize, ranges: &[KeyRange], out: &mut V
 }
 
 /// Add a gathered (keys × d) gradient back onto the rows its keys came from.
-fn scatter_add(s: Slice, ranges: &[KeyRange], src: &[f32], dst: &mut [f32]) {
+fn scatter_add(s: SequenceHead, ranges: &[KeyRange], src: &[f32], dst: &mut [f32]) {
     let mut rows = src.chunks(s.d);
     for r in ranges {
         for row in r.start..r.start + r.len {
@@ -162,7 +162,13 @@ fn scatter_add(s: Slice, ranges: &[KeyRange], src: &[f32], dst: &mut [f32]) {
 }
 
 impl BlockAttention {
-    fn forward_slice(&self, s: Slice, q: &[f32], k: &[f32], v: &[f32]) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
+    fn forward_slice(
+        &self,
+        s: SequenceHead,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
         let plan = &self.plan;
         let nq = plan.query_blocks.len();
         let mut ctx = vec![0f32; s.n * s.d];
@@ -199,7 +205,7 @@ impl BlockAttention {
     #[allow(clippy::too_many_arguments)]
     fn backward_slice(
         &self,
-        s: Slice,
+        s: SequenceHead,
         q: &[f32],
         k: &[f32],
         v: &[f32],
@@ -268,7 +274,7 @@ impl BlockAttention {
 /// `dst[key rows] += a·b` for the (keys × d) product a·b: straight into `dst` when the keys
 /// are one range, through `scratch` and a scatter otherwise.
 fn accumulate_keys(
-    s: Slice,
+    s: SequenceHead,
     ranges: &[KeyRange],
     dst: &mut [f32],
     scratch: &mut Vec<f32>,
@@ -300,10 +306,10 @@ fn interleave(parts: &[Vec<f32>], batch: usize, n: usize, heads: usize, d: usize
 }
 
 impl BlockAttention {
-    fn slices(&self, d: usize) -> Vec<Slice> {
+    fn slices(&self, d: usize) -> Vec<SequenceHead> {
         let p = &self.plan;
         (0..p.batch * p.heads)
-            .map(|i| Slice { batch: i / p.heads, head: i % p.heads, n: p.seq_len, hidden: p.heads * d, d })
+            .map(|i| SequenceHead { batch: i / p.heads, head: i % p.heads, n: p.seq_len, hidden: p.heads * d, d })
             .collect()
     }
 }
@@ -389,7 +395,7 @@ mod tests {
 
     use super::*;
 
-    use crate::cpu_storage::max_abs_diff as max_diff;
+    use crate::f32_views::max_abs_diff as max_diff;
 
     /// The plan as dense (b, h, n, n) score biases: a key outside every range of the query's
     /// block gets −1e30 (zero weight), the same as an absent slot.

@@ -70,8 +70,7 @@ pub fn tensor_from_f32(v: Vec<f32>, shape: &[usize], dtype: DType) -> candle_cor
     Tensor::from_vec(v, shape, &Device::Cpu)?.to_dtype(dtype)
 }
 
-/// Largest |a − b| over two same-shaped tensors of any float dtype (tests of the kernels).
-/// The largest absolute difference between two tensors' elements (for tests and benches).
+/// The largest |a − b| over two same-shaped tensors of any float dtype (for tests and benches).
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     let d = (a.to_dtype(DType::F32).unwrap() - b.to_dtype(DType::F32).unwrap()).unwrap();
     d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
