@@ -66,6 +66,14 @@ fn plot_error(path: &Path) -> impl Fn(String) -> EvalError + '_ {
     move |detail| EvalError::Plot { path: path.to_path_buf(), detail }
 }
 
+/// The legend of every labelled series, boxed, at `position`.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart.configure_series_labels().position(position).background_style(WHITE.mix(0.85)).border_style(BLACK).draw()
+}
+
 /// Write an SVG, atomically.
 fn write_svg(path: &Path, svg: &str) -> Result<()> {
     codon_data::write_atomically(path, |w| w.write_all(svg.as_bytes()))
@@ -122,13 +130,7 @@ pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band:
                 .label(s.name)
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| error(e.to_string()))?;
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| error(e.to_string()))?;
         root.present().map_err(|e| error(e.to_string()))?;
     }
     write_svg(path, &svg)
@@ -190,13 +192,7 @@ pub fn plot_distributions(path: &Path, organisms: &[OrganismValues]) -> Result<(
                 .map_err(|e| error(e.to_string()))?
                 .label(format!("{metric} of each sequence"))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 3, color.mix(0.5).filled()));
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| error(e.to_string()))?;
+            draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| error(e.to_string()))?;
         }
         root.present().map_err(|e| error(e.to_string()))?;
     }

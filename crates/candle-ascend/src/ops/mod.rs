@@ -249,7 +249,8 @@ pub(crate) fn launch(
 macro_rules! phase1 {
     ($addr:expr, $ws:expr, $exec:expr, fn($($ty:ty),*), $($arg:expr),*) => {{
         // SAFETY: `addr` is the op's GetWorkspaceSize symbol, whose C prototype is the one given
-        // (CANN's aclnn headers; reference/aclnn.md §4); every pointer argument is live.
+        // (CANN's aclnn two-phase convention, checked by tools/check_vendor_abi.py); every pointer
+        // argument is live.
         unsafe {
             let f: unsafe extern "C" fn($($ty),*, *mut u64, *mut $crate::ffi::types::AclExecutorPtr) -> i32 =
                 std::mem::transmute::<usize, _>($addr);
