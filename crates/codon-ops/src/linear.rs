@@ -34,7 +34,7 @@ const EPILOGUE_CHUNK: usize = 16 * 1024;
 pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
     if x.device().is_cpu() && !training {
-        if let Some(y) = fused_linear(x, weight, Some(bias), None, None) {
+        if let Some(y) = fused_linear(x, weight, Some(bias), None, None)? {
             return Ok(y);
         }
     }
@@ -56,7 +56,7 @@ pub fn linear_residual(
     operands.extend(bias);
     operands.extend(residual);
     if !needs_grad(&operands) {
-        if let Some(y) = fused_linear(x, weight, bias, residual, None) {
+        if let Some(y) = fused_linear(x, weight, bias, residual, None)? {
             return Ok(y);
         }
     }
@@ -74,7 +74,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
     operands.extend(bias);
     if !needs_grad(&operands) {
         let epilogue = Some(fast_math::gelu_new_in_place as fn(&mut [f32]));
-        if let Some(y) = fused_linear(x, weight, bias, None, epilogue) {
+        if let Some(y) = fused_linear(x, weight, bias, None, epilogue)? {
             return Ok(y);
         }
     }
@@ -153,34 +153,29 @@ pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Res
 
 /// `x·Wᵀ + bias + residual` for contiguous f32 CPU tensors: x (…, in), W (out, in), bias
 /// (out), residual shaped like the output; then `epilogue` (an element-wise activation)
-/// in place on the result. `None` when the inputs do not fit this kernel.
+/// in place on the result. `Ok(None)` when the inputs do not fit this kernel (another path
+/// computes them); a failure inside the kernel is an error, not a silent fallback.
 pub fn fused_linear(
     x: &Tensor,
     weight: &Tensor,
     bias: Option<&Tensor>,
     residual: Option<&Tensor>,
     epilogue: Option<fn(&mut [f32])>,
-) -> Option<Tensor> {
+) -> candle_core::Result<Option<Tensor>> {
     if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
-        return None;
+        return Ok(None);
     }
-    let (out_f, in_f) = weight.dims2().ok()?;
+    let Ok((out_f, in_f)) = weight.dims2() else { return Ok(None) };
     let dims = x.dims();
-    if dims.last() != Some(&in_f) {
-        return None;
-    }
-    let rows: usize = dims[..dims.len() - 1].iter().product();
-    let mut out_dims = dims.to_vec();
-    *out_dims.last_mut()? = out_f;
+    let Some((_, batch)) = dims.split_last().filter(|(&last, _)| last == in_f) else { return Ok(None) };
+    let rows: usize = batch.iter().product();
+    let out_dims: Vec<usize> = batch.iter().copied().chain([out_f]).collect();
     if bias.is_some_and(|b| b.dims() != [out_f]) || residual.is_some_and(|r| r.dims() != out_dims.as_slice()) {
-        return None;
+        return Ok(None);
     }
-    let bias = match bias {
-        Some(b) => Some(with_f32(b, "linear", <[f32]>::to_vec).ok()?),
-        None => None,
-    };
+    let bias = bias.map(|b| with_f32(b, "linear", <[f32]>::to_vec)).transpose()?;
     let mut out: Vec<f32> = match residual {
-        Some(r) => with_f32(r, "linear", <[f32]>::to_vec).ok()?,
+        Some(r) => with_f32(r, "linear", <[f32]>::to_vec)?,
         None => vec![0f32; rows * out_f],
     };
     if let Some(bias) = &bias {
@@ -192,14 +187,11 @@ pub fn fused_linear(
             let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
             matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
         })
-    })
-    .ok()?
-    .ok()?
-    .ok()?;
+    })???;
     if let Some(f) = epilogue {
         out.par_chunks_mut(EPILOGUE_CHUNK).for_each(f);
     }
-    Tensor::from_vec(out, out_dims, x.device()).ok()
+    Tensor::from_vec(out, out_dims, x.device()).map(Some)
 }
 
 /// What [`Linear`] applies to `z = x·Wᵀ + b`.

@@ -146,10 +146,15 @@ impl BlockCache {
 /// Device memory owned by a storage; returned to the cache when dropped.
 #[derive(Debug)]
 pub struct DeviceBuffer {
-    ptr: usize,
+    ptr: *mut c_void,
     size: usize,
     device: Arc<DeviceInner>,
 }
+
+// SAFETY: `ptr` is a device address: the host never dereferences it, only hands it to ACL calls
+// made on a thread bound to the device, and it goes back to the cache under the cache's mutex.
+unsafe impl Send for DeviceBuffer {}
+unsafe impl Sync for DeviceBuffer {}
 
 impl DeviceBuffer {
     /// Allocate at least `bytes` bytes on `device`, from the cache when possible.
@@ -157,7 +162,7 @@ impl DeviceBuffer {
         let size = rounded(bytes);
         let cached = device.cache.lock().unwrap_or_else(|p| p.into_inner()).take(size);
         if let Some(ptr) = cached {
-            return Ok(Self { ptr, size, device: device.clone() });
+            return Ok(Self { ptr: ptr as *mut c_void, size, device: device.clone() });
         }
         let segment = segment_size(size);
         let base = match device.malloc(segment) {
@@ -170,12 +175,12 @@ impl DeviceBuffer {
             Err(e) => return Err(e),
         };
         device.cache.lock().unwrap_or_else(|p| p.into_inner()).add_segment(base, segment, size);
-        Ok(Self { ptr: base, size, device: device.clone() })
+        Ok(Self { ptr: base as *mut c_void, size, device: device.clone() })
     }
 
     /// The device address.
     pub fn ptr(&self) -> *mut c_void {
-        self.ptr as *mut c_void
+        self.ptr
     }
 
     /// Capacity in bytes.
@@ -186,7 +191,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        self.device.cache.lock().unwrap_or_else(|p| p.into_inner()).give_back(self.ptr);
+        self.device.cache.lock().unwrap_or_else(|p| p.into_inner()).give_back(self.ptr as usize);
     }
 }
 

@@ -17,12 +17,19 @@ use crate::ffi::types::*;
 use crate::ffi::Toolkit;
 use crate::soc::Soc;
 
+// SAFETY: the only field that is not Send/Sync by itself is `stream`, an opaque ACL handle the
+// host never dereferences. Every call that uses it first binds the calling thread to this device
+// (`bind_thread`, aclrtSetDevice), which is what ACL asks of a thread before it touches a stream
+// created on that device; the rest of the state is behind atomics and mutexes.
+unsafe impl Send for DeviceInner {}
+unsafe impl Sync for DeviceInner {}
+
 /// State shared by every handle to one device.
 #[derive(Debug)]
 pub struct DeviceInner {
     pub(crate) id: usize,
     pub(crate) toolkit: Arc<Toolkit>,
-    stream: usize,
+    stream: AclrtStream,
     pub(crate) cache: SharedCache,
     /// The part, from `aclrtGetSocName`.
     pub(crate) soc: Soc,
@@ -79,7 +86,7 @@ impl DeviceInner {
     }
 
     pub(crate) fn stream(&self) -> AclrtStream {
-        self.stream as AclrtStream
+        self.stream
     }
 
     /// Wait for the stream; the pinned buffers of finished uploads become free again.
@@ -289,7 +296,7 @@ impl AscendDevice {
         let inner = Arc::new(DeviceInner {
             id,
             toolkit,
-            stream: stream as usize,
+            stream,
             cache: Mutex::default(),
             soc: Soc::new(&soc),
             allow_hf32: AtomicBool::new(allow_hf32),
