@@ -23,7 +23,7 @@ struct Args {
     #[arg(long)]
     input: PathBuf,
     /// Records per batch.
-    #[arg(long)]
+    #[arg(long = "batch_size", alias = "batch-size")]
     batch_size: usize,
     /// Seed of shuffling and masking.
     #[arg(long, default_value_t = 123)]
@@ -33,16 +33,16 @@ struct Args {
     #[arg(long)]
     output: PathBuf,
     /// Shuffle within a buffer of this many records (0: file order).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, alias = "shuffle_buffer", default_value_t = 0)]
     shuffle_buffer: usize,
     /// Length bucketing window, in batches.
-    #[arg(long)]
+    #[arg(long, alias = "bucket_batches")]
     bucket_batches: Option<usize>,
     /// Worker threads (the output does not depend on it).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long = "num_workers", alias = "num-workers", alias = "workers", default_value_t = 2)]
     workers: usize,
     /// Skip malformed lines instead of failing.
-    #[arg(long)]
+    #[arg(long, alias = "skip_malformed")]
     skip_malformed: bool,
 }
 

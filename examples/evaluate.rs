@@ -42,7 +42,7 @@ struct Args {
     #[arg(long, default_value_t = DEFAULT_MINMAX_WINDOW, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     window: usize,
     /// CFD: a codon is rare below this fraction of its most frequent synonym's frequency.
-    #[arg(long, default_value_t = DEFAULT_CFD_THRESHOLD)]
+    #[arg(long, alias = "cfd_threshold", default_value_t = DEFAULT_CFD_THRESHOLD)]
     cfd_threshold: f64,
     /// Write one %MinMax SVG per row and a summary SVG of CSI and GC per organism into this folder.
     #[arg(long)]

@@ -17,7 +17,7 @@ struct Args {
     #[arg(long, default_value = "npu:0")]
     device: String,
     /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
-    #[arg(long)]
+    #[arg(long, alias = "sim_toolkit_path")]
     sim_toolkit_path: bool,
 }
 

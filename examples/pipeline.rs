@@ -21,16 +21,16 @@ struct Args {
     #[arg(long)]
     input: Option<PathBuf>,
     /// Folder for the prepared JSONL file.
-    #[arg(long, default_value = "demo-output")]
+    #[arg(long, alias = "out_dir", default_value = "demo-output")]
     out_dir: PathBuf,
     /// Records per batch.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
     batch_size: usize,
     /// Epochs to run.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long = "max_epochs", alias = "max-epochs", alias = "epochs", default_value_t = 2)]
     epochs: u64,
     /// Loader worker threads.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long = "num_workers", alias = "num-workers", alias = "workers", default_value_t = 2)]
     workers: usize,
     /// Seed.
     #[arg(long, default_value_t = 123)]

@@ -72,7 +72,7 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Print the organisms (id and name) the model knows (with --model, its own table), and exit.
-    #[arg(long)]
+    #[arg(long, alias = "list_organisms")]
     list_organisms: bool,
     /// Protein sequence.
     #[arg(long, conflicts_with = "input")]
@@ -96,16 +96,16 @@ struct Args {
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// Only codons of each residue's amino acid.
-    #[arg(long)]
+    #[arg(long, alias = "match_protein")]
     match_protein: bool,
     /// Sample with this temperature instead of argmax.
     #[arg(long)]
     temperature: Option<f64>,
     /// Nucleus mass for sampling.
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, alias = "top_p", default_value_t = 0.95)]
     top_p: f64,
     /// Sequences per protein (sampling).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, alias = "num_sequences", default_value_t = 1)]
     num_sequences: usize,
     /// Sampling seed (the model's sampler, and the random baselines).
     #[arg(long, default_value_t = 0)]

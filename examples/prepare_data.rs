@@ -27,10 +27,10 @@ struct Args {
     #[arg(long)]
     organism: Option<String>,
     /// Keep records that fail the is_correct_seq CDS checks.
-    #[arg(long)]
+    #[arg(long, alias = "keep_incorrect")]
     keep_incorrect: bool,
     /// Shuffle the output with this seed.
-    #[arg(long)]
+    #[arg(long, alias = "shuffle_seed")]
     shuffle_seed: Option<u64>,
     #[command(flatten)]
     protein: protein_args::ProteinArgs,

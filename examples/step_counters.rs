@@ -37,7 +37,7 @@ struct Args {
     #[arg(long, default_value_t = 12)]
     layers: usize,
     /// Recompute each layer's activations in the backward pass.
-    #[arg(long)]
+    #[arg(long, alias = "gradient_checkpointing")]
     gradient_checkpointing: bool,
 }
 

@@ -33,8 +33,13 @@ fn prepare_tokenize_collate() {
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     let b = run("collate", &[&args[..], &[&p("b.jsonl"), "--workers", "0"]].concat());
     assert!(b.status.success());
+    // The training commands' spellings work too (--batch_size, --num_workers).
+    let snake = ["--input", &p("train.jsonl"), "--batch_size", "6", "--seed", "5", "--num_workers", "0", "--output"];
+    let c = run("collate", &[&snake[..], &[&p("c.jsonl")]].concat());
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
     let text = std::fs::read_to_string(p("a.jsonl")).unwrap();
     assert_eq!(text, std::fs::read_to_string(p("b.jsonl")).unwrap(), "same seed, different workers");
+    assert_eq!(text, std::fs::read_to_string(p("c.jsonl")).unwrap(), "same options, other spellings");
     let batches: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(batches.len(), 6);
     for key in ["input_ids", "attention_mask", "token_type_ids", "labels"] {

@@ -6,28 +6,28 @@ use codon_ascend::design::{Constraint, Repair};
 #[derive(clap::Args, Debug, Default)]
 pub struct DesignArgs {
     /// Restriction sites to avoid on both strands, by enzyme name: BsaI,BsmBI,EcoRI,...
-    #[arg(long, value_name = "ENZYMES")]
+    #[arg(long, alias = "avoid_sites", value_name = "ENZYMES")]
     pub avoid_sites: Option<String>,
     /// A motif to avoid on both strands, in IUPAC letters (repeatable).
-    #[arg(long, value_name = "SEQ")]
+    #[arg(long, alias = "avoid_motif", value_name = "SEQ")]
     pub avoid_motif: Vec<String>,
     /// Window (nucleotides) for --gc-min/--gc-max.
-    #[arg(long, value_name = "N", requires = "gc_min", requires = "gc_max")]
+    #[arg(long, alias = "gc_window", value_name = "N", requires = "gc_min", requires = "gc_max")]
     pub gc_window: Option<usize>,
     /// Lowest GC percentage in every window.
-    #[arg(long, value_name = "P", requires = "gc_window")]
+    #[arg(long, alias = "gc_min", value_name = "P", requires = "gc_window")]
     pub gc_min: Option<f64>,
     /// Highest GC percentage in every window.
-    #[arg(long, value_name = "P", requires = "gc_window")]
+    #[arg(long, alias = "gc_max", value_name = "P", requires = "gc_window")]
     pub gc_max: Option<f64>,
     /// Longest run of one base.
-    #[arg(long, value_name = "N")]
+    #[arg(long, alias = "max_homopolymer", value_name = "N")]
     pub max_homopolymer: Option<usize>,
     /// Longest exact repeat.
-    #[arg(long, value_name = "N")]
+    #[arg(long, alias = "max_repeat", value_name = "N")]
     pub max_repeat: Option<usize>,
     /// Keep the sequence and report what is left when a constraint cannot be met (else: exit 1).
-    #[arg(long)]
+    #[arg(long, alias = "best_effort")]
     pub best_effort: bool,
 }
 

@@ -15,7 +15,7 @@ pub struct ReferenceArgs {
     #[arg(long, conflicts_with = "codon_table")]
     pub reference: Option<PathBuf>,
     /// One codon-usage table (Kazusa or GCG layout) used for every organism.
-    #[arg(long)]
+    #[arg(long, alias = "codon_table")]
     pub codon_table: Option<PathBuf>,
 }
 
