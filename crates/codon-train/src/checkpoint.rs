@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::TrainerConfig;
 use crate::error::{Result, TrainError};
+use crate::model::Checkpointable;
 use crate::optim::AdamW;
-use crate::trainer::{LossScaler, TrainableModel, TrainerConfig};
+use crate::precision::LossScaler;
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 const STATE_FILE: &str = "trainer_state.json";
@@ -99,9 +101,9 @@ impl TrainerState {
 /// first and deleted only once the new one is in place, so a kill at any point leaves one
 /// complete copy (see [`clean_leftovers`]). With `require_finite`, weights with a NaN or an
 /// infinity are refused.
-pub(crate) fn save<M: TrainableModel>(
+pub(crate) fn save(
     dir: &Path,
-    model: &M,
+    model: &dyn Checkpointable,
     optimizer: &AdamW,
     state: &TrainerState,
     require_finite: bool,
@@ -216,9 +218,9 @@ pub(crate) fn clean_leftovers(dir: &Path) -> Result<Vec<String>> {
 
 /// Restore a checkpoint into the model (through the optimizer) and return its state; `fresh` is
 /// the state this run would start from, whose settings must match the checkpoint's.
-pub(crate) fn load<M: TrainableModel>(
+pub(crate) fn load(
     dir: &Path,
-    model: &M,
+    model: &dyn Checkpointable,
     optimizer: &mut AdamW,
     fresh: &TrainerState,
 ) -> Result<TrainerState> {

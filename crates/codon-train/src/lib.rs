@@ -26,22 +26,28 @@
 
 mod buckets;
 pub mod checkpoint;
+pub mod config;
 pub mod error;
 pub mod malloc_tuning;
 pub mod masked_lm;
+pub mod model;
 pub mod new_organism;
 pub mod optim;
+pub mod precision;
+pub mod progress;
 pub mod schedule;
+mod step;
 pub mod trainer;
 
 pub use candle_core::backprop::GradientObserver;
+pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};
 pub use error::{Result, TrainError};
 pub use malloc_tuning::retain_freed_memory;
 pub use masked_lm::{MaskedLmData, MaskedLmModel};
+pub use model::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
 pub use new_organism::NewOrganismModel;
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
+pub use precision::Precision;
+pub use progress::{DeviceProbe, DeviceStepStats, StepMetrics, TrainReport};
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
-pub use trainer::{
-    backward_scaled, AnomalyPolicy, BatchSource, DeviceProbe, DeviceStepStats, Precision, StepMetrics, TrainReport,
-    TrainableModel, Trainer, TrainerConfig, TrainerConfigBuilder,
-};
+pub use trainer::Trainer;

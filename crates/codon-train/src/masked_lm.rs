@@ -11,8 +11,9 @@ use codon_model::bigbird::{
 };
 
 use crate::error::{Result, TrainError};
+use crate::model::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
 use crate::optim::Parameters;
-use crate::trainer::{backward_scaled, BatchSource, Precision, TrainableModel};
+use crate::precision::Precision;
 
 /// A BigBird model whose parameters are trainable `Var`s in the compute dtype.
 pub struct MaskedLmModel {
@@ -97,6 +98,12 @@ impl TrainableModel for MaskedLmModel {
         batch.num_tokens()
     }
 
+    fn checkpointable(&self) -> Option<&dyn Checkpointable> {
+        Some(self)
+    }
+}
+
+impl Checkpointable for MaskedLmModel {
     fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> Result<()> {
         let named = weights.iter().cloned().collect();
         let model = BigBirdForMaskedLM::from_named(self.model.config().clone(), named)?;

@@ -16,8 +16,9 @@ use codon_model::OrganismTable;
 
 use crate::error::{Result, TrainError};
 use crate::masked_lm::upload;
+use crate::model::{Checkpointable, TrainableModel};
 use crate::optim::Parameters;
-use crate::trainer::{Precision, TrainableModel};
+use crate::precision::Precision;
 
 /// The trainable parameter: the new organism's embedding row, shape (1, hidden).
 pub const NEW_ORGANISM_ROW: &str = "bert.embeddings.token_type_embeddings.new_organism_row";
@@ -124,6 +125,12 @@ impl TrainableModel for NewOrganismModel {
         batch.num_tokens()
     }
 
+    fn checkpointable(&self) -> Option<&dyn Checkpointable> {
+        Some(self)
+    }
+}
+
+impl Checkpointable for NewOrganismModel {
     fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> Result<()> {
         save_model(&self.saved_model(weights)?, dir)?;
         Ok(self.organisms.save(dir)?)

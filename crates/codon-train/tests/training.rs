@@ -9,8 +9,8 @@ use codon_data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolic
 use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_model::CodonTokenizer;
 use codon_train::{
-    AnomalyPolicy, BatchSource, Constant, MaskedLmData, MaskedLmModel, Parameters, Precision, StepMetrics, TrainError,
-    TrainableModel, Trainer, TrainerConfig,
+    AnomalyPolicy, BatchSource, Checkpointable, Constant, MaskedLmData, MaskedLmModel, Parameters, Precision,
+    StepMetrics, TrainError, TrainableModel, Trainer, TrainerConfig,
 };
 
 fn tiny_config(dropout: f64) -> BigBirdConfig {
@@ -215,12 +215,53 @@ impl TrainableModel for Linear {
     fn tokens(&self, _: &(f32, bool)) -> usize {
         1
     }
-    fn save(&self, _: &[(String, Tensor)], _: &Path) -> codon_train::Result<()> {
-        Ok(())
+    fn checkpointable(&self) -> Option<&dyn Checkpointable> {
+        Some(self)
     }
-    fn load(&self, _: &Path) -> codon_train::Result<HashMap<String, Tensor>> {
-        Ok(HashMap::new())
+}
+
+impl Checkpointable for Linear {
+    fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> codon_train::Result<()> {
+        let weights: HashMap<String, Tensor> = weights.iter().cloned().collect();
+        Ok(candle_core::safetensors::save(&weights, dir.join("linear.safetensors"))?)
     }
+    fn load(&self, dir: &Path) -> codon_train::Result<HashMap<String, Tensor>> {
+        Ok(candle_core::safetensors::load(dir.join("linear.safetensors"), &Device::Cpu)?)
+    }
+}
+
+/// y = w², a model that only trains: nothing about files.
+struct Square(Var);
+
+impl TrainableModel for Square {
+    type Batch = (f32, bool);
+    fn parameters(&self) -> Parameters {
+        Parameters::from(vec![("w".into(), self.0.clone())])
+    }
+    fn loss(&self, _: &(f32, bool), _seed: u64) -> codon_train::Result<Tensor> {
+        Ok(self.0.as_tensor().sqr()?.sum_all()?)
+    }
+    fn tokens(&self, _: &(f32, bool)) -> usize {
+        1
+    }
+}
+
+#[test]
+fn a_model_without_files_trains_and_refuses_checkpoints() {
+    let model = Square(Var::new(&[1.0f32], &Device::Cpu).unwrap());
+    let data = Batches(vec![(0.0, false); 3]);
+    let config = |dir: Option<PathBuf>| {
+        let b = TrainerConfig::builder().precision(Precision::F32).max_epochs(1).scheduler(Box::new(Constant(0.1)));
+        b.checkpoint_dir(dir).quiet(true).build().unwrap()
+    };
+    let report = Trainer::new(config(None)).fit(&model, &data, None).unwrap();
+    assert_eq!(report.steps.len(), 3);
+    assert!(model.0.as_tensor().to_vec1::<f32>().unwrap()[0] < 1.0, "the weight moved towards the minimum");
+    let dir = tempfile::tempdir().unwrap();
+    let err = Trainer::new(config(Some(dir.path().into()))).fit(&model, &data, None).unwrap_err();
+    assert!(err.to_string().contains("cannot be checkpointed"), "{err}");
+    let err = Trainer::new(config(None)).fit(&model, &data, Some(dir.path())).unwrap_err();
+    assert!(err.to_string().contains("cannot be checkpointed"), "{err}");
 }
 
 struct Batches(Vec<(f32, bool)>);
@@ -263,6 +304,7 @@ fn anomaly_detection_triggers_on_an_injected_nan() {
     let report = Trainer::new(config(AnomalyPolicy::Skip)).fit(&model, &data, None).unwrap();
     let skipped: Vec<bool> = report.steps.iter().map(|s| s.skipped).collect();
     assert_eq!(skipped, [false, false, true, false]);
+    assert_eq!(report.warnings, ["non-finite loss or gradients at step 3; update skipped"]);
     assert!(model.w.as_tensor().to_vec1::<f32>().unwrap()[0].is_finite(), "skipped update left weights finite");
 }
 

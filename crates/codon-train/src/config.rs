@@ -1,0 +1,220 @@
+//! Trainer settings and their builder.
+
+use std::path::PathBuf;
+
+use crate::error::{Result, TrainError};
+use crate::optim::AdamWConfig;
+use crate::precision::Precision;
+use crate::progress::DeviceProbe;
+use crate::schedule::Scheduler;
+
+/// What to do when the loss or a gradient is not finite (f16 overflow is handled by the
+/// loss scaler and is not an anomaly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnomalyPolicy {
+    /// Skip the optimizer step, report it, and go on.
+    Skip,
+    /// Stop with an error naming the step and the parameters.
+    Abort,
+}
+
+/// Trainer settings. Build with [`TrainerConfig::builder`].
+pub struct TrainerConfig {
+    pub(crate) learning_rate: f64,
+    pub(crate) warmup_fraction: f64,
+    pub(crate) max_epochs: usize,
+    pub(crate) max_steps: Option<usize>,
+    pub(crate) accumulate_grad_batches: usize,
+    pub(crate) gradient_clip: Option<f64>,
+    pub(crate) precision: Precision,
+    pub(crate) seed: u64,
+    pub(crate) adamw: AdamWConfig,
+    pub(crate) checkpoint_dir: Option<PathBuf>,
+    pub(crate) checkpoint_filename: Option<String>,
+    pub(crate) save_every_n_steps: Option<usize>,
+    pub(crate) keep_last: Option<usize>,
+    pub(crate) metrics_path: Option<PathBuf>,
+    pub(crate) quiet: bool,
+    pub(crate) anomaly: AnomalyPolicy,
+    pub(crate) max_skipped_steps: usize,
+    pub(crate) values_meaningless: bool,
+    pub(crate) scheduler: Option<Box<dyn Scheduler>>,
+    pub(crate) retain_freed_memory: bool,
+    pub(crate) device_probe: Option<std::sync::Mutex<Box<dyn DeviceProbe>>>,
+}
+
+/// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
+pub struct TrainerConfigBuilder(TrainerConfig);
+
+impl TrainerConfig {
+    /// Start from the defaults: lr 5e-5, warm-up 0.1, 15 epochs, no accumulation, no
+    /// clipping, bf16, seed 123, OneCycleLR, checkpoints every 512 steps when a folder is set.
+    pub fn builder() -> TrainerConfigBuilder {
+        TrainerConfigBuilder(TrainerConfig {
+            learning_rate: 5e-5,
+            warmup_fraction: 0.1,
+            max_epochs: 15,
+            max_steps: None,
+            accumulate_grad_batches: 1,
+            gradient_clip: None,
+            precision: Precision::Bf16,
+            seed: 123,
+            adamw: AdamWConfig::default(),
+            checkpoint_dir: None,
+            checkpoint_filename: None,
+            save_every_n_steps: Some(512),
+            keep_last: None,
+            metrics_path: None,
+            quiet: false,
+            anomaly: AnomalyPolicy::Skip,
+            max_skipped_steps: 10,
+            values_meaningless: false,
+            scheduler: None,
+            retain_freed_memory: false,
+            device_probe: None,
+        })
+    }
+}
+
+impl TrainerConfigBuilder {
+    /// Peak learning rate.
+    pub fn learning_rate(mut self, lr: f64) -> Self {
+        self.0.learning_rate = lr;
+        self
+    }
+    /// Fraction of steps spent warming up (OneCycleLR's `pct_start`).
+    pub fn warmup_fraction(mut self, f: f64) -> Self {
+        self.0.warmup_fraction = f;
+        self
+    }
+    /// Epochs.
+    pub fn max_epochs(mut self, n: usize) -> Self {
+        self.0.max_epochs = n;
+        self
+    }
+    /// Stop after this many optimizer steps.
+    pub fn max_steps(mut self, n: Option<usize>) -> Self {
+        self.0.max_steps = n;
+        self
+    }
+    /// Micro-batches per optimizer step.
+    pub fn accumulate_grad_batches(mut self, n: usize) -> Self {
+        self.0.accumulate_grad_batches = n;
+        self
+    }
+    /// Clip gradients to this global 2-norm.
+    pub fn gradient_clip(mut self, max_norm: Option<f64>) -> Self {
+        self.0.gradient_clip = max_norm;
+        self
+    }
+    /// Precision.
+    pub fn precision(mut self, p: Precision) -> Self {
+        self.0.precision = p;
+        self
+    }
+    /// Seed of data order, masking and dropout.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.0.seed = seed;
+        self
+    }
+    /// AdamW hyper-parameters.
+    pub fn adamw(mut self, c: AdamWConfig) -> Self {
+        self.0.adamw = c;
+        self
+    }
+    /// Folder of `step-<N>` checkpoints.
+    pub fn checkpoint_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.0.checkpoint_dir = dir;
+        self
+    }
+    /// Also write upstream's state-dict file under this name in the checkpoint folder.
+    pub fn checkpoint_filename(mut self, name: Option<String>) -> Self {
+        self.0.checkpoint_filename = name;
+        self
+    }
+    /// Checkpoint every N optimizer steps (and always at the end).
+    pub fn save_every_n_steps(mut self, n: Option<usize>) -> Self {
+        self.0.save_every_n_steps = n;
+        self
+    }
+    /// Keep only the newest `n` `step-<N>` folders (each holds about 1 GB at full size); older
+    /// ones are removed after each save. `None` keeps every one.
+    pub fn keep_last(mut self, n: Option<usize>) -> Self {
+        self.0.keep_last = n;
+        self
+    }
+    /// Per-step metrics JSONL file.
+    pub fn metrics_path(mut self, path: Option<PathBuf>) -> Self {
+        self.0.metrics_path = path;
+        self
+    }
+    /// No progress bar.
+    pub fn quiet(mut self, quiet: bool) -> Self {
+        self.0.quiet = quiet;
+        self
+    }
+    /// Anomaly policy.
+    pub fn anomaly_policy(mut self, p: AnomalyPolicy) -> Self {
+        self.0.anomaly = p;
+        self
+    }
+    /// Under [`AnomalyPolicy::Skip`], stop with an error once this many optimizer steps in a row
+    /// were skipped for non-finite values (default 10). f16 overflow skips count only once the
+    /// loss scale has fallen below 1, where even unscaled gradients are not finite.
+    pub fn max_skipped_steps(mut self, n: usize) -> Self {
+        self.0.max_skipped_steps = n;
+        self
+    }
+    /// Watch the device: each step's metrics (and the progress bar) then carry its launches,
+    /// allocations, synchronisations, reads and peak memory.
+    pub fn device_probe(mut self, probe: Box<dyn DeviceProbe>) -> Self {
+        self.0.device_probe = Some(std::sync::Mutex::new(probe));
+        self
+    }
+    /// For counting runs on a device that skips arithmetic, whose values are meaningless: loss
+    /// scaling and anomaly checks still run, but anomalies never stop the run, and checkpoints
+    /// (only written when a folder is given) are written whatever their values.
+    pub fn values_are_meaningless(mut self, yes: bool) -> Self {
+        self.0.values_meaningless = yes;
+        self
+    }
+    /// A custom schedule instead of OneCycleLR.
+    pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
+        self.0.scheduler = Some(s);
+        self
+    }
+    /// Keep freed memory in the process while training (default false: it changes malloc for the
+    /// whole process; see [`crate::retain_freed_memory`]). The training examples turn it on.
+    pub fn retain_freed_memory(mut self, yes: bool) -> Self {
+        self.0.retain_freed_memory = yes;
+        self
+    }
+    /// Validate and finish.
+    pub fn build(self) -> Result<TrainerConfig> {
+        let c = &self.0;
+        if !(c.learning_rate.is_finite() && c.learning_rate > 0.0) {
+            return Err(TrainError::Config(format!("learning rate {} must be positive", c.learning_rate)));
+        }
+        if c.accumulate_grad_batches == 0 {
+            return Err(TrainError::Config("accumulate_grad_batches must be at least 1".into()));
+        }
+        if c.max_epochs == 0 && c.max_steps.is_none() {
+            return Err(TrainError::Config("max_epochs must be at least 1".into()));
+        }
+        if c.max_skipped_steps == 0 {
+            return Err(TrainError::Config("max_skipped_steps must be at least 1".into()));
+        }
+        if c.keep_last == Some(0) {
+            return Err(TrainError::Config("keep_last must be at least 1".into()));
+        }
+        if c.max_steps == Some(0) || c.save_every_n_steps == Some(0) {
+            return Err(TrainError::Config("max_steps and save_every_n_steps must be positive".into()));
+        }
+        if let Some(clip) = c.gradient_clip {
+            if !(clip.is_finite() && clip > 0.0) {
+                return Err(TrainError::Config(format!("gradient clip {clip} must be positive")));
+            }
+        }
+        Ok(self.0)
+    }
+}

@@ -1,0 +1,165 @@
+//! What a run reports: per-step metrics, device statistics, the progress bar or log lines, the
+//! metrics JSONL file and warnings. The library prints nothing elsewhere.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+
+/// One line of the metrics log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepMetrics {
+    /// Optimizer step, from 1.
+    pub step: usize,
+    /// Epoch, from 0.
+    pub epoch: usize,
+    /// Mean loss over the step's micro-batches.
+    pub loss: f64,
+    /// Learning rate this step used.
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Tokens per second over the step.
+    pub tokens_per_s: f64,
+    /// Wall time of the step.
+    pub step_seconds: f64,
+    /// Whether the update was skipped (non-finite values).
+    pub skipped: bool,
+    /// The f16 loss scale, when used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// In a data-parallel run, the gradient buckets whose all-reduce started while the backward
+    /// pass was still running (the rest started after it).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub overlapped_buckets: Option<usize>,
+    /// What the device did during the step, when a [`DeviceProbe`] watches it.
+    #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
+    pub device: Option<DeviceStepStats>,
+}
+
+/// What the device did during one optimizer step.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct DeviceStepStats {
+    /// Kernel launches.
+    pub device_launches: u64,
+    /// Driver allocations.
+    pub device_allocs: u64,
+    /// Host waits on the device.
+    pub host_syncs: u64,
+    /// Device-to-host reads.
+    pub device_reads: u64,
+    /// Peak device memory held from the driver during the step (cache included), in MiB.
+    pub device_peak_mb: f64,
+    /// Collectives (all-reduce, broadcast, barrier) this device issued; 0 on one device.
+    #[serde(default)]
+    pub collectives: u64,
+    /// Bytes those collectives moved from this device, in MiB.
+    #[serde(default)]
+    pub collective_mb: f64,
+}
+
+/// Watches a device across optimizer steps (see [`TrainerConfigBuilder::device_probe`]).
+pub trait DeviceProbe: Send {
+    /// Called before each optimizer step.
+    fn begin_step(&mut self);
+    /// Called after it: what the device did since [`DeviceProbe::begin_step`].
+    fn end_step(&mut self) -> DeviceStepStats;
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct TrainReport {
+    /// Metrics of every optimizer step run.
+    pub steps: Vec<StepMetrics>,
+    /// Checkpoint folders written and still present (see [`TrainerConfigBuilder::keep_last`]).
+    pub checkpoints: Vec<PathBuf>,
+    /// Total optimizer steps of the schedule.
+    pub total_steps: usize,
+    /// What the run warned of (skipped updates, interrupted saves it cleaned up), in order;
+    /// also printed on stderr unless the run is quiet.
+    pub warnings: Vec<String>,
+}
+
+/// A run's output as it goes: the progress bar on a terminal or plain log lines (about 20 per
+/// run) otherwise, the metrics JSONL file, and warnings printed above the bar.
+pub(crate) struct Progress {
+    bar: indicatif::ProgressBar,
+    quiet: bool,
+    log_lines: bool,
+    log_every: usize,
+    total_steps: usize,
+    metrics: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    warnings: Vec<String>,
+}
+
+impl Progress {
+    /// Output for a run of `total_steps` starting after `step`; `quiet` prints nothing.
+    pub(crate) fn new(quiet: bool, total_steps: usize, step: usize) -> Self {
+        let log_lines = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let bar = if quiet || log_lines {
+            indicatif::ProgressBar::hidden()
+        } else {
+            let bar = indicatif::ProgressBar::new(total_steps as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        };
+        bar.set_position(step as u64);
+        let log_every = (total_steps / 20).max(1);
+        Self { bar, quiet, log_lines, log_every, total_steps, metrics: None, warnings: Vec::new() }
+    }
+
+    /// Write each step's metrics as a JSON line to `path`, appending when `append` (a resumed run).
+    pub(crate) fn open_metrics(&mut self, path: &Path, append: bool) -> Result<()> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| TrainError::io(path, e))?;
+        self.metrics = Some((path.to_path_buf(), std::io::BufWriter::new(file)));
+        Ok(())
+    }
+
+    /// Report a finished step: the metrics line (flushed, so a crash keeps it), the bar or a log line.
+    pub(crate) fn step(&mut self, metric: &StepMetrics) -> Result<()> {
+        self.bar.set_position(metric.step as u64);
+        let memory = metric.device.map(|d| format!(" {:.0} MiB device", d.device_peak_mb)).unwrap_or_default();
+        self.bar.set_message(format!(
+            "loss {:.4} lr {:.2e} {:.0} tok/s{memory}",
+            metric.loss, metric.lr, metric.tokens_per_s
+        ));
+        if self.log_lines && (metric.step % self.log_every == 0 || metric.step == self.total_steps) {
+            eprintln!(
+                "step {}/{} epoch {} loss {:.4} lr {:.2e} {:.0} tokens/s",
+                metric.step, self.total_steps, metric.epoch, metric.loss, metric.lr, metric.tokens_per_s
+            );
+        }
+        if let Some((path, w)) = self.metrics.as_mut() {
+            let line = serde_json::to_string(metric).map_err(|e| TrainError::Config(format!("metrics: {e}")))?;
+            writeln!(w, "{line}").and_then(|_| w.flush()).map_err(|e| TrainError::io(path.clone(), e))?;
+        }
+        Ok(())
+    }
+
+    /// A warning: kept for the report and, unless quiet, printed above the bar.
+    pub(crate) fn warn(&mut self, message: String) {
+        if !self.quiet {
+            self.bar.suspend(|| eprintln!("warning: {message}"));
+        }
+        self.warnings.push(message);
+    }
+
+    /// Clear the bar; the warnings given so far.
+    pub(crate) fn finish(&mut self) -> Vec<String> {
+        self.bar.finish_and_clear();
+        std::mem::take(&mut self.warnings)
+    }
+}
