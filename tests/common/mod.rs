@@ -1,21 +1,34 @@
-//! Helpers shared by the tests that run the example programs as a user does. `cargo test`
-//! builds the examples before it runs any test.
+//! Helpers shared by the tests that run the example programs as a user does. The examples are
+//! built on first use (a no-op when `cargo test` has built them already), so any one test file
+//! runs on a fresh clone.
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// The built example program `name`.
+/// The example program `name`, built with this test's profile if it is not up to date.
 pub fn example(name: &str) -> PathBuf {
     // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/<name>
     let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().and_then(Path::parent).unwrap().join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run the whole suite (`cargo test`), which builds the examples",
-        path.display()
-    );
-    path
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "--examples", "-p", "codon-ascend"]);
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        match build.current_dir(env!("CARGO_MANIFEST_DIR")).status() {
+            Ok(s) if s.success() => Ok(()),
+            other => Err(format!("building the examples failed: {other:?}")),
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    profile_dir.join("examples").join(name)
 }
 
 /// Run example `name` with `args` and collect its output.
