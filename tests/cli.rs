@@ -1,5 +1,4 @@
-//! The example programs, run as a user runs them. `cargo test` builds the examples before
-//! it runs any test; these tests use those binaries.
+//! The example programs, run as a user runs them (built on first use by `common::example`).
 
 use std::path::Path;
 use std::process::Command;
