@@ -14,9 +14,7 @@ use std::path::PathBuf;
 
 use candle_core::{Tensor, Var};
 use clap::Parser;
-use codon_ascend::model::bigbird::{
-    load_model, masked_lm_loss, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
-};
+use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
 
 /// Score inputs with a model.
 #[derive(Parser)]
@@ -68,13 +66,8 @@ fn run() -> anyhow::Result<()> {
     };
     let labels = get("labels")?;
     let vars: Vec<(String, Var)> = if args.grads {
-        let vars: Vec<(String, Var)> = model
-            .named_parameters()
-            .into_iter()
-            .map(|(n, t)| Ok((n, Var::from_tensor(&t)?)))
-            .collect::<candle_core::Result<_>>()?;
-        let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-        model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
+        let vars;
+        (model, vars) = model.trainable(model.dtype())?;
         vars
     } else {
         Vec::new()

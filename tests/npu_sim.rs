@@ -4,9 +4,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor, Var};
-use codon_ascend::model::bigbird::{
-    load_model, masked_lm_loss, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput,
-};
+use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bigbird")
@@ -36,10 +34,7 @@ fn inputs(case: &str, device: &Device) -> (ModelInput, Tensor) {
 /// Logits, loss and named gradients of one forward/backward pass on `device`.
 fn run(device: &Device, dtype: DType, case: &str, mode: ForwardMode) -> (Tensor, f32, HashMap<String, Tensor>) {
     let m = load_model(fixtures(), None, device, dtype).unwrap();
-    let vars: Vec<(String, Var)> =
-        m.named_parameters().into_iter().map(|(n, t)| (n, Var::from_tensor(&t).unwrap())).collect();
-    let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-    let model = BigBirdForMaskedLM::from_named(m.config().clone(), named).unwrap();
+    let (model, vars) = m.trainable(dtype).unwrap();
     let (input, labels) = inputs(case, device);
     let logits = model.forward(&input, mode).unwrap();
     let loss = masked_lm_loss(&logits, &labels).unwrap();

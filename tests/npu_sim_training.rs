@@ -223,7 +223,7 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
 #[test]
 fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
-    use candle_core::{Tensor, Var};
+    use candle_core::Tensor;
     use codon_ascend::model::bigbird::{init_weights, masked_lm_loss, BigBirdConfig, ForwardMode, ModelInput};
     let config = BigBirdConfig::from_json(
         r#"{"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
@@ -233,13 +233,10 @@ fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
     .unwrap();
     let batch = codon_ascend::synthetic_mlm_batch(2, 120);
     for device in [Device::Cpu, sim()] {
-        let vars: Vec<(String, Var)> = init_weights(&config, 0, &Device::Cpu, DType::F32)
-            .unwrap()
-            .into_iter()
-            .map(|(n, t)| (n, Var::from_tensor(&t.to_device(&device).unwrap()).unwrap()))
-            .collect();
-        let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-        let model = BigBirdForMaskedLM::from_named(config.clone(), named).unwrap();
+        let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).unwrap();
+        let on_device = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();
+        let (model, vars) =
+            BigBirdForMaskedLM::from_named(config.clone(), on_device).unwrap().trainable(DType::F32).unwrap();
         let upload = |values: &[u32]| Tensor::from_slice(values, (2, 120), &device).unwrap();
         let input = ModelInput {
             input_ids: upload(&batch.input_ids),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use codon_model::bigbird::{
     load_model, masked_lm_loss, AttentionType, BigBirdForMaskedLM, BlockGeometry, ForwardMode, ModelInput, RandomBlocks,
 };
@@ -95,10 +95,7 @@ fn logits_and_loss_match_in_every_case_and_mode() {
 #[test]
 fn every_gradient_matches() {
     let m = model(DType::F32);
-    let vars: Vec<(String, Var)> =
-        m.named_parameters().into_iter().map(|(n, t)| (n, Var::from_tensor(&t).unwrap())).collect();
-    let named = vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect();
-    let trainable = BigBirdForMaskedLM::from_named(m.config().clone(), named).unwrap();
+    let (trainable, vars) = m.trainable(DType::F32).unwrap();
     for name in ["case_pad_b2_45", "case_even_b2_64", "case_short_b2_24"] {
         let c = case(name);
         let expected = read(fixtures().join(name).join("sparse_train.safetensors"));

@@ -29,8 +29,7 @@ impl MaskedLmModel {
     pub fn new(model: BigBirdForMaskedLM, precision: Precision, attention: AttentionType) -> Result<Self> {
         precision.check_device(model.device())?;
         let params = Parameters::trainable(model.named_parameters(), precision.dtype())?;
-        let named = params.named().iter().map(|(name, var)| (name.clone(), var.as_tensor().clone())).collect();
-        let model = BigBirdForMaskedLM::from_named(model.config().clone(), named)?;
+        let model = model.with_parameters(params.named_tensors())?;
         Ok(Self { model, params, attention, gradient_checkpointing: false })
     }
 
@@ -40,8 +39,7 @@ impl MaskedLmModel {
         let named = self.model.named_parameters();
         let dtype = named.first().map_or(DType::F32, |(_, t)| t.dtype());
         let params = Parameters::trainable_grouped(named, dtype, max_group_elems)?;
-        let named = params.named().iter().map(|(name, var)| (name.clone(), var.as_tensor().clone())).collect();
-        let model = BigBirdForMaskedLM::from_named(self.model.config().clone(), named)?;
+        let model = self.model.with_parameters(params.named_tensors())?;
         Ok(Self { model, params, ..self })
     }
 

@@ -111,6 +111,11 @@ impl Parameters {
         &self.named
     }
 
+    /// The variables' tensors with their names, in order (to build a model over them).
+    pub fn named_tensors(&self) -> impl Iterator<Item = (String, Tensor)> + '_ {
+        self.named.iter().map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+    }
+
     /// The gradients of a backward pass as one flat f32 tensor per group (zeros for a
     /// parameter that got none): a copy per parameter into its group, one cast per group.
     pub fn gradients(&self, store: &GradStore) -> candle_core::Result<Vec<Tensor>> {

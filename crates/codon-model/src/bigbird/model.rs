@@ -203,10 +203,11 @@ pub struct BigBirdForMaskedLM {
     config: BigBirdConfig,
     embeddings: Embeddings,
     layers: Vec<EncoderLayer>,
-    pooler: Linear,
     transform: Linear,
     transform_norm: LayerNorm,
     decoder_bias: Tensor,
+    /// The same tensors by transformers name, in state-dict order.
+    parameters: Vec<(String, Tensor)>,
     dtype: DType,
     device: Device,
 }
@@ -217,84 +218,128 @@ pub const TOKEN_TYPE_EMBEDDINGS: &str = "bert.embeddings.token_type_embeddings.w
 /// Every parameter name and shape of a configuration, in transformers' state-dict order
 /// (the tied decoder keys excluded).
 pub fn parameter_shapes(c: &BigBirdConfig) -> Vec<(String, Vec<usize>)> {
-    let (hd, inter) = (c.hidden_size, c.intermediate_size);
-    let mut v: Vec<(String, Vec<usize>)> = vec![
-        ("bert.embeddings.word_embeddings.weight".into(), vec![c.vocab_size, hd]),
-        ("bert.embeddings.position_embeddings.weight".into(), vec![c.max_position_embeddings, hd]),
-        (TOKEN_TYPE_EMBEDDINGS.into(), vec![c.type_vocab_size, hd]),
-        ("bert.embeddings.LayerNorm.weight".into(), vec![hd]),
-        ("bert.embeddings.LayerNorm.bias".into(), vec![hd]),
-    ];
+    let mut shapes = Vec::new();
+    // Stand-ins that hold no memory: only the walk's names and shapes are kept.
+    let walked = walk_parameters(c, &mut |name, shape| {
+        shapes.push((name.to_string(), shape.to_vec()));
+        Tensor::zeros((), DType::F32, &Device::Cpu)?.broadcast_as(shape).op("parameter shapes")
+    });
+    debug_assert!(walked.is_ok(), "zero-sized stand-ins cannot fail");
+    shapes
+}
+
+/// The model's parts as [`walk_parameters`] assembles them.
+struct Parts {
+    embeddings: Embeddings,
+    layers: Vec<EncoderLayer>,
+    decoder_bias: Tensor,
+    transform: Linear,
+    transform_norm: LayerNorm,
+}
+
+/// The one place the transformers parameter names are written: the parts of a model of
+/// configuration `c`, each tensor asked of `get` by name and shape, in state-dict order.
+fn walk_parameters(c: &BigBirdConfig, get: &mut dyn FnMut(&str, &[usize]) -> Result<Tensor>) -> Result<Parts> {
+    let (hd, inter, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
+    let mut w = Walk(get);
+    let embeddings = Embeddings {
+        word: w.tensor("bert.embeddings.word_embeddings.weight", &[c.vocab_size, hd])?,
+        position: w.tensor("bert.embeddings.position_embeddings.weight", &[c.max_position_embeddings, hd])?,
+        token_type: w.tensor(TOKEN_TYPE_EMBEDDINGS, &[c.type_vocab_size, hd])?,
+        norm: w.norm("bert.embeddings.LayerNorm", hd, eps)?,
+    };
+    let mut layers = Vec::with_capacity(c.num_hidden_layers);
     for i in 0..c.num_hidden_layers {
-        let p = format!("bert.encoder.layer.{i}");
-        for name in ["query", "key", "value"] {
-            v.push((format!("{p}.attention.self.{name}.weight"), vec![hd, hd]));
-            if c.use_bias {
-                v.push((format!("{p}.attention.self.{name}.bias"), vec![hd]));
-            }
-        }
-        v.push((format!("{p}.attention.output.dense.weight"), vec![hd, hd]));
-        v.push((format!("{p}.attention.output.dense.bias"), vec![hd]));
-        v.push((format!("{p}.attention.output.LayerNorm.weight"), vec![hd]));
-        v.push((format!("{p}.attention.output.LayerNorm.bias"), vec![hd]));
-        v.push((format!("{p}.intermediate.dense.weight"), vec![inter, hd]));
-        v.push((format!("{p}.intermediate.dense.bias"), vec![inter]));
-        v.push((format!("{p}.output.dense.weight"), vec![hd, inter]));
-        v.push((format!("{p}.output.dense.bias"), vec![hd]));
-        v.push((format!("{p}.output.LayerNorm.weight"), vec![hd]));
-        v.push((format!("{p}.output.LayerNorm.bias"), vec![hd]));
+        let l = format!("bert.encoder.layer.{i}");
+        layers.push(EncoderLayer {
+            query: w.linear(&format!("{l}.attention.self.query"), [hd, hd], c.use_bias)?,
+            key: w.linear(&format!("{l}.attention.self.key"), [hd, hd], c.use_bias)?,
+            value: w.linear(&format!("{l}.attention.self.value"), [hd, hd], c.use_bias)?,
+            attention_output: w.linear(&format!("{l}.attention.output.dense"), [hd, hd], true)?,
+            attention_norm: w.norm(&format!("{l}.attention.output.LayerNorm"), hd, eps)?,
+            intermediate: w.linear(&format!("{l}.intermediate.dense"), [inter, hd], true)?,
+            output: w.linear(&format!("{l}.output.dense"), [hd, inter], true)?,
+            output_norm: w.norm(&format!("{l}.output.LayerNorm"), hd, eps)?,
+        });
     }
-    v.push(("bert.pooler.weight".into(), vec![hd, hd]));
-    v.push(("bert.pooler.bias".into(), vec![hd]));
-    v.push(("cls.predictions.bias".into(), vec![c.vocab_size]));
-    v.push(("cls.predictions.transform.dense.weight".into(), vec![hd, hd]));
-    v.push(("cls.predictions.transform.dense.bias".into(), vec![hd]));
-    v.push(("cls.predictions.transform.LayerNorm.weight".into(), vec![hd]));
-    v.push(("cls.predictions.transform.LayerNorm.bias".into(), vec![hd]));
-    v
+    // transformers' pooler: in the state dict (and trained, with zero gradients), unused by the
+    // masked-LM head.
+    w.linear("bert.pooler", [hd, hd], true)?;
+    Ok(Parts {
+        embeddings,
+        layers,
+        decoder_bias: w.tensor("cls.predictions.bias", &[c.vocab_size])?,
+        transform: w.linear("cls.predictions.transform.dense", [hd, hd], true)?,
+        transform_norm: w.norm("cls.predictions.transform.LayerNorm", hd, eps)?,
+    })
+}
+
+/// [`walk_parameters`]'s source of tensors, with the `weight`/`bias` suffixes of its layers.
+struct Walk<'a>(&'a mut dyn FnMut(&str, &[usize]) -> Result<Tensor>);
+
+impl Walk<'_> {
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        (self.0)(name, shape)
+    }
+    fn linear(&mut self, prefix: &str, [out_dim, in_dim]: [usize; 2], bias: bool) -> Result<Linear> {
+        let weight = self.tensor(&format!("{prefix}.weight"), &[out_dim, in_dim])?;
+        let bias = if bias { Some(self.tensor(&format!("{prefix}.bias"), &[out_dim])?) } else { None };
+        Ok(Linear { weight, bias })
+    }
+    fn norm(&mut self, prefix: &str, dim: usize, eps: f64) -> Result<LayerNorm> {
+        let weight = self.tensor(&format!("{prefix}.weight"), &[dim])?;
+        Ok(LayerNorm { weight, bias: self.tensor(&format!("{prefix}.bias"), &[dim])?, eps })
+    }
 }
 
 impl BigBirdForMaskedLM {
-    /// Build the model from named tensors (exactly the names of [`parameter_shapes`], already
-    /// checked). Tensors that are `Var`s make the model trainable.
-    pub fn from_named(config: BigBirdConfig, tensors: HashMap<String, Tensor>) -> Result<Self> {
+    /// Build the model from named tensors: every name of [`parameter_shapes`] with its shape
+    /// (others are ignored). Tensors that are `Var`s make the model trainable.
+    pub fn from_named(config: BigBirdConfig, mut tensors: HashMap<String, Tensor>) -> Result<Self> {
         config.validate()?;
-        let eps = config.layer_norm_eps;
-        let mut p = Params(tensors);
-        let word = p.take("bert.embeddings.word_embeddings.weight")?;
-        let dtype = word.dtype();
-        let device = word.device().clone();
-        let embeddings = Embeddings {
-            word,
-            position: p.take("bert.embeddings.position_embeddings.weight")?,
-            token_type: p.take(TOKEN_TYPE_EMBEDDINGS)?,
-            norm: p.norm("bert.embeddings.LayerNorm", eps)?,
-        };
-        let mut layers = Vec::with_capacity(config.num_hidden_layers);
-        for i in 0..config.num_hidden_layers {
-            let l = format!("bert.encoder.layer.{i}");
-            layers.push(EncoderLayer {
-                query: p.linear(&format!("{l}.attention.self.query"), config.use_bias)?,
-                key: p.linear(&format!("{l}.attention.self.key"), config.use_bias)?,
-                value: p.linear(&format!("{l}.attention.self.value"), config.use_bias)?,
-                attention_output: p.linear(&format!("{l}.attention.output.dense"), true)?,
-                attention_norm: p.norm(&format!("{l}.attention.output.LayerNorm"), eps)?,
-                intermediate: p.linear(&format!("{l}.intermediate.dense"), true)?,
-                output: p.linear(&format!("{l}.output.dense"), true)?,
-                output_norm: p.norm(&format!("{l}.output.LayerNorm"), eps)?,
-            });
-        }
+        let mut parameters = Vec::new();
+        let parts = walk_parameters(&config, &mut |name, shape| {
+            let t = tensors.remove(name).ok_or_else(|| CodonError::Input(format!("missing parameter {name}")))?;
+            if t.dims() != shape {
+                return Err(CodonError::Input(format!(
+                    "parameter {name} has shape {:?}, expected {shape:?}",
+                    t.dims()
+                )));
+            }
+            parameters.push((name.to_string(), t.clone()));
+            Ok(t)
+        })?;
+        let word = &parts.embeddings.word;
+        let (dtype, device) = (word.dtype(), word.device().clone());
         Ok(Self {
-            pooler: p.linear("bert.pooler", true)?,
-            transform: p.linear("cls.predictions.transform.dense", true)?,
-            transform_norm: p.norm("cls.predictions.transform.LayerNorm", eps)?,
-            decoder_bias: p.take("cls.predictions.bias")?,
+            embeddings: parts.embeddings,
+            layers: parts.layers,
+            transform: parts.transform,
+            transform_norm: parts.transform_norm,
+            decoder_bias: parts.decoder_bias,
+            parameters,
             config,
-            embeddings,
-            layers,
             dtype,
             device,
         })
+    }
+
+    /// The same architecture over other tensors, named as [`Self::named_parameters`].
+    pub fn with_parameters(&self, tensors: impl IntoIterator<Item = (String, Tensor)>) -> Result<Self> {
+        Self::from_named(self.config.clone(), tensors.into_iter().collect())
+    }
+
+    /// A copy of this model whose parameters are trainable `Var`s in `dtype`, and those `Var`s
+    /// by name in state-dict order (what an optimizer updates and gradients are keyed by).
+    pub fn trainable(&self, dtype: DType) -> Result<(Self, Vec<(String, Var)>)> {
+        let vars = self
+            .parameters
+            .iter()
+            .map(|(name, t)| Ok((name.clone(), Var::from_tensor(&t.to_dtype(dtype)?)?)))
+            .collect::<candle_core::Result<Vec<_>>>()
+            .op("trainable parameters")?;
+        let model = self.with_parameters(vars.iter().map(|(name, v)| (name.clone(), v.as_tensor().clone())))?;
+        Ok((model, vars))
     }
 
     /// The configuration.
@@ -314,39 +359,7 @@ impl BigBirdForMaskedLM {
 
     /// Every parameter under its transformers name, in state-dict order.
     pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![
-            ("bert.embeddings.word_embeddings.weight".to_string(), self.embeddings.word.clone()),
-            ("bert.embeddings.position_embeddings.weight".to_string(), self.embeddings.position.clone()),
-            (TOKEN_TYPE_EMBEDDINGS.to_string(), self.embeddings.token_type.clone()),
-            ("bert.embeddings.LayerNorm.weight".to_string(), self.embeddings.norm.weight.clone()),
-            ("bert.embeddings.LayerNorm.bias".to_string(), self.embeddings.norm.bias.clone()),
-        ];
-        let push_linear = |out: &mut Vec<(String, Tensor)>, p: String, l: &Linear| {
-            out.push((format!("{p}.weight"), l.weight.clone()));
-            if let Some(b) = &l.bias {
-                out.push((format!("{p}.bias"), b.clone()));
-            }
-        };
-        let push_norm = |out: &mut Vec<(String, Tensor)>, p: String, l: &LayerNorm| {
-            out.push((format!("{p}.weight"), l.weight.clone()));
-            out.push((format!("{p}.bias"), l.bias.clone()));
-        };
-        for (i, layer) in self.layers.iter().enumerate() {
-            let p = format!("bert.encoder.layer.{i}");
-            push_linear(&mut out, format!("{p}.attention.self.query"), &layer.query);
-            push_linear(&mut out, format!("{p}.attention.self.key"), &layer.key);
-            push_linear(&mut out, format!("{p}.attention.self.value"), &layer.value);
-            push_linear(&mut out, format!("{p}.attention.output.dense"), &layer.attention_output);
-            push_norm(&mut out, format!("{p}.attention.output.LayerNorm"), &layer.attention_norm);
-            push_linear(&mut out, format!("{p}.intermediate.dense"), &layer.intermediate);
-            push_linear(&mut out, format!("{p}.output.dense"), &layer.output);
-            push_norm(&mut out, format!("{p}.output.LayerNorm"), &layer.output_norm);
-        }
-        push_linear(&mut out, "bert.pooler".into(), &self.pooler);
-        out.push(("cls.predictions.bias".to_string(), self.decoder_bias.clone()));
-        push_linear(&mut out, "cls.predictions.transform.dense".into(), &self.transform);
-        push_norm(&mut out, "cls.predictions.transform.LayerNorm".into(), &self.transform_norm);
-        out
+        self.parameters.clone()
     }
 
     /// Number of parameters (tied tensors once).
@@ -557,26 +570,6 @@ impl BigBirdForMaskedLM {
 }
 
 /// Named tensors being assembled into modules.
-struct Params(HashMap<String, Tensor>);
-
-impl Params {
-    fn take(&mut self, name: &str) -> Result<Tensor> {
-        self.0.remove(name).ok_or_else(|| CodonError::Input(format!("missing parameter {name}")))
-    }
-    fn linear(&mut self, prefix: &str, bias: bool) -> Result<Linear> {
-        let weight = self.take(&format!("{prefix}.weight"))?;
-        let bias = if bias { Some(self.take(&format!("{prefix}.bias"))?) } else { None };
-        Ok(Linear { weight, bias })
-    }
-    fn norm(&mut self, prefix: &str, eps: f64) -> Result<LayerNorm> {
-        Ok(LayerNorm {
-            weight: self.take(&format!("{prefix}.weight"))?,
-            bias: self.take(&format!("{prefix}.bias"))?,
-            eps,
-        })
-    }
-}
-
 /// Add the gradients of `params` in `from` to those in `into`.
 fn merge_grads(params: &[Tensor], into: &mut GradStore, mut from: GradStore) -> Result<()> {
     for p in params {
