@@ -7,6 +7,7 @@
 //! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
 //! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;

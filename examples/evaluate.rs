@@ -16,6 +16,7 @@ mod csv_table;
 mod reference_args;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;

@@ -29,7 +29,7 @@ mod design_args;
 #[path = "common/reference_args.rs"]
 mod reference_args;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

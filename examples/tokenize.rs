@@ -8,7 +8,7 @@
 //! cargo run --release --example tokenize -- --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;

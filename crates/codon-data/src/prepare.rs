@@ -5,7 +5,7 @@
 //! filter, organism lookup, and `get_merged_seq`. Dropped records are counted by reason.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
 use codon_model::vocab::MAX_AMINO_ACIDS;
@@ -15,8 +15,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{DataError, Result};
-use crate::record::{write_atomically, TrainingRecord};
+use crate::record::TrainingRecord;
 use crate::translate::{check_cds, translate};
+use codon_model::files::write_atomically;
 
 /// One raw gene record read from a CSV row or a FASTA entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -270,12 +271,12 @@ pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<
 
 /// Write training records as JSONL, atomically.
 pub fn write_jsonl(path: &Path, records: &[TrainingRecord]) -> Result<()> {
-    write_atomically(path, |w| {
+    Ok(write_atomically(path, |w| {
         for r in records {
             writeln!(w, "{}", r.to_json_line())?;
         }
         Ok(())
-    })
+    })?)
 }
 
 #[cfg(test)]

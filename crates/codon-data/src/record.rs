@@ -1,6 +1,5 @@
 //! The training record of the upstream JSONL format, and atomic file output.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -43,21 +42,6 @@ pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
     Ok(())
 }
 
-/// Write a file atomically: the content goes to a temporary file in the same folder,
-/// which is then renamed over `path`, so a failure never leaves a partial file behind.
-pub fn write_atomically(path: &Path, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    let dir = codon_model::files::parent_dir(path);
-    let mut tmp = codon_model::files::temp_file_in(dir, ".tmp-").map_err(|e| DataError::io(dir, e))?;
-    {
-        let mut out = std::io::BufWriter::new(tmp.as_file_mut());
-        write(&mut out).map_err(|e| DataError::io(path, e))?;
-        out.flush().map_err(|e| DataError::io(path, e))?;
-    }
-    tmp.as_file().sync_all().map_err(|e| DataError::io(path, e))?;
-    tmp.persist(path).map_err(|e| DataError::io(path, e.error))?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,21 +53,5 @@ mod tests {
         let back: TrainingRecord = serde_json::from_str(&r.to_json_line()).unwrap();
         assert_eq!(back, r);
         assert_eq!(r.num_tokens(), 6);
-    }
-
-    #[test]
-    fn failed_write_keeps_the_old_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out.jsonl");
-        std::fs::write(&path, "old").unwrap();
-        let err = write_atomically(&path, |w| {
-            w.write_all(b"partial")?;
-            Err(std::io::Error::other("boom"))
-        });
-        assert!(err.is_err());
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file cleaned up");
-        write_atomically(&path, |w| w.write_all(b"new")).unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
     }
 }

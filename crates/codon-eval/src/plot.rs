@@ -1,6 +1,7 @@
 //! Pictures of the metrics, as SVG drawn with plotters: a sequence's %MinMax profile against its
 //! organism's reference band, and the distribution of CSI and GC content per organism.
 
+use std::io::Write;
 use std::path::Path;
 
 use plotters::prelude::*;

@@ -4,6 +4,8 @@
 //! shared server cannot read).
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 use candle_core::Tensor;
@@ -37,25 +39,44 @@ pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDi
     builder(prefix, DIR_MODE).tempdir_in(dir)
 }
 
-/// Write tensors as a safetensors file, atomically and with ordinary permissions. (The
-/// safetensors crate writes through a 0600 temporary file of its own; the mode an ordinary
-/// create gets here is put back before the rename.)
-pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+/// The temporary sibling of `path` that an atomic write fills: `.<name>.<random>` in its folder.
+fn temp_sibling(path: &Path) -> Result<tempfile::NamedTempFile> {
     let dir = parent_dir(path);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let (_, tmp) = temp_file_in(dir, &format!(".{name}."))
-        .and_then(|f| f.keep().map_err(|e| e.error))
-        .map_err(|e| CodonError::io(dir, e))?;
-    let result = (|| {
-        let permissions = tmp.metadata().map_err(|e| CodonError::io(&tmp, e))?.permissions();
-        candle_core::safetensors::save(tensors, &tmp).op(&format!("writing {}", path.display()))?;
-        std::fs::set_permissions(&tmp, permissions).map_err(|e| CodonError::io(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| CodonError::io(path, e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    temp_file_in(dir, &format!(".{name}.")).map_err(|e| CodonError::io(dir, e))
+}
+
+/// Write `path` atomically: `write` fills a buffered temporary file in the same folder, which
+/// is flushed, synced and renamed over `path`. On any failure the temporary file is removed
+/// and `path` is left as it was. The writer also seeks (for zip archives).
+pub fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>) -> Result<()> {
+    let tmp = temp_sibling(path)?;
+    let io = |e| CodonError::io(path, e);
+    let mut out = BufWriter::new(tmp.as_file().try_clone().map_err(io)?);
+    write(&mut out).map_err(io)?;
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// [`write_atomically`] for writers that take a path: `write` writes the temporary path given.
+pub fn write_atomically_at(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let tmp = temp_sibling(path)?;
+    write(tmp.path())?;
+    tmp.persist(path).map_err(|e| CodonError::io(path, e.error))?;
+    Ok(())
+}
+
+/// Write tensors as a safetensors file, atomically and with ordinary permissions. (The
+/// safetensors crate replaces the file it is given by a 0600 file of its own; the mode an
+/// ordinary create gets is put back before the rename.)
+pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    write_atomically_at(path, |tmp| {
+        let permissions = tmp.metadata().map_err(|e| CodonError::io(tmp, e))?.permissions();
+        candle_core::safetensors::save(tensors, tmp).op(&format!("writing {}", path.display()))?;
+        std::fs::set_permissions(tmp, permissions).map_err(|e| CodonError::io(tmp, e))
+    })
 }
 
 /// The folder a file path lives in (`.` for a bare file name).
@@ -87,7 +108,24 @@ pub fn same_file(input: &Path, output: &Path) -> bool {
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn failed_write_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, "old").unwrap();
+        let err = write_atomically(&path, |w| {
+            w.write_all(b"partial")?;
+            Err(std::io::Error::other("boom"))
+        });
+        assert!(err.is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file cleaned up");
+        write_atomically(&path, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
 
     #[test]
     fn temp_files_get_ordinary_permissions() {

@@ -316,13 +316,8 @@ impl OrganismTable {
 
     /// Write the table into a model directory, atomically.
     pub fn save(&self, dir: &std::path::Path) -> Result<()> {
-        let path = dir.join(Self::FILE);
-        let io = |source| CodonError::Io { path: path.clone(), source };
         let text = serde_json::to_string_pretty(&self.names).map_err(|e| CodonError::Config(e.to_string()))?;
-        let mut tmp = crate::files::temp_file_in(dir, ".organisms-").map_err(io)?;
-        std::io::Write::write_all(tmp.as_file_mut(), text.as_bytes()).map_err(io)?;
-        tmp.persist(&path).map_err(|e| io(e.error))?;
-        Ok(())
+        crate::files::write_atomically(&dir.join(Self::FILE), |w| std::io::Write::write_all(w, text.as_bytes()))
     }
 
     /// Number of organisms (the `type_vocab_size` a model needs).

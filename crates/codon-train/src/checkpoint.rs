@@ -182,8 +182,10 @@ pub(crate) fn prune(dir: &Path, keep: usize) -> Result<()> {
 
 /// Tidy what an interrupted save left in `dir`, matching only our own names: a step folder set
 /// aside goes back in place when its replacement never arrived (else it is deleted), and
-/// partial `.step-<N>.*` folders and `.state-dict-*` files are deleted. Returns what was done.
-pub(crate) fn clean_leftovers(dir: &Path) -> Result<Vec<String>> {
+/// partial `.step-<N>.*` folders and the atomic write's `.<state_dict>.*` files (see
+/// [`codon_model::files::write_atomically`]) are deleted. Returns what was done.
+pub(crate) fn clean_leftovers(dir: &Path, state_dict: Option<&str>) -> Result<Vec<String>> {
+    let partial_state_dict = state_dict.map(|name| format!(".{name}."));
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };
     let mut done = Vec::new();
     for entry in entries {
@@ -204,7 +206,7 @@ pub(crate) fn clean_leftovers(dir: &Path) -> Result<Vec<String>> {
         }
         let removed = if partial_step.is_some() && path.is_dir() {
             std::fs::remove_dir_all(&path)
-        } else if name.starts_with(codon_model::bigbird::STATE_DICT_TEMP_PREFIX) && path.is_file() {
+        } else if partial_state_dict.as_ref().is_some_and(|p| name.starts_with(p.as_str())) && path.is_file() {
             std::fs::remove_file(&path)
         } else {
             continue;

@@ -268,7 +268,7 @@ impl<M: TrainableModel> RankRun<'_, M> {
             return Ok(());
         }
         if let Some(dir) = &self.config.checkpoint_dir {
-            match checkpoint::clean_leftovers(dir) {
+            match checkpoint::clean_leftovers(dir, self.config.checkpoint_filename.as_deref()) {
                 Ok(done) => done.into_iter().for_each(|d| self.progress.warn(format!("interrupted save: {d}"))),
                 Err(e) => self.failure.fail(e)?,
             }

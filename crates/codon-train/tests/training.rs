@@ -361,7 +361,7 @@ fn interrupted_saves_are_tidied_by_the_next_run() {
     std::fs::rename(ckpt.join("step-1"), ckpt.join(".step-1.replaced")).unwrap();
     std::fs::create_dir_all(ckpt.join(".step-7.a1B2c3")).unwrap();
     std::fs::write(ckpt.join(".step-7.a1B2c3/model.safetensors"), b"partial").unwrap();
-    std::fs::write(ckpt.join(".state-dict-x9Y8z7"), b"partial").unwrap();
+    std::fs::write(ckpt.join(".finetune.ckpt.x9Y8z7"), b"partial").unwrap();
     std::fs::write(ckpt.join(".stepping-stone"), b"not ours").unwrap();
     std::fs::write(ckpt.join("notes.txt"), b"not ours").unwrap();
     make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();

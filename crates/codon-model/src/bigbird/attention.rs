@@ -12,25 +12,11 @@ use candle_core::{DType, Tensor};
 use super::random_blocks::RandomBlocks;
 use crate::error::{CodonError, Result};
 use codon_ops::attention::KeyBlocks;
-use codon_ops::DropoutStream;
 
 pub use codon_ops::attention::BlockSparseMask;
 
 /// Penalty that block-sparse attention adds to masked keys (transformers' constant).
 pub const BLOCK_SPARSE_MASK_PENALTY: f32 = -10_000.0;
-
-/// Full attention over q, k, v of shape (b, n, h·d), with an additive key mask (b, 1, 1, n)
-/// and the probabilities' dropout; the result is (b, n, h·d).
-pub fn full_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    heads: usize,
-    key_bias: &Tensor,
-    dropout: Option<(&mut DropoutStream, f64)>,
-) -> Result<Tensor> {
-    Ok(codon_ops::attention::full_attention(q, k, v, heads, key_bias, dropout)?)
-}
 
 /// The per-pass masks of block-sparse attention from a (b, n) 0/1 attention mask: masked keys
 /// get transformers' penalty, padded query rows are zeroed in `dtype`.

@@ -13,4 +13,4 @@ pub use model::{
     TOKEN_TYPE_EMBEDDINGS,
 };
 pub use random_blocks::{BlockGeometry, RandomBlocks};
-pub use weights::{init_weights, load_model, save_model, STATE_DICT_TEMP_PREFIX};
+pub use weights::{init_weights, load_model, save_model};

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 
-use super::attention::{block_sparse_attention, block_sparse_masks, full_attention, BlockSparseMask};
+use super::attention::{block_sparse_attention, block_sparse_masks, BlockSparseMask};
 use super::config::{AttentionType, BigBirdConfig, HiddenAct};
 use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
+use codon_ops::attention::full_attention;
 use codon_ops::DropoutStream;
 
 pub use codon_ops::cross_entropy::IGNORE_INDEX;
@@ -502,7 +503,12 @@ impl BigBirdForMaskedLM {
             PassAttention::Full { key_bias } => {
                 let heads = self.config.num_attention_heads;
                 let drop = pass.attention_dropout.as_mut().map(|(rng, p)| (rng, *p));
-                let y = self.layer_forward(layer, x, |q, k, v| full_attention(q, k, v, heads, key_bias, drop), dropout);
+                let y = self.layer_forward(
+                    layer,
+                    x,
+                    |q, k, v| Ok(full_attention(q, k, v, heads, key_bias, drop)?),
+                    dropout,
+                );
                 y.map(|y| (y, None))
             }
         };

@@ -3,7 +3,8 @@
 //! transformers layout, and transformers' random initialisation.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
@@ -16,10 +17,6 @@ use crate::error::{CodonError, Result, TensorContext};
 
 /// Keys a checkpoint may hold that the model rebuilds or does not need: the tied decoder
 /// and the non-persistent position / token-type buffers of old transformers versions.
-/// Name prefix of the temporary file an upstream-style state dict is written to before its
-/// rename; a save killed midway leaves one behind, which the trainer's next run removes.
-pub const STATE_DICT_TEMP_PREFIX: &str = ".state-dict-";
-
 const IGNORED_KEYS: [&str; 4] = [
     "cls.predictions.decoder.weight",
     "cls.predictions.decoder.bias",
@@ -138,23 +135,8 @@ pub fn save_model(model: &BigBirdForMaskedLM, dir: impl AsRef<Path>) -> Result<(
         tensors.insert(name, t);
     }
     crate::files::write_safetensors(&tensors, &dir.join("model.safetensors"))?;
-    let config = dir.join("config.json");
-    let tmp = temp_path(dir, "config.json")?;
-    std::fs::write(&tmp, model.config().to_json()).map_err(|e| CodonError::io(&tmp, e))?;
-    rename(&tmp, &config)
-}
-
-fn temp_path(dir: &Path, name: &str) -> Result<PathBuf> {
-    let file = crate::files::temp_file_in(dir, &format!(".{name}.")).map_err(|e| CodonError::io(dir, e))?;
-    let (_, path) = file.keep().map_err(|e| CodonError::io(dir, e.error))?;
-    Ok(path)
-}
-
-fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|e| {
-        let _ = std::fs::remove_file(from);
-        CodonError::io(to, e)
-    })
+    let config = model.config().to_json();
+    crate::files::write_atomically(&dir.join("config.json"), |w| w.write_all(config.as_bytes()))
 }
 
 /// transformers' initialisation: normal(0, initializer_range) for linear and embedding
@@ -194,7 +176,6 @@ pub fn init_weights(
 /// zip with `data.pkl` and one storage per tensor), readable by `torch.load` and by
 /// upstream's tools. This is the upstream-style `--checkpoint_filename` file.
 pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Result<()> {
-    use std::io::Write;
     let mut pickle = Vec::new();
     pickle.extend_from_slice(b"\x80\x02");
     pickle.extend_from_slice(b"ccollections\nOrderedDict\n)R(");
@@ -240,23 +221,19 @@ pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Resul
     }
     pickle.extend_from_slice(b"u.");
 
-    let dir = crate::files::parent_dir(path);
-    let tmp = crate::files::temp_file_in(dir, STATE_DICT_TEMP_PREFIX).map_err(|e| CodonError::io(dir, e))?;
-    {
-        let mut zip = zip::ZipWriter::new(tmp.as_file());
+    crate::files::write_atomically(path, |w| {
+        let mut zip = zip::ZipWriter::new(w);
         let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
-        let io = |e: zip::result::ZipError| CodonError::io(path, std::io::Error::other(e));
-        zip.start_file("archive/data.pkl", opts).map_err(io)?;
-        zip.write_all(&pickle).map_err(|e| CodonError::io(path, e))?;
+        zip.start_file("archive/data.pkl", opts)?;
+        zip.write_all(&pickle)?;
         for (i, data) in storages.iter().enumerate() {
-            zip.start_file(format!("archive/data/{i}"), opts).map_err(io)?;
+            zip.start_file(format!("archive/data/{i}"), opts)?;
             let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-            zip.write_all(&bytes).map_err(|e| CodonError::io(path, e))?;
+            zip.write_all(&bytes)?;
         }
-        zip.start_file("archive/version", opts).map_err(io)?;
-        zip.write_all(b"3\n").map_err(|e| CodonError::io(path, e))?;
-        zip.finish().map_err(io)?;
-    }
-    tmp.persist(path).map_err(|e| CodonError::io(path, e.error))?;
-    Ok(())
+        zip.start_file("archive/version", opts)?;
+        zip.write_all(b"3\n")?;
+        zip.finish()?;
+        Ok(())
+    })
 }
