@@ -13,6 +13,32 @@ pub fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Resul
     }
 }
 
+/// A contiguous f32 storage's elements, borrowed (no other dtype).
+pub fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
+    match s {
+        CpuStorage::F32(v) => contiguous(v, l, op),
+        other => candle_core::bail!("{op}: expected f32, got {:?}", candle_core::backend::BackendStorage::dtype(other)),
+    }
+}
+
+/// A contiguous f32 storage's elements, mutably (no other dtype).
+pub fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a mut [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
+        _ => candle_core::bail!("{op}: expected a contiguous f32 tensor"),
+    }
+}
+
+/// An f32 CPU tensor's elements, copied; `None` for another dtype or device.
+pub fn f32_values(t: &Tensor) -> Option<Vec<f32>> {
+    let t = t.contiguous().ok()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(s) => f32_slice(s, layout, "f32_values").ok().map(<[f32]>::to_vec),
+        _ => None,
+    }
+}
+
 /// A contiguous float storage as an f32 vector.
 pub fn f32_vec(s: &CpuStorage, l: &Layout, op: &str) -> candle_core::Result<Vec<f32>> {
     Ok(match s {

@@ -64,21 +64,31 @@ fn softmax_row_generic(row: &mut [f32], bias: &[f32]) {
     row.iter_mut().for_each(|x| *x *= inv);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn softmax_rows_avx2(rows: &mut [f32], width: usize, bias: &[f32]) {
-    rows.chunks_mut(width).for_each(|row| softmax_row_generic(row, bias));
+/// `pub fn name(args) body`, compiled twice: once for the baseline CPU and once for AVX2 + FMA,
+/// the second run when the CPU has those features (checked at run time). The loops of `body`
+/// then vectorise eight lanes wide where they can.
+macro_rules! avx2_when_available {
+    ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has the features `avx2` was compiled for.
+                return unsafe { avx2($($arg),*) };
+            }
+            $body
+        }
+    };
 }
 
-/// Softmax of each `width`-long row of `rows` after adding `bias`, using AVX2 when the CPU has it.
-pub fn softmax_rows(rows: &mut [f32], width: usize, bias: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports the features the function was compiled for.
-        unsafe { softmax_rows_avx2(rows, width, bias) };
-        return;
+avx2_when_available! {
+    /// Softmax of each `width`-long row of `rows` after adding `bias`.
+    pub fn softmax_rows(rows: &mut [f32], width: usize, bias: &[f32]) {
+        rows.chunks_mut(width).for_each(|row| softmax_row_generic(row, bias));
     }
-    rows.chunks_mut(width).for_each(|row| softmax_row_generic(row, bias));
 }
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -100,38 +110,18 @@ fn gelu_new_derivative(x: f32) -> f32 {
     s + x * s * (1.0 - s) * 2.0 * du
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn gelu_new_grad_avx2(xs: &[f32], grads: &mut [f32]) {
-    grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
-}
-
-/// `grads[i] *= gelu_new'(xs[i])`, using AVX2 when the CPU has it.
-pub fn gelu_new_grad(xs: &[f32], grads: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports the features the function was compiled for.
-        unsafe { gelu_new_grad_avx2(xs, grads) };
-        return;
+avx2_when_available! {
+    /// `grads[i] *= gelu_new'(xs[i])`.
+    pub fn gelu_new_grad(xs: &[f32], grads: &mut [f32]) {
+        grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
     }
-    grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn gelu_new_avx2(xs: &mut [f32]) {
-    xs.iter_mut().for_each(|x| *x = gelu_new(*x));
-}
-
-/// gelu_new on every element, using AVX2 when the CPU has it.
-pub fn gelu_new_in_place(xs: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports the features the function was compiled for.
-        unsafe { gelu_new_avx2(xs) };
-        return;
+avx2_when_available! {
+    /// gelu_new on every element.
+    pub fn gelu_new_in_place(xs: &mut [f32]) {
+        xs.iter_mut().for_each(|x| *x = gelu_new(*x));
     }
-    xs.iter_mut().for_each(|x| *x = gelu_new(*x));
 }
 
 #[cfg(test)]

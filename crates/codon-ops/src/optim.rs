@@ -12,6 +12,8 @@ use candle_ascend::fused::{self, AdamWHyper};
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use crate::f32_views::{f32_slice, f32_slice_mut};
+
 /// The Ascend fused operator of the update.
 const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
 
@@ -97,20 +99,6 @@ pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
 
 /// Elements per parallel task; fixed, so sums do not depend on the thread count.
 const CHUNK: usize = 64 * 1024;
-
-fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
-        _ => candle_core::bail!("{op}: expected a contiguous f32 tensor"),
-    }
-}
-
-fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a mut [f32]> {
-    match (s, l.contiguous_offsets()) {
-        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
-        _ => candle_core::bail!("{op}: expected a contiguous f32 tensor"),
-    }
-}
 
 /// The CPU body of a moment estimate's update from the gradient, as torch does it: `m ← m + (1 − β)·(g − m)`
 /// (`lerp`) for the first moment, `v ← β·v + (1 − β)·g²` for the second.

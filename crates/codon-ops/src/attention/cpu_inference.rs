@@ -4,25 +4,15 @@
 //! materialised and no large temporary is allocated. Training uses [`super::cpu_training`],
 //! which keeps the probabilities for its backward pass.
 
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_gemm::{matmul_into, Mat};
+use crate::f32_views::f32_values;
 use crate::fast_math;
 
 /// Query rows per chunk: the chunk's scores stay in cache.
 const CHUNK_ROWS: usize = 128;
-
-/// The elements of an f32 CPU tensor, copied.
-fn f32_slice(t: &Tensor) -> Option<Vec<f32>> {
-    let t = t.contiguous().ok()?;
-    let (storage, layout) = t.storage_and_layout();
-    let (a, b) = layout.contiguous_offsets()?;
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Some(v[a..b].to_vec()),
-        _ => None,
-    }
-}
 
 /// softmax(q·kᵀ·scale + bias)·v for f32 CPU tensors q (…, m, d), k and v (…, s, d) with the
 /// same leading dims, and bias (…, 1, s) whose leading dims are a prefix of q's followed by
@@ -83,7 +73,7 @@ fn full_attention_body(
     let batches: usize = qd[..rank - 2].iter().product();
     let bias_rows: usize = bias.dims()[..rank - 2].iter().product();
     let repeat = batches / bias_rows.max(1);
-    let (Some(qv), Some(kv), Some(vv), Some(bv)) = (f32_slice(q), f32_slice(k), f32_slice(v), f32_slice(bias)) else {
+    let (Some(qv), Some(kv), Some(vv), Some(bv)) = (f32_values(q), f32_values(k), f32_values(v), f32_values(bias)) else {
         return Ok(None);
     };
     let mut out = vec![0f32; batches * m * d];
@@ -143,8 +133,8 @@ pub fn fused_block_sparse_middle(
     if blocks.len() != h * rows * slots || absent.len() != rows * slots || blocks.iter().any(|&kb| kb as usize >= nb) {
         return Ok(None);
     }
-    let mask = f32_slice(&key_mask.to_dtype(DType::F32)?);
-    let (Some(qv), Some(kv), Some(vv), Some(mask)) = (f32_slice(q), f32_slice(k), f32_slice(v), mask) else {
+    let mask = f32_values(&key_mask.to_dtype(DType::F32)?);
+    let (Some(qv), Some(kv), Some(vv), Some(mask)) = (f32_values(q), f32_values(k), f32_values(v), mask) else {
         return Ok(None);
     };
     let width = slots * block;
