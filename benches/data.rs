@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
                         .enumerate()
                         .map(|(i, recs)| {
                             let mut rng = ChaCha8Rng::seed_from_u64(i as u64);
-                            collator.collate(recs, &mut rng).expect("collate").input_ids.len()
+                            collator.collate(recs, &mut rng).expect("collate").encoding.input_ids.len()
                         })
                         .sum::<usize>()
                 })

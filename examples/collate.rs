@@ -48,23 +48,25 @@ struct Args {
 }
 
 fn batch_json(b: &MlmBatch) -> serde_json::Value {
+    let e = &b.encoding;
     json!({
-        "input_ids": b.rows(&b.input_ids),
-        "attention_mask": b.rows(&b.attention_mask),
-        "token_type_ids": b.rows(&b.token_type_ids),
-        "labels": b.rows(&b.labels),
+        "input_ids": e.rows(&e.input_ids),
+        "attention_mask": e.rows(&e.attention_mask),
+        "token_type_ids": e.rows(&e.token_type_ids),
+        "labels": e.rows(&b.labels),
     })
 }
 
 /// A batch as `score --inputs` reads it: four i64 (batch, length) tensors.
 fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<String, candle_core::Tensor>> {
-    let shape = (b.batch_size, b.seq_len);
+    let e = &b.encoding;
+    let shape = (e.batch_size, e.seq_len);
     let tensor = |v: Vec<i64>| candle_core::Tensor::from_vec(v, shape, &candle_core::Device::Cpu);
     let wide = |v: &[u32]| v.iter().map(|&x| i64::from(x)).collect::<Vec<i64>>();
     Ok([
-        ("input_ids", tensor(wide(&b.input_ids))?),
-        ("attention_mask", tensor(wide(&b.attention_mask))?),
-        ("token_type_ids", tensor(wide(&b.token_type_ids))?),
+        ("input_ids", tensor(wide(&e.input_ids))?),
+        ("attention_mask", tensor(wide(&e.attention_mask))?),
+        ("token_type_ids", tensor(wide(&e.token_type_ids))?),
         ("labels", tensor(b.labels.clone())?),
     ]
     .into_iter()
@@ -92,7 +94,12 @@ fn run() -> anyhow::Result<()> {
     if args.output.extension().is_some_and(|e| e == "safetensors") {
         let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
         codon_ascend::model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
-        println!("wrote the first batch ({} x {}) to {}", batch.batch_size, batch.seq_len, args.output.display());
+        println!(
+            "wrote the first batch ({} x {}) to {}",
+            batch.encoding.batch_size,
+            batch.encoding.seq_len,
+            args.output.display()
+        );
         return Ok(());
     }
     let mut batches = 0;

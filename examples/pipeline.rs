@@ -69,13 +69,20 @@ fn run() -> anyhow::Result<()> {
     for epoch in 0..args.epochs {
         for (step, batch) in loader.epoch(epoch).enumerate() {
             let batch = batch?;
-            tokens += batch.num_tokens();
-            padded += batch.input_ids.len();
+            tokens += batch.encoding.num_tokens();
+            padded += batch.encoding.input_ids.len();
             masked += batch.labels.iter().filter(|&&l| l >= 0).count();
             if epoch == 0 && step == 0 {
-                let row: Vec<&str> =
-                    batch.input_ids[..batch.seq_len.min(12)].iter().filter_map(|&id| vocab::token(id)).collect();
-                println!("first batch: {} x {}; row 0 starts {}", batch.batch_size, batch.seq_len, row.join(" "));
+                let row: Vec<&str> = batch.encoding.input_ids[..batch.encoding.seq_len.min(12)]
+                    .iter()
+                    .filter_map(|&id| vocab::token(id))
+                    .collect();
+                println!(
+                    "first batch: {} x {}; row 0 starts {}",
+                    batch.encoding.batch_size,
+                    batch.encoding.seq_len,
+                    row.join(" ")
+                );
             }
         }
     }

@@ -45,29 +45,33 @@ pub fn parse_device(text: &str) -> Result<candle_core::Device, String> {
     candle_ascend::parse_device(text).map_err(|e| e.to_string())
 }
 
-/// A deterministic masked-LM batch of `b` sequences of `n` tokens ([CLS], codon tokens,
-/// [SEP]; every 7th token from the 4th masked), for benchmarks and timing runs.
+/// A deterministic masked-LM batch of `b` sequences of `n` tokens (`[CLS]`, codon tokens,
+/// `[SEP]`, all of E. coli; every 7th token from the 4th masked as the collator masks), for
+/// benchmarks and timing runs.
 pub fn synthetic_mlm_batch(b: usize, n: usize) -> codon_data::MlmBatch {
+    use codon_model::vocab::{CLS_ID, FIRST_CODON_ID, SEP_ID, TOKEN2MASK};
+    /// "Escherichia coli general", upstream's default organism.
+    const E_COLI: u32 = 51;
     let mut input_ids = Vec::with_capacity(b * n);
     let mut labels = Vec::with_capacity(b * n);
     for i in 0..b * n {
         let id = match i % n {
-            0 => 1,
-            p if p == n - 1 => 2,
-            p => 26 + ((p * 7 + i / n) % 64) as u32,
+            0 => CLS_ID,
+            p if p == n - 1 => SEP_ID,
+            p => FIRST_CODON_ID + ((p * 7 + i / n) % 64) as u32,
         };
-        let masked = i % 7 == 3 && id >= 26;
-        input_ids.push(if masked { 5 } else { id });
-        labels.push(if masked { i64::from(id) } else { -100 });
+        let masked = i % 7 == 3 && id >= FIRST_CODON_ID;
+        input_ids.push(if masked { TOKEN2MASK[id as usize] } else { id });
+        labels.push(if masked { i64::from(id) } else { codon_data::IGNORE_INDEX });
     }
-    codon_data::MlmBatch {
+    let encoding = codon_model::BatchEncoding {
         batch_size: b,
         seq_len: n,
         input_ids,
         attention_mask: vec![1; b * n],
-        token_type_ids: vec![51; b * n],
-        labels,
-    }
+        token_type_ids: vec![E_COLI; b * n],
+    };
+    codon_data::MlmBatch { encoding, labels }
 }
 
 /// A [`train::BatchSource`] that yields the same batch once per epoch, for benchmarks, timing

@@ -90,11 +90,7 @@ fn inference_stays_on_the_device() {
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let model = tiny_model(2, &dev);
     let batch = codon_ascend::synthetic_mlm_batch(2, 120);
-    let input = ModelInput {
-        input_ids: candle_core::Tensor::from_slice(&batch.input_ids, (2, 120), &dev).unwrap(),
-        token_type_ids: candle_core::Tensor::from_slice(&batch.token_type_ids, (2, 120), &dev).unwrap(),
-        attention_mask: candle_core::Tensor::from_slice(&batch.attention_mask, (2, 120), &dev).unwrap(),
-    };
+    let input = ModelInput::from_encoding(&batch.encoding, model.config(), &dev).unwrap();
     for attention in [AttentionType::OriginalFull, AttentionType::BlockSparse] {
         let before = ascend.sim_counters().unwrap();
         let logits = model.forward(&input, ForwardMode::eval(attention)).unwrap();
@@ -237,12 +233,7 @@ fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
         let on_device = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();
         let (model, vars) =
             BigBirdForMaskedLM::from_named(config.clone(), on_device).unwrap().trainable(DType::F32).unwrap();
-        let upload = |values: &[u32]| Tensor::from_slice(values, (2, 120), &device).unwrap();
-        let input = ModelInput {
-            input_ids: upload(&batch.input_ids),
-            token_type_ids: upload(&batch.token_type_ids),
-            attention_mask: upload(&batch.attention_mask),
-        };
+        let input = ModelInput::from_encoding(&batch.encoding, &config, &device).unwrap();
         let labels = Tensor::from_slice(&batch.labels, (2, 120), &device).unwrap();
         for attention in [AttentionType::BlockSparse, AttentionType::OriginalFull] {
             let mode = ForwardMode::train(attention, 11);

@@ -55,9 +55,9 @@ fn loader_runs_over_prepared_demo_data() {
     assert_eq!(loader.batches_per_epoch(), 8);
     let batches: Vec<_> = loader.epoch(0).map(Result::unwrap).collect();
     assert_eq!(batches.len(), 8);
-    assert_eq!(batches.iter().map(|b| b.batch_size).sum::<usize>(), 36);
+    assert_eq!(batches.iter().map(|b| b.encoding.batch_size).sum::<usize>(), 36);
     for b in &batches {
-        assert_eq!(b.input_ids.len(), b.batch_size * b.seq_len);
+        assert_eq!(b.encoding.input_ids.len(), b.encoding.batch_size * b.encoding.seq_len);
         assert!(b.labels.iter().any(|&l| l >= 0));
     }
 }

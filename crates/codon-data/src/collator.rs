@@ -18,36 +18,14 @@ use crate::record::TrainingRecord;
 /// Label of a position that takes no loss (the loss's own constant, re-exported).
 pub use codon_model::bigbird::IGNORE_INDEX;
 
-/// A masked-LM batch in row-major `(batch_size, seq_len)` layout.
+/// A masked-LM batch: the encoded rows, their token ids masked, and the labels, in row-major
+/// `(batch_size, seq_len)` layout.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MlmBatch {
-    /// Number of rows.
-    pub batch_size: usize,
-    /// Row length.
-    pub seq_len: usize,
-    /// Masked token ids.
-    pub input_ids: Vec<u32>,
-    /// 1 on tokens, 0 on pads.
-    pub attention_mask: Vec<u32>,
-    /// Organism id at every position.
-    pub token_type_ids: Vec<u32>,
+    /// The padded rows, with masked token ids.
+    pub encoding: BatchEncoding,
     /// Original id where selected, −100 elsewhere.
     pub labels: Vec<i64>,
-}
-
-impl MlmBatch {
-    /// Number of non-pad tokens.
-    pub fn num_tokens(&self) -> usize {
-        self.attention_mask.iter().filter(|&&m| m != 0).count()
-    }
-
-    /// The rows of a flat field, for display or JSON output.
-    pub fn rows<T: Clone>(&self, flat: &[T]) -> Vec<Vec<T>> {
-        if self.seq_len == 0 {
-            return vec![Vec::new(); self.batch_size];
-        }
-        flat.chunks(self.seq_len).map(<[T]>::to_vec).collect()
-    }
 }
 
 /// Masking probabilities. The defaults are upstream's.
@@ -166,7 +144,8 @@ impl MlmCollator {
             attention_mask.resize(attention_mask.len() + seq_len - row.len(), 0);
             token_type_ids.resize(token_type_ids.len() + seq_len, record.organism);
         }
-        MlmBatch { batch_size: rows.len(), seq_len, input_ids, attention_mask, token_type_ids, labels }
+        let encoding = BatchEncoding { batch_size: rows.len(), seq_len, input_ids, attention_mask, token_type_ids };
+        MlmBatch { encoding, labels }
     }
 
     /// The masked id of one token, with its label written when it is selected.
@@ -221,14 +200,15 @@ mod tests {
             let records = random_records(96, &mut rng);
             let enc = collator.encode(&records).unwrap();
             let batch = collator.collate(&records, &mut rng).unwrap();
-            assert_eq!(batch.attention_mask, enc.attention_mask);
-            assert_eq!(batch.token_type_ids, enc.token_type_ids);
+            assert_eq!(batch.encoding.attention_mask, enc.attention_mask);
+            assert_eq!(batch.encoding.token_type_ids, enc.token_type_ids);
             for (row, r) in records.iter().enumerate() {
-                assert!(batch.token_type_ids[row * batch.seq_len..(row + 1) * batch.seq_len]
+                assert!(batch.encoding.token_type_ids
+                    [row * batch.encoding.seq_len..(row + 1) * batch.encoding.seq_len]
                     .iter()
                     .all(|&t| t == r.organism));
             }
-            for ((&orig, &new), &label) in enc.input_ids.iter().zip(&batch.input_ids).zip(&batch.labels) {
+            for ((&orig, &new), &label) in enc.input_ids.iter().zip(&batch.encoding.input_ids).zip(&batch.labels) {
                 assert_ne!(new, MASK_ID);
                 if orig < 5 {
                     assert_eq!((new, label), (orig, IGNORE_INDEX));
@@ -276,7 +256,7 @@ mod tests {
         .unwrap();
         let recs = [TrainingRecord { idx: 0, codons: "M_UNK A_GCT __TAA __UNK".into(), organism: 3 }];
         let b = collator.collate(&recs, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
-        assert_eq!(b.input_ids, [1, 15, 5, 25, 25, 2]);
+        assert_eq!(b.encoding.input_ids, [1, 15, 5, 25, 25, 2]);
         assert_eq!(b.labels, [-100, 15, 65, 74, 25, -100]);
     }
 
@@ -288,10 +268,10 @@ mod tests {
         let b = collator.collate(&recs, &mut ChaCha8Rng::seed_from_u64(9)).unwrap();
         let c = collator.collate(&recs, &mut ChaCha8Rng::seed_from_u64(10)).unwrap();
         assert_eq!(a, b);
-        assert_ne!(a.input_ids, c.input_ids);
+        assert_ne!(a.encoding.input_ids, c.encoding.input_ids);
         let longest = recs.iter().map(|r| r.num_tokens() + 2).max().unwrap();
-        assert_eq!(a.seq_len, longest);
-        assert_eq!(a.rows(&a.labels).len(), 4);
+        assert_eq!(a.encoding.seq_len, longest);
+        assert_eq!(a.encoding.rows(&a.labels).len(), 4);
     }
 
     #[test]

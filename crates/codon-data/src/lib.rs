@@ -16,7 +16,7 @@
 //! println!("{} batches per epoch", loader.batches_per_epoch());
 //! for batch in loader.epoch(0) {
 //!     let batch = batch?;
-//!     println!("{} x {}", batch.batch_size, batch.seq_len);
+//!     println!("{} x {}", batch.encoding.batch_size, batch.encoding.seq_len);
 //! }
 //! # Ok(()) }
 //! ```

@@ -369,11 +369,11 @@ mod tests {
     fn every_record_appears_once_per_epoch() {
         let (_f, ds) = dataset(50);
         let l = loader(&ds, LoaderConfig { batch_size: 7, num_workers: 3, shuffle_buffer: 10, ..Default::default() });
-        let total: usize = l.epoch(0).map(|b| b.unwrap().batch_size).sum();
+        let total: usize = l.epoch(0).map(|b| b.unwrap().encoding.batch_size).sum();
         assert_eq!(total, 50);
         let dropped = loader(&ds, LoaderConfig { batch_size: 7, drop_last: true, ..Default::default() });
         assert_eq!(dropped.batches_per_epoch(), 7);
-        assert!(dropped.epoch(0).all(|b| b.unwrap().batch_size == 7));
+        assert!(dropped.epoch(0).all(|b| b.unwrap().encoding.batch_size == 7));
         assert_eq!(dropped.epoch(0).count(), 7);
     }
 
@@ -382,12 +382,15 @@ mod tests {
         let (_f, ds) = dataset(400);
         let padding = |bucket: Option<usize>| -> usize {
             let l = loader(&ds, LoaderConfig { batch_size: 8, bucket_batches: bucket, ..Default::default() });
-            l.epoch(0).map(|b| b.unwrap()).map(|b| b.batch_size * b.seq_len - b.num_tokens()).sum()
+            l.epoch(0)
+                .map(|b| b.unwrap())
+                .map(|b| b.encoding.batch_size * b.encoding.seq_len - b.encoding.num_tokens())
+                .sum()
         };
         let (plain, bucketed) = (padding(None), padding(Some(16)));
         assert!(bucketed * 3 < plain, "padding {bucketed} with bucketing vs {plain} without");
         let l = loader(&ds, LoaderConfig { batch_size: 8, bucket_batches: Some(16), ..Default::default() });
-        assert_eq!(l.epoch(0).map(|b| b.unwrap().batch_size).sum::<usize>(), 400);
+        assert_eq!(l.epoch(0).map(|b| b.unwrap().encoding.batch_size).sum::<usize>(), 400);
     }
 
     #[test]

@@ -332,9 +332,7 @@ impl Predictor {
         }
         let organisms: Vec<u32> = windows.iter().map(|w| batch[w.protein].organism_id).collect();
         let enc = crate::tokenizer::pad_rows(&rows, &organisms)?;
-        let shape = (enc.batch_size, enc.seq_len);
-        let (c, device) = (self.model.config(), self.model.device());
-        let input = ModelInput::from_host(shape, &enc.input_ids, &enc.token_type_ids, &enc.attention_mask, c, device)?;
+        let input = ModelInput::from_encoding(&enc, self.model.config(), self.model.device())?;
         let logits = self.model.forward(&input, ForwardMode::eval(options.attention)).op("prediction forward")?;
         let logits: Vec<Vec<Vec<f32>>> = logits.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3()?;
         let mut out: Vec<Vec<Vec<f32>>> = batch.iter().map(|p| vec![Vec::new(); p.residues.len()]).collect();

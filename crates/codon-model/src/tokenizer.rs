@@ -44,6 +44,19 @@ pub struct BatchEncoding {
 }
 
 impl BatchEncoding {
+    /// Number of non-pad tokens.
+    pub fn num_tokens(&self) -> usize {
+        self.attention_mask.iter().filter(|&&m| m != 0).count()
+    }
+
+    /// The rows of one of this batch's flat fields, for display or JSON output.
+    pub fn rows<T: Clone>(&self, flat: &[T]) -> Vec<Vec<T>> {
+        if self.seq_len == 0 {
+            return vec![Vec::new(); self.batch_size];
+        }
+        flat.chunks(self.seq_len).map(<[T]>::to_vec).collect()
+    }
+
     /// Row `i` of `input_ids`.
     pub fn input_ids_row(&self, i: usize) -> &[u32] {
         &self.input_ids[i * self.seq_len..(i + 1) * self.seq_len]

@@ -258,7 +258,14 @@ fn ids_are_checked_against_the_model_before_they_reach_a_device() {
     let p = predictor();
     let c = p.model().config();
     let input = |ids: &[u32], types: &[u32], mask: &[u32]| {
-        codon_model::bigbird::ModelInput::from_host((1, 3), ids, types, mask, c, &Device::Cpu).map(|_| ())
+        let encoding = codon_model::BatchEncoding {
+            batch_size: 1,
+            seq_len: 3,
+            input_ids: ids.to_vec(),
+            token_type_ids: types.to_vec(),
+            attention_mask: mask.to_vec(),
+        };
+        codon_model::bigbird::ModelInput::from_encoding(&encoding, c, &Device::Cpu).map(|_| ())
     };
     assert!(input(&[1, 40, 2], &[51, 51, 51], &[1, 1, 1]).is_ok());
     let err = input(&[1, 90, 2], &[51, 51, 51], &[1, 1, 1]).unwrap_err().to_string();

@@ -93,7 +93,7 @@ impl TrainableModel for MaskedLmModel {
     }
 
     fn tokens(&self, batch: &MlmBatch) -> usize {
-        batch.num_tokens()
+        batch.encoding.num_tokens()
     }
 
     fn checkpointable(&self) -> Option<&dyn Checkpointable> {
@@ -120,10 +120,9 @@ impl Checkpointable for MaskedLmModel {
 
 /// A batch's model inputs (ids checked against `config`) and labels on `device`.
 pub(crate) fn upload(batch: &MlmBatch, config: &BigBirdConfig, device: &Device) -> Result<(ModelInput, Tensor)> {
-    let shape = (batch.batch_size, batch.seq_len);
-    let input =
-        ModelInput::from_host(shape, &batch.input_ids, &batch.token_type_ids, &batch.attention_mask, config, device)?;
-    Ok((input, Tensor::from_slice(&batch.labels, shape, device)?))
+    let e = &batch.encoding;
+    let input = ModelInput::from_encoding(e, config, device)?;
+    Ok((input, Tensor::from_slice(&batch.labels, (e.batch_size, e.seq_len), device)?))
 }
 
 /// codon-data's loader as a [`BatchSource`].

@@ -115,14 +115,14 @@ impl TrainableModel for NewOrganismModel {
         let row = self.row.named()[0].1.as_tensor().clone();
         let model = BigBirdForMaskedLM::from_named(self.config.clone(), self.with_row(&self.compute, &row)?)?;
         let (mut input, labels) = upload(batch, model.config(), model.device())?;
-        let shape = (batch.batch_size, batch.seq_len);
+        let shape = (batch.encoding.batch_size, batch.encoding.seq_len);
         input.token_type_ids = Tensor::from_vec(vec![self.organism_id; shape.0 * shape.1], shape, model.device())?;
         let logits = model.forward(&input, ForwardMode::train(self.attention, seed))?;
         Ok(masked_lm_loss(&logits, &labels)?)
     }
 
     fn tokens(&self, batch: &MlmBatch) -> usize {
-        batch.num_tokens()
+        batch.encoding.num_tokens()
     }
 
     fn checkpointable(&self) -> Option<&dyn Checkpointable> {

@@ -10,6 +10,7 @@ use super::attention::{block_sparse_attention, block_sparse_masks, BlockSparseMa
 use super::config::{AttentionType, BigBirdConfig, HiddenAct};
 use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
+use crate::tokenizer::BatchEncoding;
 use codon_ops::attention::full_attention;
 use codon_ops::DropoutStream;
 
@@ -119,22 +120,16 @@ pub struct ModelInput {
 }
 
 impl ModelInput {
-    /// Upload row-major `shape` ids from the host, each checked against the configuration first:
-    /// a token id outside the vocabulary, an organism id without an embedding row or a mask that
-    /// is not 0/1 is an error here, where on an NPU it would surface as a late AI-core fault.
-    pub fn from_host(
-        shape: (usize, usize),
-        input_ids: &[u32],
-        token_type_ids: &[u32],
-        attention_mask: &[u32],
-        config: &BigBirdConfig,
-        device: &Device,
-    ) -> Result<Self> {
+    /// Upload an encoded batch, each id checked against the configuration first: a token id
+    /// outside the vocabulary, an organism id without an embedding row or a mask that is not
+    /// 0/1 is an error here, where on an NPU it would surface as a late AI-core fault.
+    pub fn from_encoding(encoding: &BatchEncoding, config: &BigBirdConfig, device: &Device) -> Result<Self> {
+        let shape = (encoding.batch_size, encoding.seq_len);
         let n = shape.0 * shape.1;
         for (name, ids, bound) in [
-            ("input_ids", input_ids, config.vocab_size),
-            ("token_type_ids", token_type_ids, config.type_vocab_size),
-            ("attention_mask", attention_mask, 2),
+            ("input_ids", &encoding.input_ids, config.vocab_size),
+            ("token_type_ids", &encoding.token_type_ids, config.type_vocab_size),
+            ("attention_mask", &encoding.attention_mask, 2),
         ] {
             if ids.len() != n {
                 return Err(CodonError::Input(format!("{name}: {} values for shape {shape:?}", ids.len())));
@@ -152,10 +147,11 @@ impl ModelInput {
                 )));
             }
         }
+        let upload = |ids: &[u32]| Tensor::from_slice(ids, shape, device).op("uploading the batch");
         Ok(Self {
-            input_ids: Tensor::from_slice(input_ids, shape, device)?,
-            token_type_ids: Tensor::from_slice(token_type_ids, shape, device)?,
-            attention_mask: Tensor::from_slice(attention_mask, shape, device)?,
+            input_ids: upload(&encoding.input_ids)?,
+            token_type_ids: upload(&encoding.token_type_ids)?,
+            attention_mask: upload(&encoding.attention_mask)?,
         })
     }
 }

@@ -73,7 +73,8 @@ fn full_attention_body(
     let batches: usize = qd[..rank - 2].iter().product();
     let bias_rows: usize = bias.dims()[..rank - 2].iter().product();
     let repeat = batches / bias_rows.max(1);
-    let (Some(qv), Some(kv), Some(vv), Some(bv)) = (f32_values(q), f32_values(k), f32_values(v), f32_values(bias)) else {
+    let (Some(qv), Some(kv), Some(vv), Some(bv)) = (f32_values(q), f32_values(k), f32_values(v), f32_values(bias))
+    else {
         return Ok(None);
     };
     let mut out = vec![0f32; batches * m * d];
