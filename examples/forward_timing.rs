@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
+use codon_ascend::cli::{AttentionChoice, DTypeChoice};
 use codon_ascend::model::bigbird::{
     init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
@@ -20,15 +21,15 @@ struct Args {
     /// Sequence length (batch 1).
     #[arg(long, default_value_t = 502)]
     length: usize,
-    /// full or block-sparse.
-    #[arg(long, default_value = "full")]
-    attention: String,
+    /// Attention.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::Full)]
+    attention: AttentionChoice,
     /// Timed repetitions after one warm-up pass.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
 }
 
 fn peak_rss_mb() -> Option<f64> {
@@ -40,8 +41,8 @@ fn peak_rss_mb() -> Option<f64> {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    let attention: AttentionType = args.attention.parse()?;
-    let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
+    let attention = AttentionType::from(args.attention);
+    let dtype = candle_core::DType::from(args.dtype);
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, dtype)?)?;
     let n = args.length;

@@ -9,13 +9,14 @@
 use clap::Parser;
 use codon_ascend::ascend::op_table::Coverage;
 use codon_ascend::ascend::{self, AscendDevice};
+use codon_ascend::cli::DeviceSpec;
 
 /// Ascend environment report.
 #[derive(Parser)]
 struct Args {
     /// The device to inspect.
     #[arg(long, default_value = "npu:0")]
-    device: String,
+    device: DeviceSpec,
     /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
     #[arg(long, alias = "sim_toolkit_path")]
     sim_toolkit_path: bool,
@@ -27,7 +28,7 @@ fn run() -> anyhow::Result<()> {
         println!("{}", ascend::emulated_root().display());
         return Ok(());
     }
-    let device = ascend::parse_device(&args.device)?;
+    let device = args.device.open()?;
     let dev: &AscendDevice =
         ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
     let tk = dev.toolkit();

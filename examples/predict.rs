@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
+use codon_ascend::cli::{DTypeChoice, DeviceSpec};
 use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
@@ -91,10 +92,10 @@ struct Args {
     output: Option<PathBuf>,
     /// cpu, npu:N or npu-sim:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
-    /// f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    device: DeviceSpec,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
     /// Only codons of each residue's amino acid.
     #[arg(long, alias = "match_protein")]
     match_protein: bool,
@@ -357,8 +358,8 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<Pre
     let Some(model) = &args.model else {
         anyhow::bail!("--method model needs --model DIR (or pick a baseline --method)")
     };
-    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
-    let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
+    let device = args.device.open()?;
+    let dtype = candle_core::DType::from(args.dtype);
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         if dtype == candle_core::DType::BF16 && !ascend.soc().has_bf16() {
             anyhow::bail!(

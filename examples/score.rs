@@ -14,6 +14,7 @@ use std::path::PathBuf;
 
 use candle_core::{Tensor, Var};
 use clap::Parser;
+use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
 use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
 
 /// Score inputs with a model.
@@ -28,9 +29,9 @@ struct Args {
     /// Output safetensors file.
     #[arg(long)]
     output: PathBuf,
-    /// full or block-sparse.
-    #[arg(long, default_value = "block-sparse")]
-    attention: String,
+    /// Attention.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
+    attention: AttentionChoice,
     /// Training-mode semantics: random tables, dropout as configured.
     #[arg(long)]
     train: bool,
@@ -42,18 +43,18 @@ struct Args {
     seed: u64,
     /// cpu, npu:N or npu-sim:N.
     #[arg(long, default_value = "cpu")]
-    device: String,
-    /// f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    device: DeviceSpec,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
 }
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     codon_ascend::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
-    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
-    let dtype = codon_ascend::parse_dtype(&args.dtype).map_err(anyhow::Error::msg)?;
-    let attention: AttentionType = args.attention.parse()?;
+    let device = args.device.open()?;
+    let dtype = candle_core::DType::from(args.dtype);
+    let attention = AttentionType::from(args.attention);
     let mut model = load_model(&args.model, None, &device, dtype)?;
     let inputs = candle_core::safetensors::load(&args.inputs, &device)?;
     let get = |k: &str| -> anyhow::Result<Tensor> {

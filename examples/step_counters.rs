@@ -9,24 +9,25 @@ use std::path::Path;
 
 use candle_core::DType;
 use clap::Parser;
+use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
 
 /// Per-step device counters.
 #[derive(Parser)]
 struct Args {
     /// npu:N or npu-sim:N.
     #[arg(long, default_value = "npu-sim:0")]
-    device: String,
+    device: DeviceSpec,
     /// Optimizer steps; the last one is reported (the first ones warm the allocator cache).
     #[arg(long, default_value_t = 3)]
     steps: usize,
-    /// auto, f32, bf16 or f16.
-    #[arg(long, default_value = "auto")]
-    precision: String,
-    /// block-sparse or full.
-    #[arg(long, default_value = "block-sparse")]
-    attention: String,
+    /// Training precision.
+    #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
+    precision: PrecisionChoice,
+    /// Attention.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
+    attention: AttentionChoice,
     /// Sequences per batch.
     #[arg(long, default_value_t = 2)]
     batch: usize,
@@ -43,15 +44,12 @@ struct Args {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
+    let device = args.device.open()?;
     let Some(ascend) = codon_ascend::ascend::ascend_device(&device) else {
         anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device);
     };
-    let precision = match args.precision.as_str() {
-        "auto" => Precision::auto(&device),
-        other => other.parse()?,
-    };
-    let attention: AttentionType = args.attention.parse()?;
+    let precision = args.precision.resolve(&device);
+    let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model =

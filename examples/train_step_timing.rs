@@ -9,8 +9,9 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 use clap::Parser;
+use codon_ascend::cli::{AttentionChoice, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
 
 /// Train-step timing.
 #[derive(Parser)]
@@ -18,12 +19,12 @@ struct Args {
     /// Optimizer steps; the first is reported separately (fresh optimizer state, first-touch page faults).
     #[arg(long, default_value_t = 3)]
     steps: usize,
-    /// f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
-    precision: String,
-    /// block-sparse or full.
-    #[arg(long, default_value = "block-sparse")]
-    attention: String,
+    /// Training precision.
+    #[arg(long, value_enum, default_value_t = PrecisionChoice::F32)]
+    precision: PrecisionChoice,
+    /// Attention.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
+    attention: AttentionChoice,
     /// Sequences per batch.
     #[arg(long, default_value_t = 2)]
     batch: usize,
@@ -40,8 +41,8 @@ fn peak_rss_mb() -> Option<f64> {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    let precision: Precision = args.precision.parse().map_err(anyhow::Error::msg)?;
-    let attention: AttentionType = args.attention.parse()?;
+    let precision = args.precision.resolve(&Device::Cpu);
+    let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;

@@ -22,9 +22,9 @@ impl BenchDevice {
 /// (printing why).
 pub fn devices() -> Vec<BenchDevice> {
     let mut out = vec![BenchDevice { name: "cpu", device: Device::Cpu }];
-    match crate::parse_device("npu:0") {
+    match candle_ascend::parse_device("npu:0") {
         Ok(device) => out.push(BenchDevice { name: "npu:0", device }),
-        Err(why) => match crate::parse_device("npu-sim:0") {
+        Err(why) => match candle_ascend::parse_device("npu-sim:0") {
             Ok(device) => {
                 eprintln!(
                     "no NPU ({why}): comparing with npu-sim:0, whose times measure the emulator, not an NPU, at small sizes"

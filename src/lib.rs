@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 pub mod bench;
+pub mod cli;
 mod probe;
 pub mod rendezvous;
 pub use probe::AscendProbe;
@@ -37,12 +38,6 @@ pub fn demo_model_config() -> codon_model::bigbird::BigBirdConfig {
         max_position_embeddings: 1024,
         ..Default::default()
     }
-}
-
-/// Parse a `--device` value: `cpu`, `npu:N` (a CANN toolkit) or `npu-sim:N` (the emulated
-/// toolkit); the one parser lives in candle-ascend.
-pub fn parse_device(text: &str) -> Result<candle_core::Device, String> {
-    candle_ascend::parse_device(text).map_err(|e| e.to_string())
 }
 
 /// A deterministic masked-LM batch of `b` sequences of `n` tokens (`[CLS]`, codon tokens,
@@ -85,16 +80,6 @@ impl codon_train::BatchSource for SameBatch {
     }
     fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_train::Result<Self::Batch>> + '_> {
         Box::new(std::iter::once(Ok(self.0.clone())))
-    }
-}
-
-/// Parse a `--dtype` value: `f32`, `bf16` or `f16`.
-pub fn parse_dtype(text: &str) -> Result<candle_core::DType, String> {
-    match text.trim() {
-        "f32" | "float32" => Ok(candle_core::DType::F32),
-        "bf16" | "bfloat16" => Ok(candle_core::DType::BF16),
-        "f16" | "float16" => Ok(candle_core::DType::F16),
-        other => Err(format!("unknown dtype {other:?} (expected f32, bf16 or f16)")),
     }
 }
 

@@ -65,6 +65,29 @@ fn errors_are_one_line_and_non_zero() {
     }
 }
 
+/// `--device`, `--dtype`, `--precision` and `--attention` are typed: `--help` lists the
+/// choices, a typo is refused by the parser (status 2) with a suggestion, and a device that
+/// parses but cannot open is an ordinary error (status 1).
+#[test]
+fn shared_flags_are_typed() {
+    let help = String::from_utf8_lossy(&run("finetune", &["--help"]).stdout).into_owned();
+    for choice in ["- auto:", "- bf16:", "- f16:", "- f32:", "- block-sparse:", "- full:"] {
+        assert!(help.contains(choice), "{choice}: {help}");
+    }
+    let out = run("finetune", &["--precision", "bf17"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid value 'bf17'") && stderr.contains("bf16"), "{stderr}");
+    let out = run("predict", &["--device", "gpu:0", "--protein", "MKV", "--organism", "51"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected cpu, npu:N or npu-sim:N"));
+    let out = run("score", &["--attention", "ful", "--model", "m", "--inputs", "i", "--output", "o"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a similar value exists: 'full'"));
+    // Spelled right but absent: the emulator has 8 devices by default.
+    let out = run("npu_env", &["--device", "npu-sim:99"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn score_reproduces_transformers_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ fn fixtures() -> PathBuf {
 }
 
 fn sim() -> Device {
-    codon_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
+    codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
 /// The backend counts launches per device, and every test here launches on `npu-sim:0`: they

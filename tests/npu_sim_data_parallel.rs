@@ -59,7 +59,7 @@ fn run(
 fn replicas(devices: usize) -> Vec<MaskedLmModel> {
     (0..devices)
         .map(|r| {
-            let device = codon_ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
+            let device = codon_ascend::ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
             let weights = init_weights(&config(), r as u64, &Device::Cpu, DType::F32).unwrap();
             let weights = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();
             let model = BigBirdForMaskedLM::from_named(config(), weights).unwrap();

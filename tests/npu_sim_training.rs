@@ -8,7 +8,7 @@ use codon_ascend::model::bigbird::{AttentionType, BigBirdForMaskedLM};
 static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn sim() -> Device {
-    codon_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
+    codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
 fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {

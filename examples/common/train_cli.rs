@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use candle_core::DType;
 use clap::Parser;
+use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use codon_ascend::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
@@ -75,13 +76,13 @@ pub struct Args {
     pub config: Option<PathBuf>,
     /// cpu, npu:N or npu-sim:N.
     #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// auto, bf16, f16 or f32. auto: bf16 where the device has BF16, f16 on an Ascend 910A, f32 on the CPU.
-    #[arg(long, default_value = "auto")]
-    pub precision: String,
-    /// block-sparse or full.
-    #[arg(long, default_value = "block-sparse")]
-    pub attention: String,
+    pub device: DeviceSpec,
+    /// Training precision.
+    #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
+    pub precision: PrecisionChoice,
+    /// Attention.
+    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
+    pub attention: AttentionChoice,
     /// Stop after N optimizer steps.
     #[arg(long = "max_steps", alias = "max-steps")]
     pub max_steps: Option<usize>,
@@ -128,17 +129,23 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let out_dir = PathBuf::from("demo-output");
     // torchrun's layout: one process per device, --device npu:K meaning K + LOCAL_RANK.
     let layout = codon_ascend::rendezvous::RankLayout::from_env()?;
-    let device = codon_ascend::parse_device(&args.device).map_err(anyhow::Error::msg)?;
-    let device = match &layout {
+    let first = match &layout {
         Some(l) if args.num_gpus != 1 => anyhow::bail!(
             "WORLD_SIZE={} runs one process per device: use --num_gpus 1 in each (rank {})",
             l.world,
             l.rank
         ),
-        Some(l) => data_parallel_devices(&device, l.local_rank + 1)?.pop().unwrap_or(device),
-        None => device,
+        Some(l) => data_parallel_devices(args.device, l.local_rank + 1)?.pop().unwrap_or(args.device),
+        None => args.device,
     };
-    let devices = data_parallel_devices(&device, args.num_gpus)?;
+    let mut devices = Vec::with_capacity(args.num_gpus);
+    for (k, spec) in data_parallel_devices(first, args.num_gpus)?.into_iter().enumerate() {
+        devices.push(match k {
+            0 => spec.open()?,
+            _ => spec.open().with_context(|| format!("--num_gpus {} from {first}", args.num_gpus))?,
+        });
+    }
+    let device = devices[0].clone();
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
     if no_math {
@@ -151,10 +158,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let inputs: Vec<&std::path::Path> = args.dataset_dir.iter().map(PathBuf::as_path).collect();
     let outputs: Vec<&std::path::Path> = args.metrics.iter().map(PathBuf::as_path).collect();
     codon_ascend::data::refuse_overwriting(&inputs, &outputs)?;
-    let precision = match args.precision.as_str() {
-        "auto" => Precision::auto(&device),
-        other => other.parse()?,
-    };
+    let precision = args.precision.resolve(&device);
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         let soc = ascend.soc();
         if precision == Precision::Bf16 && !soc.has_bf16() {
@@ -168,7 +172,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     } else {
         println!("device: {}, precision {:?}", args.device, precision);
     }
-    let attention: AttentionType = args.attention.parse()?;
+    let attention = AttentionType::from(args.attention);
     let epochs = args.max_epochs.unwrap_or(match (mode, demo) {
         (_, true) => 6,
         (Mode::Finetune, false) => 15,
@@ -385,27 +389,13 @@ fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
 
 /// The devices of `--num_gpus n` from `--device`'s: that one and the next n − 1 of its kind.
 /// Several devices train data-parallel over HCCL, which the CPU does not have.
-fn data_parallel_devices(first: &candle_core::Device, n: usize) -> anyhow::Result<Vec<candle_core::Device>> {
-    if n == 0 {
-        anyhow::bail!("--num_gpus must be at least 1");
-    }
-    if n == 1 {
-        return Ok(vec![first.clone()]);
-    }
-    let Some(ascend) = codon_ascend::ascend::ascend_device(first) else {
-        anyhow::bail!(
+fn data_parallel_devices(first: DeviceSpec, n: usize) -> anyhow::Result<Vec<DeviceSpec>> {
+    match (n, first) {
+        (0, _) => anyhow::bail!("--num_gpus must be at least 1"),
+        (1, _) => Ok(vec![first]),
+        (_, DeviceSpec::Cpu) => anyhow::bail!(
             "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator); the CPU trains with --num_gpus 1"
-        );
-    };
-    let name = ascend.name();
-    let (kind, id) = name.rsplit_once(':').unwrap_or(("npu", "0"));
-    let id: usize = id.parse()?;
-    let mut devices = vec![first.clone()];
-    for k in id + 1..id + n {
-        devices.push(
-            codon_ascend::parse_device(&format!("{kind}:{k}"))
-                .map_err(|e| anyhow::anyhow!("--num_gpus {n} from {name}: {e}"))?,
-        );
+        ),
+        _ => Ok(first.and_next(n)),
     }
-    Ok(devices)
 }

@@ -50,18 +50,6 @@ impl Precision {
     }
 }
 
-impl std::str::FromStr for Precision {
-    type Err = TrainError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "f32" | "32" | "32-true" | "fp32" => Ok(Self::F32),
-            "bf16" | "bf16-mixed" => Ok(Self::Bf16),
-            "f16" | "16" | "16-mixed" | "fp16" => Ok(Self::F16),
-            other => Err(TrainError::Config(format!("unknown precision {other:?} (expected bf16, f16 or f32)"))),
-        }
-    }
-}
-
 /// f16 dynamic loss scaling (torch GradScaler's defaults).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
 pub(crate) struct LossScaler {

@@ -21,6 +21,19 @@ pub enum ToolkitKind {
     Emulated,
 }
 
+impl ToolkitKind {
+    /// Both kinds.
+    pub const ALL: [ToolkitKind; 2] = [ToolkitKind::Cann, ToolkitKind::Emulated];
+
+    /// The device-name prefix of this toolkit's devices: `npu` or `npu-sim`.
+    pub fn device_prefix(self) -> &'static str {
+        match self {
+            ToolkitKind::Cann => "npu",
+            ToolkitKind::Emulated => "npu-sim",
+        }
+    }
+}
+
 macro_rules! runtime_api {
     ($($name:ident : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// ACL runtime and nnopbase entry points, resolved at load time.

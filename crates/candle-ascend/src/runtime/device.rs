@@ -58,10 +58,7 @@ impl DeviceInner {
     }
 
     pub(crate) fn location_name(&self) -> &'static str {
-        match self.toolkit.kind {
-            ToolkitKind::Cann => "npu",
-            ToolkitKind::Emulated => "npu-sim",
-        }
+        self.toolkit.kind.device_prefix()
     }
 
     /// Bind this device to the calling thread, once per thread.

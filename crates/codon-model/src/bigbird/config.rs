@@ -32,19 +32,6 @@ pub enum AttentionType {
     BlockSparse,
 }
 
-impl std::str::FromStr for AttentionType {
-    type Err = CodonError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "original_full" | "full" => Ok(Self::OriginalFull),
-            "block_sparse" | "block-sparse" | "sparse" => Ok(Self::BlockSparse),
-            other => Err(CodonError::Config(format!(
-                "unknown attention type {other:?} (expected original_full/full or block_sparse/block-sparse)"
-            ))),
-        }
-    }
-}
-
 fn d_vocab() -> usize {
     90
 }
