@@ -10,13 +10,19 @@ use crate::ffi::types::*;
 /// A pinned host buffer (`aclrtMallocHost`), kept for the life of the process.
 #[derive(Debug)]
 pub struct PinnedBuffer {
-    ptr: usize,
+    ptr: *mut c_void,
     size: usize,
 }
 
+// SAFETY: the buffer is host memory owned by the staging pool alone; it is written by the thread
+// that took it and read by the device's stream, which the pool's in-flight accounting orders.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: a shared `PinnedBuffer` only hands out its address.
+unsafe impl Sync for PinnedBuffer {}
+
 impl PinnedBuffer {
     pub(crate) fn ptr(&self) -> *mut c_void {
-        self.ptr as *mut c_void
+        self.ptr
     }
 }
 
@@ -55,7 +61,7 @@ impl Staging {
         if code != ACL_SUCCESS {
             return Err(code);
         }
-        Ok(PinnedBuffer { ptr: ptr as usize, size })
+        Ok(PinnedBuffer { ptr, size })
     }
 
     /// A buffer whose copy is queued on the stream.
