@@ -21,7 +21,8 @@ static int g_device_count = DEFAULT_DEVICES;
 #define LAZY_DEPTH 64
 
 /* The emulated parts. Names from torch_npu NpuVariables.cpp; HBM from the parts' data sheets
- * (vendor-facts.md: 910A 32 GB, 910B3 64 GB, 910B4 32 GB). */
+ * (910A 32 GB, 910B3 64 GB, 910B4 32 GB; llama.cpp's CANN backend reports about 30,196 MB
+ * usable on a 910B4). */
 typedef struct { const char *name; int family; uint64_t hbm; } SocProfile;
 static const SocProfile g_socs[] = {
     {"Ascend910A", SIM_SOC_910, 32ull << 30},   {"Ascend910ProA", SIM_SOC_910, 32ull << 30},
@@ -680,8 +681,9 @@ static void run_copy(void *arg) {
 }
 
 /* The copy runs on the stream, when the stream gets to it; the call returns at once. Host
- * memory must come from aclrtMallocHost: CANN 8.0 documents "unpredictable errors" for other
- * host memory on Atlas training and A2 parts (vendor-facts.md §1), so it is refused here. */
+ * memory must come from aclrtMallocHost: CANN 8.0's aclrtMemcpyAsync documentation promises
+ * "unpredictable errors" for other host memory on Atlas training and A2 parts, so it is
+ * refused here. */
 SIM_EXPORT aclError aclrtMemcpyAsync(void *dst, size_t dest_max, const void *src, size_t count, int kind,
                                      aclrtStream stream) {
     if (count == 0) return ACL_SUCCESS;

@@ -72,7 +72,7 @@ static __thread char t_hccl_error[512];
 
 static double exec_timeout_s(void) {
     /* HCCL_EXEC_TIMEOUT: default 1836 s; on Atlas training parts it is rounded down to a
-     * multiple of 68 s (vendor-facts §4). */
+     * multiple of 68 s (the hiascend CANN environment-variable reference). */
     const char *v = getenv("HCCL_EXEC_TIMEOUT");
     double t = v && *v ? atof(v) : 1836.0;
     if (t <= 0) t = 1836.0;

@@ -19,7 +19,7 @@ use crate::soc::{Soc, SocFamily};
 use crate::storage::AscendStorage;
 
 /// HCCL's timeouts as the vendor documents them, from `HCCL_CONNECT_TIMEOUT` and
-/// `HCCL_EXEC_TIMEOUT` (hiascend environment-variable reference, in vendor-facts §4).
+/// `HCCL_EXEC_TIMEOUT` (the hiascend CANN environment-variable reference).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HcclTimeouts {
     /// Seconds a rank waits for the others to join: the setting (default 120, clamped to

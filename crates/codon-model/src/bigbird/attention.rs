@@ -1,4 +1,4 @@
-//! BigBird's self-attention: `original_full` and `block_sparse` (bigbird.md §4–5). This module
+//! BigBird's self-attention: `original_full` and `block_sparse` (transformers' `BigBirdSelfAttention` and `BigBirdBlockSparseAttention`). This module
 //! holds what is BigBird's: the masks' penalty and which key blocks each query block sees. The
 //! attention itself is `codon_ops::attention`'s, with a body per device.
 //!

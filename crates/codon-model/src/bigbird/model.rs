@@ -1,5 +1,5 @@
 //! `BigBirdForMaskedLM`: embeddings → post-LN encoder layers → MLM head tied to the word
-//! embeddings (bigbird.md §3). Module and parameter names follow transformers.
+//! embeddings (transformers' `BigBirdEmbeddings`). Module and parameter names follow transformers.
 
 use std::collections::HashMap;
 

@@ -72,7 +72,7 @@ impl LegacyRandomState {
 mod tests {
     use super::*;
 
-    /// Test vectors from numpy (bigbird.md §5.3).
+    /// Test vectors from numpy's `np.random.RandomState(s)`: its first raw outputs and `permutation`.
     #[test]
     fn matches_numpy() {
         let mut r = LegacyRandomState::new(0);
