@@ -29,7 +29,7 @@ mod design_args;
 #[path = "common/reference_args.rs"]
 mod reference_args;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -134,16 +134,8 @@ impl Progress {
     const LINE_EVERY: Duration = Duration::from_secs(5);
 
     fn new(total: usize) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(total as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:40} {pos}/{len} proteins  {per_sec}  elapsed {elapsed}  ETA {eta}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        });
+        let template = "{bar:40} {pos}/{len} proteins  {per_sec}  elapsed {elapsed}  ETA {eta}";
+        let bar = codon_ascend::train::progress::terminal_bar(total, template);
         let now = Instant::now();
         Self { bar, total, done: 0, start: now, last_line: now }
     }

@@ -1,6 +1,6 @@
 //! `codon-data`: CodonTransformer's data side.
 //!
-//! - [`prepare`]: CSV / FASTA gene records → upstream-format JSONL training files;
+//! - [`prepare`](mod@prepare): CSV / FASTA gene records → upstream-format JSONL training files;
 //! - [`JsonlDataset`]: a streaming, counted, sharded, shuffled view of such a file;
 //! - [`MlmCollator`]: tokenization, dynamic padding and CodonTransformer's masking;
 //! - [`DataLoader`]: worker threads that build batches ahead of training.

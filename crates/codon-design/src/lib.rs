@@ -5,7 +5,7 @@
 //!
 //! - [`iupac`]: patterns and reverse complements; [`enzymes`]: the built-in enzyme table.
 //! - [`constraints`]: each constraint lists its violations, with whole-number severities.
-//! - [`repair`]: the fixed-point repair over per-codon scores.
+//! - [`repair`](mod@repair): the fixed-point repair over per-codon scores.
 
 pub mod constraints;
 pub mod enzymes;

@@ -83,7 +83,7 @@ fn map_f32(s: &CpuStorage, l: &Layout, op: &str, f: impl Fn(&mut [f32]) + Sync) 
     })
 }
 
-/// `gelu_new(x)` on the CPU; its backward is [`GeluNewGrad`].
+/// `gelu_new(x)` on the CPU; its backward is `GeluNewGrad`.
 pub struct GeluNew;
 
 impl CustomOp1 for GeluNew {
@@ -136,7 +136,7 @@ impl CustomOp2 for GeluNewGrad {
     }
 }
 
-/// Softmax over the last dimension on the CPU; its backward is [`SoftmaxGrad`].
+/// Softmax over the last dimension on the CPU; its backward is `SoftmaxGrad`.
 pub struct Softmax;
 
 impl CustomOp1 for Softmax {

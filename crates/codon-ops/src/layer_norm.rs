@@ -94,7 +94,7 @@ impl CustomOp2 for ResidualSum {
 
 /// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU,
 /// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; other devices
-/// run the composed [`reference`].
+/// run the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
     if x.device().is_cpu() {

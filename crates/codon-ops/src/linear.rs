@@ -1,7 +1,7 @@
 //! Linear layers, `x·Wᵀ + b`.
 //!
 //! - [`linear`] picks the body: CPU inference takes [`fused_linear`], CPU training and Ascend
-//!   parts the [`Linear`] op, other devices the composed [`reference`]. [`linear_residual`],
+//!   parts the [`Linear`] op, other devices the composed [`reference()`]. [`linear_residual`],
 //!   [`linear_gelu_new`] and [`linear_dropout`] add what follows the layer, in the GEMM's
 //!   epilogue where the body has one.
 //! - CPU inference ([`fused_linear`]): the bias and a residual are written into the GEMM's
@@ -85,7 +85,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
 }
 
 /// `dropout(x·Wᵀ + b)` with the mask of `stream`'s next draw: on the CPU the mask is the
-/// GEMM's epilogue; elsewhere the [`crate::dropout`] op follows the layer. The mask is drawn
+/// GEMM's epilogue; elsewhere the [`crate::dropout()`] op follows the layer. The mask is drawn
 /// the same way on every device, so runs agree across devices.
 pub fn linear_dropout(
     x: &Tensor,

@@ -76,94 +76,63 @@ impl TrainerConfig {
     }
 }
 
+/// Builder setters that store their argument in the config field of the same meaning.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty => $field:ident,)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.0.$field = value;
+            self
+        }
+    )*};
+}
+
 impl TrainerConfigBuilder {
-    /// Peak learning rate.
-    pub fn learning_rate(mut self, lr: f64) -> Self {
-        self.0.learning_rate = lr;
-        self
-    }
-    /// Fraction of steps spent warming up (OneCycleLR's `pct_start`).
-    pub fn warmup_fraction(mut self, f: f64) -> Self {
-        self.0.warmup_fraction = f;
-        self
-    }
-    /// Epochs.
-    pub fn max_epochs(mut self, n: usize) -> Self {
-        self.0.max_epochs = n;
-        self
-    }
-    /// Stop after this many optimizer steps.
-    pub fn max_steps(mut self, n: Option<usize>) -> Self {
-        self.0.max_steps = n;
-        self
-    }
-    /// Micro-batches per optimizer step.
-    pub fn accumulate_grad_batches(mut self, n: usize) -> Self {
-        self.0.accumulate_grad_batches = n;
-        self
-    }
-    /// Clip gradients to this global 2-norm.
-    pub fn gradient_clip(mut self, max_norm: Option<f64>) -> Self {
-        self.0.gradient_clip = max_norm;
-        self
-    }
-    /// Precision.
-    pub fn precision(mut self, p: Precision) -> Self {
-        self.0.precision = p;
-        self
-    }
-    /// Seed of data order, masking and dropout.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.0.seed = seed;
-        self
-    }
-    /// AdamW hyper-parameters.
-    pub fn adamw(mut self, c: AdamWConfig) -> Self {
-        self.0.adamw = c;
-        self
-    }
-    /// Folder of `step-<N>` checkpoints.
-    pub fn checkpoint_dir(mut self, dir: Option<PathBuf>) -> Self {
-        self.0.checkpoint_dir = dir;
-        self
-    }
-    /// Also write upstream's state-dict file under this name in the checkpoint folder.
-    pub fn checkpoint_filename(mut self, name: Option<String>) -> Self {
-        self.0.checkpoint_filename = name;
-        self
-    }
-    /// Checkpoint every N optimizer steps (and always at the end).
-    pub fn save_every_n_steps(mut self, n: Option<usize>) -> Self {
-        self.0.save_every_n_steps = n;
-        self
-    }
-    /// Keep only the newest `n` `step-<N>` folders (each holds about 1 GB at full size); older
-    /// ones are removed after each save. `None` keeps every one.
-    pub fn keep_last(mut self, n: Option<usize>) -> Self {
-        self.0.keep_last = n;
-        self
-    }
-    /// Per-step metrics JSONL file.
-    pub fn metrics_path(mut self, path: Option<PathBuf>) -> Self {
-        self.0.metrics_path = path;
-        self
-    }
-    /// No progress bar.
-    pub fn quiet(mut self, quiet: bool) -> Self {
-        self.0.quiet = quiet;
-        self
-    }
-    /// Anomaly policy.
-    pub fn anomaly_policy(mut self, p: AnomalyPolicy) -> Self {
-        self.0.anomaly = p;
-        self
-    }
-    /// Under [`AnomalyPolicy::Skip`], stop with an error once this many optimizer steps in a row
-    /// were skipped for non-finite values (default 10). f16 overflow skips count only once the
-    /// loss scale has fallen below 1, where even unscaled gradients are not finite.
-    pub fn max_skipped_steps(mut self, n: usize) -> Self {
-        self.0.max_skipped_steps = n;
-        self
+    setters! {
+        /// Peak learning rate.
+        learning_rate: f64 => learning_rate,
+        /// Fraction of steps spent warming up (OneCycleLR's `pct_start`).
+        warmup_fraction: f64 => warmup_fraction,
+        /// Epochs.
+        max_epochs: usize => max_epochs,
+        /// Stop after this many optimizer steps.
+        max_steps: Option<usize> => max_steps,
+        /// Micro-batches per optimizer step.
+        accumulate_grad_batches: usize => accumulate_grad_batches,
+        /// Clip gradients to this global 2-norm.
+        gradient_clip: Option<f64> => gradient_clip,
+        /// Precision.
+        precision: Precision => precision,
+        /// Seed of data order, masking and dropout.
+        seed: u64 => seed,
+        /// AdamW hyper-parameters.
+        adamw: AdamWConfig => adamw,
+        /// Folder of `step-<N>` checkpoints.
+        checkpoint_dir: Option<PathBuf> => checkpoint_dir,
+        /// Also write upstream's state-dict file under this name in the checkpoint folder.
+        checkpoint_filename: Option<String> => checkpoint_filename,
+        /// Checkpoint every N optimizer steps (and always at the end).
+        save_every_n_steps: Option<usize> => save_every_n_steps,
+        /// Keep only the newest `n` `step-<N>` folders (each holds about 1 GB at full size); older
+        /// ones are removed after each save. `None` keeps every one.
+        keep_last: Option<usize> => keep_last,
+        /// Per-step metrics JSONL file.
+        metrics_path: Option<PathBuf> => metrics_path,
+        /// No progress bar.
+        quiet: bool => quiet,
+        /// Anomaly policy.
+        anomaly_policy: AnomalyPolicy => anomaly,
+        /// Under [`AnomalyPolicy::Skip`], stop with an error once this many optimizer steps in a row
+        /// were skipped for non-finite values (default 10). f16 overflow skips count only once the
+        /// loss scale has fallen below 1, where even unscaled gradients are not finite.
+        max_skipped_steps: usize => max_skipped_steps,
+        /// For counting runs on a device that skips arithmetic, whose values are meaningless: loss
+        /// scaling and anomaly checks still run, but anomalies never stop the run, and checkpoints
+        /// (only written when a folder is given) are written whatever their values.
+        values_are_meaningless: bool => values_meaningless,
+        /// Keep freed memory in the process while training (default false: it changes malloc for the
+        /// whole process; see [`crate::retain_freed_memory`]). The training examples turn it on.
+        retain_freed_memory: bool => retain_freed_memory,
     }
     /// Watch the device: each step's metrics (and the progress bar) then carry its launches,
     /// allocations, synchronisations, reads and peak memory.
@@ -171,22 +140,9 @@ impl TrainerConfigBuilder {
         self.0.device_probe = Some(std::sync::Mutex::new(probe));
         self
     }
-    /// For counting runs on a device that skips arithmetic, whose values are meaningless: loss
-    /// scaling and anomaly checks still run, but anomalies never stop the run, and checkpoints
-    /// (only written when a folder is given) are written whatever their values.
-    pub fn values_are_meaningless(mut self, yes: bool) -> Self {
-        self.0.values_meaningless = yes;
-        self
-    }
     /// A custom schedule instead of OneCycleLR.
     pub fn scheduler(mut self, s: Box<dyn Scheduler>) -> Self {
         self.0.scheduler = Some(s);
-        self
-    }
-    /// Keep freed memory in the process while training (default false: it changes malloc for the
-    /// whole process; see [`crate::retain_freed_memory`]). The training examples turn it on.
-    pub fn retain_freed_memory(mut self, yes: bool) -> Self {
-        self.0.retain_freed_memory = yes;
         self
     }
     /// Validate and finish.

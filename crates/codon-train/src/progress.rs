@@ -60,7 +60,7 @@ pub struct DeviceStepStats {
     pub collective_mb: f64,
 }
 
-/// Watches a device across optimizer steps (see [`TrainerConfigBuilder::device_probe`]).
+/// Watches a device across optimizer steps (see [`crate::TrainerConfigBuilder::device_probe`]).
 pub trait DeviceProbe: Send {
     /// Called before each optimizer step.
     fn begin_step(&mut self);
@@ -73,13 +73,23 @@ pub trait DeviceProbe: Send {
 pub struct TrainReport {
     /// Metrics of every optimizer step run.
     pub steps: Vec<StepMetrics>,
-    /// Checkpoint folders written and still present (see [`TrainerConfigBuilder::keep_last`]).
+    /// Checkpoint folders written and still present (see [`crate::TrainerConfigBuilder::keep_last`]).
     pub checkpoints: Vec<PathBuf>,
     /// Total optimizer steps of the schedule.
     pub total_steps: usize,
     /// What the run warned of (skipped updates, interrupted saves it cleaned up), in order;
     /// also printed on stderr unless the run is quiet.
     pub warnings: Vec<String>,
+}
+
+/// A progress bar of `total` items drawn with indicatif's `template`, when stderr is a
+/// terminal; `None` elsewhere (logs, CI), where callers print plain lines instead.
+pub fn terminal_bar(total: usize, template: &str) -> Option<indicatif::ProgressBar> {
+    std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let style = indicatif::ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        indicatif::ProgressBar::new(total as u64).with_style(style)
+    })
 }
 
 /// A run's output as it goes: the progress bar on a terminal or plain log lines (about 20 per
@@ -97,19 +107,10 @@ pub(crate) struct Progress {
 impl Progress {
     /// Output for a run of `total_steps` starting after `step`; `quiet` prints nothing.
     pub(crate) fn new(quiet: bool, total_steps: usize, step: usize) -> Self {
-        let log_lines = !quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let bar = if quiet || log_lines {
-            indicatif::ProgressBar::hidden()
-        } else {
-            let bar = indicatif::ProgressBar::new(total_steps as u64);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar
-        };
+        let template = "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]";
+        let terminal = if quiet { None } else { terminal_bar(total_steps, template) };
+        let log_lines = !quiet && terminal.is_none();
+        let bar = terminal.unwrap_or_else(indicatif::ProgressBar::hidden);
         bar.set_position(step as u64);
         let log_every = (total_steps / 20).max(1);
         Self { bar, quiet, log_lines, log_every, total_steps, metrics: None, warnings: Vec::new() }

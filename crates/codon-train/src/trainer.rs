@@ -1,5 +1,5 @@
 //! The training loop: epochs, micro-batches shared among ranks, checkpoints and resume. One
-//! optimizer step is [`crate::step`]; output is [`crate::progress`].
+//! optimizer step is the private `step` module's; output is [`crate::progress`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

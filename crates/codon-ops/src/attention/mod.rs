@@ -3,7 +3,7 @@
 //! its probabilities for a fused backward pass (full and block-sparse key sets);
 //! [`cpu_inference`], chunked kernels that keep nothing; [`flash`], the Ascend body where the
 //! part has `aclnnFlashAttentionScore` (the A2); and the composed ops elsewhere.
-//! [`block_sparse`] holds block-sparse attention's own device path. [`reference`] is the
+//! [`block_sparse`] holds block-sparse attention's own device path. [`reference()`] is the
 //! composed computation, for tests.
 pub mod block_sparse;
 pub mod cpu_inference;
@@ -152,7 +152,7 @@ pub fn reference(
     probs.matmul(&split(v)?)?.transpose(1, 2)?.reshape((b, n, hidden))
 }
 
-/// The dropout multipliers (batch, heads, seq, seq) of a draw, for [`reference`] in tests.
+/// The dropout multipliers (batch, heads, seq, seq) of a draw, for [`reference()`] in tests.
 pub fn reference_dropout(
     stream: &mut DropoutStream,
     dims: (usize, usize, usize),
