@@ -20,12 +20,16 @@ torch.manual_seed(0)
 config = BigBirdConfig(vocab_size=90, type_vocab_size=164, sep_token_id=2, attention_type="block_sparse")
 model = BigBirdForMaskedLM(config).train()
 opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+# The collator's TOKEN2MASK: a codon token (26 + its A<C<G<T index) becomes its amino acid's x_unk.
+AMINO = "KNKNTTTTRSRSIIMIQHQHPPPPRRRRLLLLEDEDAAAAGGGGVVVV*Y*YSSSS*CWCLFLF"
+UNK = {a: 5 + k for k, a in enumerate("ACDEFGHIKLMNPQRSTVWY")}
+UNK["*"] = 25
 ids, labels = [], []
 for i in range(b * n):
     p = i % n
     tok = 1 if p == 0 else 2 if p == n - 1 else 26 + (p * 7 + i // n) % 64
     masked = i % 7 == 3 and tok >= 26
-    ids.append(5 if masked else tok)
+    ids.append(UNK[AMINO[tok - 26]] if masked else tok)
     labels.append(tok if masked else -100)
 ids = torch.tensor(ids).view(b, n)
 labels = torch.tensor(labels).view(b, n)

@@ -75,7 +75,7 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;

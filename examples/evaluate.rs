@@ -61,7 +61,7 @@ struct Row {
 const METRIC_COLUMNS: [&str; 6] = ["csi", "gc_content", "cfd", "minmax_mean", "similarity", "complexity"];
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     if !(args.cfd_threshold.is_finite() && args.cfd_threshold >= 0.0) {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }

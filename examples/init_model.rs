@@ -26,7 +26,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     let config = match &args.config {
         Some(path) => BigBirdConfig::from_file(path)?,
         None => BigBirdConfig::default(),

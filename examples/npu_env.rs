@@ -14,7 +14,7 @@ use codon_ascend::cli::DeviceSpec;
 /// Ascend environment report.
 #[derive(Parser)]
 struct Args {
-    /// The device to inspect.
+    /// The device to inspect: npu:N or npu-sim:N.
     #[arg(long, default_value = "npu:0")]
     device: DeviceSpec,
     /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
@@ -23,7 +23,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     if args.sim_toolkit_path {
         println!("{}", ascend::emulated_root().display());
         return Ok(());

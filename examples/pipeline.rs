@@ -38,7 +38,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     let input = args.input.unwrap_or_else(|| codon_ascend::demo_data_dir().join("genes.csv"));
     std::fs::create_dir_all(&args.out_dir)?;
     let train = args.out_dir.join("train.jsonl");

@@ -196,7 +196,7 @@ impl Baseline {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     // The model's organisms: the built-in ones, or the table stored with a model taught more.
     let organisms = args.model.as_deref().map(OrganismTable::for_model).transpose()?.unwrap_or_default();
     if args.list_organisms {

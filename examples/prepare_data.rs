@@ -37,7 +37,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     if let Some(organism) = &args.organism {
         codon_ascend::model::parse_organism(organism).context("--organism")?;
     }
@@ -45,7 +45,7 @@ fn run() -> anyhow::Result<()> {
         organism: args.organism,
         keep_incorrect: args.keep_incorrect,
         shuffle_seed: args.shuffle_seed,
-        protein_config: args.protein.config()?,
+        protein_config: args.protein.config(),
         seed: args.protein.seed,
     };
     let report =

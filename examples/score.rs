@@ -50,7 +50,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
     let device = args.device.open()?;
     let dtype = candle_core::DType::from(args.dtype);

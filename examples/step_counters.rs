@@ -43,7 +43,7 @@ struct Args {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     let device = args.device.open()?;
     let Some(ascend) = codon_ascend::ascend::ascend_device(&device) else {
         anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device);

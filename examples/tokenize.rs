@@ -47,13 +47,13 @@ struct Input {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
     };
-    let config = args.protein.config()?;
+    let config = args.protein.config();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed);
     let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);

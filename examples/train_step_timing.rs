@@ -40,7 +40,7 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     let precision = args.precision.resolve(&Device::Cpu);
     let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig::default();

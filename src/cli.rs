@@ -7,6 +7,29 @@ use candle_core::{DType, Device};
 use codon_model::bigbird::AttentionType;
 use codon_train::Precision;
 
+/// Parse the command line into `A`. `--help` and `--version` print as usual; a usage error is one
+/// line on stderr (clap's message and suggestions, without the usage block) and exit status 2.
+pub fn parse_args<A: clap::Parser>() -> A {
+    match A::try_parse() {
+        Ok(args) => args,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("{}", one_line(&e.render().to_string()));
+            std::process::exit(2);
+        }
+    }
+}
+
+/// clap's multi-line error as one line: its lines joined, the usage block and the `--help` hint left out.
+fn one_line(rendered: &str) -> String {
+    let lines: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .collect();
+    format!("{} (see --help)", lines.join(" "))
+}
+
 /// A `--device` value: `cpu`, `npu:N` or `npu-sim:N`.
 pub use candle_ascend::DeviceSpec;
 
@@ -132,5 +155,9 @@ mod tests {
         assert!(err.contains("a similar value exists: 'full'"), "{err}");
         let err = Args::try_parse_from(["p", "--device", "gpu:0"]).unwrap_err().to_string();
         assert!(err.contains("expected cpu, npu:N or npu-sim:N"), "{err}");
+        let err = Args::try_parse_from(["p", "--dtype", "f8"]).unwrap_err();
+        let line = one_line(&err.render().to_string());
+        assert!(!line.contains('\n') && line.starts_with("error: invalid value 'f8' for '--dtype"), "{line}");
+        assert!(line.contains("[possible values: f32, bf16, f16]"), "{line}");
     }
 }

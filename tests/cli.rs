@@ -77,7 +77,8 @@ fn shared_flags_are_typed() {
     let out = run("finetune", &["--precision", "bf17"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("invalid value 'bf17'") && stderr.contains("bf16"), "{stderr}");
+    assert!(stderr.contains("invalid value 'bf17'") && stderr.contains("a similar value exists: 'bf16'"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     let out = run("predict", &["--device", "gpu:0", "--protein", "MKV", "--organism", "51"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected cpu, npu:N or npu-sim:N"));
@@ -253,13 +254,14 @@ fn finetune_flags_resume_and_errors() {
     };
     assert_eq!(loss(&std::fs::read_to_string(p("m2.jsonl")).unwrap()), loss(&metrics)[3..]);
     // Errors: one line, non-zero.
-    for args in [
-        vec!["--dataset_dir", p("train.jsonl").leak(), "--num_gpus", "4"],
-        vec!["--dataset_dir", p("missing.jsonl").leak()],
-        vec!["--dataset_dir", p("train.jsonl").leak(), "--precision", "fp8"],
+    // (A value clap refuses is a usage error: status 2, also on one line.)
+    for (args, status) in [
+        (vec!["--dataset_dir", p("train.jsonl").leak(), "--num_gpus", "4"], 1),
+        (vec!["--dataset_dir", p("missing.jsonl").leak()], 1),
+        (vec!["--dataset_dir", p("train.jsonl").leak(), "--precision", "fp8"], 2),
     ] {
         let o = run("finetune", &args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert_eq!(o.status.code(), Some(status), "{args:?}");
         assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{}", String::from_utf8_lossy(&o.stderr));
     }
     let o = run("pretrain", &["--model", &bigbird_fixture(""), "--dataset_dir", &p("train.jsonl")]);

@@ -7,7 +7,7 @@ use codon_ascend::model::{AmbiguousBehavior, ProteinConfig};
 pub struct ProteinArgs {
     /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
     #[arg(long, default_value = "standardize_random")]
-    pub ambiguous: String,
+    pub ambiguous: AmbiguousBehavior,
     /// Seed for resolving ambiguous amino acids at random.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -15,7 +15,7 @@ pub struct ProteinArgs {
 
 impl ProteinArgs {
     /// The preprocessing configuration these flags describe.
-    pub fn config(&self) -> anyhow::Result<ProteinConfig> {
-        Ok(ProteinConfig::new(self.ambiguous.parse::<AmbiguousBehavior>()?))
+    pub fn config(&self) -> ProteinConfig {
+        ProteinConfig::new(self.ambiguous)
     }
 }

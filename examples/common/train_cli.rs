@@ -93,8 +93,8 @@ pub struct Args {
     #[arg(long)]
     pub metrics: Option<PathBuf>,
     /// What a non-finite loss or gradient does: skip the update (and warn), or abort.
-    #[arg(long = "on-nonfinite", alias = "on_nonfinite", default_value = "skip", value_parser = ["skip", "abort"])]
-    pub on_nonfinite: String,
+    #[arg(long = "on-nonfinite", alias = "on_nonfinite", value_enum, default_value_t = OnNonFinite::Skip)]
+    pub on_nonfinite: OnNonFinite,
     /// Stop with an error after this many skipped steps in a row.
     #[arg(long = "max-skipped-steps", alias = "max_skipped_steps", default_value_t = 10)]
     pub max_skipped_steps: usize,
@@ -122,8 +122,17 @@ pub struct Args {
     pub add_organism: Option<String>,
 }
 
+/// `--on-nonfinite`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OnNonFinite {
+    /// Skip the update, warn, and go on.
+    Skip,
+    /// Stop with an error naming the step and the parameters.
+    Abort,
+}
+
 pub fn run(mode: Mode) -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args: Args = codon_ascend::cli::parse_args();
     // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
@@ -295,7 +304,10 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .checkpoint_filename(checkpoint_dir.as_ref().map(|_| args.checkpoint_filename.clone()))
         .save_every_n_steps(Some(args.save_every_n_steps))
         .keep_last(args.keep_last)
-        .anomaly_policy(if args.on_nonfinite == "abort" { AnomalyPolicy::Abort } else { AnomalyPolicy::Skip })
+        .anomaly_policy(match args.on_nonfinite {
+            OnNonFinite::Skip => AnomalyPolicy::Skip,
+            OnNonFinite::Abort => AnomalyPolicy::Abort,
+        })
         .max_skipped_steps(args.max_skipped_steps)
         .values_are_meaningless(no_math)
         .metrics_path(args.metrics.clone())
@@ -396,6 +408,6 @@ fn data_parallel_devices(first: DeviceSpec, n: usize) -> anyhow::Result<Vec<Devi
         (_, DeviceSpec::Cpu) => anyhow::bail!(
             "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator); the CPU trains with --num_gpus 1"
         ),
-        _ => Ok(first.and_next(n)),
+        _ => first.and_next(n).ok_or_else(|| anyhow::anyhow!("--num_gpus {n} from --device {first}: no such devices")),
     }
 }

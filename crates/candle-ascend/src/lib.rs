@@ -59,11 +59,14 @@ impl DeviceSpec {
         }
     }
 
-    /// The `n` devices from this one on (`npu:2` → `npu:2`, `npu:3`, …); the CPU is one device.
-    pub fn and_next(self, n: usize) -> Vec<DeviceSpec> {
+    /// The `n` devices from this one on (`npu:2` → `npu:2`, `npu:3`, …); `None` where they do not
+    /// exist as names (more than one CPU, ids past `usize::MAX`).
+    pub fn and_next(self, n: usize) -> Option<Vec<DeviceSpec>> {
         match self {
-            DeviceSpec::Cpu => vec![DeviceSpec::Cpu],
-            DeviceSpec::Ascend { kind, id } => (id..id + n).map(|id| DeviceSpec::Ascend { kind, id }).collect(),
+            DeviceSpec::Cpu => (n <= 1).then(|| vec![DeviceSpec::Cpu; n]),
+            DeviceSpec::Ascend { kind, id } => {
+                Some((id..id.checked_add(n)?).map(|id| DeviceSpec::Ascend { kind, id }).collect())
+            }
         }
     }
 }

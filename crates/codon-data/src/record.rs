@@ -1,4 +1,5 @@
-//! The training record of the upstream JSONL format, and atomic file output.
+//! The training record of the upstream JSONL format, and the check that outputs do not replace
+//! inputs.
 
 use std::path::Path;
 

@@ -78,7 +78,7 @@ pub struct TrainReport {
     /// Total optimizer steps of the schedule.
     pub total_steps: usize,
     /// What the run warned of (skipped updates, interrupted saves it cleaned up), in order;
-    /// also printed on stderr unless the run is quiet.
+    /// also printed on stderr (by rank 0 of a data-parallel run), `quiet` or not.
     pub warnings: Vec<String>,
 }
 
@@ -96,7 +96,8 @@ pub fn terminal_bar(total: usize, template: &str) -> Option<indicatif::ProgressB
 /// run) otherwise, the metrics JSONL file, and warnings printed above the bar.
 pub(crate) struct Progress {
     bar: indicatif::ProgressBar,
-    quiet: bool,
+    /// Warnings are printed (by one rank of a data-parallel run).
+    print_warnings: bool,
     log_lines: bool,
     log_every: usize,
     total_steps: usize,
@@ -105,15 +106,20 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    /// Output for a run of `total_steps` starting after `step`; `quiet` prints nothing.
-    pub(crate) fn new(quiet: bool, total_steps: usize, step: usize) -> Self {
+    /// Output for a run of `total_steps`: `quiet` hides the bar and the log lines; warnings
+    /// are printed when `print_warnings` (and always kept for the report).
+    pub(crate) fn new(quiet: bool, print_warnings: bool, total_steps: usize) -> Self {
         let template = "{bar:30} step {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]";
         let terminal = if quiet { None } else { terminal_bar(total_steps, template) };
         let log_lines = !quiet && terminal.is_none();
         let bar = terminal.unwrap_or_else(indicatif::ProgressBar::hidden);
-        bar.set_position(step as u64);
         let log_every = (total_steps / 20).max(1);
-        Self { bar, quiet, log_lines, log_every, total_steps, metrics: None, warnings: Vec::new() }
+        Self { bar, print_warnings, log_lines, log_every, total_steps, metrics: None, warnings: Vec::new() }
+    }
+
+    /// A resumed run starts after `step`.
+    pub(crate) fn start_at(&self, step: usize) {
+        self.bar.set_position(step as u64);
     }
 
     /// Write each step's metrics as a JSON line to `path`, appending when `append` (a resumed run).
@@ -150,9 +156,9 @@ impl Progress {
         Ok(())
     }
 
-    /// A warning: kept for the report and, unless quiet, printed above the bar.
+    /// A warning: kept for the report and printed above the bar.
     pub(crate) fn warn(&mut self, message: String) {
-        if !self.quiet {
+        if self.print_warnings {
             self.bar.suspend(|| eprintln!("warning: {message}"));
         }
         self.warnings.push(message);

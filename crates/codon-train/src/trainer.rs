@@ -181,6 +181,15 @@ impl Trainer {
             scaler: (c.precision == Precision::F16).then(LossScaler::new),
             scheduler,
         };
+        let mut progress = Progress::new(c.quiet || !lead, lead, total_steps);
+        let mut failure = Failure { data_parallel: comm.is_some(), pending: None };
+        // Tidied before a resume reads it: a step folder set aside mid-save goes back in place.
+        if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
+            match checkpoint::clean_leftovers(dir, c.checkpoint_filename.as_deref()) {
+                Ok(done) => done.into_iter().for_each(|d| progress.warn(format!("interrupted save: {d}"))),
+                Err(e) => failure.fail(e)?,
+            }
+        }
         let mut state = TrainerState::new(c, total_steps, data.batch_size());
         if let (Some(dir), Some(files)) = (resume, files) {
             state = checkpoint::load(dir, files, &mut opt.optimizer, &state)?;
@@ -188,11 +197,10 @@ impl Trainer {
                 opt.scaler = Some(s);
             }
         }
-        let progress = Progress::new(c.quiet || !lead, total_steps, state.step);
-        let failure = Failure { data_parallel: comm.is_some(), pending: None };
+        progress.start_at(state.step);
         let report = TrainReport { total_steps, ..Default::default() };
         let mut run = RankRun { config: c, model, comm, rank, ranks, opt, state, progress, failure, report };
-        let result = run.prepare_output(resume.is_some()).and_then(|()| run.epochs(data, &params));
+        let result = run.open_metrics(resume.is_some()).and_then(|()| run.epochs(data, &params));
         run.report.warnings = run.progress.finish();
         result?;
         if let (Some(dir), Some(files), true) = (&c.checkpoint_dir, files, lead) {
@@ -262,16 +270,10 @@ impl<M: TrainableModel> RankRun<'_, M> {
         self.rank == 0
     }
 
-    /// Rank 0 tidies what an interrupted save left behind and opens the metrics file.
-    fn prepare_output(&mut self, resumed: bool) -> Result<()> {
+    /// Rank 0 opens the metrics file (appending when the run resumes).
+    fn open_metrics(&mut self, resumed: bool) -> Result<()> {
         if !self.lead() {
             return Ok(());
-        }
-        if let Some(dir) = &self.config.checkpoint_dir {
-            match checkpoint::clean_leftovers(dir, self.config.checkpoint_filename.as_deref()) {
-                Ok(done) => done.into_iter().for_each(|d| self.progress.warn(format!("interrupted save: {d}"))),
-                Err(e) => self.failure.fail(e)?,
-            }
         }
         if let Some(path) = &self.config.metrics_path {
             if let Err(e) = self.progress.open_metrics(path, resumed) {

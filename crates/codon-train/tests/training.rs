@@ -377,6 +377,13 @@ fn interrupted_saves_are_tidied_by_the_next_run() {
         std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(after.len(), names.len(), "{after:?}");
     codon_model::bigbird::load_model(ckpt.join("step-2"), None, &Device::Cpu, DType::F32).unwrap();
+
+    // Killed while replacing step-2, then resumed from step-2: it is put back before it is read.
+    std::fs::rename(ckpt.join("step-2"), ckpt.join(".step-2.replaced")).unwrap();
+    let report = make(2).fit(&model(0.0, Precision::F32), &data, Some(&ckpt.join("step-2"))).unwrap();
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert!(report.warnings[0].starts_with("interrupted save: restored"), "{:?}", report.warnings);
+    assert!(ckpt.join("step-2/trainer_state.json").is_file());
 }
 
 /// Checkpoint files get the permissions of an ordinary create (colleagues can read them), not

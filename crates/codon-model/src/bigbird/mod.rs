@@ -10,7 +10,7 @@ pub mod weights;
 pub use config::{AttentionType, BigBirdConfig, HiddenAct};
 pub use model::{
     masked_lm_loss, parameter_shapes, BigBirdForMaskedLM, ForwardInfo, ForwardMode, ModelInput, IGNORE_INDEX,
-    TOKEN_TYPE_EMBEDDINGS,
+    TOKEN_TYPE_EMBEDDINGS, WORD_EMBEDDINGS,
 };
 pub use random_blocks::{BlockGeometry, RandomBlocks};
 pub use weights::{init_weights, load_model, save_model};

@@ -209,6 +209,9 @@ pub struct BigBirdForMaskedLM {
     device: Device,
 }
 
+/// The token embedding table's parameter name.
+pub const WORD_EMBEDDINGS: &str = "bert.embeddings.word_embeddings.weight";
+
 /// The organism (token-type) embedding table's parameter name: one row per organism.
 pub const TOKEN_TYPE_EMBEDDINGS: &str = "bert.embeddings.token_type_embeddings.weight";
 
@@ -240,7 +243,7 @@ fn walk_parameters(c: &BigBirdConfig, get: &mut dyn FnMut(&str, &[usize]) -> Res
     let (hd, inter, eps) = (c.hidden_size, c.intermediate_size, c.layer_norm_eps);
     let mut w = Walk(get);
     let embeddings = Embeddings {
-        word: w.tensor("bert.embeddings.word_embeddings.weight", &[c.vocab_size, hd])?,
+        word: w.tensor(WORD_EMBEDDINGS, &[c.vocab_size, hd])?,
         position: w.tensor("bert.embeddings.position_embeddings.weight", &[c.max_position_embeddings, hd])?,
         token_type: w.tensor(TOKEN_TYPE_EMBEDDINGS, &[c.type_vocab_size, hd])?,
         norm: w.norm("bert.embeddings.LayerNorm", hd, eps)?,
@@ -326,13 +329,14 @@ impl BigBirdForMaskedLM {
         Self::from_named(self.config.clone(), tensors.into_iter().collect())
     }
 
-    /// A copy of this model whose parameters are trainable `Var`s in `dtype`, and those `Var`s
-    /// by name in state-dict order (what an optimizer updates and gradients are keyed by).
+    /// A copy of this model whose parameters are trainable `Var`s in `dtype` (fresh storage,
+    /// even where the parameters already are `Var`s), and those `Var`s by name in state-dict
+    /// order (what an optimizer updates and gradients are keyed by).
     pub fn trainable(&self, dtype: DType) -> Result<(Self, Vec<(String, Var)>)> {
         let vars = self
             .parameters
             .iter()
-            .map(|(name, t)| Ok((name.clone(), Var::from_tensor(&t.to_dtype(dtype)?)?)))
+            .map(|(name, t)| Ok((name.clone(), Var::from_tensor(&t.to_dtype(dtype)?.detach())?)))
             .collect::<candle_core::Result<Vec<_>>>()
             .op("trainable parameters")?;
         let model = self.with_parameters(vars.iter().map(|(name, v)| (name.clone(), v.as_tensor().clone())))?;
@@ -571,7 +575,6 @@ impl BigBirdForMaskedLM {
     }
 }
 
-/// Named tensors being assembled into modules.
 /// Add the gradients of `params` in `from` to those in `into`.
 fn merge_grads(params: &[Tensor], into: &mut GradStore, mut from: GradStore) -> Result<()> {
     for p in params {

@@ -160,7 +160,7 @@ pub fn init_weights(
             vec![0.0; n]
         } else {
             let mut v: Vec<f32> = (0..n).map(|_| normal.sample(&mut rng)).collect();
-            if name == "bert.embeddings.word_embeddings.weight" {
+            if name == super::model::WORD_EMBEDDINGS {
                 let pad = config.pad_token_id as usize * config.hidden_size;
                 v[pad..pad + config.hidden_size].fill(0.0);
             }
