@@ -499,6 +499,14 @@ static void wait_event(Event *e, uint64_t target) {
     pthread_mutex_unlock(&e->lock);
 }
 
+/* Wait until the event's latest record (as of this call) has been reached by its stream. */
+static void wait_last_record(Event *e) {
+    pthread_mutex_lock(&e->lock);
+    uint64_t last = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    wait_event(e, last);
+}
+
 static void run_record(void *ctx) {
     EventTask *t = ctx;
     pthread_mutex_lock(&t->event->lock);
@@ -532,10 +540,7 @@ SIM_EXPORT aclError aclrtCreateEvent(aclrtEvent *event) {
 SIM_EXPORT aclError aclrtDestroyEvent(aclrtEvent event) {
     Event *e = event;
     if (!e) return ACL_ERROR_INVALID_PARAM;
-    pthread_mutex_lock(&e->lock);
-    uint64_t last = e->recorded;
-    pthread_mutex_unlock(&e->lock);
-    wait_event(e, last);
+    wait_last_record(e);
     pthread_cond_destroy(&e->reached);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -585,10 +590,7 @@ SIM_EXPORT aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
 SIM_EXPORT aclError aclrtSynchronizeEvent(aclrtEvent event) {
     Event *e = event;
     if (!e) return ACL_ERROR_INVALID_PARAM;
-    pthread_mutex_lock(&e->lock);
-    uint64_t target = e->recorded;
-    pthread_mutex_unlock(&e->lock);
-    wait_event(e, target);
+    wait_last_record(e);
     return ACL_SUCCESS;
 }
 
