@@ -98,7 +98,7 @@ const MAX_ERROR_CHARS: usize = 1500;
 
 /// An error and its causes on one line. A cause whose text the line already holds is not
 /// repeated (`{path}: {source}` messages embed their source), and the line is cut at
-/// 1,500 characters.
+/// `MAX_ERROR_CHARS` characters.
 pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
     // Only the first line of each message: candle appends a multi-line backtrace under
     // RUST_BACKTRACE, which belongs in a debugger, not in a one-line error.

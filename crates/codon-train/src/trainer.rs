@@ -190,6 +190,11 @@ impl Trainer {
                 Err(e) => failure.fail(e)?,
             }
         }
+        if let Some(path) = c.metrics_path.as_ref().filter(|_| lead) {
+            if let Err(e) = progress.open_metrics(path, resume.is_some()) {
+                failure.fail(e)?;
+            }
+        }
         let mut state = TrainerState::new(c, total_steps, data.batch_size());
         if let (Some(dir), Some(files)) = (resume, files) {
             state = checkpoint::load(dir, files, &mut opt.optimizer, &state)?;
@@ -200,7 +205,7 @@ impl Trainer {
         progress.start_at(state.step);
         let report = TrainReport { total_steps, ..Default::default() };
         let mut run = RankRun { config: c, model, comm, rank, ranks, opt, state, progress, failure, report };
-        let result = run.open_metrics(resume.is_some()).and_then(|()| run.epochs(data, &params));
+        let result = run.epochs(data, &params);
         run.report.warnings = run.progress.finish();
         result?;
         if let (Some(dir), Some(files), true) = (&c.checkpoint_dir, files, lead) {
@@ -268,19 +273,6 @@ struct RankRun<'a, M> {
 impl<M: TrainableModel> RankRun<'_, M> {
     fn lead(&self) -> bool {
         self.rank == 0
-    }
-
-    /// Rank 0 opens the metrics file (appending when the run resumes).
-    fn open_metrics(&mut self, resumed: bool) -> Result<()> {
-        if !self.lead() {
-            return Ok(());
-        }
-        if let Some(path) = &self.config.metrics_path {
-            if let Err(e) = self.progress.open_metrics(path, resumed) {
-                self.failure.fail(e)?;
-            }
-        }
-        Ok(())
     }
 
     /// Epochs until the schedule's last step (or `max_epochs`).

@@ -2,8 +2,9 @@
 //!
 //! The queries are cut into blocks of rows, and each block attends to a list of key ranges:
 //! full attention is one range of every key, BigBird's block-sparse attention is the global,
-//! sliding and random key blocks (transformers' `BigBirdBlockSparseAttention`). Per (sequence, head) the kernel gathers a
-//! block's keys and values, computes softmax(q·kᵀ·scale + penalty)·v, and keeps the
+//! sliding and random key blocks (transformers' `BigBirdBlockSparseAttention`). Per (sequence,
+//! head) the kernel gathers a block's keys and values, computes softmax(q·kᵀ·scale + penalty)·v,
+//! and keeps the
 //! probabilities for the backward pass, which then needs four small GEMMs per block and no
 //! saved score, gathered key or transposed copy. q, k, v and the output stay in the
 //! (batch, tokens, heads·head_dim) layout of the projections: a head is a column range.
