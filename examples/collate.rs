@@ -15,6 +15,7 @@ use codon_ascend::data::{
     write_atomically, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator,
 };
 use codon_ascend::model::CodonTokenizer;
+use codon_ascend::{errln, outln};
 use serde_json::json;
 
 /// Tokenize, pad and mask training records into batches.
@@ -80,7 +81,7 @@ fn run() -> anyhow::Result<()> {
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;
     if dataset.malformed_lines() > 0 {
-        eprintln!("skipped {} malformed lines", dataset.malformed_lines());
+        errln!("skipped {} malformed lines", dataset.malformed_lines());
     }
     let config = LoaderConfig {
         batch_size: args.batch_size,
@@ -94,7 +95,7 @@ fn run() -> anyhow::Result<()> {
     if args.output.extension().is_some_and(|e| e == "safetensors") {
         let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
         codon_ascend::model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
-        println!(
+        outln!(
             "wrote the first batch ({} x {}) to {}",
             batch.encoding.batch_size,
             batch.encoding.seq_len,
@@ -111,7 +112,7 @@ fn run() -> anyhow::Result<()> {
         }
         Ok(())
     })?;
-    println!("wrote {batches} batches of up to {} records to {}", args.batch_size, args.output.display());
+    outln!("wrote {batches} batches of up to {} records to {}", args.batch_size, args.output.display());
     Ok(())
 }
 

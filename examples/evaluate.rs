@@ -8,7 +8,7 @@
 //! `--codon-table`), and optionally `reference_dna` (an empty cell: none for that row). The output adds `csi`, `gc_content`, `cfd`,
 //! `minmax_mean`, `similarity` (with `reference_dna`), `complexity` and `error`. A row that cannot
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
-//! error, and makes the command exit non-zero once every row is written.
+//! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
 #[path = "common/csv_table.rs"]
 mod csv_table;
@@ -24,6 +24,7 @@ use codon_ascend::eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAUL
 use codon_ascend::eval::plot::{plot_distributions, plot_minmax, OrganismValues, ProfileBand, ProfileSeries};
 use codon_ascend::eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
 use codon_ascend::model::{organism_name, parse_organism};
+use codon_ascend::{errln, outln};
 use csv_table::CsvTable;
 use rayon::prelude::*;
 use reference_args::{ReferenceArgs, References};
@@ -48,6 +49,9 @@ struct Args {
     /// Write one %MinMax SVG per row and a summary SVG of CSI and GC per organism into this folder.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Exit 0 even when some rows fail (their errors are in the output's error column).
+    #[arg(long, alias = "allow_failures")]
+    allow_failures: bool,
 }
 
 /// One input row, resolved.
@@ -65,11 +69,7 @@ fn run() -> anyhow::Result<()> {
     if !(args.cfd_threshold.is_finite() && args.cfd_threshold >= 0.0) {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
-    let inputs: Vec<&Path> =
-        [Some(args.input.as_path()), args.reference.reference.as_deref(), args.reference.codon_table.as_deref()]
-            .into_iter()
-            .flatten()
-            .collect();
+    let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
     codon_ascend::data::refuse_overwriting(&inputs, &[&args.output])?;
 
     let table = CsvTable::read(&args.input)?;
@@ -122,19 +122,19 @@ fn run() -> anyhow::Result<()> {
     for (i, result) in results.iter().enumerate() {
         if let Err(e) = result {
             failed += 1;
-            eprintln!("{}: row {} (line {}): {e}", args.input.display(), i + 1, i + 2);
+            errln!("{}: row {} (line {}): {e}", args.input.display(), i + 1, i + 2);
         }
     }
     write_output(&args.output, &table, reference_col.is_some(), &results)?;
     print_summary(&rows, &results, reference_col.is_some());
     if let Some(dir) = &args.plot {
         let written = write_plots(dir, &rows, &results, &references, &by_organism, &options)?;
-        println!("plots: {written} SVG files in {}", dir.display());
+        outln!("plots: {written} SVG files in {}", dir.display());
     }
-    println!("evaluated {} of {} rows; wrote {}", results.len() - failed, results.len(), args.output.display());
-    if failed > 0 {
+    outln!("evaluated {} of {} rows; wrote {}", results.len() - failed, results.len(), args.output.display());
+    if failed > 0 && !args.allow_failures {
         anyhow::bail!(
-            "{failed} of {} rows could not be evaluated (their errors are in the error column of {})",
+            "{failed} of {} rows could not be evaluated (their errors are in the error column of {}; --allow-failures exits 0)",
             results.len(),
             args.output.display()
         );
@@ -218,7 +218,7 @@ fn print_summary(rows: &[Result<Row, String>], results: &[Result<SequenceMetrics
     for &c in &columns {
         header.push_str(&format!(" {:>21}", format!("{} mean ± sd", METRIC_COLUMNS[c])));
     }
-    println!("{header}");
+    outln!("{header}");
     for (organism, metrics) in &groups {
         let mut line = format!("{organism:<width$} {:>5}", metrics.len());
         for &c in &columns {
@@ -230,7 +230,7 @@ fn print_summary(rows: &[Result<Row, String>], results: &[Result<SequenceMetrics
             };
             line.push_str(&format!(" {text:>21}"));
         }
-        println!("{line}");
+        outln!("{line}");
     }
 }
 

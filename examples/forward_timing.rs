@@ -14,6 +14,7 @@ use codon_ascend::cli::{AttentionChoice, DTypeChoice};
 use codon_ascend::model::bigbird::{
     init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
+use codon_ascend::outln;
 
 /// Forward-pass timing.
 #[derive(Parser)]
@@ -71,7 +72,7 @@ fn run() -> anyhow::Result<()> {
         times.push(start.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "{{\"length\": {n}, \"attention\": \"{}\", \"median_s\": {:.4}, \"peak_rss_mb\": {:.0}}}",
         args.attention,
         times[times.len() / 2],

@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example gemm_throughput
 //! ```
+use codon_ascend::outln;
 use std::time::Instant;
 
 /// Best-of-5 GFLOP/s of a (m × k)·(k × n) product; `lhs_t`/`rhs_t` read an operand transposed.
@@ -50,7 +51,7 @@ fn gflops(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, parallelism: g
 fn main() {
     let threads = rayon::current_num_threads();
     let all = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-    println!("{threads} threads");
+    outln!("{threads} threads");
     let layers = [
         (2048, 768, 768, false, true, "q/k/v/output forward, x·Wᵀ"),
         (2048, 3072, 768, false, true, "intermediate forward"),
@@ -60,7 +61,7 @@ fn main() {
         (768, 768, 2048, true, false, "q/k/v dW = dzᵀ·x"),
     ];
     for (m, n, k, lhs_t, rhs_t, what) in layers {
-        println!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
+        outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
     }
     let blocks = [
         (64, 512, 64, false, true, "attention scores q·kᵀ"),
@@ -69,6 +70,6 @@ fn main() {
     ];
     for (m, n, k, lhs_t, rhs_t, what) in blocks {
         let rate = gflops(m, n, k, lhs_t, rhs_t, gemm::Parallelism::None);
-        println!("{what:32} {m}×{k}·{k}×{n}: {rate:.0} GFLOP/s (one thread)");
+        outln!("{what:32} {m}×{k}·{k}×{n}: {rate:.0} GFLOP/s (one thread)");
     }
 }

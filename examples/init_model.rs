@@ -2,14 +2,17 @@
 //! (transformers' init scheme), so users and benchmarks can run without downloaded weights.
 //!
 //! ```text
-//! cargo run --release --example init_model -- --output model-random [--config config.json] [--seed 0]
+//! cargo run --release --example init_model -- --output model-random [--config config.json] [--seed 0] [--overwrite]
 //! ```
+//! The output folder must be new or empty: a folder with files in it (a trained checkpoint, say)
+//! is refused unless `--overwrite`, which replaces the whole folder once the new model is written.
 
 use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use clap::Parser;
 use codon_ascend::model::bigbird::{init_weights, save_model, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::outln;
 
 /// Initialise a model.
 #[derive(Parser)]
@@ -23,6 +26,9 @@ struct Args {
     /// Seed of the initialisation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Replace a non-empty output folder (all its files, not only the model's).
+    #[arg(long)]
+    overwrite: bool,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -31,11 +37,50 @@ fn run() -> anyhow::Result<()> {
         Some(path) => BigBirdConfig::from_file(path)?,
         None => BigBirdConfig::default(),
     };
+    let replacing = refuse_a_used_folder(&args)?;
     let weights = init_weights(&config, args.seed, &Device::Cpu, DType::F32)?;
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
-    save_model(&model, &args.output)?;
-    println!("wrote {} ({} parameters)", args.output.display(), model.num_parameters());
+    if replacing {
+        // Written beside the old folder, then swapped in: a failure leaves the old one whole.
+        let parent = codon_ascend::model::files::parent_dir(&args.output);
+        let fresh = codon_ascend::model::files::temp_dir_in(parent, ".init_model.")?;
+        save_model(&model, fresh.path())?;
+        let aside = codon_ascend::model::files::temp_dir_in(parent, ".init_model.replaced.")?;
+        std::fs::rename(&args.output, aside.path().join("old"))?;
+        std::fs::rename(fresh.keep(), &args.output)?;
+        drop(aside);
+    } else {
+        save_model(&model, &args.output)?;
+    }
+    outln!("wrote {} ({} parameters)", args.output.display(), model.num_parameters());
     Ok(())
+}
+
+/// Refuse an output that is a file, or a folder with files unless `--overwrite`; true when a
+/// non-empty folder is to be replaced.
+fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
+    let out = &args.output;
+    if out.exists() && !out.is_dir() {
+        anyhow::bail!("--output {}: a file is there; give a folder", out.display());
+    }
+    let Ok(entries) = std::fs::read_dir(out) else { return Ok(false) };
+    let names: Vec<String> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    if names.is_empty() {
+        return Ok(false);
+    }
+    if !args.overwrite {
+        anyhow::bail!(
+            "--output {} is not empty (it holds {}): give a new or empty folder, or --overwrite to replace the whole folder",
+            out.display(),
+            names.iter().take(4).cloned().collect::<Vec<_>>().join(", ") + if names.len() > 4 { ", …" } else { "" }
+        );
+    }
+    if let Some(config) = &args.config {
+        if codon_ascend::model::files::clash(out, config).is_some() {
+            anyhow::bail!("--overwrite would delete --config {}: copy it out of the folder first", config.display());
+        }
+    }
+    Ok(true)
 }
 
 fn main() {

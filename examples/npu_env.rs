@@ -10,6 +10,7 @@ use clap::Parser;
 use codon_ascend::ascend::op_table::Coverage;
 use codon_ascend::ascend::{self, AscendDevice};
 use codon_ascend::cli::DeviceSpec;
+use codon_ascend::outln;
 
 /// Ascend environment report.
 #[derive(Parser)]
@@ -25,39 +26,39 @@ struct Args {
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     if args.sim_toolkit_path {
-        println!("{}", ascend::emulated_root().display());
+        outln!("{}", ascend::emulated_root().display());
         return Ok(());
     }
     let device = args.device.open()?;
     let dev: &AscendDevice =
         ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
     let tk = dev.toolkit();
-    println!("device:          {}", dev.name());
-    println!("toolkit root:    {}", tk.root.display());
-    println!("toolkit version: {}", tk.version().unwrap_or_else(|| "unknown (no version.cfg)".into()));
-    println!("libraries:");
+    outln!("device:          {}", dev.name());
+    outln!("toolkit root:    {}", tk.root.display());
+    outln!("toolkit version: {}", tk.version().unwrap_or_else(|| "unknown (no version.cfg)".into()));
+    outln!("libraries:");
     for lib in &tk.libraries {
-        println!("  {}", lib.display());
+        outln!("  {}", lib.display());
     }
     let kind = dev.name().split(':').next().unwrap_or("npu").to_string();
     let count = dev.count()?;
-    println!("devices:         {count} ({})", (0..count).map(|i| format!("{kind}:{i}")).collect::<Vec<_>>().join(", "));
+    outln!("devices:         {count} ({})", (0..count).map(|i| format!("{kind}:{i}")).collect::<Vec<_>>().join(", "));
     let soc = dev.soc();
-    println!("SoC:             {} ({})", soc.name, soc.family.description());
+    outln!("SoC:             {} ({})", soc.name, soc.family.description());
     let (free, total) = dev.memory_info()?;
-    println!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);
-    println!("BF16:            {}", if soc.has_bf16() { "yes" } else { "no (use --precision f16)" });
-    println!("ASCEND_OPP_PATH: {}", std::env::var("ASCEND_OPP_PATH").unwrap_or_else(|_| "(not set)".into()));
+    outln!("memory:          {:.1} GiB free of {:.1} GiB", free as f64 / 1073741824.0, total as f64 / 1073741824.0);
+    outln!("BF16:            {}", if soc.has_bf16() { "yes" } else { "no (use --precision f16)" });
+    outln!("ASCEND_OPP_PATH: {}", std::env::var("ASCEND_OPP_PATH").unwrap_or_else(|_| "(not set)".into()));
     match tk.hccl_path() {
-        Some(path) => println!("HCCL:            {}", path.display()),
-        None => println!("HCCL:            not found (multi-NPU training needs libhccl.so)"),
+        Some(path) => outln!("HCCL:            {}", path.display()),
+        None => outln!("HCCL:            not found (multi-NPU training needs libhccl.so)"),
     }
     let timeouts = ascend::HcclTimeouts::from_env(soc);
     for (name, effective) in [("HCCL_CONNECT_TIMEOUT", timeouts.connect_s), ("HCCL_EXEC_TIMEOUT", timeouts.exec_s)] {
         let set = std::env::var(name).unwrap_or_else(|_| "not set".into());
-        println!("{name}: {set} (effective {effective:.0} s)");
+        outln!("{name}: {set} (effective {effective:.0} s)");
     }
-    println!("op coverage on {} (candle op: f32 / f16 / bf16):", soc.name);
+    outln!("op coverage on {} (candle op: f32 / f16 / bf16):", soc.name);
     for op in ascend::op_table::all_ops() {
         let cells: Vec<String> = [ascend::DType::F32, ascend::DType::F16, ascend::DType::BF16]
             .into_iter()
@@ -71,9 +72,9 @@ fn run() -> anyhow::Result<()> {
             })
             .collect();
         if cells.iter().all(|c| c == &cells[0]) {
-            println!("  {:<14} {}", op.to_string(), cells[0]);
+            outln!("  {:<14} {}", op.to_string(), cells[0]);
         } else {
-            println!("  {:<14} {}", op.to_string(), cells.join(" / "));
+            outln!("  {:<14} {}", op.to_string(), cells.join(" / "));
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ use codon_ascend::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
 use codon_ascend::model::{vocab, CodonTokenizer};
+use codon_ascend::outln;
 
 /// Prepare a dataset and run the masked-LM loader over it.
 #[derive(Parser)]
@@ -43,9 +44,9 @@ fn run() -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out_dir)?;
     let train = args.out_dir.join("train.jsonl");
 
-    println!("preparing {}", input.display());
+    outln!("preparing {}", input.display());
     let report = prepare(&input, &train, &PrepareOptions::default())?;
-    println!("{report}");
+    outln!("{report}");
 
     let dataset = JsonlDataset::open(&train, MalformedPolicy::Error)?;
     let config = LoaderConfig {
@@ -56,7 +57,7 @@ fn run() -> anyhow::Result<()> {
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
-    println!(
+    outln!(
         "{} records, {} batches per epoch of up to {} records (steps known up front: {})",
         loader.records_per_epoch(),
         loader.batches_per_epoch(),
@@ -77,7 +78,7 @@ fn run() -> anyhow::Result<()> {
                     .iter()
                     .filter_map(|&id| vocab::token(id))
                     .collect();
-                println!(
+                outln!(
                     "first batch: {} x {}; row 0 starts {}",
                     batch.encoding.batch_size,
                     batch.encoding.seq_len,
@@ -87,14 +88,14 @@ fn run() -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "{} epochs: {tokens} tokens ({:.1}% padding), {masked} labelled ({:.1}%), {:.0} tokens/s",
         args.epochs,
         100.0 * (padded - tokens) as f64 / padded.max(1) as f64,
         100.0 * masked as f64 / tokens.max(1) as f64,
         tokens as f64 / secs.max(1e-9)
     );
-    println!("training file: {}", train.display());
+    outln!("training file: {}", train.display());
     Ok(())
 }
 

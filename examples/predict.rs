@@ -40,6 +40,7 @@ use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
 use codon_ascend::model::{prediction_residues, OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+use codon_ascend::{errln, outln};
 use csv_table::CsvTable;
 use design_args::{edit_lines, DesignArgs};
 use rand::SeedableRng;
@@ -108,6 +109,9 @@ struct Args {
     /// Sequences per protein (sampling).
     #[arg(long, alias = "num_sequences", default_value_t = 1)]
     num_sequences: usize,
+    /// Exit 0 even when some rows fail (their errors are in the output's error column).
+    #[arg(long, alias = "allow_failures")]
+    allow_failures: bool,
     /// Sampling seed (the model's sampler, and the random baselines).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -153,7 +157,7 @@ impl Progress {
         let seconds = self.start.elapsed().as_secs_f64();
         let rate = self.done as f64 / seconds.max(1e-9);
         let eta = self.total.saturating_sub(self.done) as f64 / rate.max(1e-9);
-        eprintln!("predicted {}/{} proteins, {rate:.2} proteins/s, ETA {eta:.0} s", self.done, self.total);
+        errln!("predicted {}/{} proteins, {rate:.2} proteins/s, ETA {eta:.0} s", self.done, self.total);
     }
 
     fn finish(self) {
@@ -201,13 +205,20 @@ fn run() -> anyhow::Result<()> {
     let organisms = args.model.as_deref().map(OrganismTable::for_model).transpose()?.unwrap_or_default();
     if args.list_organisms {
         for (id, name) in organisms.names().iter().enumerate() {
-            println!("{id}\t{name}");
+            if codon_ascend::output::stdout_closed() {
+                break;
+            }
+            outln!("{id}\t{name}");
         }
         return Ok(());
     }
     if let Some(output) = &args.output {
-        let inputs: Vec<&std::path::Path> =
-            [args.input.as_deref(), args.model.as_deref()].into_iter().flatten().collect();
+        // A model folder's files are inputs too: an output inside the folder is refused.
+        let inputs: Vec<&std::path::Path> = [args.input.as_deref(), args.model.as_deref(), args.config.as_deref()]
+            .into_iter()
+            .flatten()
+            .chain(args.reference.paths())
+            .collect();
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
     }
     if let Some(organism) = &args.organism {
@@ -223,36 +234,14 @@ fn run() -> anyhow::Result<()> {
         Method::Model => model_predictions(&args, !designer.constraints.is_empty())?,
         method => baseline_predictions(&args, method)?,
     };
-    if let Some(protein) = &args.protein {
-        let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
-        let items = [ProteinInput {
-            protein: protein.clone(),
-            organism: OrganismRef::parse(organism),
-            known_dna: args.dna.clone(),
-        }];
-        let predictions =
-            predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
-        for predicted in predictions {
-            match designer.apply(&predicted)? {
-                None => println!("{}", predicted.dna),
-                Some(repair) => {
-                    println!("{}", repair.dna);
-                    for line in edit_lines(&repair) {
-                        println!("edit: {line}");
-                    }
-                    println!("log-probability cost: {:.3} over {} edits", repair.cost, repair.edits.len());
-                    for v in &repair.remaining {
-                        println!("remaining: {v}");
-                    }
-                }
-            }
-        }
-        return Ok(());
-    }
-    let (Some(input), Some(output)) = (&args.input, &args.output) else {
-        anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV");
+    let table = match (&args.protein, &args.input, &args.output) {
+        (Some(protein), _, None) => return print_predictions(&args, protein, &designer, &predict),
+        // One protein with --output: a one-row batch, written as a batch is.
+        (Some(protein), _, Some(_)) => one_row_table(&args, protein)?,
+        (None, Some(input), Some(_)) => CsvTable::read(input)?,
+        _ => anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV"),
     };
-    let table = CsvTable::read(input)?;
+    let output = args.output.as_deref().unwrap_or(std::path::Path::new(""));
     let (protein_col, organism_col) = (table.column("protein_sequence")?, table.column("organism")?);
     let dna_col = table.optional_column("dna");
     let items: Vec<ProteinInput> = table
@@ -270,8 +259,11 @@ fn run() -> anyhow::Result<()> {
     let (mut failed, mut unsatisfied) = (0, 0);
     let designing = !designer.constraints.is_empty();
     let mut writer = csv::Writer::from_writer(Vec::new());
-    let extra: &[&str] =
-        if designing { &["predicted_dna", "edits", "edit_cost", "remaining"] } else { &["predicted_dna"] };
+    let extra: &[&str] = if designing {
+        &["predicted_dna", "edits", "edit_cost", "remaining", "error"]
+    } else {
+        &["predicted_dna", "error"]
+    };
     writer.write_record(table.headers.iter().chain(extra.iter().copied()))?;
     for (i, (row, result)) in table.rows.iter().zip(results).enumerate() {
         let designed: anyhow::Result<Vec<Vec<String>>> = result.and_then(|predictions| {
@@ -293,36 +285,79 @@ fn run() -> anyhow::Result<()> {
                 })
                 .collect()
         });
-        match designed {
-            Ok(records) => {
-                for fields in records {
-                    let mut fields = fields;
-                    fields.resize(extra.len(), String::new());
-                    writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                if e.downcast_ref::<codon_ascend::design::DesignError>().is_some() {
-                    unsatisfied += 1;
-                }
-                eprintln!("{}: row {} (line {}): {e}", input.display(), i + 1, i + 2);
-                let mut fields = vec![format!("ERROR: {e}")];
-                fields.resize(extra.len(), String::new());
-                writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
-            }
+        let records = designed.unwrap_or_else(|e| {
+            failed += 1;
+            unsatisfied += usize::from(e.downcast_ref::<codon_ascend::design::DesignError>().is_some());
+            errln!("{}: row {} (line {}): {e}", table.path.display(), i + 1, i + 2);
+            let mut fields = vec![String::new(); extra.len() - 1];
+            fields.push(codon_ascend::error_line(e.as_ref()));
+            vec![fields]
+        });
+        for mut fields in records {
+            fields.resize(extra.len(), String::new());
+            writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
         }
     }
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
     codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
-    println!("predicted {} proteins ({failed} failed); wrote {}", table.rows.len() - failed, output.display());
-    if failed > 0 && failed == table.rows.len() {
-        anyhow::bail!("every one of the {failed} rows failed (their errors are in {})", output.display());
-    }
-    if unsatisfied > 0 {
-        anyhow::bail!("{unsatisfied} rows have a constraint no synonymous change can meet (see their errors in {}; --best-effort keeps the closest sequence)", output.display());
+    outln!("predicted {} proteins ({failed} failed); wrote {}", table.rows.len() - failed, output.display());
+    if failed > 0 && !args.allow_failures {
+        let hint = match unsatisfied {
+            0 => String::new(),
+            n => format!(
+                "; {n} have a constraint no synonymous change can meet (--best-effort keeps the closest sequence)"
+            ),
+        };
+        anyhow::bail!(
+            "{failed} of {} rows failed{hint} (their errors are in the error column of {}; --allow-failures exits 0)",
+            table.rows.len(),
+            output.display()
+        );
     }
     Ok(())
+}
+
+/// `--protein` without `--output`: each sequence on stdout, with the edits that met the constraints.
+fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &PredictFn<'_>) -> anyhow::Result<()> {
+    let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+    let items = [ProteinInput {
+        protein: protein.to_string(),
+        organism: OrganismRef::parse(organism),
+        known_dna: args.dna.clone(),
+    }];
+    let predictions = predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
+    for predicted in predictions {
+        match designer.apply(&predicted)? {
+            None => outln!("{}", predicted.dna),
+            Some(repair) => {
+                outln!("{}", repair.dna);
+                for line in edit_lines(&repair) {
+                    outln!("edit: {line}");
+                }
+                outln!("log-probability cost: {:.3} over {} edits", repair.cost, repair.edits.len());
+                for v in &repair.remaining {
+                    outln!("remaining: {v}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--protein`, `--organism` and `--dna` as the one row of a batch table.
+fn one_row_table(args: &Args, protein: &str) -> anyhow::Result<CsvTable> {
+    let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+    let mut headers = vec!["protein_sequence", "organism"];
+    let mut row = vec![protein, organism];
+    if let Some(dna) = &args.dna {
+        headers.push("dna");
+        row.push(dna);
+    }
+    Ok(CsvTable {
+        path: std::path::PathBuf::from("--protein"),
+        headers: csv::StringRecord::from(headers),
+        rows: vec![csv::StringRecord::from(row)],
+    })
 }
 
 /// The constraints, and their repair of a prediction.
@@ -427,7 +462,7 @@ fn preflight(
     ascend.preflight(|| {
         predictor.predict_batch(&items, options).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
     })?;
-    eprintln!("preflight on {}: every op of a prediction is supported", ascend.soc().name);
+    errln!("preflight on {}: every op of a prediction is supported", ascend.soc().name);
     Ok(())
 }
 

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use codon_ascend::data::{prepare, PrepareOptions};
+use codon_ascend::outln;
 
 #[path = "common/protein_args.rs"]
 mod protein_args;
@@ -50,8 +51,8 @@ fn run() -> anyhow::Result<()> {
     };
     let report =
         prepare(&args.input, &args.output, &options).with_context(|| format!("preparing {}", args.input.display()))?;
-    println!("{report}");
-    println!("wrote {}", args.output.display());
+    outln!("{report}");
+    outln!("wrote {}", args.output.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",

@@ -16,6 +16,7 @@ use candle_core::{Tensor, Var};
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
 use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
+use codon_ascend::outln;
 
 /// Score inputs with a model.
 #[derive(Parser)]
@@ -87,7 +88,7 @@ fn run() -> anyhow::Result<()> {
             out.insert(name.clone(), g);
         }
     }
-    println!(
+    outln!(
         "loss {:.6} ({:?} attention, encoder length {})",
         loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?,
         info.attention,
@@ -100,7 +101,7 @@ fn run() -> anyhow::Result<()> {
         .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
         .collect::<candle_core::Result<_>>()?;
     codon_ascend::model::files::write_safetensors(&out, &args.output)?;
-    println!("wrote {}", args.output.display());
+    outln!("wrote {}", args.output.display());
     Ok(())
 }
 

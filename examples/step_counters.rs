@@ -11,6 +11,7 @@ use candle_core::DType;
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::outln;
 use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
 
 /// Per-step device counters.
@@ -70,7 +71,7 @@ fn run() -> anyhow::Result<()> {
     );
     let report = trainer.fit(&model, &data, None::<&Path>)?;
     let last = report.steps.last().and_then(|s| s.device).ok_or_else(|| anyhow::anyhow!("no step ran"))?;
-    println!(
+    outln!(
         "{} ({}{}), {:?}, {:?} attention{}, {} layers, batch {} x {}: step {steps} of {steps}",
         ascend.name(),
         ascend.soc().name,
@@ -82,16 +83,20 @@ fn run() -> anyhow::Result<()> {
         args.batch,
         args.length,
     );
-    println!(
+    outln!(
         "launches {}  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
-        last.device_launches, last.device_allocs, last.host_syncs, last.device_reads, last.device_peak_mb
+        last.device_launches,
+        last.device_allocs,
+        last.host_syncs,
+        last.device_reads,
+        last.device_peak_mb
     );
     let last_step = last_step.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    println!("uploads {}", last_step.uploads);
+    outln!("uploads {}", last_step.uploads);
     let mut ops: Vec<(String, u64)> = last_step.launches.into_iter().collect();
     ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (op, n) in ops {
-        println!("  {op:<32} {n:>7}");
+        outln!("  {op:<32} {n:>7}");
     }
     Ok(())
 }

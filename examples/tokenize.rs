@@ -2,7 +2,8 @@
 //!
 //! Input lines: `{"protein": str, "dna": str (optional), "organism": name or id}`.
 //! Output lines: `{"merged", "input_ids", "attention_mask", "token_type_ids"}`, or
-//! `{"error": str}` for a record that fails; the run continues past failures.
+//! `{"error": str}` for a record that fails; the run continues past failures, and exits
+//! non-zero when any record failed unless `--allow-failures`.
 //!
 //! ```text
 //! cargo run --release --example tokenize -- --input data/demo/proteins.jsonl --output tokens.jsonl
@@ -15,6 +16,7 @@ use anyhow::Context;
 use clap::Parser;
 use codon_ascend::data::write_atomically;
 use codon_ascend::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
+use codon_ascend::outln;
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
@@ -36,6 +38,9 @@ struct Args {
     tokenizer: Option<PathBuf>,
     #[command(flatten)]
     protein: protein_args::ProteinArgs,
+    /// Exit 0 even when some records fail (their errors are in the output's error field).
+    #[arg(long, alias = "allow_failures")]
+    allow_failures: bool,
 }
 
 #[derive(Deserialize)]
@@ -103,7 +108,14 @@ fn run() -> anyhow::Result<()> {
         return Err(e);
     }
     written?;
-    println!("tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    outln!("tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    if failed > 0 && !args.allow_failures {
+        anyhow::bail!(
+            "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
+            ok + failed,
+            args.output.display()
+        );
+    }
     Ok(())
 }
 

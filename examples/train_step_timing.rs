@@ -11,6 +11,7 @@ use candle_core::{DType, Device};
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::outln;
 use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
 
 /// Train-step timing.
@@ -60,7 +61,7 @@ fn run() -> anyhow::Result<()> {
     let report = trainer.fit(&model, &data, None::<&Path>)?;
     let mut later: Vec<f64> = report.steps.iter().skip(1).map(|s| s.step_seconds).collect();
     later.sort_by(f64::total_cmp);
-    println!(
+    outln!(
         "{{\"first_s\": {:.3}, \"median_s\": {:.3}, \"loss\": {:.4}, \"peak_rss_mb\": {:.0}}}",
         report.steps[0].step_seconds,
         later[later.len() / 2],

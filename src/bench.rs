@@ -26,12 +26,12 @@ pub fn devices() -> Vec<BenchDevice> {
         Ok(device) => out.push(BenchDevice { name: "npu:0", device }),
         Err(why) => match candle_ascend::parse_device("npu-sim:0") {
             Ok(device) => {
-                eprintln!(
+                crate::errln!(
                     "no NPU ({why}): comparing with npu-sim:0, whose times measure the emulator, not an NPU, at small sizes"
                 );
                 out.push(BenchDevice { name: "npu-sim:0", device });
             }
-            Err(e) => eprintln!("no Ascend device to compare with: {e}"),
+            Err(e) => crate::errln!("no Ascend device to compare with: {e}"),
         },
     }
     out
@@ -45,7 +45,7 @@ pub fn print_counters(label: &str, device: &Device, run: impl FnOnce()) {
     let before = ascend.counters();
     run();
     let c = ascend.counters().since(&before);
-    eprintln!(
+    crate::errln!(
         "{label} on {}: {} launches, {} allocations, {} syncs, {} reads, peak device memory {:.1} MiB",
         ascend.name(),
         c.total_launches(),

@@ -14,7 +14,7 @@ pub fn parse_args<A: clap::Parser>() -> A {
         Ok(args) => args,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            eprintln!("{}", one_line(&e.render().to_string()));
+            crate::errln!("{}", one_line(&e.render().to_string()));
             std::process::exit(2);
         }
     }

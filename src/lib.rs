@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub mod bench;
 pub mod cli;
+pub mod output;
 mod probe;
 pub mod rendezvous;
 pub use probe::AscendProbe;
@@ -88,7 +89,7 @@ impl codon_train::BatchSource for SameBatch {
 pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnOnce() -> Result<(), E>) {
     if let Err(e) = run() {
         let e: Box<dyn std::error::Error + Send + Sync> = e.into();
-        eprintln!("error: {}", error_line(e.as_ref()));
+        crate::errln!("error: {}", error_line(e.as_ref()));
         std::process::exit(1);
     }
 }

@@ -16,7 +16,12 @@ fn prepare_tokenize_collate() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("read 40 records, wrote 36, dropped 4"), "{stdout}");
 
+    // Two records fail: their errors are written, and the exit is non-zero unless --allow-failures.
     let out = run("tokenize", &["--input", &demo("proteins.jsonl"), "--output", &p("tokens.jsonl")]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 of 9 records failed"));
+    let tokenize = ["--input", &demo("proteins.jsonl"), "--output", &p("tokens.jsonl"), "--allow-failures"];
+    let out = run("tokenize", &tokenize);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<serde_json::Value> =
         std::fs::read_to_string(p("tokens.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -153,10 +158,17 @@ fn init_model_then_predict() {
     let csv_in = dir.path().join("in.csv");
     std::fs::write(&csv_in, "id,protein_sequence,organism\n1,MKV,51\n2,MK?,51\n3,MALW*,Homo sapiens\n").unwrap();
     let csv_out = dir.path().join("out.csv").to_string_lossy().into_owned();
-    let o = run(
-        "predict",
-        &["--model", &model, "--input", &csv_in.to_string_lossy(), "--output", &csv_out, "--match-protein"],
+    let batch = ["--model", &model, "--input", &csv_in.to_string_lossy(), "--output", &csv_out, "--match-protein"];
+    // A failed row makes the exit non-zero once every row is written, unless --allow-failures.
+    let o = run("predict", &batch);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("1 of 3 rows failed"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
+    assert!(Path::new(&csv_out).exists());
+    let o = run("predict", &[&batch[..], &["--allow-failures"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Not a terminal: plain progress lines, the last one for the whole batch.
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -164,12 +176,13 @@ fn init_model_then_predict() {
     let mut reader = csv::Reader::from_path(&csv_out).unwrap();
     assert_eq!(
         reader.headers().unwrap().iter().collect::<Vec<_>>(),
-        ["id", "protein_sequence", "organism", "predicted_dna"]
+        ["id", "protein_sequence", "organism", "predicted_dna", "error"]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), 3);
-    assert_eq!(rows[0][3].len(), 12);
-    assert!(rows[1][3].starts_with("ERROR: Invalid characters in protein sequence."));
+    assert_eq!((rows[0][3].len(), &rows[0][4]), (12, ""));
+    assert_eq!(&rows[1][3], "", "a failed row has no DNA");
+    assert!(rows[1][4].starts_with("Invalid characters in protein sequence."), "{:?}", &rows[1]);
     assert_eq!(rows[2][3].len(), 15);
 
     let o = run("predict", &["--model", &model, "--protein", "MK", "--organism", "51", "--device", "npu:0"]);

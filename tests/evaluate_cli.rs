@@ -136,6 +136,9 @@ fn bad_rows_are_named_written_and_make_the_exit_non_zero() {
     assert_eq!(written.len(), 5, "every row is written");
     assert!(written[..4].iter().all(|r| r[2].is_empty() && !r.last().unwrap().is_empty()));
     assert!(!written[4][2].is_empty() && written[4].last().unwrap().is_empty(), "the good row is evaluated");
+    let args = ["--input", &p("seqs.csv"), "--reference", &p("train.jsonl"), "--output", &p("m.csv")];
+    let out = run("evaluate", &[&args[..], &["--allow-failures"]].concat());
+    assert!(out.status.success(), "--allow-failures exits 0: {}", String::from_utf8_lossy(&out.stderr));
 
     // An empty reference is refused before any row.
     std::fs::write(p("empty.jsonl"), "").unwrap();

@@ -41,6 +41,11 @@ impl ReferenceArgs {
         }
     }
 
+    /// The files these flags name, which the command's outputs must not replace.
+    pub fn paths(&self) -> impl Iterator<Item = &std::path::Path> {
+        self.reference.as_deref().into_iter().chain(self.codon_table.as_deref())
+    }
+
     /// True when one table serves every organism, so rows need no organism.
     pub fn is_single_table(&self) -> bool {
         self.codon_table.is_some()

@@ -12,8 +12,10 @@ use codon_ascend::data::{
 };
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::{CodonTokenizer, OrganismTable};
+use codon_ascend::outln;
 use codon_ascend::train::{
-    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, TrainableModel, Trainer, TrainerConfig,
+    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, RunIdentity, TrainableModel, Trainer,
+    TrainerConfig,
 };
 
 /// Which script.
@@ -37,9 +39,14 @@ pub struct Args {
     /// Folder for step-<N> checkpoints.
     #[arg(long = "checkpoint_dir", alias = "checkpoint-dir")]
     pub checkpoint_dir: Option<PathBuf>,
-    /// Upstream-style state-dict file written next to the checkpoints.
-    #[arg(long = "checkpoint_filename", alias = "checkpoint-filename", default_value = "finetune.ckpt")]
-    pub checkpoint_filename: String,
+    /// Upstream-style state-dict file written next to the checkpoints: a plain file name inside
+    /// --checkpoint_dir [default: finetune.ckpt, pretrain: pretrain.ckpt].
+    #[arg(long = "checkpoint_filename", alias = "checkpoint-filename")]
+    pub checkpoint_filename: Option<String>,
+    /// Let the run remove another run's step-<N> folders and state-dict file from --checkpoint_dir
+    /// (never one of this run's inputs); without it such a folder is refused.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Records per batch.
     #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
     pub batch_size: usize,
@@ -52,7 +59,7 @@ pub struct Args {
     /// Micro-batches per optimizer step.
     #[arg(long = "accumulate_grad_batches", alias = "accumulate-grad-batches", default_value_t = 1)]
     pub accumulate_grad_batches: usize,
-    /// Devices (only 1 is supported).
+    /// Devices trained data-parallel over HCCL: --device npu:K and the next N − 1 (Ascend only).
     #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1)]
     pub num_gpus: usize,
     /// Peak learning rate [default: 5e-5; demo: 2e-3].
@@ -133,6 +140,13 @@ pub enum OnNonFinite {
 
 pub fn run(mode: Mode) -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
+    let checkpoint_filename = args.checkpoint_filename.clone().unwrap_or_else(|| {
+        match mode {
+            Mode::Finetune => "finetune.ckpt",
+            Mode::Pretrain => "pretrain.ckpt",
+        }
+        .to_string()
+    });
     // The demo is whatever runs without a dataset: its defaults stay whatever else is set.
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
@@ -158,15 +172,14 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
     if no_math {
-        println!(
+        outln!(
             "no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): values are meaningless; anomalies do not stop the run, and checkpoints are written only to an explicit --checkpoint_dir"
         );
     }
     let checkpoint_dir =
         args.checkpoint_dir.clone().or_else(|| (demo && !no_math).then(|| out_dir.join("checkpoints")));
-    let inputs: Vec<&std::path::Path> = args.dataset_dir.iter().map(PathBuf::as_path).collect();
-    let outputs: Vec<&std::path::Path> = args.metrics.iter().map(PathBuf::as_path).collect();
-    codon_ascend::data::refuse_overwriting(&inputs, &outputs)?;
+    // What the run reads: the trainer refuses any output that would replace one, or lie inside one.
+    let inputs: Vec<PathBuf> = [&args.dataset_dir, &args.model, &args.config].into_iter().flatten().cloned().collect();
     let precision = args.precision.resolve(&device);
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         let soc = ascend.soc();
@@ -177,9 +190,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
                 ascend.name()
             );
         }
-        println!("device: {} ({}), precision {:?}", ascend.name(), soc.name, precision);
+        outln!("device: {} ({}), precision {:?}", ascend.name(), soc.name, precision);
     } else {
-        println!("device: {}, precision {:?}", args.device, precision);
+        outln!("device: {}, precision {:?}", args.device, precision);
     }
     let attention = AttentionType::from(args.attention);
     let epochs = args.max_epochs.unwrap_or(match (mode, demo) {
@@ -199,15 +212,18 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             (config, format!("the checkpoint's {}", file.display()))
         }
         (None, None, true) => (codon_ascend::demo_model_config(), "the demo model".to_string()),
-        (None, None, false) => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
+        (None, None, false) => match &args.model {
+            Some(path) => (BigBirdConfig::default(), format!("{}'s own", path.display())),
+            None => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
+        },
     };
     if demo {
-        println!(
+        outln!(
             "configuration: demo, because no --dataset_dir was given: the bundled demo data, {config_source}, \
              {epochs} epochs, learning rate {learning_rate:e} (give --dataset_dir for a real run)"
         );
     } else {
-        println!("configuration: {config_source} model, {epochs} epochs, learning rate {learning_rate:e}");
+        outln!("configuration: {config_source} model, {epochs} epochs, learning rate {learning_rate:e}");
     }
 
     let mut outputs: Vec<(&str, PathBuf)> = Vec::new();
@@ -217,7 +233,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             std::fs::create_dir_all(&out_dir)?;
             let train = out_dir.join("train.jsonl");
             let report = prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
-            println!("bundled demo data: {report}");
+            outln!("bundled demo data: {report}");
             outputs.push(("prepared data", train.clone()));
             train
         }
@@ -226,17 +242,17 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let model = match (&args.model, mode) {
         (Some(_), Mode::Pretrain) => anyhow::bail!("pretrain trains from scratch: drop --model (or use finetune)"),
         (Some(path), Mode::Finetune) => {
-            println!("starting from {}", path.display());
+            outln!("starting from {}", path.display());
             load_model(path, args.config.as_ref().map(|_| config.clone()), &device, DType::F32)?
         }
         (None, _) => {
             if mode == Mode::Finetune && args.resume.is_none() {
-                println!("no --model given: starting from a random initialisation (seed {})", args.seed);
+                outln!("no --model given: starting from a random initialisation (seed {})", args.seed);
             }
             BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, args.seed, &device, DType::F32)?)?
         }
     };
-    println!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
+    outln!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
     let new_organism = match (&args.add_organism, &args.model) {
         (None, _) => None,
         (Some(name), Some(path)) if mode == Mode::Finetune => {
@@ -244,7 +260,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
                 anyhow::bail!("--add-organism trains one embedding row on one device: use --num_gpus 1");
             }
             let taught = NewOrganismModel::new(&model, &OrganismTable::for_model(path)?, name, precision, attention)?;
-            println!("adding organism {name:?} as id {}: only its embedding row trains", taught.organism_id());
+            outln!("adding organism {name:?} as id {}: only its embedding row trains", taught.organism_id());
             Some(taught)
         }
         (Some(_), _) => anyhow::bail!("--add-organism teaches a trained model a new organism: finetune with --model"),
@@ -259,7 +275,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             .collect::<candle_core::Result<Vec<_>>>()?;
         replicas.push(BigBirdForMaskedLM::from_named(config.clone(), weights.into_iter().collect())?);
     }
-    let probe_len = config.block_sparse_probe_len();
+    // The model's own configuration: a --model folder brings its own.
+    let model_config = model.config().clone();
+    let probe_len = model_config.block_sparse_probe_len();
     replicas.insert(0, model);
     let replicas = replicas
         .into_iter()
@@ -269,7 +287,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if replicas.len() > 1 {
-        println!(
+        outln!(
             "data-parallel over HCCL: {}",
             devices
                 .iter()
@@ -288,7 +306,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), loader_config)?;
-    println!("{} records, {} batches per epoch", loader.records_per_epoch(), loader.batches_per_epoch());
+    outln!("{} records, {} batches per epoch", loader.records_per_epoch(), loader.batches_per_epoch());
     let data = MaskedLmData::new(loader);
 
     let trainer_config = TrainerConfig::builder()
@@ -301,7 +319,10 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .precision(precision)
         .seed(args.seed)
         .checkpoint_dir(checkpoint_dir.clone())
-        .checkpoint_filename(checkpoint_dir.as_ref().map(|_| args.checkpoint_filename.clone()))
+        .checkpoint_filename(checkpoint_dir.as_ref().map(|_| checkpoint_filename.clone()))
+        .inputs(inputs)
+        .run_description(run_description(&model_config, &dataset_path)?)
+        .overwrite(args.overwrite)
         .save_every_n_steps(Some(args.save_every_n_steps))
         .keep_last(args.keep_last)
         .anomaly_policy(match args.on_nonfinite {
@@ -326,7 +347,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         }
     }
     if let Some(step) = &args.resume {
-        println!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
+        outln!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
     }
     let trainer = Trainer::new(trainer_config);
     let report = match (&layout, codon_ascend::ascend::ascend_device(&device)) {
@@ -334,7 +355,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             let how = codon_ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
             let timeout = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc()).connect_s;
             let comm = codon_ascend::rendezvous::join(l, ascend, &how, std::time::Duration::from_secs_f64(timeout))?;
-            println!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
+            outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
         }
@@ -356,7 +377,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             report.total_steps
         );
     };
-    println!(
+    outln!(
         "{} optimizer steps: loss {:.4} (step {}) -> {:.4} (step {})",
         report.steps.len(),
         first.loss,
@@ -371,15 +392,27 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         Some(dir) => {
             outputs.push(("checkpoint folder", dir.clone()));
             outputs.extend(report.checkpoints.iter().map(|c| ("checkpoint", c.clone())));
-            outputs.push(("state dict", dir.join(&args.checkpoint_filename)));
+            outputs.push(("state dict", dir.join(&checkpoint_filename)));
         }
-        None => println!("no --checkpoint_dir: nothing was saved"),
+        None => outln!("no --checkpoint_dir: nothing was saved"),
     }
     outputs.extend(args.metrics.iter().map(|m| ("metrics", m.clone())));
     for (what, path) in outputs {
-        println!("{what}: {}", path.display());
+        outln!("{what}: {}", path.display());
     }
     Ok(())
+}
+
+/// What identifies this run beside the trainer's settings: the model configuration, and the
+/// training file's resolved path and size.
+fn run_description(config: &BigBirdConfig, dataset: &std::path::Path) -> anyhow::Result<RunIdentity> {
+    let bytes = std::fs::metadata(dataset).with_context(|| format!("--dataset_dir {}", dataset.display()))?.len();
+    let model: serde_json::Value = serde_json::from_str(&config.to_json())?;
+    Ok(RunIdentity::from([
+        ("model_config".to_string(), model.to_string()),
+        ("dataset".to_string(), codon_ascend::model::files::resolved(dataset).display().to_string()),
+        ("dataset_bytes".to_string(), bytes.to_string()),
+    ]))
 }
 
 /// One optimizer step of this run, on a synthetic batch, with every launch reduced to phase 1:
@@ -395,7 +428,7 @@ fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
     ascend.preflight(|| {
         Trainer::new(config).fit(model, &data, None).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
     })?;
-    println!("preflight on {}: every op of a training step is supported", ascend.soc().name);
+    outln!("preflight on {}: every op of a training step is supported", ascend.soc().name);
     Ok(())
 }
 

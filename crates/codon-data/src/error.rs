@@ -61,6 +61,14 @@ pub enum DataError {
         /// The input it resolves to.
         input: PathBuf,
     },
+    /// An output path inside an input folder, whose files it could replace.
+    #[error("{output} is inside the input folder {input}: writing there could replace the input's files; choose a path outside it")]
+    OutputInInputFolder {
+        /// The output as given.
+        output: PathBuf,
+        /// The input folder.
+        input: PathBuf,
+    },
     /// An invalid loader or collator setting.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use codon_model::files::Clash;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
@@ -32,12 +33,18 @@ impl TrainingRecord {
     }
 }
 
-/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`: paths are
-/// compared resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
+/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`, or into an
+/// input folder (a model's, a checkpoint's), whose files it could replace: paths are compared
+/// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
 pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
     for output in outputs {
-        if let Some(input) = inputs.iter().find(|input| codon_model::files::same_file(input, output)) {
-            return Err(DataError::OutputIsInput { output: output.to_path_buf(), input: input.to_path_buf() });
+        for input in inputs {
+            let (output, input) = (output.to_path_buf(), input.to_path_buf());
+            match codon_model::files::clash(&input, &output) {
+                Some(Clash::Same) => return Err(DataError::OutputIsInput { output, input }),
+                Some(Clash::InsideFolder) => return Err(DataError::OutputInInputFolder { output, input }),
+                None => {}
+            }
         }
     }
     Ok(())

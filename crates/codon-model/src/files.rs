@@ -105,6 +105,28 @@ pub fn same_file(input: &Path, output: &Path) -> bool {
     resolved(input) == resolved(output)
 }
 
+/// How writing the file `output` would touch the input `input`, if it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clash {
+    /// `output` is `input` (through any spelling or symlink).
+    Same,
+    /// `input` is a folder (a model, a checkpoint) and `output` lies inside it, where it could
+    /// replace one of the folder's files.
+    InsideFolder,
+}
+
+/// How writing `output` would touch `input`: `None` when it leaves it alone.
+pub fn clash(input: &Path, output: &Path) -> Option<Clash> {
+    let (input, output) = (resolved(input), resolved(output));
+    if input == output {
+        Some(Clash::Same)
+    } else if input.is_dir() && output.starts_with(&input) {
+        Some(Clash::InsideFolder)
+    } else {
+        None
+    }
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
@@ -152,5 +174,19 @@ mod tests {
         std::os::unix::fs::symlink(&input, &link).unwrap();
         assert!(same_file(&input, &link));
         assert!(!same_file(&input, &dir.path().join("out.csv")));
+    }
+
+    #[test]
+    fn a_file_inside_an_input_folder_clashes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(model.join("model.safetensors"), b"x").unwrap();
+        assert_eq!(clash(&model, &model.join("model.safetensors")), Some(Clash::InsideFolder));
+        assert_eq!(clash(&model, &model.join("new.csv")), Some(Clash::InsideFolder));
+        assert_eq!(clash(&model, &dir.path().join("model").join("..").join("model")), Some(Clash::Same));
+        assert_eq!(clash(&model, &dir.path().join("model-out.csv")), None, "a sibling sharing the prefix");
+        let file = model.join("model.safetensors");
+        assert_eq!(clash(&file, &model.join("other.safetensors")), None);
     }
 }

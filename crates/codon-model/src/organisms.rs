@@ -176,9 +176,10 @@ pub const ORGANISMS: [&str; NUM_ORGANISMS] = [
     "Yokenella regensburgei",
 ];
 
-/// An organism given by the user: a name or an id.
+/// An organism given by the user: a name or an id. In JSON, a number is an id and a string is
+/// read as [`OrganismRef::parse`] reads a CSV field (`"51"` is the id 51, as in the CSV commands).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, from = "OrganismField")]
 pub enum OrganismRef {
     /// An id, 0..164.
     Id(i64),
@@ -192,6 +193,23 @@ impl OrganismRef {
         match self {
             OrganismRef::Id(id) => organism_name(*id).map(|_| *id as u32),
             OrganismRef::Name(name) => organism_id(name),
+        }
+    }
+}
+
+/// An organism as JSON writes it, before a string is parsed.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum OrganismField {
+    Id(i64),
+    Text(String),
+}
+
+impl From<OrganismField> for OrganismRef {
+    fn from(field: OrganismField) -> Self {
+        match field {
+            OrganismField::Id(id) => OrganismRef::Id(id),
+            OrganismField::Text(text) => OrganismRef::parse(&text),
         }
     }
 }
@@ -420,5 +438,7 @@ mod tests {
         assert_eq!(r.resolve().unwrap(), 59);
         let r: OrganismRef = serde_json::from_str("0").unwrap();
         assert_eq!(r.resolve().unwrap(), 0);
+        let r: OrganismRef = serde_json::from_str("\"51\"").unwrap();
+        assert_eq!(r, OrganismRef::Id(51), "a quoted id is an id, as in a CSV field");
     }
 }

@@ -13,9 +13,10 @@ use crate::error::{Result, TrainError};
 use crate::model::Checkpointable;
 use crate::optim::AdamW;
 use crate::precision::LossScaler;
+use crate::run_folder::{step_folders, OwnRuns, RunIdentity};
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-const STATE_FILE: &str = "trainer_state.json";
+pub(crate) const STATE_FILE: &str = "trainer_state.json";
 const FORMAT_VERSION: u32 = 1;
 
 /// Where training stands.
@@ -50,6 +51,9 @@ pub struct TrainerState {
     /// Micro-batches per optimizer step.
     #[serde(default)]
     pub accumulate_grad_batches: Option<usize>,
+    /// The run's identity (absent in checkpoints of earlier versions): whose step this is.
+    #[serde(default)]
+    pub run: Option<RunIdentity>,
 }
 
 impl TrainerState {
@@ -67,6 +71,7 @@ impl TrainerState {
             warmup_fraction: Some(config.warmup_fraction),
             batch_size,
             accumulate_grad_batches: Some(config.accumulate_grad_batches),
+            run: Some(run_identity(config, total_steps, batch_size)),
         }
     }
 
@@ -95,6 +100,21 @@ impl TrainerState {
                 })
             })
     }
+}
+
+/// The run's identity: the caller's description and the settings that shape the schedule.
+fn run_identity(config: &TrainerConfig, total_steps: usize, batch_size: Option<usize>) -> RunIdentity {
+    let mut run = config.run_description.clone();
+    let settings = [
+        ("seed", config.seed.to_string()),
+        ("learning_rate", format!("{:e}", config.learning_rate)),
+        ("warmup_fraction", format!("{}", config.warmup_fraction)),
+        ("batch_size", batch_size.map_or_else(|| "variable".into(), |b| b.to_string())),
+        ("accumulate_grad_batches", config.accumulate_grad_batches.to_string()),
+        ("total_steps", total_steps.to_string()),
+    ];
+    run.extend(settings.into_iter().map(|(k, v)| (k.to_string(), v)));
+    run
 }
 
 /// Write `dir/step-<N>` atomically and return its path. An existing `step-<N>` is renamed aside
@@ -158,19 +178,11 @@ fn aside_path(dir: &Path, step: usize) -> PathBuf {
     dir.join(format!(".step-{step}.replaced"))
 }
 
-/// Remove all but the newest `keep` `step-<N>` folders of `dir`. Each is first renamed to a
-/// partial-step name, so a kill midway leaves a leftover for [`clean_leftovers`], never a
-/// half-deleted `step-<N>`.
-pub(crate) fn prune(dir: &Path, keep: usize) -> Result<()> {
-    let mut steps: Vec<(usize, PathBuf)> = std::fs::read_dir(dir)
-        .map_err(|e| TrainError::io(dir, e))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let step = e.file_name().to_str()?.strip_prefix("step-")?.parse::<usize>().ok()?;
-            e.path().is_dir().then(|| (step, e.path()))
-        })
-        .collect();
-    steps.sort();
+/// Remove all but the newest `keep` of this run's `step-<N>` folders of `dir` (another run's,
+/// kept by `--overwrite`'s absence, are never touched). Each is first renamed to a partial-step
+/// name, so a kill midway leaves a leftover for [`clean_leftovers`], never a half-deleted `step-<N>`.
+pub(crate) fn prune(dir: &Path, keep: usize, own: &OwnRuns) -> Result<()> {
+    let steps: Vec<(usize, PathBuf)> = step_folders(dir).into_iter().filter(|(_, path)| own.owns(path)).collect();
     let excess = steps.len().saturating_sub(keep);
     for (step, path) in steps.into_iter().take(excess) {
         let doomed = dir.join(format!(".step-{step}.pruned"));
@@ -245,6 +257,7 @@ pub(crate) fn load(
     state.warmup_fraction = fresh.warmup_fraction;
     state.batch_size = fresh.batch_size;
     state.accumulate_grad_batches = fresh.accumulate_grad_batches;
+    state.run = fresh.run.clone();
     let opt_path = dir.join(OPTIMIZER_FILE);
     let moments: HashMap<String, candle_core::Tensor> =
         candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)

@@ -6,6 +6,7 @@ use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
 use crate::precision::Precision;
 use crate::progress::DeviceProbe;
+use crate::run_folder::RunIdentity;
 use crate::schedule::Scheduler;
 
 /// What to do when the loss or a gradient is not finite (f16 overflow is handled by the
@@ -41,6 +42,9 @@ pub struct TrainerConfig {
     pub(crate) scheduler: Option<Box<dyn Scheduler>>,
     pub(crate) retain_freed_memory: bool,
     pub(crate) device_probe: Option<std::sync::Mutex<Box<dyn DeviceProbe>>>,
+    pub(crate) inputs: Vec<PathBuf>,
+    pub(crate) run_description: RunIdentity,
+    pub(crate) overwrite: bool,
 }
 
 /// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
@@ -72,6 +76,9 @@ impl TrainerConfig {
             scheduler: None,
             retain_freed_memory: false,
             device_probe: None,
+            inputs: Vec::new(),
+            run_description: RunIdentity::new(),
+            overwrite: false,
         })
     }
 }
@@ -133,6 +140,15 @@ impl TrainerConfigBuilder {
         /// Keep freed memory in the process while training (default false: it changes malloc for the
         /// whole process; see [`crate::retain_freed_memory`]). The training examples turn it on.
         retain_freed_memory: bool => retain_freed_memory,
+        /// The files and folders the run reads (data, starting model, its configuration): no
+        /// output of the run may be one of them or lie inside one, and `overwrite` removes none.
+        inputs: Vec<PathBuf> => inputs,
+        /// What identifies the run beyond the trainer's own settings (model configuration, data
+        /// path and size): recorded in each checkpoint, so a folder's steps are known by run.
+        run_description: RunIdentity => run_description,
+        /// Let the run remove another run's steps and state-dict file from its checkpoint folder
+        /// (default false: such a folder is refused).
+        overwrite: bool => overwrite,
     }
     /// Watch the device: each step's metrics (and the progress bar) then carry its launches,
     /// allocations, synchronisations, reads and peak memory.
@@ -165,6 +181,16 @@ impl TrainerConfigBuilder {
         }
         if c.max_steps == Some(0) || c.save_every_n_steps == Some(0) {
             return Err(TrainError::Config("max_steps and save_every_n_steps must be positive".into()));
+        }
+        if let Some(name) = &c.checkpoint_filename {
+            let plain = std::path::Path::new(name).file_name().is_some_and(|n| n == name.as_str());
+            let step_like = name.strip_prefix("step-").is_some_and(|n| n.parse::<usize>().is_ok());
+            if !plain || name.starts_with('.') || step_like {
+                return Err(TrainError::Config(format!(
+                    "checkpoint file name {name:?} must be a plain file name inside the checkpoint folder (no folders, \
+                     not hidden, not step-<N>)"
+                )));
+            }
         }
         if let Some(clip) = c.gradient_clip {
             if !(clip.is_finite() && clip > 0.0) {

@@ -38,6 +38,40 @@ pub enum TrainError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An output of the run that would replace one of its inputs, or write inside an input folder.
+    #[error("{what} {output} would replace the run's input {input} (or write inside it); choose another path")]
+    OutputIsInput {
+        /// Which output.
+        what: String,
+        /// The output path.
+        output: PathBuf,
+        /// The input it would touch.
+        input: PathBuf,
+    },
+    /// The checkpoint folder holds another run's checkpoints.
+    #[error("{dir} holds another run's checkpoints ({}): resume one of them, choose another checkpoint folder, or allow overwriting them (--overwrite)", list_some(.names))]
+    ForeignCheckpoints {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Its step folders (and state-dict file) that this run did not write.
+        names: Vec<String>,
+    },
+    /// Overwriting another run's checkpoint would remove one of this run's inputs.
+    #[error("overwriting {path} would remove the run's input {input}; nothing was removed")]
+    OverwriteWouldRemoveInput {
+        /// The step folder or file to remove.
+        path: PathBuf,
+        /// The input inside it.
+        input: PathBuf,
+    },
+    /// A checkpoint folder that cannot take a checkpoint, found before the first step.
+    #[error("checkpoint folder {dir} {reason}")]
+    CheckpointFolder {
+        /// The folder.
+        dir: PathBuf,
+        /// Why it cannot.
+        reason: String,
+    },
     /// A non-finite loss or gradient under the abort policy.
     #[error("non-finite {what} at optimizer step {step}{}", if .parameters.is_empty() { String::new() } else { format!("; non-finite gradients in: {}", .parameters.join(", ")) })]
     NonFinite {

@@ -144,9 +144,16 @@ impl Progress {
             metric.loss, metric.lr, metric.tokens_per_s
         ));
         if self.log_lines && (metric.step % self.log_every == 0 || metric.step == self.total_steps) {
-            eprintln!(
+            // Best-effort: a closed stderr never stops a run.
+            let _ = writeln!(
+                std::io::stderr(),
                 "step {}/{} epoch {} loss {:.4} lr {:.2e} {:.0} tokens/s",
-                metric.step, self.total_steps, metric.epoch, metric.loss, metric.lr, metric.tokens_per_s
+                metric.step,
+                self.total_steps,
+                metric.epoch,
+                metric.loss,
+                metric.lr,
+                metric.tokens_per_s
             );
         }
         if let Some((path, w)) = self.metrics.as_mut() {
@@ -159,7 +166,9 @@ impl Progress {
     /// A warning: kept for the report and printed above the bar.
     pub(crate) fn warn(&mut self, message: String) {
         if self.print_warnings {
-            self.bar.suspend(|| eprintln!("warning: {message}"));
+            self.bar.suspend(|| {
+                let _ = writeln!(std::io::stderr(), "warning: {message}");
+            });
         }
         self.warnings.push(message);
     }

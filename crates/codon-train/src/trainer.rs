@@ -11,6 +11,7 @@ use crate::model::{BatchSource, Checkpointable, TrainableModel};
 use crate::optim::AdamW;
 use crate::precision::{LossScaler, Precision};
 use crate::progress::{Progress, StepMetrics, TrainReport};
+use crate::run_folder::{self, OwnRuns};
 use crate::schedule::{OneCycleLr, Scheduler};
 use crate::step::{optimizer_step, Optimization, StepBatches};
 
@@ -144,6 +145,7 @@ impl Trainer {
         S: BatchSource<Batch = M::Batch>,
     {
         let c = &self.config;
+        run_folder::refuse_writing_inputs(c)?;
         let (rank, ranks) = comm.map_or((0, 1), |m| (m.rank(), m.ranks()));
         let lead = rank == 0;
         let batches_per_epoch = data.batches_per_epoch();
@@ -190,12 +192,22 @@ impl Trainer {
                 Err(e) => failure.fail(e)?,
             }
         }
+        let mut state = TrainerState::new(c, total_steps, data.batch_size());
+        let own = OwnRuns::new(state.run.as_ref().unwrap_or(&c.run_description), resume);
+        if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
+            match run_folder::claim(c, dir, &own) {
+                Ok(done) => done.into_iter().for_each(|d| progress.warn(d)),
+                Err(e) => failure.fail(e)?,
+            }
+            if let Err(e) = run_folder::check_writable(dir, checkpoint_bytes(c, &params)) {
+                failure.fail(e)?;
+            }
+        }
         if let Some(path) = c.metrics_path.as_ref().filter(|_| lead) {
             if let Err(e) = progress.open_metrics(path, resume.is_some()) {
                 failure.fail(e)?;
             }
         }
-        let mut state = TrainerState::new(c, total_steps, data.batch_size());
         if let (Some(dir), Some(files)) = (resume, files) {
             state = checkpoint::load(dir, files, &mut opt.optimizer, &state)?;
             if let Some(s) = state.loss_scaler {
@@ -204,17 +216,25 @@ impl Trainer {
         }
         progress.start_at(state.step);
         let report = TrainReport { total_steps, ..Default::default() };
-        let mut run = RankRun { config: c, model, comm, rank, ranks, opt, state, progress, failure, report };
+        let mut run = RankRun { config: c, model, comm, rank, ranks, opt, state, progress, failure, report, own };
         let result = run.epochs(data, &params);
         run.report.warnings = run.progress.finish();
         result?;
         if let (Some(dir), Some(files), true) = (&c.checkpoint_dir, files, lead) {
-            let path = save_checkpoint(c, files, &run.opt.optimizer, &run.state, dir)?;
+            let path = save_checkpoint(c, files, &run.opt.optimizer, &run.state, dir, &run.own)?;
             run.report.checkpoints.push(path);
             run.report.checkpoints.retain(|p| p.is_dir());
         }
         Ok(run.report)
     }
+}
+
+/// About how many bytes one checkpoint of `params` takes: f32 weights and AdamW's two f32
+/// moments, and the state dict's f32 weights when one is written.
+fn checkpoint_bytes(c: &TrainerConfig, params: &crate::Parameters) -> u64 {
+    let elements: usize = params.named().iter().map(|(_, v)| v.as_tensor().elem_count()).sum();
+    let copies = if c.checkpoint_filename.is_some() { 4 } else { 3 };
+    (elements * 4 * copies) as u64
 }
 
 /// Write `dir/step-<N>`, the upstream-style state dict when asked, and prune old steps.
@@ -224,13 +244,14 @@ fn save_checkpoint(
     optimizer: &AdamW,
     state: &TrainerState,
     dir: &Path,
+    own: &OwnRuns,
 ) -> Result<PathBuf> {
     let path = checkpoint::save(dir, files, optimizer, state, !c.values_meaningless)?;
     if let Some(name) = &c.checkpoint_filename {
         files.save_state_dict(&optimizer.master_weights()?, &dir.join(name))?;
     }
     if let Some(keep) = c.keep_last {
-        checkpoint::prune(dir, keep)?;
+        checkpoint::prune(dir, keep, own)?;
     }
     Ok(path)
 }
@@ -268,6 +289,8 @@ struct RankRun<'a, M> {
     progress: Progress,
     failure: Failure,
     report: TrainReport,
+    /// Whose steps in the checkpoint folder are this run's (retention prunes only those).
+    own: OwnRuns,
 }
 
 impl<M: TrainableModel> RankRun<'_, M> {
@@ -381,7 +404,7 @@ impl<M: TrainableModel> RankRun<'_, M> {
         if !due || self.state.step >= self.report.total_steps || !self.lead() {
             return Ok(());
         }
-        match save_checkpoint(c, files, &self.opt.optimizer, &self.state, dir) {
+        match save_checkpoint(c, files, &self.opt.optimizer, &self.state, dir, &self.own) {
             Ok(path) => self.report.checkpoints.push(path),
             Err(e) => self.failure.fail(e)?,
         }
