@@ -60,7 +60,8 @@ fn main() {
         (768, 3072, 2048, true, false, "output dense dW = dzᵀ·x"),
         (768, 768, 2048, true, false, "q/k/v dW = dzᵀ·x"),
     ];
-    for (m, n, k, lhs_t, rhs_t, what) in layers {
+    // A listing: once its reader is gone (`| head -2`), the rest is not measured.
+    for (m, n, k, lhs_t, rhs_t, what) in layers.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
     }
     let blocks = [
@@ -68,7 +69,7 @@ fn main() {
         (64, 64, 512, false, false, "attention context p·v"),
         (512, 64, 64, true, false, "attention dk = dsᵀ·q"),
     ];
-    for (m, n, k, lhs_t, rhs_t, what) in blocks {
+    for (m, n, k, lhs_t, rhs_t, what) in blocks.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
         let rate = gflops(m, n, k, lhs_t, rhs_t, gemm::Parallelism::None);
         outln!("{what:32} {m}×{k}·{k}×{n}: {rate:.0} GFLOP/s (one thread)");
     }

@@ -20,8 +20,9 @@ struct Args {
     /// npu:N or npu-sim:N.
     #[arg(long, default_value = "npu-sim:0")]
     device: DeviceSpec,
-    /// Optimizer steps; the last one is reported (the first ones warm the allocator cache).
-    #[arg(long, default_value_t = 3)]
+    /// Optimizer steps; the last one is reported (the first ones warm the allocator cache, so
+    /// a single step counts the cold first allocations too).
+    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     steps: usize,
     /// Training precision.
     #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
@@ -56,7 +57,7 @@ fn run() -> anyhow::Result<()> {
     let model =
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
-    let steps = args.steps.max(2);
+    let steps = args.steps;
     let probe = codon_ascend::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
     let trainer = Trainer::new(
@@ -71,11 +72,12 @@ fn run() -> anyhow::Result<()> {
     );
     let report = trainer.fit(&model, &data, None::<&Path>)?;
     let last = report.steps.last().and_then(|s| s.device).ok_or_else(|| anyhow::anyhow!("no step ran"))?;
+    let steps = report.steps.len();
     outln!(
         "{} ({}{}), {:?}, {:?} attention{}, {} layers, batch {} x {}: step {steps} of {steps}",
         ascend.name(),
         ascend.soc().name,
-        if std::env::var("CANDLE_ASCEND_SIM_NO_MATH").as_deref() == Ok("1") { ", no math" } else { "" },
+        if ascend.skips_math() { ", no math" } else { "" },
         precision,
         attention,
         if args.gradient_checkpointing { ", gradient checkpointing" } else { "" },
