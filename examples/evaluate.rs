@@ -49,6 +49,9 @@ struct Args {
     /// Write one %MinMax SVG per row and a summary SVG of CSI and GC per organism into this folder.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// The column holding the DNA to evaluate [default: dna, or predict's predicted_dna].
+    #[arg(long, alias = "dna_column")]
+    dna_column: Option<String>,
     /// Exit 0 even when some rows fail (their errors are in the output's error column).
     #[arg(long, alias = "allow_failures")]
     allow_failures: bool,
@@ -72,8 +75,15 @@ fn run() -> anyhow::Result<()> {
     let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
     codon_ascend::data::refuse_overwriting(&inputs, &[&args.output])?;
 
+    if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
+        anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
+    }
+    codon_ascend::model::files::check_output_location(&args.output)?;
     let table = CsvTable::read(&args.input)?;
-    let dna_col = table.column("dna")?;
+    let dna_col = match &args.dna_column {
+        Some(name) => table.column(name)?,
+        None => table.first_column(&["dna", "predicted_dna"])?,
+    };
     let organism_col = if args.reference.is_single_table() {
         table.optional_column("organism")
     } else {
@@ -162,24 +172,31 @@ fn write_output(
     results: &[Result<SequenceMetrics, String>],
 ) -> anyhow::Result<()> {
     let mut writer = csv::Writer::from_writer(Vec::new());
+    // An input with an error column (predict's) keeps it, and this command's errors go there too.
+    let input_error = table.optional_column("error");
     let header: Vec<&str> = table
         .headers
         .iter()
+        .enumerate()
+        .filter(|(c, _)| Some(*c) != input_error)
+        .map(|(_, h)| h)
         .chain(selected_columns(with_similarity).map(|i| METRIC_COLUMNS[i]))
         .chain(["error"])
         .collect();
     writer.write_record(&header)?;
     for (row, result) in table.rows.iter().zip(results) {
-        let mut record: Vec<String> = row.iter().map(str::to_string).collect();
+        let earlier_error = input_error.and_then(|c| row.get(c)).filter(|e| !e.is_empty());
+        let mut record: Vec<String> =
+            row.iter().enumerate().filter(|(c, _)| Some(*c) != input_error).map(|(_, v)| v.to_string()).collect();
         match result {
             Ok(m) => {
                 let values = metric_values(m);
                 record.extend(selected_columns(with_similarity).map(|i| cell(values[i])));
-                record.push(String::new());
+                record.push(earlier_error.unwrap_or_default().to_string());
             }
             Err(e) => {
                 record.extend(selected_columns(with_similarity).map(|_| String::new()));
-                record.push(e.clone());
+                record.push(earlier_error.map_or_else(|| e.clone(), str::to_string));
             }
         }
         writer.write_record(&record)?;
@@ -257,6 +274,17 @@ fn write_plots(
     options: &MetricOptions,
 ) -> anyhow::Result<usize> {
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--plot {}: {e}", dir.display()))?;
+    // An earlier run's plots go first: a row-N.svg left behind would describe another sequence.
+    for entry in std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("--plot {}: {e}", dir.display()))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let row_plot = name
+            .strip_prefix("row-")
+            .and_then(|n| n.strip_suffix(".svg"))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if row_plot || name == "summary.svg" {
+            std::fs::remove_file(entry.path()).map_err(|e| anyhow::anyhow!("{}: {e}", entry.path().display()))?;
+        }
+    }
     let mut bands: BTreeMap<Option<u32>, Option<ProfileBand>> = BTreeMap::new();
     let mut summary: BTreeMap<String, OrganismValues> = BTreeMap::new();
     let mut written = 0;

@@ -34,6 +34,9 @@ fn run() -> anyhow::Result<()> {
         ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
     let tk = dev.toolkit();
     outln!("device:          {}", dev.name());
+    if dev.skips_math() {
+        outln!("arithmetic:      skipped (CANDLE_ASCEND_SIM_NO_MATH=1): launches and memory are counted, values are meaningless");
+    }
     outln!("toolkit root:    {}", tk.root.display());
     outln!("toolkit version: {}", tk.version().unwrap_or_else(|| "unknown (no version.cfg)".into()));
     outln!("libraries:");

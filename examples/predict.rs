@@ -3,12 +3,15 @@
 //! ```text
 //! cargo run --release --example predict -- --model DIR --protein MALWMRLL... --organism "Escherichia coli general"
 //! cargo run --release --example predict -- --model DIR --input proteins.csv --output predictions.csv --match-protein
-//! ```
 //! cargo run --release --example predict -- --method high-frequency --reference train.jsonl --input proteins.csv --output hfc.csv
 //! ```
-//! Batch files are CSV with columns `protein_sequence` and `organism` (name or id); the
-//! output adds `predicted_dna` (with several sequences: one row per sequence). A batch shows its
-//! progress on stderr: a bar on a terminal, a plain line every few seconds otherwise.
+//! Batch files are CSV with columns `protein_sequence` (or `protein`) and `organism` (name or
+//! id); the output adds `predicted_dna` (with several sequences: one row per sequence) and
+//! `error`, empty unless the row failed. Any failed row makes the exit status 1 once every row
+//! is written, unless `--allow-failures`. `--protein` with `--output` writes the same file for
+//! its one row. On a device that skips arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) a warning is
+//! printed and a `no_math` column says so on every row. A batch shows its progress on stderr: a
+//! bar on a terminal, a plain line every few seconds otherwise.
 //!
 //! `--method` picks the codon choice: the model (default), or one of upstream's baselines, which
 //! read each organism's codon frequencies from `--reference` or `--codon-table`: the most frequent
@@ -220,6 +223,7 @@ fn run() -> anyhow::Result<()> {
             .chain(args.reference.paths())
             .collect();
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
+        codon_ascend::model::files::check_output_location(output)?;
     }
     if let Some(organism) = &args.organism {
         organisms.resolve(&OrganismRef::parse(organism)).context("--organism (predict --list-organisms lists them)")?;
@@ -230,10 +234,13 @@ fn run() -> anyhow::Result<()> {
     if !designer.constraints.is_empty() && args.method != Method::Model {
         anyhow::bail!("constraints are repaired with the model's scores: use them with --method model");
     }
-    let predict = match args.method {
+    let (predict, no_math) = match args.method {
         Method::Model => model_predictions(&args, !designer.constraints.is_empty())?,
-        method => baseline_predictions(&args, method)?,
+        method => (baseline_predictions(&args, method)?, false),
     };
+    if no_math {
+        errln!("{}", codon_ascend::NO_MATH_WARNING);
+    }
     let table = match (&args.protein, &args.input, &args.output) {
         (Some(protein), _, None) => return print_predictions(&args, protein, &designer, &predict),
         // One protein with --output: a one-row batch, written as a batch is.
@@ -242,7 +249,9 @@ fn run() -> anyhow::Result<()> {
         _ => anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV"),
     };
     let output = args.output.as_deref().unwrap_or(std::path::Path::new(""));
-    let (protein_col, organism_col) = (table.column("protein_sequence")?, table.column("organism")?);
+    // `protein` is prepare_data's name for the column.
+    let (protein_col, organism_col) =
+        (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
     let dna_col = table.optional_column("dna");
     let items: Vec<ProteinInput> = table
         .rows
@@ -264,7 +273,10 @@ fn run() -> anyhow::Result<()> {
     } else {
         &["predicted_dna", "error"]
     };
-    writer.write_record(table.headers.iter().chain(extra.iter().copied()))?;
+    // On a device that skips its arithmetic, every row says its DNA is meaningless.
+    let marks: &[&str] = if no_math { &["true"] } else { &[] };
+    let mark_column: &[&str] = if no_math { &["no_math"] } else { &[] };
+    writer.write_record(table.headers.iter().chain(extra.iter().copied()).chain(mark_column.iter().copied()))?;
     for (i, (row, result)) in table.rows.iter().zip(results).enumerate() {
         let designed: anyhow::Result<Vec<Vec<String>>> = result.and_then(|predictions| {
             predictions
@@ -295,7 +307,7 @@ fn run() -> anyhow::Result<()> {
         });
         for mut fields in records {
             fields.resize(extra.len(), String::new());
-            writer.write_record(row.iter().chain(fields.iter().map(String::as_str)))?;
+            writer.write_record(row.iter().chain(fields.iter().map(String::as_str)).chain(marks.iter().copied()))?;
         }
     }
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -381,11 +393,13 @@ impl Designer {
 type PredictFn<'a> =
     Box<dyn Fn(&[ProteinInput], &mut dyn FnMut(usize)) -> anyhow::Result<Vec<anyhow::Result<Vec<Predicted>>>> + 'a>;
 
-fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<PredictFn<'static>> {
+/// The model's predictions, and whether its device skips arithmetic (its values are then meaningless).
+fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(PredictFn<'static>, bool)> {
     let Some(model) = &args.model else {
         anyhow::bail!("--method model needs --model DIR (or pick a baseline --method)")
     };
     let device = args.device.open()?;
+    let no_math = codon_ascend::skips_math(&device);
     let dtype = candle_core::DType::from(args.dtype);
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         if dtype == candle_core::DType::BF16 && !ascend.soc().has_bf16() {
@@ -413,7 +427,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<Pre
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
-    Ok(Box::new(move |items, progress| {
+    let predict: PredictFn<'static> = Box::new(move |items, progress| {
         let results = predictor.predict_batch_with_progress(items, &options, progress)?;
         Ok(results
             .into_iter()
@@ -421,7 +435,8 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<Pre
                 Ok(r?.into_iter().map(|p| Predicted { dna: p.predicted_dna, scores: p.codon_log_probs }).collect())
             })
             .collect())
-    }))
+    });
+    Ok((predict, no_math))
 }
 
 fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn<'static>> {

@@ -30,6 +30,9 @@ struct Args {
     /// Keep records that fail the is_correct_seq CDS checks.
     #[arg(long, alias = "keep_incorrect")]
     keep_incorrect: bool,
+    /// Keep records whose protein column is not the DNA's translation (their tokens train as [UNK]).
+    #[arg(long, alias = "keep_mismatched")]
+    keep_mismatched: bool,
     /// Shuffle the output with this seed.
     #[arg(long, alias = "shuffle_seed")]
     shuffle_seed: Option<u64>,
@@ -45,6 +48,7 @@ fn run() -> anyhow::Result<()> {
     let options = PrepareOptions {
         organism: args.organism,
         keep_incorrect: args.keep_incorrect,
+        keep_mismatched: args.keep_mismatched,
         shuffle_seed: args.shuffle_seed,
         protein_config: args.protein.config(),
         seed: args.protein.seed,

@@ -7,7 +7,8 @@
 //! ```
 //! Inputs: `input_ids`, `attention_mask`, `token_type_ids`, `labels`, i64 (batch, length).
 //! Output: `logits`, `loss`, and with `--grads` one tensor per parameter under its
-//! transformers state-dict name (tied decoder keys excluded).
+//! transformers state-dict name (tied decoder keys excluded). On a device that skips its
+//! arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) a warning is printed and the file holds `no_math` = 1.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use candle_core::{Tensor, Var};
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
 use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
-use codon_ascend::outln;
+use codon_ascend::{errln, outln};
 
 /// Score inputs with a model.
 #[derive(Parser)]
@@ -53,7 +54,12 @@ struct Args {
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
+    codon_ascend::model::files::check_output_location(&args.output)?;
     let device = args.device.open()?;
+    let no_math = codon_ascend::skips_math(&device);
+    if no_math {
+        errln!("{}", codon_ascend::NO_MATH_WARNING);
+    }
     let dtype = candle_core::DType::from(args.dtype);
     let attention = AttentionType::from(args.attention);
     let mut model = load_model(&args.model, None, &device, dtype)?;
@@ -89,11 +95,16 @@ fn run() -> anyhow::Result<()> {
         }
     }
     outln!(
-        "loss {:.6} ({:?} attention, encoder length {})",
+        "loss {:.6} ({:?} attention, encoder length {}){}",
         loss.to_dtype(candle_core::DType::F32)?.to_scalar::<f32>()?,
         info.attention,
-        info.encoder_len
+        info.encoder_len,
+        if no_math { " [no-math mode: meaningless]" } else { "" }
     );
+    if no_math {
+        // Marks the file itself: a reader of `logits` finds `no_math` = 1 beside it.
+        out.insert("no_math".into(), Tensor::new(&[1u8], &candle_core::Device::Cpu)?);
+    }
     out.insert("logits".into(), logits);
     out.insert("loss".into(), loss.reshape(1)?);
     let out: HashMap<String, Tensor> = out

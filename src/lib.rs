@@ -84,6 +84,16 @@ impl codon_train::BatchSource for SameBatch {
     }
 }
 
+/// Whether `device` skips its arithmetic (the emulator under `CANDLE_ASCEND_SIM_NO_MATH=1`,
+/// which counts launches and memory): every value it computes is then meaningless.
+pub fn skips_math(device: &candle_core::Device) -> bool {
+    candle_ascend::ascend_device(device).is_some_and(|a| a.skips_math())
+}
+
+/// The warning every command that outputs model values prints on a device that skips math.
+pub const NO_MATH_WARNING: &str =
+    "warning: no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): the emulator skips arithmetic, so every value below is meaningless";
+
 /// Run a command-line program: on error print one line (`error: …` with its causes) to stderr
 /// and exit with status 1.
 pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnOnce() -> Result<(), E>) {

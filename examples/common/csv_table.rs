@@ -30,9 +30,16 @@ impl CsvTable {
 
     /// The index of a required column; an error naming the columns the file has.
     pub fn column(&self, name: &str) -> anyhow::Result<usize> {
-        self.optional_column(name).ok_or_else(|| {
+        self.first_column(&[name])
+    }
+
+    /// The index of the first of `names` the file has (one column under the names other
+    /// commands give it); an error naming them and the columns the file has.
+    pub fn first_column(&self, names: &[&str]) -> anyhow::Result<usize> {
+        names.iter().find_map(|name| self.optional_column(name)).ok_or_else(|| {
             let found: Vec<&str> = self.headers.iter().collect();
-            anyhow::anyhow!("{}: no {name:?} column (found: {})", self.path.display(), found.join(", "))
+            let wanted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+            anyhow::anyhow!("{}: no {} column (found: {})", self.path.display(), wanted.join(" or "), found.join(", "))
         })
     }
 }

@@ -12,11 +12,11 @@ use codon_ascend::data::{
 };
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::{CodonTokenizer, OrganismTable};
-use codon_ascend::outln;
 use codon_ascend::train::{
     AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, RunIdentity, TrainableModel, Trainer,
     TrainerConfig,
 };
+use codon_ascend::{errln, outln};
 
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -170,7 +170,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
     let device = devices[0].clone();
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
-    let no_math = codon_ascend::ascend::ascend_device(&device).is_some_and(|a| a.skips_math());
+    let no_math = codon_ascend::skips_math(&device);
     if no_math {
         outln!(
             "no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): values are meaningless; anomalies do not stop the run, and checkpoints are written only to an explicit --checkpoint_dir"
@@ -299,6 +299,15 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
 
     let dataset = JsonlDataset::open(&dataset_path, MalformedPolicy::Error)?;
+    let unknown = dataset.unknown_tokens();
+    if let Some((line, word)) = &unknown.first {
+        errln!(
+            "warning: {}: {} of {} tokens are not in the vocabulary (the first, {word:?}, at line {line}): they train as [UNK]",
+            dataset_path.display(),
+            unknown.count,
+            unknown.total
+        );
+    }
     let loader_config = LoaderConfig {
         batch_size: args.batch_size,
         num_workers: args.num_workers,

@@ -86,12 +86,50 @@ fn parse_line(line: &str) -> std::result::Result<TrainingRecord, String> {
     Ok(TrainingRecord { idx: r.idx, codons: r.codons.into_owned(), organism: r.organism })
 }
 
+/// Largest share of a dataset's tokens that may lie outside the vocabulary: above it the file
+/// is refused; below it, [`JsonlDataset::unknown_tokens`] says how many there are.
+pub const MAX_UNKNOWN_TOKEN_FRACTION: f64 = 0.01;
+
+/// Tokens of a file outside the vocabulary (`Q_ATG`, `M_XYZ`), which train as `[UNK]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownTokens {
+    /// How many.
+    pub count: usize,
+    /// Of all the file's tokens.
+    pub total: usize,
+    /// The first, with its line.
+    pub first: Option<(usize, String)>,
+}
+
+impl UnknownTokens {
+    /// Count the words of a record's `codons` (case-insensitive, as the tokenizer reads them).
+    fn count_words(&mut self, line: usize, codons: &str) {
+        for word in codons.split_ascii_whitespace() {
+            self.total += 1;
+            if !is_vocabulary_word(word) {
+                self.count += 1;
+                self.first.get_or_insert_with(|| (line, word.to_string()));
+            }
+        }
+    }
+}
+
+/// Whether a merged word is a vocabulary token once lower-cased (the tokenizer's normalisation).
+fn is_vocabulary_word(word: &str) -> bool {
+    let mut lower = [0u8; 8];
+    let Some(buf) = lower.get_mut(..word.len()) else { return false };
+    buf.copy_from_slice(word.as_bytes());
+    buf.make_ascii_lowercase();
+    std::str::from_utf8(buf).ok().and_then(codon_model::vocab::token_id).is_some()
+}
+
 /// A JSONL training file.
 #[derive(Debug, Clone)]
 pub struct JsonlDataset {
     path: PathBuf,
     len: usize,
     malformed: usize,
+    unknown: UnknownTokens,
     policy: MalformedPolicy,
 }
 
@@ -101,9 +139,13 @@ impl JsonlDataset {
         let path = path.as_ref().to_path_buf();
         let mut len = 0;
         let mut malformed = 0;
+        let mut unknown = UnknownTokens::default();
         for_each_line(&path, |line_no, line| {
             match parse_line(line) {
-                Ok(_) => len += 1,
+                Ok(record) => {
+                    len += 1;
+                    unknown.count_words(line_no, &record.codons);
+                }
                 Err(message) => match policy {
                     MalformedPolicy::Error => {
                         return Err(DataError::MalformedLine { path: path.clone(), line: line_no, message })
@@ -116,7 +158,16 @@ impl JsonlDataset {
         if len == 0 {
             return Err(DataError::EmptyDataset { path });
         }
-        Ok(Self { path, len, malformed, policy })
+        if unknown.count as f64 > MAX_UNKNOWN_TOKEN_FRACTION * unknown.total as f64 {
+            let (line, example) = unknown.first.unwrap_or_default();
+            return Err(DataError::UnknownTokens { path, unknown: unknown.count, total: unknown.total, example, line });
+        }
+        Ok(Self { path, len, malformed, unknown, policy })
+    }
+
+    /// The tokens outside the vocabulary (at most [`MAX_UNKNOWN_TOKEN_FRACTION`] of them).
+    pub fn unknown_tokens(&self) -> &UnknownTokens {
+        &self.unknown
     }
 
     /// Number of valid records.
@@ -272,6 +323,25 @@ impl Iterator for ShuffledStream {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn tokens_outside_the_vocabulary_are_counted_and_too_many_refused() {
+        let write = |lines: &[&str]| {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            for (i, codons) in lines.iter().enumerate() {
+                let r = TrainingRecord { idx: i as u64, codons: codons.to_string(), organism: 51 };
+                writeln!(f, "{}", r.to_json_line()).unwrap();
+            }
+            f
+        };
+        let good = "M_ATG K_AAA m_unk __UNK __TAA ".repeat(40);
+        let f = write(&[&good, "M_ATG Q_ATG __TAA"]);
+        let ds = JsonlDataset::open(f.path(), MalformedPolicy::Error).unwrap();
+        assert_eq!(ds.unknown_tokens(), &UnknownTokens { count: 1, total: 203, first: Some((2, "Q_ATG".into())) });
+        let f = write(&["M_ATG K_AAA __TAA", "M_XYZ K_AAA __TAA"]);
+        let err = JsonlDataset::open(f.path(), MalformedPolicy::Error).unwrap_err().to_string();
+        assert!(err.contains("1 of 6 tokens are not in the vocabulary (the first, \"M_XYZ\", at line 2)"), "{err}");
+    }
 
     fn dataset_file(n: usize) -> tempfile::NamedTempFile {
         let mut f = tempfile::NamedTempFile::new().unwrap();

@@ -53,6 +53,20 @@ pub enum DataError {
         /// The file.
         path: PathBuf,
     },
+    /// A dataset whose tokens are too often outside the vocabulary to train on.
+    #[error("{path}: {unknown} of {total} tokens are not in the vocabulary (the first, {example:?}, at line {line}); they would train as [UNK] (prepare the file with prepare_data)")]
+    UnknownTokens {
+        /// The file.
+        path: PathBuf,
+        /// Tokens outside the vocabulary.
+        unknown: usize,
+        /// All tokens.
+        total: usize,
+        /// The first of them.
+        example: String,
+        /// Its line.
+        line: usize,
+    },
     /// An output path that names an input: writing it would destroy the input.
     #[error("{output} is the input {input}: writing it would replace the input; choose another output path")]
     OutputIsInput {

@@ -32,7 +32,7 @@ pub mod translate;
 
 pub use codon_model::files::write_atomically;
 pub use collator::{MaskingConfig, MlmBatch, MlmCollator, IGNORE_INDEX};
-pub use dataset::{JsonlDataset, MalformedPolicy, Shard};
+pub use dataset::{JsonlDataset, MalformedPolicy, Shard, UnknownTokens, MAX_UNKNOWN_TOKEN_FRACTION};
 pub use error::{DataError, Result};
 pub use loader::{mix_seed, DataLoader, EpochBatches, LoaderConfig};
 pub use prepare::{prepare, GeneRecord, InputFormat, PrepareOptions, PrepareReport};

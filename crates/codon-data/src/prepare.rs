@@ -37,6 +37,9 @@ pub struct PrepareOptions {
     pub organism: Option<String>,
     /// Keep records that fail `is_correct_seq` (upstream `prepare_training_data` keeps them).
     pub keep_incorrect: bool,
+    /// Keep records whose given protein is not the DNA's translation (by default they are
+    /// dropped: their merged tokens would be outside the vocabulary, `[UNK]` at training time).
+    pub keep_mismatched: bool,
     /// Shuffle the output with this seed (upstream shuffles unseeded).
     pub shuffle_seed: Option<u64>,
     /// Protein preprocessing settings.
@@ -232,7 +235,7 @@ pub fn process_record(
         return Err("empty DNA".into());
     }
     let protein = match &record.protein {
-        Some(p) => p.clone(),
+        Some(p) => given_protein(p, &record.dna, options.keep_mismatched)?,
         None => translate(&record.dna).map_err(|e| format!("untranslatable DNA: {e}"))?,
     };
     if !options.keep_incorrect {
@@ -242,6 +245,49 @@ pub fn process_record(
     let codons =
         merged_sequence_with(&protein, &record.dna, "_", &options.protein_config, rng).map_err(|e| e.summary())?;
     Ok(TrainingRecord { idx, codons, organism })
+}
+
+/// The 20 amino acids and the stop symbol: a given protein's other letters (X, B, Z, J, …) are
+/// ambiguous and stand for whatever the DNA encodes.
+const UNAMBIGUOUS_RESIDUES: &str = "ACDEFGHIKLMNPQRSTVWY_";
+
+/// A record's given protein, with `*` read as the stop symbol `_` (as `predict` reads it) and
+/// each ambiguous letter replaced by the residue its codon encodes; checked against the DNA's
+/// translation unless `keep_mismatched`.
+fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result::Result<String, String> {
+    let protein = protein.trim().replace('*', "_");
+    let Ok(translated) = translate(dna) else { return Ok(protein) };
+    let dna = dna.trim().to_ascii_uppercase();
+    if !protein.ends_with('_') && translated.ends_with('_') {
+        let codon = dna.get(3 * (translated.len() - 1)..3 * translated.len()).unwrap_or("?");
+        return Err(format!(
+            "the protein has no stop symbol ('_' or '*') at its end, but the DNA ends in the stop codon {codon}"
+        ));
+    }
+    if protein.chars().count() != translated.chars().count() {
+        return Ok(protein); // the merged sequence reports the lengths, as upstream does
+    }
+    let mut resolved = String::with_capacity(protein.len());
+    let mut encoded_residues = translated.chars();
+    for (i, given) in protein.chars().enumerate() {
+        let upper = given.to_ascii_uppercase();
+        let resolved_residue = match encoded_residues.next() {
+            Some(encoded) if encoded == 'X' || upper == encoded => given,
+            Some(encoded) if !UNAMBIGUOUS_RESIDUES.contains(upper) => encoded,
+            Some(_) if keep_mismatched => given,
+            Some(encoded) => {
+                let codon = dna.get(3 * i..3 * i + 3).unwrap_or("?");
+                return Err(format!(
+                    "the protein is not the DNA's translation: residue {} is {upper}, but codon {codon} encodes \
+                     {encoded} (--keep-mismatched keeps such records)",
+                    i + 1
+                ));
+            }
+            None => given,
+        };
+        resolved.push(resolved_residue);
+    }
+    Ok(resolved)
 }
 
 /// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
@@ -341,6 +387,26 @@ mod tests {
             text,
             "{\"idx\": 0, \"codons\": \"M_ATG A_GCC __TGA\", \"organism\": 51}\n{\"idx\": 1, \"codons\": \"M_ATG A_GCC __TGA\", \"organism\": 51}\n"
         );
+        // A given protein must be the DNA's translation; `*` is the stop symbol.
+        let given = write(
+            dir.path(),
+            "given.csv",
+            "dna,protein,organism\nATGAAAGCGTAA,MWW_,51\nATGAAAGCGTAA,MKA*,51\nATGAAAGCGTAA,MKA,51\nATGAAAGCGTAA,MXA_,51\n",
+        );
+        let report = prepare(&given, &out, &PrepareOptions::default()).unwrap();
+        assert_eq!(report.written, 2, "{report:?}");
+        let reasons: Vec<&str> = report.dropped.keys().map(String::as_str).collect();
+        assert_eq!(
+            reasons,
+            [
+                "the protein has no stop symbol ('_' or '*') at its end, but the DNA ends in the stop codon TAA",
+                "the protein is not the DNA's translation: residue 2 is W, but codon AAA encodes K (--keep-mismatched keeps such records)",
+            ]
+        );
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("M_ATG K_AAA A_GCG __TAA") && !text.contains("W_"), "{text}");
+        let keep = PrepareOptions { keep_mismatched: true, ..Default::default() };
+        assert_eq!(prepare(&given, &out, &keep).unwrap().written, 3);
         // --organism fills in the missing one.
         let opts = PrepareOptions { organism: Some("Homo sapiens".into()), ..Default::default() };
         let report = prepare(&input, &out, &opts).unwrap();

@@ -79,6 +79,20 @@ pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Resu
     })
 }
 
+/// Check, before any work, that the file `path` can be written: its folder exists and takes a
+/// new file (a long computation then never ends in "No such file or directory").
+pub fn check_output_location(path: &Path) -> Result<()> {
+    let dir = parent_dir(path);
+    if !dir.is_dir() {
+        let reason = if dir.exists() { "is not a folder" } else { "does not exist" };
+        return Err(CodonError::io(dir, std::io::Error::other(format!("the output's folder {reason}"))));
+    }
+    if path.is_dir() {
+        return Err(CodonError::io(path, std::io::Error::other("a folder is there; give a file name")));
+    }
+    temp_file_in(dir, ".write-check.").map(drop).map_err(|e| CodonError::io(dir, e))
+}
+
 /// The folder a file path lives in (`.` for a bare file name).
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
