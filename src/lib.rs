@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub mod bench;
 pub mod cli;
+pub mod interrupt;
 pub mod output;
 mod probe;
 pub mod rendezvous;

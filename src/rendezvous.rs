@@ -110,6 +110,28 @@ impl Rendezvous {
     }
 }
 
+/// What a rank waits for, where and until when, said before it waits (a silent wait of minutes
+/// looks like a hang): rank 0 for the others to fetch the root info, the others for rank 0.
+pub fn waiting_line(layout: &RankLayout, how: &Rendezvous, timeout: Duration) -> String {
+    let whom = match (layout.rank, how) {
+        (0, Rendezvous::Tcp(at)) => format!("ranks 1-{} to connect to {at}", layout.world - 1),
+        (0, Rendezvous::File(path)) => format!("ranks 1-{} to read {}", layout.world - 1, path.display()),
+        (_, Rendezvous::Tcp(at)) => format!("rank 0 at {at} (MASTER_ADDR:MASTER_PORT)"),
+        (_, Rendezvous::File(path)) => format!("rank 0 to write {}", path.display()),
+    };
+    let until = std::time::SystemTime::now() + timeout;
+    let seconds = until.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
+    format!(
+        "rank {} of {}: waiting for {whom}, for up to {} s (until {:02}:{:02}:{:02} UTC; HCCL_CONNECT_TIMEOUT sets it)",
+        layout.rank,
+        layout.world,
+        timeout.as_secs(),
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
 /// This rank's communicator on `device`: rank 0 makes the root info and hands it to the
 /// others through `how`; every rank then joins (`HcclCommInitRootInfo`). Waits up to `timeout`
 /// for the others.

@@ -402,15 +402,30 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
         finetune(steps, metrics)
             .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
             .env("HCCL_EXEC_TIMEOUT", "2")
+            .env("HCCL_CONNECT_TIMEOUT", "5")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
     };
     let ranks = [spawn("0", "8", &p("two.jsonl")), spawn("1", "8", &p("two-1.jsonl"))];
-    for child in ranks {
+    for (rank, child) in ranks.into_iter().enumerate() {
         let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "{stdout}{stderr}");
+        // Each rank says whom it waits for, where and until when, and what became of a timeout it set.
+        let whom = if rank == 0 {
+            "waiting for ranks 1-1 to connect to 127.0.0.1:"
+        } else {
+            "waiting for rank 0 at 127.0.0.1:"
+        };
+        assert!(stdout.contains(whom) && stdout.contains("for up to 140 s (until "), "{stdout}");
+        assert!(
+            stderr.contains(
+                "HCCL_CONNECT_TIMEOUT=5 is outside HCCL's range [120, 7200] s, so it becomes 120 s: ranks wait 140 s"
+            ),
+            "{stderr}"
+        );
     }
     assert_eq!(losses(&p("one.jsonl")).len(), 8);
     assert_eq!(losses(&p("one.jsonl")), losses(&p("two.jsonl")));

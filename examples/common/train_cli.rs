@@ -2,6 +2,7 @@
 //! `finetune.py`'s flags (in `--snake_case` and `--kebab-case`) plus this project's.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use candle_core::DType;
@@ -13,8 +14,8 @@ use codon_ascend::data::{
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::{CodonTokenizer, OrganismTable};
 use codon_ascend::train::{
-    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, RunIdentity, TrainableModel, Trainer,
-    TrainerConfig,
+    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, RunIdentity, RunStatus, TrainableModel,
+    Trainer, TrainerConfig,
 };
 use codon_ascend::{errln, outln};
 
@@ -178,6 +179,13 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     }
     let checkpoint_dir =
         args.checkpoint_dir.clone().or_else(|| (demo && !no_math).then(|| out_dir.join("checkpoints")));
+    // The demo's own folder holds whatever the last demo run left: each demo run replaces it.
+    let overwrite = args.overwrite || (demo && args.checkpoint_dir.is_none());
+    if checkpoint_dir.is_none() {
+        outln!("no --checkpoint_dir: nothing will be saved");
+    }
+    let status = Arc::new(RunStatus::default());
+    codon_ascend::interrupt::exit_on_interrupt(status.clone(), checkpoint_dir.clone())?;
     // What the run reads: the trainer refuses any output that would replace one, or lie inside one.
     let inputs: Vec<PathBuf> = [&args.dataset_dir, &args.model, &args.config].into_iter().flatten().cloned().collect();
     let precision = args.precision.resolve(&device);
@@ -331,7 +339,8 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .checkpoint_filename(checkpoint_dir.as_ref().map(|_| checkpoint_filename.clone()))
         .inputs(inputs)
         .run_description(run_description(&model_config, &dataset_path)?)
-        .overwrite(args.overwrite)
+        .overwrite(overwrite)
+        .status(status)
         .save_every_n_steps(Some(args.save_every_n_steps))
         .keep_last(args.keep_last)
         .anomaly_policy(match args.on_nonfinite {
@@ -362,8 +371,13 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let report = match (&layout, codon_ascend::ascend::ascend_device(&device)) {
         (Some(l), Some(ascend)) => {
             let how = codon_ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
-            let timeout = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc()).connect_s;
-            let comm = codon_ascend::rendezvous::join(l, ascend, &how, std::time::Duration::from_secs_f64(timeout))?;
+            let timeouts = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc());
+            for note in codon_ascend::ascend::HcclTimeouts::notes(ascend.soc()) {
+                errln!("note: {note}");
+            }
+            let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
+            outln!("{}", codon_ascend::rendezvous::waiting_line(l, &how, timeout));
+            let comm = codon_ascend::rendezvous::join(l, ascend, &how, timeout)?;
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?

@@ -8,6 +8,7 @@ use crate::precision::Precision;
 use crate::progress::DeviceProbe;
 use crate::run_folder::RunIdentity;
 use crate::schedule::Scheduler;
+use crate::status::RunStatus;
 
 /// What to do when the loss or a gradient is not finite (f16 overflow is handled by the
 /// loss scaler and is not an anomaly).
@@ -45,6 +46,7 @@ pub struct TrainerConfig {
     pub(crate) inputs: Vec<PathBuf>,
     pub(crate) run_description: RunIdentity,
     pub(crate) overwrite: bool,
+    pub(crate) status: Option<std::sync::Arc<RunStatus>>,
 }
 
 /// Builder of [`TrainerConfig`]; the defaults are upstream `finetune.py`'s.
@@ -79,6 +81,7 @@ impl TrainerConfig {
             inputs: Vec::new(),
             run_description: RunIdentity::new(),
             overwrite: false,
+            status: None,
         })
     }
 }
@@ -154,6 +157,12 @@ impl TrainerConfigBuilder {
     /// allocations, synchronisations, reads and peak memory.
     pub fn device_probe(mut self, probe: Box<dyn DeviceProbe>) -> Self {
         self.0.device_probe = Some(std::sync::Mutex::new(probe));
+        self
+    }
+    /// Publish the run's step and newest checkpoint here as it trains (rank 0 of a
+    /// data-parallel run), for another thread to read.
+    pub fn status(mut self, status: std::sync::Arc<RunStatus>) -> Self {
+        self.0.status = Some(status);
         self
     }
     /// A custom schedule instead of OneCycleLR.

@@ -37,6 +37,7 @@ pub mod precision;
 pub mod progress;
 mod run_folder;
 pub mod schedule;
+mod status;
 mod step;
 pub mod trainer;
 
@@ -52,4 +53,5 @@ pub use precision::Precision;
 pub use progress::{DeviceProbe, DeviceStepStats, StepMetrics, TrainReport};
 pub use run_folder::RunIdentity;
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
+pub use status::RunStatus;
 pub use trainer::Trainer;

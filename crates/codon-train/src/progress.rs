@@ -92,14 +92,20 @@ pub fn terminal_bar(total: usize, template: &str) -> Option<indicatif::ProgressB
     })
 }
 
-/// A run's output as it goes: the progress bar on a terminal or plain log lines (about 20 per
-/// run) otherwise, the metrics JSONL file, and warnings printed above the bar.
+/// Longest time between two log lines when stderr is not a terminal.
+pub(crate) const LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A run's output as it goes: the progress bar on a terminal or plain log lines otherwise
+/// (about 20 per run, and one at least every [`LOG_INTERVAL`], so a log hours apart at real
+/// sizes never looks like a hang), the metrics JSONL file, and warnings printed above the bar.
 pub(crate) struct Progress {
     bar: indicatif::ProgressBar,
     /// Warnings are printed (by one rank of a data-parallel run).
     print_warnings: bool,
     log_lines: bool,
     log_every: usize,
+    log_interval: std::time::Duration,
+    last_log: std::time::Instant,
     total_steps: usize,
     metrics: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
     warnings: Vec<String>,
@@ -114,7 +120,28 @@ impl Progress {
         let log_lines = !quiet && terminal.is_none();
         let bar = terminal.unwrap_or_else(indicatif::ProgressBar::hidden);
         let log_every = (total_steps / 20).max(1);
-        Self { bar, print_warnings, log_lines, log_every, total_steps, metrics: None, warnings: Vec::new() }
+        Self {
+            bar,
+            print_warnings,
+            log_lines,
+            log_every,
+            log_interval: LOG_INTERVAL,
+            last_log: std::time::Instant::now(),
+            total_steps,
+            metrics: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Whether step `step` gets a log line: every `log_every` steps, the last one, and any step
+    /// that ends `log_interval` or more after the previous line.
+    fn log_due(&mut self, step: usize) -> bool {
+        let due =
+            step % self.log_every == 0 || step == self.total_steps || self.last_log.elapsed() >= self.log_interval;
+        if due {
+            self.last_log = std::time::Instant::now();
+        }
+        due
     }
 
     /// A resumed run starts after `step`.
@@ -143,7 +170,7 @@ impl Progress {
             "loss {:.4} lr {:.2e} {:.0} tok/s{memory}",
             metric.loss, metric.lr, metric.tokens_per_s
         ));
-        if self.log_lines && (metric.step % self.log_every == 0 || metric.step == self.total_steps) {
+        if self.log_lines && self.log_due(metric.step) {
             // Best-effort: a closed stderr never stops a run.
             let _ = writeln!(
                 std::io::stderr(),
@@ -177,5 +204,20 @@ impl Progress {
     pub(crate) fn finish(&mut self) -> Vec<String> {
         self.bar.finish_and_clear();
         std::mem::take(&mut self.warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_come_by_step_count_and_by_time() {
+        let mut progress = Progress::new(false, false, 1000);
+        let due: Vec<usize> = (1..=120).filter(|&s| progress.log_due(s)).collect();
+        assert_eq!(due, [50, 100], "every total/20 steps while the steps are quick");
+        // Steps slower than the interval: every one is logged.
+        progress.log_interval = std::time::Duration::ZERO;
+        assert!((121..=125).all(|s| progress.log_due(s)));
     }
 }

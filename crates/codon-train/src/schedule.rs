@@ -45,8 +45,22 @@ impl OneCycleLr {
         }
         let phase1_end = pct_start * total_steps as f64 - 1.0;
         if phase1_end == 0.0 {
+            // Settings next to these that work, for the message.
+            let works = |pct: f64, steps: usize| steps > 0 && pct * steps as f64 - 1.0 != 0.0;
+            let steps: Vec<String> = [total_steps.saturating_sub(1), total_steps + 1]
+                .into_iter()
+                .filter(|&t| works(pct_start, t))
+                .map(|t| t.to_string())
+                .collect();
+            let fraction = [2.0 / total_steps as f64, 0.5, 0.0]
+                .into_iter()
+                .find(|&f| (0.0..=1.0).contains(&f) && works(f, total_steps))
+                .unwrap_or(0.0);
             return Err(TrainError::Config(format!(
-                "warmup_fraction × total_steps = {pct_start} × {total_steps} = 1: the warm-up phase would have zero length (torch raises ZeroDivisionError here); change either"
+                "warmup_fraction × total_steps = {pct_start} × {total_steps} = 1: the warm-up phase would have zero \
+                 length (torch's OneCycleLR raises ZeroDivisionError here); train {} steps (max_steps) instead, or \
+                 keep {total_steps} steps with another warmup_fraction, such as {fraction}",
+                steps.join(" or ")
             )));
         }
         let initial_lr = max_lr / 25.0;
@@ -154,6 +168,12 @@ mod tests {
         assert!(OneCycleLr::new(1e-3, 10, 1.5).is_err());
         assert!(OneCycleLr::new(-1.0, 10, 0.1).is_err());
         let err = OneCycleLr::new(0.001, 10, 0.1).unwrap_err().to_string();
-        assert!(err.contains("zero length"), "{err}");
+        assert!(err.contains("zero length") && err.contains("train 9 or 11 steps"), "{err}");
+        assert!(err.ends_with("such as 0.2"), "{err}");
+        for (steps, fraction) in [(9, 0.1), (11, 0.1), (10, 0.2)] {
+            assert!(OneCycleLr::new(0.001, steps, fraction).is_ok(), "the suggestion {steps} × {fraction} works");
+        }
+        let err = OneCycleLr::new(0.001, 1, 1.0).unwrap_err().to_string();
+        assert!(err.contains("train 2 steps") && err.ends_with("such as 0.5"), "{err}");
     }
 }

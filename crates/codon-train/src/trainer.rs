@@ -215,6 +215,12 @@ impl Trainer {
             }
         }
         progress.start_at(state.step);
+        if let Some(status) = c.status.as_ref().filter(|_| lead) {
+            status.set_step(state.step);
+            if let Some(dir) = resume {
+                status.set_last_checkpoint(dir.to_path_buf());
+            }
+        }
         let report = TrainReport { total_steps, ..Default::default() };
         let mut run = RankRun { config: c, model, comm, rank, ranks, opt, state, progress, failure, report, own };
         let result = run.epochs(data, &params);
@@ -222,7 +228,10 @@ impl Trainer {
         result?;
         if let (Some(dir), Some(files), true) = (&c.checkpoint_dir, files, lead) {
             let path = save_checkpoint(c, files, &run.opt.optimizer, &run.state, dir, &run.own)?;
-            run.report.checkpoints.push(path);
+            run.report.checkpoints.push(path.clone());
+            if let Some(status) = &c.status {
+                status.set_last_checkpoint(path);
+            }
             run.report.checkpoints.retain(|p| p.is_dir());
         }
         Ok(run.report)
@@ -330,6 +339,9 @@ impl<M: TrainableModel> RankRun<'_, M> {
                 let outcome = optimizer_step(c, self.model, params, step, &mut self.opt, &self.state)?;
                 self.state.step += 1;
                 self.state.batch_in_epoch += taken;
+                if let Some(status) = c.status.as_ref().filter(|_| self.lead()) {
+                    status.set_step(self.state.step);
+                }
                 let tokens: usize = micro.iter().map(|(_, b)| self.model.tokens(b)).sum::<usize>() * self.ranks;
                 self.record(&outcome, tokens, started)?;
                 skipped_in_a_row = if outcome.anomalous { skipped_in_a_row + 1 } else { 0 };
@@ -405,7 +417,12 @@ impl<M: TrainableModel> RankRun<'_, M> {
             return Ok(());
         }
         match save_checkpoint(c, files, &self.opt.optimizer, &self.state, dir, &self.own) {
-            Ok(path) => self.report.checkpoints.push(path),
+            Ok(path) => {
+                if let Some(status) = &c.status {
+                    status.set_last_checkpoint(path.clone());
+                }
+                self.report.checkpoints.push(path);
+            }
             Err(e) => self.failure.fail(e)?,
         }
         Ok(())

@@ -30,17 +30,58 @@ pub struct HcclTimeouts {
     pub exec_s: f64,
 }
 
+/// `HCCL_CONNECT_TIMEOUT`'s default and range, in seconds, and the setup time HCCL adds to it.
+const CONNECT_DEFAULT_S: f64 = 120.0;
+const CONNECT_RANGE_S: (f64, f64) = (120.0, 7200.0);
+const CONNECT_SETUP_S: f64 = 20.0;
+/// `HCCL_EXEC_TIMEOUT`'s default, and the step the Atlas training series rounds it down to.
+const EXEC_DEFAULT_S: f64 = 1836.0;
+const EXEC_STEP_ATLAS_TRAINING_S: f64 = 68.0;
+
+/// An HCCL timeout variable: its text when set, and the positive number it holds, if any.
+fn timeout_var(name: &str) -> (Option<String>, Option<f64>) {
+    let text = std::env::var(name).ok();
+    let value = text.as_deref().and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v > 0.0);
+    (text, value)
+}
+
 impl HcclTimeouts {
     /// The effective timeouts on `soc` for the current environment.
     pub fn from_env(soc: &Soc) -> Self {
-        let read =
-            |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| *v > 0.0);
-        let connect_s = read("HCCL_CONNECT_TIMEOUT").unwrap_or(120.0).clamp(120.0, 7200.0) + 20.0;
-        let mut exec_s = read("HCCL_EXEC_TIMEOUT").unwrap_or(1836.0);
+        let connect = timeout_var("HCCL_CONNECT_TIMEOUT").1.unwrap_or(CONNECT_DEFAULT_S);
+        let connect_s = connect.clamp(CONNECT_RANGE_S.0, CONNECT_RANGE_S.1) + CONNECT_SETUP_S;
+        let mut exec_s = timeout_var("HCCL_EXEC_TIMEOUT").1.unwrap_or(EXEC_DEFAULT_S);
         if soc.family == SocFamily::AtlasTraining {
-            exec_s = (exec_s / 68.0).floor().max(1.0) * 68.0;
+            exec_s = (exec_s / EXEC_STEP_ATLAS_TRAINING_S).floor().max(1.0) * EXEC_STEP_ATLAS_TRAINING_S;
         }
         Self { connect_s, exec_s }
+    }
+
+    /// One line for each timeout variable set that HCCL does not take as written: not a
+    /// positive number, outside its range, or rounded. A user who set 5 s learns it is 140 s.
+    pub fn notes(soc: &Soc) -> Vec<String> {
+        let effective = Self::from_env(soc);
+        let mut notes = Vec::new();
+        for (name, value_s) in [("HCCL_CONNECT_TIMEOUT", effective.connect_s), ("HCCL_EXEC_TIMEOUT", effective.exec_s)]
+        {
+            let (Some(text), value) = timeout_var(name) else { continue };
+            let as_set = match value {
+                None => format!("{name}={text} is not a positive number of seconds, so the default applies"),
+                Some(v) if name == "HCCL_CONNECT_TIMEOUT" && v + CONNECT_SETUP_S != value_s => format!(
+                    "{name}={text} is outside HCCL's range [{}, {}] s, so it becomes {} s",
+                    CONNECT_RANGE_S.0,
+                    CONNECT_RANGE_S.1,
+                    value_s - CONNECT_SETUP_S
+                ),
+                Some(v) if name == "HCCL_EXEC_TIMEOUT" && v != value_s => format!(
+                    "{name}={text} is rounded down to a multiple of {EXEC_STEP_ATLAS_TRAINING_S} s on {}",
+                    soc.name
+                ),
+                Some(_) => continue,
+            };
+            notes.push(format!("{as_set}: ranks wait {value_s:.0} s"));
+        }
+        notes
     }
 }
 
