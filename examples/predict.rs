@@ -62,6 +62,8 @@ enum Method {
     Uniform,
 }
 
+codon_ascend::display_as_spelled!(Method);
+
 /// Predict DNA for a protein and an organism.
 #[derive(Parser)]
 struct Args {
@@ -104,11 +106,11 @@ struct Args {
     #[arg(long, alias = "match_protein")]
     match_protein: bool,
     /// Sample with this temperature instead of argmax.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f64>,
-    /// Nucleus mass for sampling.
-    #[arg(long, alias = "top_p", default_value_t = 0.95)]
-    top_p: f64,
+    /// Nucleus mass for sampling [default: 0.95] (sampling only: needs --temperature).
+    #[arg(long, alias = "top_p", requires = "temperature", allow_negative_numbers = true)]
+    top_p: Option<f64>,
     /// Sequences per protein (sampling).
     #[arg(long, alias = "num_sequences", default_value_t = 1)]
     num_sequences: usize,
@@ -194,7 +196,7 @@ impl Baseline {
                     (Method::HighFrequency, Some(f)) => high_frequency_choice(&residues, f)?,
                     (Method::Background, Some(f)) => background_frequency_choice(&residues, f, &mut rng)?,
                     (Method::Uniform, _) => uniform_random_choice(&residues, &mut rng)?,
-                    _ => anyhow::bail!("--method {:?} needs --reference or --codon-table", self.method),
+                    _ => anyhow::bail!("--method {} needs --reference or --codon-table", self.method),
                 };
                 Ok(Predicted { dna: dna.as_str().to_string(), scores: None })
             })
@@ -306,6 +308,9 @@ fn run() -> anyhow::Result<()> {
             vec![fields]
         });
         for mut fields in records {
+            if let Some(warning) = mismatch_warning(&items[i].protein, &fields[0]) {
+                errln!("warning: {}: row {} (line {}): {warning}", table.path.display(), i + 1, i + 2);
+            }
             fields.resize(extra.len(), String::new());
             writer.write_record(row.iter().chain(fields.iter().map(String::as_str)).chain(marks.iter().copied()))?;
         }
@@ -339,7 +344,12 @@ fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &
     }];
     let predictions = predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
     for predicted in predictions {
-        match designer.apply(&predicted)? {
+        let repair = designer.apply(&predicted)?;
+        let dna = repair.as_ref().map_or(&predicted.dna, |r| &r.dna);
+        if let Some(warning) = mismatch_warning(protein, dna) {
+            errln!("warning: {warning}");
+        }
+        match repair {
             None => outln!("{}", predicted.dna),
             Some(repair) => {
                 outln!("{}", repair.dna);
@@ -354,6 +364,26 @@ fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &
         }
     }
     Ok(())
+}
+
+/// Why `dna` is not a coding sequence of `protein`, if it is not: the model may choose a codon
+/// of another amino acid unless `--match-protein`. Ambiguous residues (X, B, Z, …) match anything.
+fn mismatch_warning(protein: &str, dna: &str) -> Option<String> {
+    const UNAMBIGUOUS: &str = "ACDEFGHIKLMNPQRSTVWY_";
+    let residues = prediction_residues(protein).ok()?;
+    let encoded = codon_ascend::data::translate(dna).ok()?;
+    let given: Vec<char> =
+        protein.trim().chars().map(|c| if c == '*' { '_' } else { c.to_ascii_uppercase() }).collect();
+    let (i, (wanted, got)) = residues
+        .chars()
+        .zip(encoded.chars())
+        .enumerate()
+        .find(|&(i, (wanted, got))| wanted != got && given.get(i).is_none_or(|g| UNAMBIGUOUS.contains(*g)))?;
+    Some(format!(
+        "the predicted DNA does not encode the protein: residue {} is {wanted}, but codon {} encodes {got} (--match-protein keeps every residue's amino acid)",
+        i + 1,
+        dna.get(3 * i..3 * i + 3).unwrap_or("?")
+    ))
 }
 
 /// `--protein`, `--organism` and `--dna` as the one row of a batch table.
@@ -413,7 +443,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
     let options = PredictOptions {
         deterministic: args.temperature.is_none(),
         temperature: args.temperature.unwrap_or(0.2),
-        top_p: args.top_p,
+        top_p: args.top_p.unwrap_or(0.95),
         num_sequences: args.num_sequences,
         match_protein: args.match_protein,
         seed: args.seed,
@@ -441,7 +471,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
 
 fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn<'static>> {
     if args.temperature.is_some() || args.model.is_some() {
-        anyhow::bail!("--method {method:?}: --model and --temperature belong to --method model");
+        anyhow::bail!("--method {method}: --model and --temperature belong to --method model");
     }
     if method == Method::HighFrequency && args.num_sequences > 1 {
         anyhow::bail!("--method high-frequency is deterministic: --num-sequences must be 1");

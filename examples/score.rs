@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use candle_core::{Tensor, Var};
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
@@ -63,7 +64,8 @@ fn run() -> anyhow::Result<()> {
     let dtype = candle_core::DType::from(args.dtype);
     let attention = AttentionType::from(args.attention);
     let mut model = load_model(&args.model, None, &device, dtype)?;
-    let inputs = candle_core::safetensors::load(&args.inputs, &device)?;
+    let inputs = candle_core::safetensors::load(&args.inputs, &device)
+        .with_context(|| format!("--inputs {}: not a safetensors file of model inputs", args.inputs.display()))?;
     let get = |k: &str| -> anyhow::Result<Tensor> {
         inputs.get(k).cloned().ok_or_else(|| anyhow::anyhow!("{}: no tensor {k:?}", args.inputs.display()))
     };

@@ -105,19 +105,21 @@ impl From<AttentionChoice> for AttentionType {
     }
 }
 
-/// Each choice prints as it is spelled on the command line.
+/// `Display` for clap value enums: each choice prints as it is spelled on the command line
+/// (`high-frequency`, not `HighFrequency`).
+#[macro_export]
 macro_rules! display_as_spelled {
     ($($choice:ty),*) => {$(
-        impl std::fmt::Display for $choice {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let value = clap::ValueEnum::to_possible_value(self);
+        impl ::std::fmt::Display for $choice {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                let value = ::clap::ValueEnum::to_possible_value(self);
                 f.write_str(value.as_ref().map_or("?", |v| v.get_name()))
             }
         }
     )*};
 }
 
-display_as_spelled!(DTypeChoice, PrecisionChoice, AttentionChoice);
+crate::display_as_spelled!(DTypeChoice, PrecisionChoice, AttentionChoice);
 
 #[cfg(test)]
 mod tests {

@@ -300,7 +300,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             devices
                 .iter()
                 .map(|d| codon_ascend::ascend::ascend_device(d)
-                    .map_or_else(|| format!("{:?}", d.location()), |a| a.name()))
+                    .map_or_else(|| codon_ascend::ascend::location_name(&d.location()), |a| a.name()))
                 .collect::<Vec<_>>()
                 .join(", ")
         );

@@ -61,13 +61,21 @@ pub enum EvalError {
         /// What is wrong.
         detail: String,
     },
-    /// A reference or codon-usage file that cannot be parsed.
+    /// A reference or codon-usage file with a line that cannot be parsed.
     #[error("{path}:{line}: {detail}")]
     Malformed {
         /// The file.
         path: PathBuf,
-        /// 1-based line number (0 for the file as a whole).
+        /// 1-based line number.
         line: usize,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A reference or codon-usage file that is wrong as a whole (no one line is at fault).
+    #[error("{path}: {detail}")]
+    MalformedFile {
+        /// The file.
+        path: PathBuf,
         /// What is wrong.
         detail: String,
     },

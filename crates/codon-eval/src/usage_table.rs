@@ -11,7 +11,10 @@ use crate::genetic_code::{codon_index, codon_text};
 /// Read the 64 codon counts of a Kazusa or GCG table. Every codon must appear exactly once.
 pub fn read_codon_usage(path: &Path) -> Result<CodonCounts> {
     let text = std::fs::read_to_string(path).map_err(|source| EvalError::Io { path: path.to_path_buf(), source })?;
-    parse_codon_usage(&text).map_err(|(line, detail)| EvalError::Malformed { path: path.to_path_buf(), line, detail })
+    parse_codon_usage(&text).map_err(|(line, detail)| match line {
+        0 => EvalError::MalformedFile { path: path.to_path_buf(), detail },
+        line => EvalError::Malformed { path: path.to_path_buf(), line, detail },
+    })
 }
 
 /// [`read_codon_usage`] on text; errors carry a 1-based line (0: the table as a whole).

@@ -74,7 +74,7 @@ pub enum CodonError {
         source: candle_core::Error,
     },
     /// A checkpoint whose tensors do not fit the model.
-    #[error("{path}: checkpoint does not fit the model:{}{}{}", list("missing", .missing), list("unexpected", .unexpected), list("misshapen", .misshapen))]
+    #[error("{path}: checkpoint does not fit the model:{}{}{}{}", list("missing", .missing), list("unexpected", .unexpected), list("misshapen", .misshapen), if .misshapen.is_empty() { "" } else { " a checkpoint of another size needs its own config.json (--config)" })]
     Weights {
         /// The checkpoint.
         path: PathBuf,

@@ -31,12 +31,22 @@ fn builder(prefix: &str, mode: u32) -> tempfile::Builder<'_, 'static> {
 
 /// A temporary file in `dir`, named `<prefix><random>`, created as an ordinary file would be.
 pub fn temp_file_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::NamedTempFile> {
-    builder(prefix, FILE_MODE).tempfile_in(dir)
+    builder(prefix, FILE_MODE).tempfile_in(dir).map_err(without_temporary_name)
 }
 
 /// A temporary folder in `dir`, named `<prefix><random>`, created as an ordinary folder would be.
 pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
-    builder(prefix, DIR_MODE).tempdir_in(dir)
+    builder(prefix, DIR_MODE).tempdir_in(dir).map_err(without_temporary_name)
+}
+
+/// tempfile's error without its "at path <random temporary name>", which means nothing to a
+/// user; callers name the folder or the file being written.
+fn without_temporary_name(e: std::io::Error) -> std::io::Error {
+    let text = e.to_string();
+    match text.split_once(" at path \"") {
+        Some((cause, _)) => std::io::Error::new(e.kind(), cause.to_string()),
+        None => e,
+    }
 }
 
 /// The temporary sibling of `path` that an atomic write fills: `.<name>.<random>` in its folder.
@@ -159,6 +169,8 @@ mod tests {
         assert!(err.is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file cleaned up");
+        let err = write_atomically(&dir.path().join("missing").join("out.jsonl"), |_| Ok(())).unwrap_err();
+        assert!(!err.to_string().contains(".out.jsonl."), "no temporary name: {err}");
         write_atomically(&path, |w| w.write_all(b"new")).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
     }

@@ -380,6 +380,17 @@ impl OrganismTable {
 
     /// This table with one more organism, and its id (the next free one).
     pub fn with_organism(&self, name: &str) -> Result<(Self, u32)> {
+        // A number would be read as an id, and a name that differs only in case as the other organism.
+        if name.trim().parse::<i64>().is_ok() {
+            return Err(CodonError::Config(format!(
+                "new organism {name:?}: a number names an organism id; give the organism a name"
+            )));
+        }
+        if let Some(known) = self.names.iter().find(|n| n.to_lowercase() == name.trim().to_lowercase()) {
+            return Err(CodonError::Config(format!(
+                "new organism {name:?}: the model already knows {known:?} (names are compared without case)"
+            )));
+        }
         let mut names = self.names.clone();
         names.push(name.to_string());
         let table = Self::from_names(names)?;
@@ -390,6 +401,17 @@ impl OrganismTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_organism_is_neither_a_number_nor_a_known_name_in_other_case() {
+        let table = OrganismTable::builtin();
+        let err = table.with_organism("42").unwrap_err().to_string();
+        assert!(err.contains("a number names an organism id"), "{err}");
+        let err = table.with_organism("homo sapiens").unwrap_err().to_string();
+        assert!(err.contains("already knows \"Homo sapiens\""), "{err}");
+        let (taught, id) = table.with_organism("Nova organism").unwrap();
+        assert_eq!((id as usize, taught.len()), (NUM_ORGANISMS, NUM_ORGANISMS + 1));
+    }
 
     #[test]
     fn names_are_sorted_and_unique_so_ids_match_upstream() {

@@ -77,9 +77,12 @@ impl Trainer {
                 Some(d) => devices.push(d.clone()),
                 None => {
                     return Err(TrainError::Config(format!(
-                        "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {:?} \
+                        "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {} \
                          trains on one device",
-                        device.map(|d| d.location())
+                        device.map_or_else(
+                            || "a model without parameters".into(),
+                            |d| candle_ascend::location_name(&d.location())
+                        )
                     )))
                 }
             }

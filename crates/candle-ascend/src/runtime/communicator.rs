@@ -427,8 +427,8 @@ impl Communicator {
             return Err(AscendError::Collective {
                 call,
                 detail: format!(
-                    "the tensor is on {:?}, not on rank {}'s {}",
-                    t.device().location(),
+                    "the tensor is on {}, not on rank {}'s {}",
+                    crate::location_name(&t.device().location()),
                     self.rank,
                     self.device.name()
                 ),

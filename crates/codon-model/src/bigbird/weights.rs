@@ -54,7 +54,7 @@ pub fn check_tensors(
 ) -> Result<HashMap<String, Tensor>> {
     let expected: HashMap<String, Vec<usize>> = parameter_shapes(config).into_iter().collect();
     let mut found = HashMap::new();
-    let (mut unexpected, mut misshapen) = (Vec::new(), Vec::new());
+    let (mut unexpected, mut misshapen, mut present) = (Vec::new(), Vec::new(), std::collections::HashSet::new());
     let has_lightning_prefix = tensors.iter().all(|(k, _)| k.starts_with("model."));
     for (key, tensor) in tensors {
         let key = if has_lightning_prefix { key["model.".len()..].to_string() } else { key };
@@ -64,7 +64,8 @@ pub fn check_tensors(
         match expected.get(&key) {
             None => unexpected.push(key),
             Some(shape) if tensor.dims() != shape.as_slice() => {
-                misshapen.push(format!("{key}: expected {shape:?}, found {:?}", tensor.dims()))
+                misshapen.push(format!("{key}: expected {shape:?}, found {:?}", tensor.dims()));
+                present.insert(key);
             }
             Some(_) => {
                 let t = tensor.to_dtype(dtype).op(&format!("converting {key} to {dtype:?}"))?;
@@ -72,7 +73,9 @@ pub fn check_tensors(
             }
         }
     }
-    let mut missing: Vec<String> = expected.keys().filter(|k| !found.contains_key(*k)).cloned().collect();
+    // A key with the wrong shape is misshapen, not missing as well.
+    let mut missing: Vec<String> =
+        expected.keys().filter(|k| !found.contains_key(*k) && !present.contains(*k)).cloned().collect();
     if !missing.is_empty() || !unexpected.is_empty() || !misshapen.is_empty() {
         missing.sort();
         unexpected.sort();
