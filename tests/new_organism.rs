@@ -117,7 +117,7 @@ fn only_the_new_row_trains_and_predict_knows_the_organism() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("\"Nova organism\" appears twice"),
+        String::from_utf8_lossy(&o.stderr).contains("already knows \"Nova organism\""),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

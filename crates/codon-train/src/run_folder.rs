@@ -201,4 +201,17 @@ mod tests {
         assert_eq!(removed.len(), 1);
         assert!(!theirs.exists());
     }
+
+    #[test]
+    fn a_folder_without_room_or_that_cannot_exist_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        check_writable(&dir.path().join("ck"), 1_000).unwrap();
+        let err = check_writable(&dir.path().join("ck"), u64::MAX).unwrap_err().to_string();
+        assert!(err.contains("MB free, and one checkpoint takes about"), "{err}");
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let err = check_writable(&dir.path().join("file").join("ck"), 1).unwrap_err().to_string();
+        assert!(err.contains("cannot be created"), "{err}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("ck")).unwrap().collect();
+        assert!(leftovers.is_empty(), "the write check leaves nothing behind");
+    }
 }
