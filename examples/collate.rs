@@ -78,6 +78,7 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    codon_ascend::model::files::check_output_location(&args.output)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;
     if dataset.malformed_lines() > 0 {

@@ -53,8 +53,8 @@ fn run() -> anyhow::Result<()> {
         protein_config: args.protein.config(),
         seed: args.protein.seed,
     };
-    let report =
-        prepare(&args.input, &args.output, &options).with_context(|| format!("preparing {}", args.input.display()))?;
+    // Its errors name the file at fault: the input, or the output.
+    let report = prepare(&args.input, &args.output, &options)?;
     outln!("{report}");
     outln!("wrote {}", args.output.display());
     if report.written == 0 {

@@ -54,6 +54,7 @@ struct Input {
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    codon_ascend::model::files::check_output_location(&args.output)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,

@@ -88,10 +88,21 @@ fn errors_name_the_file_at_fault_and_never_a_temporary_one() {
     std::fs::write(p("s.csv"), "dna,organism\nATGTAA,51\n").unwrap();
     let o = run("evaluate", &["--input", &p("s.csv"), "--codon-table", &p("k.txt"), "--output", &p("m.csv")]);
     assert!(stderr(&o).contains("k.txt: Kazusa codon-usage table lacks 63 codons"), "{}", stderr(&o));
-    // A folder that vanished under an output names the folder, not the temporary file.
-    let o = run("tokenize", &["--input", &demo("proteins.jsonl"), "--output", &p("gone/t.jsonl")]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("gone") && !stderr(&o).contains(".t.jsonl."), "{}", stderr(&o));
+    // An output folder that is not there is named as the output's, never as the input's, and
+    // never by a temporary file's name; nothing is read first.
+    let (gone, proteins, genes) = (p("gone/t.jsonl"), demo("proteins.jsonl"), demo("genes.csv"));
+    let cases = [
+        ("tokenize", vec!["--input", &proteins, "--output", &gone]),
+        ("prepare_data", vec!["--input", &genes, "--output", &gone]),
+        ("collate", vec!["--input", &genes, "--output", &gone, "--batch-size", "2"]),
+    ];
+    for (name, args) in cases {
+        let o = run(name, &args);
+        assert_eq!(o.status.code(), Some(1), "{name}");
+        let line = stderr(&o);
+        assert!(line.contains("gone: the output's folder does not exist"), "{name}: {line}");
+        assert!(!line.contains(".t.jsonl.") && !line.contains(&args[1]), "{name}: {line}");
+    }
     // step_counters runs the steps it is asked for, and at least one.
     let o = run("step_counters", &["--steps", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

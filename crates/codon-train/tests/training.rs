@@ -356,20 +356,22 @@ fn interrupted_saves_are_tidied_by_the_next_run() {
     let data = demo_data(dir.path(), 6);
     let ckpt = dir.path().join("ck");
     let make = |steps: usize| checkpointing_trainer(steps, &ckpt);
-    make(1).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
     // As a kill between "old folder aside" and "new folder in" leaves it: only the aside copy.
-    std::fs::rename(ckpt.join("step-1"), ckpt.join(".step-1.replaced")).unwrap();
+    std::fs::rename(ckpt.join("step-2"), ckpt.join(".step-2.replaced")).unwrap();
     std::fs::create_dir_all(ckpt.join(".step-7.a1B2c3")).unwrap();
     std::fs::write(ckpt.join(".step-7.a1B2c3/model.safetensors"), b"partial").unwrap();
     std::fs::write(ckpt.join(".finetune.ckpt.x9Y8z7"), b"partial").unwrap();
     std::fs::write(ckpt.join(".stepping-stone"), b"not ours").unwrap();
     std::fs::write(ckpt.join("notes.txt"), b"not ours").unwrap();
-    make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    // The same run again: the set-aside step-2 is put back (and is this run's), then replaced.
+    let report = make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    assert!(report.warnings.iter().any(|w| w.starts_with("interrupted save: restored")), "{:?}", report.warnings);
     let mut names: Vec<String> =
         std::fs::read_dir(&ckpt).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    assert_eq!(names, [".stepping-stone", "finetune.ckpt", "notes.txt", "step-1", "step-2"]);
-    assert!(ckpt.join("step-1/trainer_state.json").is_file(), "the set-aside step-1 was put back");
+    assert_eq!(names, [".stepping-stone", "finetune.ckpt", "notes.txt", "step-2"]);
+    assert!(ckpt.join("step-2/trainer_state.json").is_file());
 
     // Re-saving an existing step replaces it and leaves nothing aside.
     make(2).fit(&model(0.0, Precision::F32), &data, None).unwrap();
