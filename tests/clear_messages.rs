@@ -101,7 +101,7 @@ fn errors_name_the_file_at_fault_and_never_a_temporary_one() {
         assert_eq!(o.status.code(), Some(1), "{name}");
         let line = stderr(&o);
         assert!(line.contains("gone: the output's folder does not exist"), "{name}: {line}");
-        assert!(!line.contains(".t.jsonl.") && !line.contains(&args[1]), "{name}: {line}");
+        assert!(!line.contains(".t.jsonl.") && !line.contains(args[1]), "{name}: {line}");
     }
     // step_counters runs the steps it is asked for, and at least one.
     let o = run("step_counters", &["--steps", "0"]);
