@@ -28,7 +28,7 @@ pub struct TrainerConfig {
     pub(crate) max_steps: Option<usize>,
     pub(crate) accumulate_grad_batches: usize,
     pub(crate) gradient_clip: Option<f64>,
-    pub(crate) precision: Precision,
+    pub(crate) precision: Option<Precision>,
     pub(crate) seed: u64,
     pub(crate) adamw: AdamWConfig,
     pub(crate) checkpoint_dir: Option<PathBuf>,
@@ -54,7 +54,7 @@ pub struct TrainerConfigBuilder(TrainerConfig);
 
 impl TrainerConfig {
     /// Start from the defaults: lr 5e-5, warm-up 0.1, 15 epochs, no accumulation, no
-    /// clipping, bf16, seed 123, OneCycleLR, checkpoints every 512 steps when a folder is set.
+    /// clipping, the model's precision, seed 123, OneCycleLR, checkpoints every 512 steps when a folder is set.
     pub fn builder() -> TrainerConfigBuilder {
         TrainerConfigBuilder(TrainerConfig {
             learning_rate: 5e-5,
@@ -63,7 +63,7 @@ impl TrainerConfig {
             max_steps: None,
             accumulate_grad_batches: 1,
             gradient_clip: None,
-            precision: Precision::Bf16,
+            precision: None,
             seed: 123,
             adamw: AdamWConfig::default(),
             checkpoint_dir: None,
@@ -111,8 +111,6 @@ impl TrainerConfigBuilder {
         accumulate_grad_batches: usize => accumulate_grad_batches,
         /// Clip gradients to this global 2-norm.
         gradient_clip: Option<f64> => gradient_clip,
-        /// Precision.
-        precision: Precision => precision,
         /// Seed of data order, masking and dropout.
         seed: u64 => seed,
         /// AdamW hyper-parameters.
@@ -163,6 +161,13 @@ impl TrainerConfigBuilder {
     /// data-parallel run), for another thread to read.
     pub fn status(mut self, status: std::sync::Arc<RunStatus>) -> Self {
         self.0.status = Some(status);
+        self
+    }
+    /// The precision the run expects. The model's parameter dtype is the one source of the
+    /// precision (f16 turns on loss scaling): a model made trainable in another one is refused
+    /// by `fit`. Unset, the run takes the model's.
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.0.precision = Some(precision);
         self
     }
     /// A custom schedule instead of OneCycleLR.

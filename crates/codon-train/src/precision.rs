@@ -26,6 +26,11 @@ impl Precision {
         }
     }
 
+    /// The precision whose compute dtype is `dtype`, if one is.
+    pub fn of_dtype(dtype: DType) -> Option<Self> {
+        [Precision::F32, Precision::Bf16, Precision::F16].into_iter().find(|p| p.dtype() == dtype)
+    }
+
     /// What `--precision auto` means on `device`: f32 on the CPU, bf16 where the device has it,
     /// otherwise f16 with dynamic loss scaling (an Ascend 910A has no BF16).
     pub fn auto(device: &candle_core::Device) -> Self {

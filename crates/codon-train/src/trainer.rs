@@ -183,7 +183,7 @@ impl Trainer {
         }
         let mut opt = Optimization {
             optimizer: AdamW::new(params.clone(), c.adamw)?,
-            scaler: (c.precision == Precision::F16).then(LossScaler::new),
+            scaler: (model_precision(c, &params)? == Precision::F16).then(LossScaler::new),
             scheduler,
         };
         let mut progress = Progress::new(c.quiet || !lead, lead, total_steps);
@@ -238,6 +238,21 @@ impl Trainer {
             run.report.checkpoints.retain(|p| p.is_dir());
         }
         Ok(run.report)
+    }
+}
+
+/// The run's precision: its parameters' dtype, the one source (f16 turns on loss scaling). A
+/// config that expects another is refused, so an f16 model never trains without loss scaling.
+fn model_precision(c: &TrainerConfig, params: &crate::Parameters) -> Result<Precision> {
+    let dtype = params.named().first().map_or(candle_core::DType::F32, |(_, v)| v.as_tensor().dtype());
+    let precision = Precision::of_dtype(dtype)
+        .ok_or_else(|| TrainError::Config(format!("the model's parameters are {dtype:?}: not a training precision")))?;
+    match c.precision {
+        Some(expected) if expected != precision => Err(TrainError::Config(format!(
+            "the model was made trainable in {precision:?} (its parameters are {dtype:?}) but the trainer config says \
+             {expected:?}: build the model in the config's precision, or leave the config's precision unset"
+        ))),
+        _ => Ok(precision),
     }
 }
 

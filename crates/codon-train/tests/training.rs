@@ -449,3 +449,20 @@ fn checkpointing_trainer(steps: usize, ckpt: &Path) -> Trainer {
             .unwrap(),
     )
 }
+
+/// The model's parameter dtype is the one source of the precision: an f16 model trains with
+/// loss scaling under a config that names no precision, and a config that names another one is
+/// refused before any step.
+#[test]
+fn precision_has_one_source_the_models_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo_data(dir.path(), 6);
+    let config = || TrainerConfig::builder().max_steps(Some(2)).max_epochs(1).quiet(true);
+    let report = Trainer::new(config().build().unwrap()).fit(&model(0.0, Precision::F16), &data, None).unwrap();
+    assert!(report.steps.iter().all(|s| s.loss_scale.is_some()), "f16 trains with loss scaling");
+    let err = Trainer::new(config().precision(Precision::Bf16).build().unwrap())
+        .fit(&model(0.0, Precision::F16), &data, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("made trainable in F16") && err.contains("config says Bf16"), "{err}");
+}
