@@ -48,6 +48,20 @@ fn gflops(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, parallelism: g
     2.0 * (m * n * k) as f64 / best / 1e9
 }
 
+/// Best-of-5 GFLOP/s of x·Wᵀ with x (m × k) f32 and W (n × k) bf16.
+fn bf16_gflops(m: usize, n: usize, k: usize) -> f64 {
+    let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
+    let w: Vec<half::bf16> = (0..n * k).map(|i| half::bf16::from_f32((i % 13) as f32 * 0.01)).collect();
+    let mut out = vec![0f32; m * n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        codon_ascend::ops::cpu_bf16::bf16_linear_into(&mut out, &x, &w, m, k, n).expect("shapes match");
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    2.0 * (m * n * k) as f64 / best / 1e9
+}
+
 fn main() {
     let threads = rayon::current_num_threads();
     let all = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
@@ -63,6 +77,13 @@ fn main() {
     // A listing: once its reader is gone (`| head -2`), the rest is not measured.
     for (m, n, k, lhs_t, rhs_t, what) in layers.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
+    }
+    // The forward products again with bf16 weights, on the path this CPU takes for them.
+    let path = codon_ascend::ops::cpu_bf16::bf16_path();
+    for (m, n, k, _, _, what) in
+        layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !codon_ascend::output::stdout_closed())
+    {
+        outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (bf16 weights, {path:?})", bf16_gflops(*m, *n, *k));
     }
     let blocks = [
         (64, 512, 64, false, true, "attention scores q·kᵀ"),

@@ -19,6 +19,7 @@ pub use codon_data as data;
 pub use codon_design as design;
 pub use codon_eval as eval;
 pub use codon_model as model;
+pub use codon_ops as ops;
 pub use codon_train as train;
 
 /// The bundled demo data (`data/demo` in the repository).

@@ -110,7 +110,7 @@ impl std::fmt::Display for CdsDefect {
 /// Check a CDS against `is_correct_seq`'s rules, in upstream order.
 pub fn check_cds(dna: &str, protein: &str) -> Result<(), CdsDefect> {
     const STARTS: [&str; 4] = ["ATG", "TTG", "CTG", "GTG"];
-    if dna.chars().count() % 3 != 0 {
+    if !dna.chars().count().is_multiple_of(3) {
         return Err(CdsDefect::LengthNotMultipleOfThree);
     }
     let first: String = dna.chars().take(3).collect::<String>().to_uppercase();

@@ -86,7 +86,7 @@ fn keep_cheaper(best: &mut Option<Candidate>, cost: f64, changes: Vec<(usize, us
 /// index `c` (A<C<G<T order) at codon `i`.
 pub fn repair(dna: &str, scores: &[[f32; 64]], constraints: &[Constraint], options: &RepairOptions) -> Result<Repair> {
     let bytes = dna.as_bytes();
-    if bytes.len() % 3 != 0 || bytes.len() / 3 != scores.len() {
+    if !bytes.len().is_multiple_of(3) || bytes.len() / 3 != scores.len() {
         return Err(DesignError::InvalidInput(format!(
             "{} nucleotides for {} scored codons",
             bytes.len(),

@@ -24,7 +24,7 @@ impl Dna {
         if text.is_empty() {
             return Err(EvalError::EmptyDna);
         }
-        if text.len() % 3 != 0 {
+        if !text.len().is_multiple_of(3) {
             return Err(EvalError::PartialCodon { length: text.len() });
         }
         let codons = text.as_bytes().chunks_exact(3).filter_map(codon_index).map(|i| i as u8).collect();

@@ -440,7 +440,7 @@ fn known_codons(dna: &str, residues: &[char]) -> Result<Vec<Option<u32>>> {
         )));
     }
     let codons = dna.len() / 3;
-    if dna.len() % 3 != 0
+    if !dna.len().is_multiple_of(3)
         || !(codons == residues.len() || codons + 1 == residues.len() && residues.last() == Some(&'_'))
     {
         return Err(CodonError::KnownDna(format!(

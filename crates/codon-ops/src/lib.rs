@@ -7,6 +7,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod cpu_bf16;
 pub mod cpu_gemm;
 pub mod cross_entropy;
 pub mod dropout;

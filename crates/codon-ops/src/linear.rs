@@ -162,7 +162,10 @@ pub fn fused_linear(
     residual: Option<&Tensor>,
     epilogue: Option<fn(&mut [f32])>,
 ) -> candle_core::Result<Option<Tensor>> {
-    if !matches!(x.device(), Device::Cpu) || x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
+    // f32, or bf16 weights (any float x) on the CPU's bf16 path (`cpu_bf16`).
+    let bf16_weight = weight.dtype() == DType::BF16 && x.dtype().is_float();
+    if !matches!(x.device(), Device::Cpu) || !(bf16_weight || (x.dtype() == DType::F32 && weight.dtype() == DType::F32))
+    {
         return Ok(None);
     }
     let Ok((out_f, in_f)) = weight.dims2() else { return Ok(None) };
@@ -182,16 +185,26 @@ pub fn fused_linear(
         out.par_chunks_mut(out_f).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
     }
     let accumulate = bias.is_some() || residual.is_some();
-    with_f32(x, "linear", |xv| {
-        with_f32(weight, "linear", |wv| {
-            let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
-            matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
-        })
-    })???;
+    if bf16_weight {
+        let weight = weight.contiguous()?;
+        let (storage, layout) = weight.storage_and_layout();
+        let wv = match &*storage {
+            candle_core::Storage::Cpu(CpuStorage::BF16(v)) => crate::f32_views::contiguous(v, layout, "linear")?,
+            _ => candle_core::bail!("linear: expected bf16 weights on the CPU"),
+        };
+        with_f32(x, "linear", |xv| crate::cpu_bf16::bf16_linear_into(&mut out, xv, wv, rows, in_f, out_f))??;
+    } else {
+        with_f32(x, "linear", |xv| {
+            with_f32(weight, "linear", |wv| {
+                let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
+                matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
+            })
+        })???;
+    }
     if let Some(f) = epilogue {
         out.par_chunks_mut(EPILOGUE_CHUNK).for_each(f);
     }
-    Tensor::from_vec(out, out_dims, x.device()).map(Some)
+    tensor_from_f32(out, &out_dims, x.dtype()).map(Some)
 }
 
 /// What [`Linear`] applies to `z = x·Wᵀ + b`.

@@ -136,8 +136,9 @@ impl Progress {
     /// Whether step `step` gets a log line: every `log_every` steps, the last one, and any step
     /// that ends `log_interval` or more after the previous line.
     fn log_due(&mut self, step: usize) -> bool {
-        let due =
-            step % self.log_every == 0 || step == self.total_steps || self.last_log.elapsed() >= self.log_interval;
+        let due = step.is_multiple_of(self.log_every)
+            || step == self.total_steps
+            || self.last_log.elapsed() >= self.log_interval;
         if due {
             self.last_log = std::time::Instant::now();
         }

@@ -429,7 +429,7 @@ impl<M: TrainableModel> RankRun<'_, M> {
     /// Rank 0 writes a checkpoint every `save_every_n_steps` (the last step's is written after the loop).
     fn save_if_due(&mut self) -> Result<()> {
         let c = self.config;
-        let due = c.save_every_n_steps.is_some_and(|n| self.state.step % n == 0);
+        let due = c.save_every_n_steps.is_some_and(|n| self.state.step.is_multiple_of(n));
         let (Some(dir), Some(files)) = (&c.checkpoint_dir, self.model.checkpointable()) else { return Ok(()) };
         if !due || self.state.step >= self.report.total_steps || !self.lead() {
             return Ok(());

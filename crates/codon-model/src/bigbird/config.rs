@@ -217,7 +217,10 @@ impl BigBirdConfig {
     /// Reject combinations the model cannot run.
     pub fn validate(&self) -> Result<()> {
         let err = |m: String| Err(CodonError::Config(m));
-        if self.hidden_size == 0 || self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.hidden_size == 0
+            || self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return err(format!(
                 "hidden_size {} must be a positive multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads

@@ -1,0 +1,250 @@
+//! `out += x·Wᵀ` with bf16 weights on the CPU, at the speed the CPU has for bf16, picked at run
+//! time:
+//! - AVX512-BF16 (`vdpbf16ps`): x is rounded to bf16 and each instruction multiplies 16 pairs of
+//!   bf16 values and adds them into 16 f32 sums, twice the work of an f32 FMA.
+//! - Elsewhere (AVX2, aarch64): W is widened to f32 and the product is the `gemm` crate's f32 one.
+//!
+//! `CODON_CPU_ISA=avx2` forces the portable path, so one machine tests every path it has.
+
+use candle_core::Result;
+use half::bf16;
+
+use crate::cpu_gemm::{matmul_into, Mat};
+
+/// Which kernel [`bf16_linear_into`] runs on this machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Path {
+    /// `vdpbf16ps` on packed bf16 pairs.
+    Avx512Bf16,
+    /// f32 `gemm` on widened weights.
+    WidenedF32,
+}
+
+/// The path this machine takes (see the module doc).
+pub fn bf16_path() -> Bf16Path {
+    static PATH: std::sync::OnceLock<Bf16Path> = std::sync::OnceLock::new();
+    *PATH.get_or_init(|| {
+        let forced_portable = std::env::var("CODON_CPU_ISA").is_ok_and(|isa| isa.eq_ignore_ascii_case("avx2"));
+        if !forced_portable && avx512_bf16::available() {
+            Bf16Path::Avx512Bf16
+        } else {
+            Bf16Path::WidenedF32
+        }
+    })
+}
+
+/// `out[i][j] += Σ_k x[i][k]·w[j][k]` for x (rows × k) f32, w (n × k) bf16 and out (rows × n),
+/// all row-major and contiguous.
+pub fn bf16_linear_into(out: &mut [f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize) -> Result<()> {
+    if x.len() != rows * k || w.len() != n * k || out.len() != rows * n {
+        candle_core::bail!("bf16 linear: x {} of {rows}×{k}, w {} of {n}×{k}, out {}", x.len(), w.len(), out.len());
+    }
+    match bf16_path() {
+        Bf16Path::Avx512Bf16 => avx512_bf16::linear_into(out, x, w, rows, k, n),
+        Bf16Path::WidenedF32 => widened_linear_into(out, x, w, rows, k, n),
+    }
+}
+
+/// The portable path: W widened to f32, then the f32 product.
+fn widened_linear_into(out: &mut [f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize) -> Result<()> {
+    use rayon::prelude::*;
+    let wide: Vec<f32> = w.par_iter().map(|v| v.to_f32()).collect();
+    matmul_into(out, n, Mat::rows(x, rows, k, k), Mat::rows(&wide, n, k, k).t(), 1.0, true, true)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512_bf16 {
+    use std::arch::x86_64::*;
+
+    use candle_core::Result;
+    use half::bf16;
+    use rayon::prelude::*;
+
+    /// Rows of x per microkernel call, and output columns (two registers of 16).
+    const MR: usize = 8;
+    const NR: usize = 32;
+
+    pub fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+    }
+
+    /// Two bf16 values in one u32, the first in the low half (the layout `vdpbf16ps` pairs).
+    fn pair(lo: bf16, hi: bf16) -> u32 {
+        u32::from(lo.to_bits()) | (u32::from(hi.to_bits()) << 16)
+    }
+
+    pub fn linear_into(out: &mut [f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize) -> Result<()> {
+        let pairs = k.div_ceil(2);
+        let at = |v: &[bf16], i: usize| v.get(i).copied().unwrap_or(bf16::ZERO);
+        // x rounded to bf16 (to nearest, even on ties), k in pairs, an odd k padded with 0.
+        let xp: Vec<u32> = (0..rows * pairs)
+            .into_par_iter()
+            .map(|i| {
+                let (r, p) = (i / pairs, i % pairs);
+                let row = &x[r * k..(r + 1) * k];
+                let get = |c: usize| row.get(c).map_or(bf16::ZERO, |&v| bf16::from_f32(v));
+                pair(get(2 * p), get(2 * p + 1))
+            })
+            .collect();
+        // W in panels of NR columns: panel[p][lane] pairs w[col][2p], w[col][2p + 1].
+        let panels = n.div_ceil(NR);
+        let wp: Vec<u32> = (0..panels * pairs * NR)
+            .into_par_iter()
+            .map(|i| {
+                let (panel, rest) = (i / (pairs * NR), i % (pairs * NR));
+                let (p, lane) = (rest / NR, rest % NR);
+                let col = panel * NR + lane;
+                if col >= n {
+                    return 0;
+                }
+                let row = &w[col * k..(col + 1) * k];
+                pair(at(row, 2 * p), at(row, 2 * p + 1))
+            })
+            .collect();
+        // One task per panel of NR output columns; each writes its own columns of `out`.
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        (0..panels).into_par_iter().for_each(|panel| {
+            let b = &wp[panel * pairs * NR..(panel + 1) * pairs * NR];
+            let cols = NR.min(n - panel * NR);
+            for r0 in (0..rows).step_by(MR) {
+                let mr = MR.min(rows - r0);
+                let a = &xp[r0 * pairs..(r0 + mr) * pairs];
+                // SAFETY: the CPU has avx512f and avx512bf16 (checked by `available`); `a` holds
+                // mr rows of `pairs` pairs and `b` `pairs` × NR; rows r0..r0+mr and columns
+                // panel·NR..+cols of `out` (rows × n) are this task's alone.
+                unsafe {
+                    let dst = out_ptr.get().add(r0 * n + panel * NR);
+                    microkernel(a, b, pairs, mr, dst, n, cols);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// A raw pointer that tasks writing disjoint parts of one buffer share.
+    #[derive(Clone, Copy)]
+    struct SendPtr(*mut f32);
+    // SAFETY: each task writes only its own columns (see `linear_into`).
+    unsafe impl Send for SendPtr {}
+    unsafe impl Sync for SendPtr {}
+    impl SendPtr {
+        fn get(self) -> *mut f32 {
+            self.0
+        }
+    }
+
+    /// `dst[r][c] += Σ_p dot(a[r][p], b[p][c])` for r < mr ≤ MR and c < cols ≤ NR, `dst` rows
+    /// `ld` apart.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn microkernel(a: &[u32], b: &[u32], pairs: usize, mr: usize, dst: *mut f32, ld: usize, cols: usize) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        let bp = b.as_ptr();
+        for p in 0..pairs {
+            // SAFETY: b holds `pairs` × NR values.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_loadu_si512(bp.add(p * NR) as *const __m512i),
+                    _mm512_loadu_si512(bp.add(p * NR + 16) as *const __m512i),
+                )
+            };
+            let (b0, b1) = (as_bf16_pairs(b0), as_bf16_pairs(b1));
+            for (r, acc) in acc.iter_mut().enumerate().take(mr) {
+                // SAFETY: a holds mr rows of `pairs` pairs.
+                let pair = unsafe { *a.get_unchecked(r * pairs + p) };
+                let av = as_bf16_pairs(_mm512_set1_epi32(pair as i32));
+                acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+            }
+        }
+        let masks = [lane_mask(cols.min(16)), lane_mask(cols.saturating_sub(16))];
+        for (r, acc) in acc.iter().enumerate().take(mr) {
+            for (half, (&sum, &mask)) in acc.iter().zip(&masks).enumerate() {
+                // SAFETY: row r < mr and the masked lanes are columns < cols of this tile.
+                unsafe {
+                    let ptr = dst.add(r * ld + 16 * half);
+                    let old = _mm512_maskz_loadu_ps(mask, ptr);
+                    _mm512_mask_storeu_ps(ptr, mask, _mm512_add_ps(old, sum));
+                }
+            }
+        }
+    }
+
+    /// 32 bf16 values held in an integer register, as `vdpbf16ps` takes them.
+    fn as_bf16_pairs(v: __m512i) -> __m512bh {
+        // SAFETY: both are 64 bytes of plain data; every bit pattern is valid for either.
+        unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+
+    /// The first `lanes` (≤ 16) of 16.
+    fn lane_mask(lanes: usize) -> __mmask16 {
+        ((1u32 << lanes) - 1) as __mmask16
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod avx512_bf16 {
+    use candle_core::Result;
+    use half::bf16;
+
+    pub fn available() -> bool {
+        false
+    }
+
+    pub fn linear_into(out: &mut [f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize) -> Result<()> {
+        super::widened_linear_into(out, x, w, rows, k, n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// out + x·Wᵀ in f64 from the bf16-rounded operands: what both paths compute, up to f32
+    /// rounding of the sums.
+    fn reference(out: &[f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize, round_x: bool) -> Vec<f64> {
+        let xr = |v: f32| if round_x { f64::from(bf16::from_f32(v).to_f32()) } else { f64::from(v) };
+        (0..rows * n)
+            .map(|i| {
+                let (r, c) = (i / n, i % n);
+                f64::from(out[i]) + (0..k).map(|j| xr(x[r * k + j]) * f64::from(w[c * k + j].to_f32())).sum::<f64>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_path_matches_the_reference_on_awkward_shapes() {
+        eprintln!("bf16 linear on this machine: {:?}", bf16_path());
+        // Odd k, row and column tails, and a single row.
+        for (rows, k, n) in [(1, 1, 1), (9, 7, 33), (17, 64, 48), (3, 768, 90), (502, 96, 70)] {
+            let x: Vec<f32> = (0..rows * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 23.0).collect();
+            let w: Vec<bf16> = (0..n * k).map(|i| bf16::from_f32(((i * 53 % 89) as f32 - 44.0) / 31.0)).collect();
+            let start: Vec<f32> = (0..rows * n).map(|i| (i % 5) as f32).collect();
+            let mut out = start.clone();
+            bf16_linear_into(&mut out, &x, &w, rows, k, n).unwrap();
+            let round_x = bf16_path() == Bf16Path::Avx512Bf16;
+            let want = reference(&start, &x, &w, rows, k, n, round_x);
+            for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
+                let scale: f64 = 1.0 + want.abs();
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-5 * scale * k as f64,
+                    "{rows}×{k}×{n} at {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_portable_path_agrees_with_the_fast_one() {
+        let (rows, k, n) = (13, 150, 40);
+        let x: Vec<f32> = (0..rows * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let w: Vec<bf16> = (0..n * k).map(|i| bf16::from_f32((i as f32 * 0.11).cos())).collect();
+        let mut fast = vec![0.0; rows * n];
+        bf16_linear_into(&mut fast, &x, &w, rows, k, n).unwrap();
+        let mut portable = vec![0.0; rows * n];
+        widened_linear_into(&mut portable, &x, &w, rows, k, n).unwrap();
+        // The fast path rounds x to bf16 (8 bits of mantissa): sums of 150 terms agree to ~1e-2.
+        for (a, b) in fast.iter().zip(&portable) {
+            assert!((a - b).abs() <= 2e-2 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+}
