@@ -27,7 +27,12 @@ fn input(len: usize, device: &Device) -> ModelInput {
         .collect();
     ModelInput {
         input_ids: Tensor::from_vec(ids, (1, len), device).expect("ids"),
-        token_type_ids: Tensor::full(51u32, (1, len), device).expect("types"),
+        token_type_ids: Tensor::full(
+            codon_ascend::model::organism_id(codon_ascend::model::DEFAULT_ORGANISM).expect("built in"),
+            (1, len),
+            device,
+        )
+        .expect("types"),
         attention_mask: Tensor::ones((1, len), DType::U32, device).expect("mask"),
     }
 }

@@ -60,7 +60,11 @@ fn run() -> anyhow::Result<()> {
         .collect();
     let input = ModelInput {
         input_ids: Tensor::from_vec(ids, (1, n), &Device::Cpu)?,
-        token_type_ids: Tensor::full(51u32, (1, n), &Device::Cpu)?,
+        token_type_ids: Tensor::full(
+            codon_ascend::model::organism_id(codon_ascend::model::DEFAULT_ORGANISM)?,
+            (1, n),
+            &Device::Cpu,
+        )?,
         attention_mask: Tensor::ones((1, n), DType::U32, &Device::Cpu)?,
     };
     let mode = ForwardMode::eval(attention);

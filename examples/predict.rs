@@ -510,8 +510,10 @@ fn preflight(
     let c = predictor.model().config();
     // Residues: [CLS] and [SEP] take two of the probe's tokens.
     let long = c.block_sparse_probe_len().saturating_sub(2).max(1);
-    let items: Vec<(String, OrganismRef)> =
-        [1, long].iter().map(|&n| ("M".repeat(n), OrganismRef::Name("Escherichia coli general".into()))).collect();
+    let items: Vec<(String, OrganismRef)> = [1, long]
+        .iter()
+        .map(|&n| ("M".repeat(n), OrganismRef::Name(codon_ascend::model::DEFAULT_ORGANISM.into())))
+        .collect();
     ascend.preflight(|| {
         predictor.predict_batch(&items, options).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
     })?;

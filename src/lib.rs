@@ -44,12 +44,11 @@ pub fn demo_model_config() -> codon_model::bigbird::BigBirdConfig {
 }
 
 /// A deterministic masked-LM batch of `b` sequences of `n` tokens (`[CLS]`, codon tokens,
-/// `[SEP]`, all of E. coli; every 7th token from the 4th masked as the collator masks), for
+/// `[SEP]`, all of upstream's default organism; every 7th token from the 4th masked as the collator masks), for
 /// benchmarks and timing runs.
 pub fn synthetic_mlm_batch(b: usize, n: usize) -> codon_data::MlmBatch {
     use codon_model::vocab::{CLS_ID, FIRST_CODON_ID, SEP_ID, TOKEN2MASK};
-    /// "Escherichia coli general", upstream's default organism.
-    const E_COLI: u32 = 51;
+    let organism = codon_model::organism_id(codon_model::DEFAULT_ORGANISM).unwrap_or_default();
     let mut input_ids = Vec::with_capacity(b * n);
     let mut labels = Vec::with_capacity(b * n);
     for i in 0..b * n {
@@ -67,7 +66,7 @@ pub fn synthetic_mlm_batch(b: usize, n: usize) -> codon_data::MlmBatch {
         seq_len: n,
         input_ids,
         attention_mask: vec![1; b * n],
-        token_type_ids: vec![E_COLI; b * n],
+        token_type_ids: vec![organism; b * n],
     };
     codon_data::MlmBatch { encoding, labels }
 }

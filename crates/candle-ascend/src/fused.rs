@@ -1,6 +1,8 @@
 //! The launch API for fused ops that live outside this crate (an op type with a CPU body and an
-//! Ascend body, in the style of candle-nn's `ops.rs`): each function takes candle tensors on an
-//! Ascend device, checks the part's support table, and launches one aclnn fused operator.
+//! Ascend body, in the style of candle-nn's `ops.rs`). The op asks [`runs_natively`] whether the
+//! part has the operator for its dtype (these functions do not check), then calls the function,
+//! which takes Ascend storages with their layouts and launches the operator, with the casts,
+//! reductions or mask generation its contract needs beside it.
 use std::sync::Arc;
 
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};

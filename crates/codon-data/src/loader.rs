@@ -399,7 +399,7 @@ mod tests {
         let l = loader(&ds, LoaderConfig { batch_size: 2, num_workers: 3, prefetch: 2, ..Default::default() });
         let mut it = l.epoch(0);
         assert!(it.next().unwrap().is_ok());
-        drop(it); // joins the threads; a hang here fails the test by timeout
+        drop(it); // joins the threads: a hang here hangs the test run, which CI's time limit ends
     }
 
     #[test]

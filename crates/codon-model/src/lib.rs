@@ -1,5 +1,7 @@
 //! `codon-model`: CodonTransformer's vocabulary, organism table, merged-sequence
-//! preprocessing and tokenizer.
+//! preprocessing and tokenizer; the model, BigBirdForMaskedLM with full and block-sparse
+//! attention ([`bigbird`]), loaded from transformers' files; the [`Predictor`] that turns
+//! proteins into DNA; and atomic file writing ([`files`]).
 //!
 //! ```
 //! use codon_model::{merged_sequence, organism_id, CodonTokenizer};
@@ -24,7 +26,9 @@ pub mod tokenizer;
 pub mod vocab;
 
 pub use error::{CodonError, Result};
-pub use organisms::{organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, NUM_ORGANISMS, ORGANISMS};
+pub use organisms::{
+    organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, DEFAULT_ORGANISM, NUM_ORGANISMS, ORGANISMS,
+};
 pub use predict::{prediction_residues, DnaPrediction, PredictOptions, Predictor, ProteinInput};
 pub use sequence::{
     merged_sequence, merged_sequence_with, preprocess_dna, preprocess_protein, replace_ambiguous_codons,

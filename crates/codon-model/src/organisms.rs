@@ -176,6 +176,9 @@ pub const ORGANISMS: [&str; NUM_ORGANISMS] = [
     "Yokenella regensburgei",
 ];
 
+/// Upstream's default organism (id 51), for synthetic batches and preflight predictions.
+pub const DEFAULT_ORGANISM: &str = "Escherichia coli general";
+
 /// An organism given by the user: a name or an id. In JSON, a number is an id and a string is
 /// read as [`OrganismRef::parse`] reads a CSV field (`"51"` is the id 51, as in the CSV commands).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
