@@ -107,6 +107,22 @@ pub enum TrainError {
         /// The step, from 1.
         step: usize,
     },
+    /// A rank's thread of a data-parallel run panicked (a bug: its message went to stderr).
+    #[error("rank {rank}'s training thread panicked")]
+    RankPanicked {
+        /// The rank.
+        rank: usize,
+    },
+    /// A step's metrics could not be written as a JSON line.
+    #[error("{path}: step {step}'s metrics cannot be written as JSON: {source}")]
+    Metrics {
+        /// The metrics file.
+        path: PathBuf,
+        /// The step, from 1.
+        step: usize,
+        /// serde_json's error.
+        source: serde_json::Error,
+    },
     /// One rank of a data-parallel run failed.
     #[error("rank {rank} of {ranks}: {source}")]
     Rank {

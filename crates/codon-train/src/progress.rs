@@ -185,7 +185,11 @@ impl Progress {
             );
         }
         if let Some((path, w)) = self.metrics.as_mut() {
-            let line = serde_json::to_string(metric).map_err(|e| TrainError::Config(format!("metrics: {e}")))?;
+            let line = serde_json::to_string(metric).map_err(|source| TrainError::Metrics {
+                path: path.clone(),
+                step: metric.step,
+                source,
+            })?;
             writeln!(w, "{line}").and_then(|_| w.flush()).map_err(|e| TrainError::io(path.clone(), e))?;
         }
         Ok(())

@@ -97,7 +97,8 @@ impl Trainer {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(TrainError::Config("a rank's thread panicked".into()))))
+                .enumerate()
+                .map(|(rank, h)| h.join().unwrap_or(Err(TrainError::RankPanicked { rank })))
                 .collect()
         });
         // The error of a rank that failed on its own, before those of the ranks it stopped.
