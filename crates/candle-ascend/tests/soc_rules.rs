@@ -5,25 +5,8 @@
 //! when the toolkit initialises).
 use candle_core::{DType, Device, Tensor};
 
-/// True when this process emulates `soc`; otherwise runs `test` in a child that does, and
-/// returns false after checking that it passed.
-fn on_soc(soc: &str, test: &str) -> bool {
-    if std::env::var("CANDLE_ASCEND_SIM_SOC").as_deref() == Ok(soc) {
-        return true;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--test-threads=1", "--nocapture"])
-        .env("CANDLE_ASCEND_SIM_SOC", soc)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "{test} on {soc}:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    false
-}
+mod common;
+use common::on_soc;
 
 fn sim() -> Device {
     candle_ascend::parse_device("npu-sim:0").unwrap()
