@@ -171,3 +171,17 @@ fn bf16_stays_within_torch_bf16_tolerance() {
             .unwrap();
     assert!(loss.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap().is_finite());
 }
+
+/// bf16 block-sparse inference (the CPU kernels widen bf16 to f32 and round the result back)
+/// stays as close to transformers' f32 logits as bf16 full attention does, on a sequence long
+/// enough for the sparse path.
+#[test]
+fn bf16_block_sparse_stays_within_the_bf16_tolerance() {
+    let c = case("case_legacy_b1_1024");
+    let want = &read(fixtures().join("case_legacy_b1_1024/sparse_eval.safetensors"))["logits"];
+    let logits = model(DType::BF16).forward(&c.input, ForwardMode::eval(AttentionType::BlockSparse)).unwrap();
+    assert_eq!(logits.dtype(), DType::BF16);
+    let err = max_abs(&(logits.to_dtype(DType::F32).unwrap() - want).unwrap());
+    eprintln!("bf16 block-sparse max |Δlogit| {err}, max |logit| {}", max_abs(want));
+    assert!(err <= 0.04 * max_abs(want), "bf16 block-sparse error {err}");
+}

@@ -135,7 +135,11 @@ pub fn block_sparse_attention(
     }
     let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
     if on_cpu {
-        let (q, k, v) = (&split_heads(q, h)?, &split_heads(k, h)?, &split_heads(v, h)?);
+        // The CPU kernels compute in f32: other float dtypes are widened for them, and the
+        // result rounded back.
+        let dtype = q.dtype();
+        let heads_f32 = |t: &Tensor| split_heads(t, h)?.to_dtype(DType::F32);
+        let (q, k, v) = (&heads_f32(q)?, &heads_f32(k)?, &heads_f32(v)?);
         // Global query blocks 0 and nb−1 attend to every key.
         let global = super::composed(&global_rows(q, wm, n)?, k, v, scale, Some(&masks.key_penalty), None)?;
         if let Some(middle) = super::cpu_inference::fused_block_sparse_middle(
@@ -149,7 +153,8 @@ pub fn block_sparse_attention(
             &absent,
             masks.penalty,
         )? {
-            return merge_heads(&assemble_rows(&global, &middle, geometry)?.broadcast_mul(&masks.query_mask)?);
+            let rows = assemble_rows(&global, &middle, geometry)?.to_dtype(dtype)?;
+            return merge_heads(&rows.broadcast_mul(&masks.query_mask)?);
         }
     }
     let device = q.device();

@@ -118,8 +118,13 @@ fn composed(
 ) -> candle_core::Result<Tensor> {
     if let (None, Some(bias)) = (&dropout, bias) {
         if ![q, k, v].iter().any(|t| t.track_op()) {
-            if let Some(out) = cpu_inference::fused_attention(q, k, v, scale, bias)? {
-                return Ok(out);
+            // The kernel computes in f32: other float dtypes are widened for it (q, k and v are
+            // small beside the scores the composed ops would build) and the result rounded back.
+            let dtype = q.dtype();
+            let widen = |t: &Tensor| if q.device().is_cpu() { t.to_dtype(DType::F32) } else { Ok(t.clone()) };
+            let (qf, kf, vf, bf) = (widen(q)?, widen(k)?, widen(v)?, widen(bias)?);
+            if let Some(out) = cpu_inference::fused_attention(&qf, &kf, &vf, scale, &bf)? {
+                return out.to_dtype(dtype);
             }
         }
     }
