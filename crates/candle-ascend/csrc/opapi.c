@@ -1368,7 +1368,7 @@ SIM_EXPORT aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
 }
 PHASE2(LayerNormBackward)
 
-/* ---- softmax and the gelu gradient ---------------------------------------------------- */
+/* ---- softmax, log-softmax, NLL loss and the gelu gradient ------------------------------ */
 
 /* A dim in −n ≤ dim < n (a 0-d tensor counts as n = 1), as a non-negative axis; −1 if out of range
  * (ops-nn e5c3fa932 activation/softmax_v2/op_api/aclnn_softmax.cpp CheckDim). */
