@@ -39,7 +39,7 @@ pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDi
     builder(prefix, DIR_MODE).tempdir_in(dir).map_err(without_temporary_name)
 }
 
-/// tempfile's error without its "at path <random temporary name>", which means nothing to a
+/// tempfile's error without its `at path "<temporary name>"`, which means nothing to a
 /// user; callers name the folder or the file being written.
 fn without_temporary_name(e: std::io::Error) -> std::io::Error {
     let text = e.to_string();

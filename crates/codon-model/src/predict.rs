@@ -195,7 +195,7 @@ impl Predictor {
     }
 
     /// Residues per model input: CodonTransformer's 2046, or fewer when the model's position
-    /// table is shorter ([CLS] and [SEP] take two positions).
+    /// table is shorter (`[CLS]` and `[SEP]` take two positions).
     fn window_len(&self) -> usize {
         MAX_AMINO_ACIDS.min(self.model.config().max_position_embeddings.saturating_sub(2)).max(1)
     }
