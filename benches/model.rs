@@ -3,7 +3,8 @@
 //! configuration (89.6M parameters) runs at 502, 1002 and 2048 tokens on the CPU and on `npu:0`;
 //! without an NPU the Ascend side is `npu-sim:0`, which measures the emulator, so it runs only
 //! the small workload (the demo model, 128 tokens), which the CPU runs too for the comparison. On
-//! Ascend one call's counters are printed.
+//! Ascend one call's counters are printed. The CPU also runs the 502-token full and 2048-token
+//! block-sparse workloads in bf16, beside f32.
 //!
 //! ```text
 //! cargo bench --bench model
@@ -43,22 +44,26 @@ fn bench(c: &mut Criterion) {
     let full = BigBirdConfig::default();
     let small = codon_ascend::demo_model_config();
     for d in devices() {
-        let workloads: Vec<(&str, &BigBirdConfig, AttentionType, usize)> = if d.emulated() {
-            vec![("small-full-128", &small, AttentionType::OriginalFull, 128)]
+        let f32 = DType::F32;
+        let workloads: Vec<(&str, &BigBirdConfig, AttentionType, usize, DType)> = if d.emulated() {
+            vec![("small-full-128", &small, AttentionType::OriginalFull, 128, f32)]
         } else {
             let mut w = vec![
-                ("full-502", &full, AttentionType::OriginalFull, 502),
-                ("full-1002", &full, AttentionType::OriginalFull, 1002),
-                ("full-2048", &full, AttentionType::OriginalFull, 2048),
-                ("block-sparse-2048", &full, AttentionType::BlockSparse, 2048),
+                ("full-502", &full, AttentionType::OriginalFull, 502, f32),
+                ("full-1002", &full, AttentionType::OriginalFull, 1002, f32),
+                ("full-2048", &full, AttentionType::OriginalFull, 2048, f32),
+                ("block-sparse-2048", &full, AttentionType::BlockSparse, 2048, f32),
             ];
             if d.name == "cpu" {
-                w.push(("small-full-128", &small, AttentionType::OriginalFull, 128));
+                w.push(("small-full-128", &small, AttentionType::OriginalFull, 128, f32));
+                // bf16 beside f32 on the CPU (codon_ops::cpu_bf16 picks the path this CPU has).
+                w.push(("full-502-bf16", &full, AttentionType::OriginalFull, 502, DType::BF16));
+                w.push(("block-sparse-2048-bf16", &full, AttentionType::BlockSparse, 2048, DType::BF16));
             }
             w
         };
-        for (name, config, attention, len) in workloads {
-            let weights = init_weights(config, 0, &d.device, DType::F32).expect("init");
+        for (name, config, attention, len, dtype) in workloads {
+            let weights = init_weights(config, 0, &d.device, dtype).expect("init");
             let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
             let x = input(len, &d.device);
             let forward = || {
