@@ -12,13 +12,13 @@ use std::collections::HashMap;
 use candle_core::backprop::GradientObserver;
 use candle_core::{Tensor, TensorId, Var};
 
+use crate::collective::Collective;
 use crate::optim::Parameters;
-use candle_ascend::{Communicator, ReduceOp};
 
 /// One rank's buckets for the last micro-batch of an optimizer step.
 pub(crate) struct Buckets<'a> {
     params: &'a Parameters,
-    comm: &'a Communicator,
+    comm: &'a dyn Collective,
     /// Gradients summed over the step's earlier micro-batches, one flat tensor per group.
     earlier: Option<Vec<Tensor>>,
     /// Parameter index by variable.
@@ -40,7 +40,7 @@ pub(crate) struct Buckets<'a> {
 }
 
 impl<'a> Buckets<'a> {
-    pub(crate) fn new(params: &'a Parameters, comm: &'a Communicator, earlier: Option<Vec<Tensor>>) -> Self {
+    pub(crate) fn new(params: &'a Parameters, comm: &'a dyn Collective, earlier: Option<Vec<Tensor>>) -> Self {
         let group_of = params.group_of_each();
         let mut waiting = vec![0; params.group_count()];
         for &g in &group_of {
@@ -84,7 +84,7 @@ impl<'a> Buckets<'a> {
 
     /// After the backward pass: starts the remaining buckets, with the gradients the observer
     /// was not told of from `gradient_of` (zeros where it has none), orders the device stream
-    /// after every bucket (the host does not wait: [`Communicator::synchronize`] reports), and
+    /// after every bucket (the host does not wait: [`Collective::synchronize`] reports), and
     /// returns the summed gradients, one per group, and how many buckets started while
     /// other gradients were still to come.
     pub(crate) fn finish_with(
@@ -94,7 +94,7 @@ impl<'a> Buckets<'a> {
         while self.next > 0 {
             self.start(self.next - 1, &mut gradient_of)?;
         }
-        self.comm.finish_started().map_err(candle_core::Error::from)?;
+        self.comm.finish_started()?;
         let reduced = self.reduced.into_iter().collect::<Option<Vec<_>>>();
         let reduced = reduced.ok_or_else(|| candle_core::Error::Msg("a gradient bucket was never started".into()))?;
         Ok((reduced, self.overlapped))
@@ -108,7 +108,7 @@ impl<'a> Buckets<'a> {
         if let Some(earlier) = &self.earlier {
             flat = (flat + &earlier[group])?;
         }
-        self.comm.start_all_reduce(&flat, ReduceOp::Sum).map_err(candle_core::Error::from)?;
+        self.comm.start_all_reduce_sum(&flat)?;
         self.reduced[group] = Some(flat);
         self.next = group;
         Ok(())

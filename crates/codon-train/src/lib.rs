@@ -26,6 +26,7 @@
 
 mod buckets;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 pub mod error;
 pub mod malloc_tuning;
@@ -42,6 +43,7 @@ mod step;
 pub mod trainer;
 
 pub use candle_core::backprop::GradientObserver;
+pub use collective::Collective;
 pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};
 pub use error::{Result, TrainError};
 pub use malloc_tuning::retain_freed_memory;

@@ -5,6 +5,7 @@ use candle_core::{DType, Tensor};
 
 use crate::buckets::Buckets;
 use crate::checkpoint::TrainerState;
+use crate::collective::Collective;
 use crate::config::{AnomalyPolicy, TrainerConfig};
 use crate::error::{Result, TrainError};
 use crate::model::TrainableModel;
@@ -92,7 +93,7 @@ pub(crate) fn optimizer_step<M: TrainableModel>(
     flags[batches.comm.map_or(0, |m| m.rank())] = f32::from(u8::from(batches.failed));
     let status = Tensor::cat(&[loss_sum.reshape(1)?, Tensor::new(flags, &device)?], 0)?;
     if let Some(comm) = batches.comm {
-        comm.all_reduce(&status, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)?;
+        comm.all_reduce_sum(&status)?;
     }
     if scale != 1.0 {
         grads = grads.iter().map(|g| g * (1.0 / scale)).collect::<candle_core::Result<_>>()?;
@@ -103,7 +104,7 @@ pub(crate) fn optimizer_step<M: TrainableModel>(
     let host: Vec<f32> = Tensor::cat(&[loss_mean, norm.reshape(1)?, status.narrow(0, 1, ranks)?], 0)?.to_vec1()?;
     // The bucket reductions are done by now (the read followed them); did they succeed?
     if let Some(comm) = batches.comm {
-        comm.synchronize().map_err(candle_core::Error::from)?;
+        comm.synchronize()?;
     }
     let (loss, grad_norm) = (host[0] as f64, host[1] as f64);
     let failed: Vec<usize> = (0..ranks).filter(|&r| host[2 + r] > 0.5).collect();
@@ -154,7 +155,7 @@ pub(crate) fn optimizer_step<M: TrainableModel>(
 pub(crate) struct StepBatches<'a, B> {
     pub micro: &'a [(usize, B)],
     pub total: usize,
-    pub comm: Option<&'a candle_ascend::Communicator>,
+    pub comm: Option<&'a dyn Collective>,
     /// This rank has failed and takes part only to tell the others.
     pub failed: bool,
 }

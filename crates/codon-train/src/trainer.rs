@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::checkpoint::{self, TrainerState};
+use crate::collective::Collective;
 use crate::config::TrainerConfig;
 use crate::error::{Result, TrainError};
 use crate::model::{BatchSource, Checkpointable, TrainableModel};
@@ -123,7 +124,7 @@ impl Trainer {
         model: &M,
         data: &S,
         resume: Option<&Path>,
-        comm: &candle_ascend::Communicator,
+        comm: &dyn Collective,
     ) -> Result<TrainReport>
     where
         M: TrainableModel,
@@ -142,7 +143,7 @@ impl Trainer {
         model: &M,
         data: &S,
         resume: Option<&Path>,
-        comm: Option<&candle_ascend::Communicator>,
+        comm: Option<&dyn Collective>,
     ) -> Result<TrainReport>
     where
         M: TrainableModel,
@@ -179,7 +180,7 @@ impl Trainer {
         let params = model.parameters();
         if let Some(comm) = comm {
             for (_, var) in params.named() {
-                comm.broadcast(var.as_tensor(), 0).map_err(candle_core::Error::from)?;
+                comm.broadcast(var.as_tensor(), 0)?;
             }
         }
         let mut opt = Optimization {
@@ -309,7 +310,7 @@ type NumberedBatches<B> = Vec<(usize, B)>;
 struct RankRun<'a, M> {
     config: &'a TrainerConfig,
     model: &'a M,
-    comm: Option<&'a candle_ascend::Communicator>,
+    comm: Option<&'a dyn Collective>,
     rank: usize,
     ranks: usize,
     opt: Optimization<'a>,

@@ -9,8 +9,8 @@ use codon_data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolic
 use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_model::CodonTokenizer;
 use codon_train::{
-    AnomalyPolicy, BatchSource, Checkpointable, Constant, MaskedLmData, MaskedLmModel, Parameters, Precision,
-    StepMetrics, TrainError, TrainableModel, Trainer, TrainerConfig,
+    AnomalyPolicy, BatchSource, Checkpointable, Collective, Constant, MaskedLmData, MaskedLmModel, Parameters,
+    Precision, StepMetrics, TrainError, TrainableModel, Trainer, TrainerConfig,
 };
 
 fn tiny_config(dropout: f64) -> BigBirdConfig {
@@ -465,4 +465,98 @@ fn precision_has_one_source_the_models_parameters() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("made trainable in F16") && err.contains("config says Bf16"), "{err}");
+}
+
+/// Ranks as threads of one process on the CPU, summing through shared memory: what a gloo-like
+/// library gives. Every reduction is done when the call returns, which "started" allows.
+struct ThreadRanks {
+    rank: usize,
+    ranks: usize,
+    shared: std::sync::Arc<(std::sync::Barrier, std::sync::Mutex<Vec<Option<Tensor>>>)>,
+}
+
+impl ThreadRanks {
+    fn group(ranks: usize) -> Vec<ThreadRanks> {
+        let shared = std::sync::Arc::new((std::sync::Barrier::new(ranks), std::sync::Mutex::new(vec![None; ranks])));
+        (0..ranks).map(|rank| ThreadRanks { rank, ranks, shared: shared.clone() }).collect()
+    }
+
+    /// Every rank's tensor, once each has put its own in.
+    fn exchange(&self, own: Option<Tensor>) -> Vec<Option<Tensor>> {
+        let (barrier, slots) = &*self.shared;
+        slots.lock().unwrap()[self.rank] = own;
+        barrier.wait();
+        let all = slots.lock().unwrap().clone();
+        barrier.wait();
+        all
+    }
+}
+
+impl Collective for ThreadRanks {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn ranks(&self) -> usize {
+        self.ranks
+    }
+    fn broadcast(&self, t: &Tensor, root: usize) -> candle_core::Result<()> {
+        let all = self.exchange((self.rank == root).then(|| t.copy()).transpose()?);
+        match &all[root] {
+            Some(src) if self.rank != root => t.slice_set(src, 0, 0),
+            _ => Ok(()),
+        }
+    }
+    fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<()> {
+        let all = self.exchange(Some(t.copy()?));
+        let mut sum = t.zeros_like()?;
+        for part in all.iter().flatten() {
+            sum = (sum + part)?;
+        }
+        t.slice_set(&sum, 0, 0)
+    }
+    fn start_all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<()> {
+        self.all_reduce_sum(t)
+    }
+    fn finish_started(&self) -> candle_core::Result<()> {
+        Ok(())
+    }
+    fn synchronize(&self) -> candle_core::Result<()> {
+        Ok(())
+    }
+}
+
+/// The trainer knows collectives only through `Collective`: two CPU ranks of thread-backed
+/// collectives train as one rank with twice the accumulation.
+#[test]
+fn any_collective_trains_data_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = demo_data(dir.path(), 3);
+    let config = |accumulation: usize| {
+        TrainerConfig::builder()
+            .max_steps(Some(3))
+            .max_epochs(1)
+            .accumulate_grad_batches(accumulation)
+            .precision(Precision::F32)
+            .quiet(true)
+            .build()
+            .unwrap()
+    };
+    let one = Trainer::new(config(2)).fit(&model(0.0, Precision::F32), &data, None).unwrap();
+    let ranks = ThreadRanks::group(2);
+    let trainer = Trainer::new(config(1));
+    let reports: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = ranks
+            .iter()
+            .map(|r| {
+                let (trainer, data) = (&trainer, &data);
+                s.spawn(move || trainer.fit_distributed(&model(0.0, Precision::F32), data, None, r).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (a, b) = (losses(&one.steps), losses(&reports[0].steps));
+    assert_eq!(a.len(), 3);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-5 * x.abs().max(1.0), "{a:?} vs {b:?}");
+    }
 }
