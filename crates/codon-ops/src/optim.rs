@@ -16,6 +16,27 @@ use crate::f32_views::{f32_slice, f32_slice_mut};
 
 /// The Ascend fused operator of the update.
 const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
+/// The Ascend operator that casts straight into a destination buffer.
+const CAST: &str = "aclnnCast";
+
+/// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
+/// part's cast): the optimizer then writes a group's parameters in one call.
+pub fn assigns_in_one_launch(src: &Tensor) -> bool {
+    fused::runs_natively(src, CAST, src.dtype())
+}
+
+/// `dst ← src` in dst's dtype, into dst's own storage (parameters and the optimizer's views of
+/// them share it): one cast or copy launch on an Ascend part, a converted copy elsewhere.
+/// Both have one shape; dst is contiguous.
+pub fn assign(dst: &Tensor, src: &Tensor) -> candle_core::Result<()> {
+    if assigns_in_one_launch(src) {
+        return fused::assign(dst, src);
+    }
+    if dst.shape() != src.shape() {
+        candle_core::bail!("assign: shapes {:?} and {:?} differ", dst.shape(), src.shape())
+    }
+    dst.slice_set(&src.to_dtype(dst.dtype())?, 0, 0)
+}
 
 /// One optimizer step's AdamW constants, shared by its groups.
 pub struct AdamWStep {

@@ -11,7 +11,6 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, Var};
 
 use crate::error::{Result, TrainError};
-use candle_ascend::fused;
 use codon_ops::optim::{sum_of_squares, AdamWStep};
 
 /// AdamW hyper-parameters other than the learning rate; the defaults are torch's.
@@ -275,7 +274,7 @@ impl AdamW {
                 if let Some(updated) = adamw.apply(&theta, &mut state.exp_avg, &mut state.exp_avg_sq, &g)? {
                     match &mut state.master {
                         Some(master) => *master = updated,
-                        None => fused::assign(&theta, &updated)?,
+                        None => codon_ops::optim::assign(&theta, &updated)?,
                     }
                 }
                 if let Some(master) = &self.states[i].master {
@@ -291,8 +290,8 @@ impl AdamW {
     /// f32 θ of a group into its parameters, in their dtype: on an Ascend device one cast
     /// straight into the group's buffer, elsewhere `Var::set` of each converted value.
     fn write_params(&self, group: &Group, theta: &Tensor) -> candle_core::Result<()> {
-        if fused::runs_natively(theta, "aclnnCast", theta.dtype()) {
-            return fused::assign(&group.values.flatten_all()?, theta);
+        if codon_ops::optim::assigns_in_one_launch(theta) {
+            return codon_ops::optim::assign(&group.values.flatten_all()?, theta);
         }
         let mut offset = 0;
         for (_, var) in &self.params.named[group.slots.clone()] {
