@@ -10,9 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod interrupt;
 pub mod output;
-mod probe;
 pub mod rendezvous;
-pub use probe::AscendProbe;
 
 pub use candle_ascend as ascend;
 pub use codon_data as data;

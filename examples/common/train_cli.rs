@@ -353,7 +353,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .retain_freed_memory(true)
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
-        Some(ascend) => trainer_config.device_probe(Box::new(codon_ascend::AscendProbe::new(ascend.clone()))),
+        Some(ascend) => trainer_config.device_probe(Box::new(codon_ascend::train::AscendProbe::new(ascend.clone()))),
         None => trainer_config,
     }
     .build()?;

@@ -1,7 +1,7 @@
 //! What the trainer needs from a collective-communication library, as one small trait: its
 //! rank, broadcast, sum all-reduce (blocking, or started and finished later so a reduction
-//! overlaps the backward pass), and synchronisation. HCCL's communicator implements it here; a
-//! CUDA/NCCL or CPU/gloo one would plug in without touching the trainer.
+//! overlaps the backward pass), and synchronisation. HCCL's communicator implements it
+//! (`crate::ascend`); a CUDA/NCCL or CPU/gloo one would plug in without touching the trainer.
 
 use candle_core::{Result, Tensor};
 
@@ -23,31 +23,4 @@ pub trait Collective: Sync {
     fn finish_started(&self) -> Result<()>;
     /// Wait for every collective issued so far; a peer that failed or never arrived is an error.
     fn synchronize(&self) -> Result<()>;
-}
-
-/// HCCL on Ascend devices (`npu:N`, `npu-sim:N`).
-impl Collective for candle_ascend::Communicator {
-    fn rank(&self) -> usize {
-        candle_ascend::Communicator::rank(self)
-    }
-    fn ranks(&self) -> usize {
-        candle_ascend::Communicator::ranks(self)
-    }
-    fn broadcast(&self, t: &Tensor, root: usize) -> Result<()> {
-        candle_ascend::Communicator::broadcast(self, t, root).map_err(candle_core::Error::from)
-    }
-    fn all_reduce_sum(&self, t: &Tensor) -> Result<()> {
-        let sum = candle_ascend::ReduceOp::Sum;
-        candle_ascend::Communicator::all_reduce(self, t, sum).map_err(candle_core::Error::from)
-    }
-    fn start_all_reduce_sum(&self, t: &Tensor) -> Result<()> {
-        let sum = candle_ascend::ReduceOp::Sum;
-        candle_ascend::Communicator::start_all_reduce(self, t, sum).map_err(candle_core::Error::from)
-    }
-    fn finish_started(&self) -> Result<()> {
-        candle_ascend::Communicator::finish_started(self).map_err(candle_core::Error::from)
-    }
-    fn synchronize(&self) -> Result<()> {
-        candle_ascend::Communicator::synchronize(self).map_err(candle_core::Error::from)
-    }
 }

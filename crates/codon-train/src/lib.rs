@@ -24,6 +24,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod ascend;
 mod buckets;
 pub mod checkpoint;
 pub mod collective;
@@ -42,6 +43,7 @@ mod status;
 mod step;
 pub mod trainer;
 
+pub use ascend::AscendProbe;
 pub use candle_core::backprop::GradientObserver;
 pub use collective::Collective;
 pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};
