@@ -42,6 +42,7 @@ use codon_ascend::cli::{DTypeChoice, DeviceSpec};
 use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
+use codon_ascend::model::vocab::codon_ids_for;
 use codon_ascend::model::{prediction_residues, OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use codon_ascend::{errln, outln};
 use csv_table::CsvTable;
@@ -373,7 +374,6 @@ fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &
 /// Why `dna` is not a coding sequence of `protein`, if it is not: the model may choose a codon
 /// of another amino acid unless `--match-protein`. Ambiguous residues (X, B, Z, …) match anything.
 fn mismatch_warning(protein: &str, dna: &str) -> Option<String> {
-    const UNAMBIGUOUS: &str = "ACDEFGHIKLMNPQRSTVWY_";
     let residues = prediction_residues(protein).ok()?;
     let encoded = codon_ascend::data::translate(dna).ok()?;
     let given: Vec<char> =
@@ -382,7 +382,7 @@ fn mismatch_warning(protein: &str, dna: &str) -> Option<String> {
         .chars()
         .zip(encoded.chars())
         .enumerate()
-        .find(|&(i, (wanted, got))| wanted != got && given.get(i).is_none_or(|g| UNAMBIGUOUS.contains(*g)))?;
+        .find(|&(i, (wanted, got))| wanted != got && given.get(i).is_none_or(|&g| !codon_ids_for(g).is_empty()))?;
     Some(format!(
         "the predicted DNA does not encode the protein: residue {} is {wanted}, but codon {} encodes {got} (--match-protein keeps every residue's amino acid)",
         i + 1,

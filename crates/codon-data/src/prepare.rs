@@ -247,10 +247,6 @@ pub fn process_record(
     Ok(TrainingRecord { idx, codons, organism })
 }
 
-/// The 20 amino acids and the stop symbol: a given protein's other letters (X, B, Z, J, …) are
-/// ambiguous and stand for whatever the DNA encodes.
-const UNAMBIGUOUS_RESIDUES: &str = "ACDEFGHIKLMNPQRSTVWY_";
-
 /// A record's given protein, with `*` read as the stop symbol `_` (as `predict` reads it) and
 /// each ambiguous letter replaced by the residue its codon encodes; checked against the DNA's
 /// translation unless `keep_mismatched`.
@@ -273,7 +269,8 @@ fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result
         let upper = given.to_ascii_uppercase();
         let resolved_residue = match encoded_residues.next() {
             Some(encoded) if encoded == 'X' || upper == encoded => given,
-            Some(encoded) if !UNAMBIGUOUS_RESIDUES.contains(upper) => encoded,
+            // A letter no codon encodes (X, B, Z, J, …) is ambiguous: it stands for what the DNA encodes.
+            Some(encoded) if codon_model::vocab::codon_ids_for(upper).is_empty() => encoded,
             Some(_) if keep_mismatched => given,
             Some(encoded) => {
                 let codon = dna.get(3 * i..3 * i + 3).unwrap_or("?");

@@ -86,9 +86,10 @@ pub(crate) fn refuse_writing_inputs(c: &TrainerConfig) -> Result<()> {
 /// Make `dir` this run's: refuse another run's steps (and a state-dict file no step of this run
 /// wrote) unless `overwrite`, which removes them first, never an input. Returns what was removed.
 pub(crate) fn claim(c: &TrainerConfig, dir: &Path, own: &OwnRuns) -> Result<Vec<String>> {
-    let foreign: Vec<PathBuf> =
-        step_folders(dir).into_iter().map(|(_, path)| path).filter(|path| !own.owns(path)).collect();
-    let has_own = step_folders(dir).iter().any(|(_, path)| own.owns(path));
+    // One read of the folder and of each step's state file.
+    let (mine, foreign): (Vec<PathBuf>, Vec<PathBuf>) =
+        step_folders(dir).into_iter().map(|(_, path)| path).partition(|path| own.owns(path));
+    let has_own = !mine.is_empty();
     let state_dict = c.checkpoint_filename.as_ref().map(|name| dir.join(name)).filter(|p| p.exists() && !has_own);
     if foreign.is_empty() && state_dict.is_none() {
         return Ok(Vec::new());
