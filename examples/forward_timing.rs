@@ -1,6 +1,6 @@
-//! Time forward passes of the CodonTransformer-size model (random weights, eval, CPU) and
-//! report the median and this process's peak resident memory. Used by
-//! `benches/compare_transformers.py`; one configuration per process so peak RSS is per run.
+//! Time forward passes of the CodonTransformer-size model (random weights, eval) and report the
+//! median and this process's peak resident memory. Used by `benches/compare_transformers.py`
+//! (CPU) and `benches/gpu_compare.sh` (CUDA); one configuration per process so peak RSS is per run.
 //!
 //! ```text
 //! cargo run --release --example forward_timing -- --length 2048 --attention block-sparse --repeats 3
@@ -8,9 +8,9 @@
 
 use std::time::Instant;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DTypeChoice};
+use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
 use codon_ascend::model::bigbird::{
     init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
@@ -19,9 +19,15 @@ use codon_ascend::outln;
 /// Forward-pass timing.
 #[derive(Parser)]
 struct Args {
-    /// Sequence length (batch 1).
+    /// Sequence length.
     #[arg(long, default_value_t = 502)]
     length: usize,
+    /// Sequences per forward pass.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// cpu, npu:N, npu-sim:N or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
     /// Attention.
     #[arg(long, value_enum, default_value_t = AttentionChoice::Full)]
     attention: AttentionChoice,
@@ -45,39 +51,40 @@ fn run() -> anyhow::Result<()> {
     let attention = AttentionType::from(args.attention);
     let dtype = candle_core::DType::from(args.dtype);
     let config = BigBirdConfig::default();
-    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, dtype)?)?;
-    let n = args.length;
-    let ids: Vec<u32> = (0..n)
-        .map(|i| {
-            if i == 0 {
-                1
-            } else if i == n - 1 {
-                2
-            } else {
-                26 + (i * 7 % 64) as u32
-            }
+    let device = args.device.open()?;
+    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, dtype)?)?;
+    let (b, n) = (args.batch.max(1), args.length);
+    let ids: Vec<u32> = (0..b * n)
+        .map(|i| match i % n {
+            0 => 1,
+            p if p == n - 1 => 2,
+            p => 26 + (p * 7 % 64) as u32,
         })
         .collect();
     let input = ModelInput {
-        input_ids: Tensor::from_vec(ids, (1, n), &Device::Cpu)?,
+        input_ids: Tensor::from_vec(ids, (b, n), &device)?,
         token_type_ids: Tensor::full(
             codon_ascend::model::organism_id(codon_ascend::model::DEFAULT_ORGANISM)?,
-            (1, n),
-            &Device::Cpu,
+            (b, n),
+            &device,
         )?,
-        attention_mask: Tensor::ones((1, n), DType::U32, &Device::Cpu)?,
+        attention_mask: Tensor::ones((b, n), DType::U32, &device)?,
     };
     let mode = ForwardMode::eval(attention);
     model.forward(&input, mode)?;
+    device.synchronize()?;
     let mut times = Vec::with_capacity(args.repeats);
     for _ in 0..args.repeats.max(1) {
         let start = Instant::now();
         model.forward(&input, mode)?;
+        // Asynchronous devices (CUDA) have finished the pass only after a synchronisation.
+        device.synchronize()?;
         times.push(start.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);
     outln!(
-        "{{\"length\": {n}, \"attention\": \"{}\", \"median_s\": {:.4}, \"peak_rss_mb\": {:.0}}}",
+        "{{\"batch\": {b}, \"length\": {n}, \"device\": \"{}\", \"attention\": \"{}\", \"median_s\": {:.4}, \"peak_rss_mb\": {:.0}}}",
+        args.device,
         args.attention,
         times[times.len() / 2],
         peak_rss_mb().unwrap_or(f64::NAN)

@@ -97,7 +97,7 @@ struct Args {
     /// Output CSV (written atomically).
     #[arg(long)]
     output: Option<PathBuf>,
-    /// cpu, npu:N or npu-sim:N.
+    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// The dtype the model runs in.
@@ -456,6 +456,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
         seed: args.seed,
         keep_codon_scores,
         max_batch_tokens: args.batch_tokens,
+        max_padding_fraction: codon_ascend::model::predict::max_padding_fraction_on(&device),
         ..Default::default()
     };
     options.validate()?;

@@ -44,7 +44,7 @@ struct Args {
     /// Seed of the dropout masks in training mode.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// cpu, npu:N or npu-sim:N.
+    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
     /// The dtype the model runs in.

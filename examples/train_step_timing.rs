@@ -1,15 +1,15 @@
-//! Time optimizer steps of the CodonTransformer-size model on the CPU (forward, backward,
-//! AdamW) on one synthetic batch, and report the median steady-state step (steps 2..N) and
-//! this process's peak RSS. Used by `benches/compare_train_step.py`.
+//! Time optimizer steps of the CodonTransformer-size model (forward, backward, AdamW) on one
+//! synthetic batch, and report the median steady-state step (steps 2..N) and this process's peak
+//! RSS. Used by `benches/compare_train_step.py` (CPU) and `benches/gpu_compare.sh` (CUDA).
 //!
 //! ```text
 //! cargo run --release --example train_step_timing -- --steps 3 --precision f32 --attention block-sparse
 //! ```
 use std::path::Path;
 
-use candle_core::{DType, Device};
+use candle_core::DType;
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, PrecisionChoice};
+use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::outln;
 use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
@@ -32,6 +32,9 @@ struct Args {
     /// Tokens per sequence.
     #[arg(long, default_value_t = 1024)]
     length: usize,
+    /// cpu, npu:N, npu-sim:N or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
 }
 
 fn peak_rss_mb() -> Option<f64> {
@@ -42,10 +45,11 @@ fn peak_rss_mb() -> Option<f64> {
 
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
-    let precision = args.precision.resolve(&Device::Cpu);
+    let device = args.device.open()?;
+    let precision = args.precision.resolve(&device);
     let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig::default();
-    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &Device::Cpu, DType::F32)?)?;
+    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps.max(2);

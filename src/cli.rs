@@ -30,8 +30,8 @@ fn one_line(rendered: &str) -> String {
     format!("{} (see --help)", lines.join(" "))
 }
 
-/// A `--device` value: `cpu`, `npu:N` or `npu-sim:N`.
-pub use candle_ascend::DeviceSpec;
+/// A `--device` value: `cpu`, `npu:N`, `npu-sim:N` or `cuda:N`.
+pub use crate::device::DeviceSpec;
 
 /// A `--dtype` value: the dtype a model is loaded in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -156,7 +156,7 @@ mod tests {
         let err = Args::try_parse_from(["p", "--attention", "ful"]).unwrap_err().to_string();
         assert!(err.contains("a similar value exists: 'full'"), "{err}");
         let err = Args::try_parse_from(["p", "--device", "gpu:0"]).unwrap_err().to_string();
-        assert!(err.contains("expected cpu, npu:N or npu-sim:N"), "{err}");
+        assert!(err.contains("expected cpu, npu:N, npu-sim:N or cuda:N"), "{err}");
         let err = Args::try_parse_from(["p", "--dtype", "f8"]).unwrap_err();
         let line = one_line(&err.render().to_string());
         assert!(!line.contains('\n') && line.starts_with("error: invalid value 'f8' for '--dtype"), "{line}");

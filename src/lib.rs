@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 pub mod bench;
 pub mod cli;
+pub mod device;
 pub mod interrupt;
 pub mod output;
 pub mod rendezvous;

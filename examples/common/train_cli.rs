@@ -82,7 +82,7 @@ pub struct Args {
     /// demo model; with --resume: the checkpoint's].
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// cpu, npu:N or npu-sim:N.
+    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     pub device: DeviceSpec,
     /// Training precision.
@@ -463,6 +463,9 @@ fn data_parallel_devices(first: DeviceSpec, n: usize) -> anyhow::Result<Vec<Devi
         (1, _) => Ok(vec![first]),
         (_, DeviceSpec::Cpu) => anyhow::bail!(
             "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator); the CPU trains with --num_gpus 1"
+        ),
+        (_, DeviceSpec::Cuda { .. }) => anyhow::bail!(
+            "--num_gpus {n}: data-parallel training on NVIDIA GPUs (over NCCL) is not built yet; train on one GPU with --num_gpus 1"
         ),
         _ => first.and_next(n).ok_or_else(|| anyhow::anyhow!("--num_gpus {n} from --device {first}: no such devices")),
     }

@@ -41,6 +41,8 @@ pub struct PredictOptions {
     pub max_batch_tokens: usize,
     /// Keep each residue's log-probabilities of the 64 codons ([`DnaPrediction::codon_log_probs`]).
     pub keep_codon_scores: bool,
+    /// Most padding a batch carries, as a fraction of its real tokens ([`max_padding_fraction_on`]).
+    pub max_padding_fraction: f64,
 }
 
 /// Most padding a prediction batch carries, as a fraction of its real tokens: a longer protein
@@ -48,6 +50,17 @@ pub struct PredictOptions {
 /// rows cost one by one, so padding is pure loss (48 proteins of 80-600 residues, AMD EPYC
 /// Zen 4, 2 cores: 21.1-21.6 s at 0.1, 20.4 s at 0.02, 20.0-20.9 s one protein per pass).
 pub const MAX_PADDING_FRACTION: f64 = 0.02;
+
+/// The padding a prediction batch may carry on `device`: [`MAX_PADDING_FRACTION`] on the CPU;
+/// no limit on an accelerator, where a forward pass of these sizes costs its launches, not its
+/// tokens, so fewer, padded batches win (only the batch-token budget splits them).
+pub fn max_padding_fraction_on(device: &Device) -> f64 {
+    if device.is_cpu() {
+        MAX_PADDING_FRACTION
+    } else {
+        f64::INFINITY
+    }
+}
 
 impl Default for PredictOptions {
     fn default() -> Self {
@@ -61,6 +74,7 @@ impl Default for PredictOptions {
             attention: AttentionType::OriginalFull,
             max_batch_tokens: 8192,
             keep_codon_scores: false,
+            max_padding_fraction: MAX_PADDING_FRACTION,
         }
     }
 }
@@ -274,10 +288,11 @@ impl Predictor {
         ok.sort_by_key(|(_, p)| p.residues.len());
         let lengths: Vec<usize> = ok.iter().map(|(_, p)| p.residues.len().min(self.window_len()) + 2).collect();
         let mut items = ok.into_iter();
-        let batches: Vec<Vec<(usize, Prepared)>> = length_buckets(&lengths, options.max_batch_tokens)
-            .into_iter()
-            .map(|size| items.by_ref().take(size).collect())
-            .collect();
+        let batches: Vec<Vec<(usize, Prepared)>> =
+            length_buckets(&lengths, options.max_batch_tokens, options.max_padding_fraction)
+                .into_iter()
+                .map(|size| items.by_ref().take(size).collect())
+                .collect();
         let refused = out.iter().filter(|o| o.is_some()).count();
         if refused > 0 {
             progress(refused);
@@ -406,16 +421,15 @@ impl Predictor {
 }
 
 /// The sizes of consecutive batches of rows of `lengths` tokens (sorted ascending): each batch
-/// stays under `max_tokens` (rows × its longest row) and pads at most [`MAX_PADDING_FRACTION`]
-/// of its tokens, since a padded token costs as much as a real one. A row longer than the budget
-/// is a batch of its own.
-fn length_buckets(lengths: &[usize], max_tokens: usize) -> Vec<usize> {
+/// stays under `max_tokens` (rows × its longest row) and pads at most `max_padding` of its
+/// tokens. A row longer than the budget is a batch of its own.
+fn length_buckets(lengths: &[usize], max_tokens: usize, max_padding: f64) -> Vec<usize> {
     let mut sizes = Vec::new();
     let (mut rows, mut tokens) = (0, 0);
     for &len in lengths {
         // The longest so far: the batch's rows are padded to it.
         let padded = (rows + 1) * len;
-        let wasteful = padded as f64 > (1.0 + MAX_PADDING_FRACTION) * (tokens + len) as f64;
+        let wasteful = padded as f64 > (1.0 + max_padding) * (tokens + len) as f64;
         if rows > 0 && (padded > max_tokens || wasteful) {
             sizes.push(rows);
             (rows, tokens) = (0, 0);
@@ -545,9 +559,11 @@ mod tests {
     #[test]
     fn batches_hold_similar_lengths_under_the_token_budget() {
         // 100 and 101 pad by 1%; 300 would pad the pair threefold; 3 × 305 > 900 tokens.
-        assert_eq!(length_buckets(&[100, 101, 300, 301, 305], 900), [2, 2, 1]);
-        assert_eq!(length_buckets(&[5000], 900), [1], "a row over the budget is a batch of its own");
-        assert_eq!(length_buckets(&[50; 10], 1), [1; 10]);
-        assert!(length_buckets(&[], 900).is_empty());
+        let cpu = MAX_PADDING_FRACTION;
+        assert_eq!(length_buckets(&[100, 101, 300, 301, 305], 900, cpu), [2, 2, 1]);
+        assert_eq!(length_buckets(&[100, 101, 300, 301, 305], 900, f64::INFINITY), [3, 2], "only the budget splits");
+        assert_eq!(length_buckets(&[5000], 900, cpu), [1], "a row over the budget is a batch of its own");
+        assert_eq!(length_buckets(&[50; 10], 1, cpu), [1; 10]);
+        assert!(length_buckets(&[], 900, cpu).is_empty());
     }
 }

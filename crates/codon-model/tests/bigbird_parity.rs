@@ -1,5 +1,8 @@
 //! Parity with transformers' BigBirdForMaskedLM on the tiny fixture model
 //! (`tests/fixtures/bigbird`): logits, loss, random-block tables and every gradient.
+//!
+//! The model runs on the CPU, or on the device `CODON_TEST_DEVICE` names (`cuda:N`, in a build
+//! with `--features codon-ops/cuda`): the same tolerances hold on a GPU.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,12 +12,40 @@ use codon_model::bigbird::{
     load_model, masked_lm_loss, AttentionType, BigBirdForMaskedLM, BlockGeometry, ForwardMode, ModelInput, RandomBlocks,
 };
 
+/// The fixtures, from where the test was built or, for a binary carried to another machine, from
+/// the repository root it runs in.
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird")
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from("tests/fixtures/bigbird")
+    }
 }
 
 fn read(path: PathBuf) -> HashMap<String, Tensor> {
     candle_core::safetensors::load(&path, &Device::Cpu).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The device the model runs on: `CODON_TEST_DEVICE` (`cpu` or `cuda:N`), the CPU by default.
+/// Opened once: tensors of two opened instances of one GPU do not mix.
+fn device() -> Device {
+    static DEVICE: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEVICE
+        .get_or_init(|| match std::env::var("CODON_TEST_DEVICE").as_deref() {
+            Err(_) | Ok("cpu") => Device::Cpu,
+            Ok(name) => {
+                let id = name.strip_prefix("cuda:").and_then(|id| id.parse().ok());
+                let id = id.unwrap_or_else(|| panic!("CODON_TEST_DEVICE={name}: expected cpu or cuda:N"));
+                Device::new_cuda(id).unwrap_or_else(|e| panic!("CODON_TEST_DEVICE={name}: {e}"))
+            }
+        })
+        .clone()
+}
+
+/// `t` on the CPU, for comparison with the fixtures.
+fn host(t: &Tensor) -> Tensor {
+    t.to_device(&Device::Cpu).unwrap()
 }
 
 struct Case {
@@ -24,13 +55,14 @@ struct Case {
 
 fn case(name: &'static str) -> Case {
     let t = read(fixtures().join(name).join("inputs.safetensors"));
+    let on = |key: &str| t[key].to_device(&device()).unwrap();
     Case {
         input: ModelInput {
-            input_ids: t["input_ids"].clone(),
-            token_type_ids: t["token_type_ids"].clone(),
-            attention_mask: t["attention_mask"].clone(),
+            input_ids: on("input_ids"),
+            token_type_ids: on("token_type_ids"),
+            attention_mask: on("attention_mask"),
         },
-        labels: t["labels"].clone(),
+        labels: on("labels"),
     }
 }
 
@@ -42,7 +74,7 @@ fn max_abs(t: &Tensor) -> f32 {
 
 fn check_logits(name: &str, got: &Tensor, want: &Tensor, rel: f32) {
     assert_eq!(got.dims(), want.dims(), "{name}");
-    let got = got.to_dtype(DType::F32).unwrap();
+    let got = host(got).to_dtype(DType::F32).unwrap();
     let diff = max_abs(&(got - want).unwrap());
     let scale = max_abs(want);
     eprintln!("{name}: max |Δlogit| / max |logit| = {:.2e}", diff / scale);
@@ -50,14 +82,14 @@ fn check_logits(name: &str, got: &Tensor, want: &Tensor, rel: f32) {
 }
 
 fn check_loss(name: &str, got: &Tensor, want: &Tensor) {
-    let got = got.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
+    let got = host(got).to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap();
     let want = want.flatten_all().unwrap().get(0).unwrap().to_scalar::<f32>().unwrap();
     eprintln!("{name}: loss {got} vs {want} (rel {:.2e})", ((got - want) / want).abs());
     assert!(((got - want) / want).abs() <= 1e-5, "{name}: loss {got} vs {want}");
 }
 
 fn model(dtype: DType) -> BigBirdForMaskedLM {
-    load_model(fixtures(), None, &Device::Cpu, dtype).unwrap()
+    load_model(fixtures(), None, &device(), dtype).unwrap()
 }
 
 fn mode_of(file: &str) -> ForwardMode {
@@ -106,7 +138,7 @@ fn every_gradient_matches() {
         let mut worst = 0f32;
         for (pname, var) in &vars {
             let want = &expected[&format!("grad.{pname}")];
-            let got = grads.get(var).cloned().unwrap_or_else(|| var.zeros_like().unwrap());
+            let got = host(&grads.get(var).cloned().unwrap_or_else(|| var.zeros_like().unwrap()));
             let diff =
                 (&got - want).unwrap().sqr().unwrap().sum_all().unwrap().sqrt().unwrap().to_scalar::<f32>().unwrap();
             let norm = want.sqr().unwrap().sum_all().unwrap().sqrt().unwrap().to_scalar::<f32>().unwrap();
@@ -156,7 +188,7 @@ fn bf16_stays_within_torch_bf16_tolerance() {
     for attention in [AttentionType::OriginalFull, AttentionType::BlockSparse] {
         let logits = m.forward(&c.input, ForwardMode::eval(attention)).unwrap();
         assert_eq!(logits.dtype(), DType::BF16);
-        let logits = logits.to_dtype(DType::F32).unwrap();
+        let logits = host(&logits).to_dtype(DType::F32).unwrap();
         assert!(max_abs(&logits).is_finite());
         if attention == AttentionType::OriginalFull {
             // Fixture README: torch's own bf16 error is 0.83 % of max |logit|; allow 4 %.
@@ -169,7 +201,7 @@ fn bf16_stays_within_torch_bf16_tolerance() {
     let loss =
         masked_lm_loss(&m.forward(&c.input, ForwardMode::train(AttentionType::BlockSparse, 1)).unwrap(), &c.labels)
             .unwrap();
-    assert!(loss.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap().is_finite());
+    assert!(host(&loss).to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap().is_finite());
 }
 
 /// bf16 block-sparse inference (the CPU kernels widen bf16 to f32 and round the result back)
@@ -181,7 +213,7 @@ fn bf16_block_sparse_stays_within_the_bf16_tolerance() {
     let want = &read(fixtures().join("case_legacy_b1_1024/sparse_eval.safetensors"))["logits"];
     let logits = model(DType::BF16).forward(&c.input, ForwardMode::eval(AttentionType::BlockSparse)).unwrap();
     assert_eq!(logits.dtype(), DType::BF16);
-    let err = max_abs(&(logits.to_dtype(DType::F32).unwrap() - want).unwrap());
+    let err = max_abs(&(host(&logits).to_dtype(DType::F32).unwrap() - want).unwrap());
     eprintln!("bf16 block-sparse max |Δlogit| {err}, max |logit| {}", max_abs(want));
     assert!(err <= 0.04 * max_abs(want), "bf16 block-sparse error {err}");
 }

@@ -11,11 +11,15 @@ use crate::f32_views::{contiguous, pair_f32, store_like};
 use crate::fast_math;
 
 /// Softmax over the last dimension, computed in f32; the result is f32. The CPU and parts with
-/// aclnnSoftmax and its backward run [`Softmax`]; other devices the composed [`softmax_reference`].
+/// aclnnSoftmax and its backward run [`Softmax`]; a CUDA GPU candle-nn's kernel when nothing
+/// needs a gradient; other devices the composed [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
     if x.device().is_cpu() {
         return x.contiguous()?.apply_op1(Softmax);
+    }
+    if x.device().is_cuda() && !x.track_op() {
+        return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
     }
     if fused::runs_natively(&x, "aclnnSoftmax", DType::F32)
         && fused::runs_natively(&x, "aclnnSoftmaxBackward", DType::F32)

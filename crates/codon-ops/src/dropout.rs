@@ -3,7 +3,8 @@
 //! `aclnnDropoutDoMask` forward and `aclnnDropoutDoMask` of the kept mask backward, as torch_npu
 //! runs it: the mask never leaves the device. On the CPU (and devices without the two
 //! operators) the mask multiplies the input, one pass each way; the CPU's fused kernels take the
-//! same mask as multipliers ([`DropoutStream::multipliers`]).
+//! same mask as multipliers ([`DropoutStream::multipliers`]). A CUDA GPU draws its masks with
+//! cuRAND on the device.
 //!
 //! Mask layout: draw (seed, offset) keeps element i when `(w + ½)/2³²` is below the FLOAT keep
 //! probability 1 − p, where w is word i % 4 of Philox4x32-10 keyed by the seed at the counter
@@ -99,7 +100,22 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
     if ascend_has_body(x) {
         return x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() });
     }
+    if x.device().is_cuda() {
+        return on_device_generator(x, p, seed, offset);
+    }
     reference(x, p, seed, offset)
+}
+
+/// Dropout with a mask drawn on the device by candle's generator (cuRAND on a CUDA GPU), seeded
+/// from (seed, offset): reproducible on that device, other bits than the Philox layout. The mask
+/// of a pass the size of the attention probabilities never crosses the host.
+fn on_device_generator(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_core::Result<Tensor> {
+    let (keep, scale) = ((1.0 - p) as f32, 1.0 / keep_probability(p, x.dtype()));
+    // One generator state per draw: a SplitMix64-style mix keeps (seed, k) and (seed + 1, k − 1) apart.
+    x.device().set_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ offset.rotate_left(32))?;
+    let uniform = Tensor::rand(0f32, 1f32, x.shape(), x.device())?;
+    let multipliers = uniform.lt(f64::from(keep))?.to_dtype(x.dtype())?.affine(f64::from(scale), 0.0)?;
+    x * multipliers
 }
 
 /// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.

@@ -64,6 +64,29 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
         }
     }
 
+    fn cuda_fwd(
+        &self,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+        _: &candle_core::CudaStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::{BackendDevice, BackendStorage};
+        let value = self.value()?;
+        let (storage, layout) = value.storage_and_layout();
+        match &*storage {
+            // A device copy of exactly the value's elements (the value may view a larger buffer).
+            candle_core::Storage::Cuda(s) => {
+                let mut out = s.device().zeros_impl(layout.shape(), value.dtype())?;
+                s.copy_strided_src(&mut out, 0, layout)?;
+                Ok((out, layout.shape().clone()))
+            }
+            _ => candle_core::bail!("function3: the forward value is not a CUDA tensor"),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn custom_fwd(
         &self,

@@ -1,8 +1,8 @@
 //! LayerNorm over the last dimension, `(x − μ)/√(σ² + eps)·w + b`, as one op with a body per
 //! device: on the CPU a fused forward pass and a backward pass that gives the input gradient in
 //! one pass per row and the weight and bias gradients in one reduction; on an Ascend part that
-//! has them, `aclnnLayerNorm` (keeping the row statistics) and `aclnnLayerNormBackward`;
-//! elsewhere the composed reference. Everything is computed in f32; results take each operand's
+//! has them, `aclnnLayerNorm` (keeping the row statistics) and `aclnnLayerNormBackward`; on a
+//! CUDA GPU candle-nn's kernel for inference; elsewhere the composed reference. Everything is computed in f32; results take each operand's
 //! dtype.
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use std::sync::Mutex;
@@ -92,15 +92,16 @@ impl CustomOp2 for ResidualSum {
     }
 }
 
-/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU,
-/// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; other devices
-/// run the composed [`reference()`].
+/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU and
+/// CUDA GPUs inference takes candle-nn's kernel; on the CPU training takes the fused
+/// [`LayerNorm`] op; other devices, and training on a GPU, run the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
+    let candle_nn_kernel = x.device().is_cpu() || x.device().is_cuda();
+    if candle_nn_kernel && !training && x.is_contiguous() && weight.dtype() == x.dtype() && bias.dtype() == x.dtype() {
+        return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
+    }
     if x.device().is_cpu() {
-        if !training && x.is_contiguous() {
-            return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
-        }
         return x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32));
     }
     if ascend_has_body(x, weight, bias) {

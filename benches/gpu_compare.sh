@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# This crate against PyTorch + transformers on one NVIDIA GPU, side by side in one run: the BigBird
+# parity fixtures on cuda:0, forward 8 × 2048 (block-sparse and full, f32 and bf16), a bf16 training
+# step of 6 × 2048, and `predict` of 48 proteins against upstream's per-protein loop.
+#
+#   benches/gpu_compare.sh BIN OUT
+#
+# BIN holds x86-64 builds with `--features cuda` (docs/cuda.md): the examples forward_timing,
+# train_step_timing and predict, and codon-model's test binary bigbird_parity. The GPU machine
+# needs the NVIDIA driver, PyTorch and transformers; no Rust. Results land in OUT as JSON lines.
+set -uo pipefail
+bin=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+# Binaries carried xz-compressed (the CUDA kernels are most of their size) are unpacked first.
+if compgen -G "$bin/*.xz" >/dev/null; then
+    mkdir -p /tmp/codon-bin
+    for f in "$bin"/*.xz; do
+        python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$f" "/tmp/codon-bin/$(basename "$f" .xz)"
+    done
+    chmod +x /tmp/codon-bin/*
+    bin=/tmp/codon-bin
+fi
+# cudarc loads cuBLAS, cuRAND and NVRTC at run time: use the copies PyTorch ships.
+libs=$(python3 -c 'import glob, os, site
+print(":".join(sorted({os.path.dirname(f) for r in site.getsitepackages() for f in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)})))')
+export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
+
+log() { echo "== $*" | tee -a "$out/log.txt"; }
+run() { timeout "$1" "${@:2}" 2>>"$out/log.txt" | tee -a "$out/results.jsonl"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' | tee -a "$out/gpu.txt"
+
+log parity
+CODON_TEST_DEVICE=cuda:0 timeout 180 "$bin/bigbird_parity" --test-threads=1 --nocapture >"$out/parity.txt" 2>&1
+echo "parity exit $?" | tee -a "$out/log.txt"
+tail -5 "$out/parity.txt"
+
+model=/tmp/codon-gpu-model
+python3 benches/gpu_torch.py make "$model" 2>>"$out/log.txt"
+
+for dtype in f32 bf16; do
+    for attention in block-sparse full; do
+        log "forward 8x2048 $attention $dtype"
+        run 120 "$bin/forward_timing" --device cuda:0 --batch 8 --length 2048 --attention "$attention" --dtype "$dtype" --repeats 5
+        run 120 python3 benches/gpu_torch.py forward 8 2048 "$attention" "$dtype"
+    done
+done
+
+log "train step 6x2048 bf16"
+run 240 "$bin/train_step_timing" --device cuda:0 --precision bf16 --batch 6 --length 2048 --steps 5 --attention block-sparse
+run 240 python3 benches/gpu_torch.py train 6 2048 block-sparse
+
+log "predict 48 proteins"
+start=$(date +%s%N)
+timeout 180 "$bin/predict" --device cuda:0 --model "$model" --input "$model/proteins.csv" --output "$out/predictions.csv" 2>"$out/predict.txt"
+status=$? ms=$((($(date +%s%N) - start) / 1000000))
+echo "{\"side\": \"ours\", \"what\": \"predict_process\", \"exit\": $status, \"ms\": $ms}" | tee -a "$out/results.jsonl"
+tail -2 "$out/predict.txt"
+run 180 python3 benches/gpu_torch.py predict-loop "$model" "$out/predictions.csv"

@@ -1,0 +1,97 @@
+//! Time the primitive ops of one CodonTransformer layer at a batch's shapes on a device, each
+//! ended by a synchronisation, and print one JSON line per op with its median milliseconds: where
+//! a forward pass's time goes on an accelerator that no profiler here reaches.
+//!
+//! ```text
+//! cargo run --release --example op_timing -- --device cpu --batch 1 --length 512 --dtype bf16
+//! ```
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+use clap::Parser;
+use codon_ascend::cli::{DTypeChoice, DeviceSpec};
+use codon_ascend::ops;
+
+/// Op timing.
+#[derive(Parser)]
+struct Args {
+    /// cpu, npu:N, npu-sim:N or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
+    /// Sequences.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 2048)]
+    length: usize,
+    /// The activations' dtype.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
+    /// Timed repetitions after one warm-up.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args: Args = codon_ascend::cli::parse_args();
+    let device = args.device.open()?;
+    let dtype = DType::from(args.dtype);
+    let (b, n, heads, hidden, inner) = (args.batch, args.length, 12, 768, 3072);
+    let d = hidden / heads;
+    let randn = |shape: &[usize]| -> candle_core::Result<Tensor> {
+        Tensor::randn(0f32, 1.0, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(&device)
+    };
+    let x = randn(&[b, n, hidden])?;
+    let w = randn(&[hidden, hidden])?;
+    let w_up = randn(&[inner, hidden])?;
+    let bias = randn(&[hidden])?;
+    let bias_up = randn(&[inner])?;
+    let gamma = randn(&[hidden])?;
+    let qh = randn(&[b, heads, n, d])?;
+    let kh = randn(&[b, heads, n, d])?;
+    let key_bias = Tensor::zeros((b, 1, 1, n), DType::F32, &Device::Cpu)?.to_device(&device)?;
+    let scores = qh.matmul(&kh.t()?)?;
+    let scores_f32 = scores.to_dtype(DType::F32)?;
+    let probs = ops::softmax_last_dim_f32(&scores_f32)?.to_dtype(dtype)?;
+    let up = ops::linear(&x, &w_up, &bias_up)?;
+
+    let time = |name: &str, f: &dyn Fn() -> candle_core::Result<Tensor>| -> anyhow::Result<()> {
+        f()?;
+        device.synchronize()?;
+        let mut ms = Vec::with_capacity(args.repeats);
+        for _ in 0..args.repeats.max(1) {
+            let start = Instant::now();
+            f()?;
+            device.synchronize()?;
+            ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        codon_ascend::outln!(
+            "{{\"op\": \"{name}\", \"device\": \"{}\", \"dtype\": \"{}\", \"median_ms\": {:.3}}}",
+            args.device,
+            args.dtype,
+            ms[ms.len() / 2]
+        );
+        Ok(())
+    };
+    time("linear 768->768", &|| ops::linear(&x, &w, &bias))?;
+    time("linear 768->3072", &|| ops::linear(&x, &w_up, &bias_up))?;
+    time("gelu_new 3072", &|| ops::gelu_new(&up))?;
+    time("layer_norm", &|| ops::layer_norm(&x, &gamma, &bias, 1e-12))?;
+    time("add (residual)", &|| &x + &x)?;
+    time("split heads (transpose copy)", &|| x.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous())?;
+    time("scores q.kT", &|| qh.matmul(&kh.t()?))?;
+    time("scores * scale", &|| &scores * 0.125)?;
+    time("scores to f32", &|| scores.to_dtype(DType::F32))?;
+    time("scores + key bias (broadcast)", &|| scores_f32.broadcast_add(&key_bias))?;
+    time("softmax f32", &|| ops::softmax_last_dim_f32(&scores_f32))?;
+    time("probs to dtype", &|| ops::softmax_last_dim_f32(&scores_f32)?.to_dtype(dtype))?;
+    time("probs.v", &|| probs.matmul(&kh))?;
+    let (q, k, v) = (x.clone(), x.clone(), x.clone());
+    time("full attention (whole op)", &|| ops::attention::full_attention(&q, &k, &v, heads, &key_bias, None))?;
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(run);
+}

@@ -1,0 +1,148 @@
+//! The `--device` value every command takes: `cpu`, `npu:N` (a CANN toolkit), `npu-sim:N` (the
+//! emulator) or `cuda:N` (an NVIDIA GPU, in builds with the `cuda` feature). Parsing checks the
+//! spelling only; [`DeviceSpec::open`] opens the device.
+use candle_ascend::ToolkitKind;
+
+/// Why a device could not be named or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// Not a device spelling.
+    #[error("unknown device {0:?} (expected cpu, npu:N, npu-sim:N or cuda:N)")]
+    Unknown(String),
+    /// `cuda:N` in a build without the `cuda` feature.
+    #[error("cuda:{0}: this build has no CUDA; build with `--features cuda` (docs/cuda.md), or use --device cpu")]
+    NoCuda(usize),
+    /// The Ascend toolkit or device failed.
+    #[error(transparent)]
+    Ascend(#[from] candle_ascend::AscendError),
+    /// A CUDA library (driver, cuBLAS, cuRAND, NVRTC) could not be loaded.
+    #[error("cuda:{id}: {why} (the NVIDIA driver and CUDA 13 libraries must be on LD_LIBRARY_PATH; docs/cuda.md)")]
+    CudaLibraries {
+        /// The GPU's ordinal.
+        id: usize,
+        /// cudarc's message.
+        why: String,
+    },
+    /// candle could not open the GPU.
+    #[error("cuda:{id}: {source}")]
+    Cuda {
+        /// The GPU's ordinal.
+        id: usize,
+        /// candle's (cudarc's) error.
+        source: candle_core::Error,
+    },
+}
+
+/// A device named on a command line, before it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceSpec {
+    /// The host CPU.
+    Cpu,
+    /// Ascend device `id` on a toolkit.
+    Ascend {
+        /// Which toolkit.
+        kind: ToolkitKind,
+        /// Device id.
+        id: usize,
+    },
+    /// NVIDIA GPU `id`, through candle's CUDA backend.
+    Cuda {
+        /// The GPU's ordinal.
+        id: usize,
+    },
+}
+
+impl DeviceSpec {
+    /// Open the device.
+    pub fn open(self) -> Result<candle_core::Device, DeviceError> {
+        match self {
+            DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
+            DeviceSpec::Ascend { kind, id } => Ok(candle_ascend::DeviceSpec::Ascend { kind, id }.open()?),
+            DeviceSpec::Cuda { id } if !cfg!(feature = "cuda") => Err(DeviceError::NoCuda(id)),
+            DeviceSpec::Cuda { id } => open_cuda(id),
+        }
+    }
+
+    /// The `n` devices from this one on (`npu:2` → `npu:2`, `npu:3`, …); `None` where they do not
+    /// exist as names (more than one CPU, ids past `usize::MAX`).
+    pub fn and_next(self, n: usize) -> Option<Vec<DeviceSpec>> {
+        match self {
+            DeviceSpec::Cpu => (n <= 1).then(|| vec![DeviceSpec::Cpu; n]),
+            DeviceSpec::Ascend { kind, id } => {
+                Some((id..id.checked_add(n)?).map(|id| DeviceSpec::Ascend { kind, id }).collect())
+            }
+            DeviceSpec::Cuda { id } => Some((id..id.checked_add(n)?).map(|id| DeviceSpec::Cuda { id }).collect()),
+        }
+    }
+}
+
+/// Open GPU `id`. cudarc loads the CUDA libraries at first use and panics where one is missing:
+/// that becomes an error that names the library search path.
+fn open_cuda(id: usize) -> Result<candle_core::Device, DeviceError> {
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let opened = std::panic::catch_unwind(|| candle_core::Device::new_cuda(id));
+    std::panic::set_hook(quiet);
+    match opened {
+        Ok(device) => device.map_err(|source| DeviceError::Cuda { id, source }),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the CUDA libraries could not be loaded".into());
+            Err(DeviceError::CudaLibraries { id, why })
+        }
+    }
+}
+
+impl std::str::FromStr for DeviceSpec {
+    type Err = DeviceError;
+    fn from_str(text: &str) -> Result<Self, DeviceError> {
+        let unknown = || DeviceError::Unknown(text.trim().to_string());
+        if let Some(id) = text.trim().strip_prefix("cuda:") {
+            return Ok(DeviceSpec::Cuda { id: id.parse().map_err(|_| unknown())? });
+        }
+        match text.parse::<candle_ascend::DeviceSpec>().map_err(|_| unknown())? {
+            candle_ascend::DeviceSpec::Cpu => Ok(DeviceSpec::Cpu),
+            candle_ascend::DeviceSpec::Ascend { kind, id } => Ok(DeviceSpec::Ascend { kind, id }),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Cpu => write!(f, "cpu"),
+            DeviceSpec::Ascend { kind, id } => write!(f, "{}:{id}", kind.device_prefix()),
+            DeviceSpec::Cuda { id } => write!(f, "cuda:{id}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_round_trips_and_others_are_refused() {
+        for text in ["cpu", "npu:0", "npu-sim:3", "cuda:1"] {
+            assert_eq!(text.parse::<DeviceSpec>().unwrap().to_string(), text);
+        }
+        for text in ["gpu:0", "cuda", "cuda:x", "cuda:-1", "npu"] {
+            let err = text.parse::<DeviceSpec>().unwrap_err().to_string();
+            assert!(err.contains("cuda:N") && err.contains(text), "{err}");
+        }
+        assert_eq!(
+            DeviceSpec::Cuda { id: 2 }.and_next(2),
+            Some(vec![DeviceSpec::Cuda { id: 2 }, DeviceSpec::Cuda { id: 3 }])
+        );
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn a_build_without_cuda_says_how_to_get_it() {
+        let err = DeviceSpec::Cuda { id: 0 }.open().unwrap_err().to_string();
+        assert!(err.contains("--features cuda") && err.contains("cuda:0"), "{err}");
+    }
+}
