@@ -6,7 +6,8 @@
 #   benches/gpu_compare.sh BIN OUT
 #
 # BIN holds x86-64 builds with `--features cuda` (docs/cuda.md): the examples forward_timing,
-# train_step_timing and predict, and codon-model's test binary bigbird_parity. The GPU machine
+# train_step_timing and predict (and op_timing, optional), and codon-model's test binary
+# bigbird_parity. The GPU machine
 # needs the NVIDIA driver, PyTorch and transformers; no Rust. Results land in OUT as JSON lines.
 set -uo pipefail
 bin=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -59,3 +60,22 @@ status=$? ms=$((($(date +%s%N) - start) / 1000000))
 echo "{\"side\": \"ours\", \"what\": \"predict_process\", \"exit\": $status, \"ms\": $ms}" | tee -a "$out/results.jsonl"
 tail -2 "$out/predict.txt"
 run 180 python3 benches/gpu_torch.py predict-loop "$model" "$out/predictions.csv"
+
+log "predict 48 proteins, bf16"
+start=$(date +%s%N)
+timeout 180 "$bin/predict" --device cuda:0 --dtype bf16 --model "$model" --input "$model/proteins.csv" --output "$out/predictions_bf16.csv" 2>>"$out/predict.txt"
+status=$? ms=$((($(date +%s%N) - start) / 1000000))
+echo "{\"side\": \"ours\", \"what\": \"predict_process_bf16\", \"exit\": $status, \"ms\": $ms}" | tee -a "$out/results.jsonl"
+grep "proteins/s" "$out/predict.txt" | grep -v "^warning"
+python3 - "$out/predictions.csv" "$out/predictions_bf16.csv" <<'PY' | tee -a "$out/results.jsonl"
+import csv, json, sys
+a, b = ([row["predicted_dna"] for row in csv.DictReader(open(f))] for f in sys.argv[1:3])
+codons = lambda s: [s[i:i + 3] for i in range(0, len(s), 3)]
+same = sum(x == y for p, q in zip(a, b) for x, y in zip(codons(p), codons(q)))
+print(json.dumps({"what": "bf16_vs_f32_codons", "identical": same, "of": sum(len(p) // 3 for p in a)}))
+PY
+
+if [ -x "$bin/op_timing" ]; then
+    log "op timing"
+    for dtype in f32 bf16; do run 120 "$bin/op_timing" --device cuda:0 --dtype "$dtype"; done
+fi

@@ -84,17 +84,60 @@ fn open_cuda(id: usize) -> Result<candle_core::Device, DeviceError> {
     let opened = std::panic::catch_unwind(|| candle_core::Device::new_cuda(id));
     std::panic::set_hook(quiet);
     match opened {
-        Ok(device) => device.map_err(|source| DeviceError::Cuda { id, source }),
+        Ok(device) => {
+            let device = device.map_err(|source| DeviceError::Cuda { id, source })?;
+            keep_freed_memory(&device);
+            Ok(device)
+        }
         Err(panic) => {
-            let why = panic
+            let message = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "the CUDA libraries could not be loaded".into());
+                .unwrap_or_default();
+            // cudarc's message lists every file name it tried: keep the library's name.
+            let why = match message.split('"').nth(1) {
+                Some(library) if message.starts_with("Unable to dynamically load") => {
+                    format!("could not load the CUDA library {library:?}")
+                }
+                _ if message.is_empty() => "the CUDA libraries could not be loaded".to_string(),
+                _ => message,
+            };
             Err(DeviceError::CudaLibraries { id, why })
         }
     }
 }
+
+/// Let the GPU's memory pool keep what is freed, as PyTorch's caching allocator does. cudarc
+/// allocates stream-ordered from the device's default pool, whose release threshold of 0 hands
+/// freed memory back to the driver at every synchronisation (each loss read of a training
+/// step), so the next step maps its gigabytes of activations again.
+#[cfg(feature = "cuda")]
+fn keep_freed_memory(device: &candle_core::Device) {
+    use candle_core::cuda::cudarc::driver::sys;
+    let candle_core::Device::Cuda(gpu) = device else { return };
+    let stream = gpu.cuda_stream();
+    let context = stream.context();
+    if !context.has_async_alloc() {
+        return;
+    }
+    let mut pool = std::mem::MaybeUninit::uninit();
+    let mut threshold = u64::MAX;
+    // SAFETY: the pool handle is written by the driver before it is read, and the attribute's
+    // value is a u64 that outlives the call. A failure leaves the pool as it was: slower, correct.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), context.cu_device()) == sys::CUresult::CUDA_SUCCESS {
+            sys::cuMemPoolSetAttribute(
+                pool.assume_init(),
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn keep_freed_memory(_: &candle_core::Device) {}
 
 impl std::str::FromStr for DeviceSpec {
     type Err = DeviceError;

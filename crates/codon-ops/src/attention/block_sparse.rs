@@ -370,7 +370,7 @@ impl AttentionPart {
                 let mut d_probs = matmul(grad, &v.t()?)?;
                 drop(v);
                 d_probs = d_probs.to_dtype(DType::F32)?;
-                let mut probs = probabilities(q, k, Some(bias), scale)?;
+                let mut probs = probabilities(q, k, Some(bias), scale)?.to_dtype(DType::F32)?;
                 let mut d_scores = crate::activation::softmax_last_dim_grad(&probs, &d_probs)?;
                 drop(d_probs);
                 probs = probs.to_dtype(dtype)?;
