@@ -58,7 +58,7 @@ fn run() -> anyhow::Result<()> {
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps;
-    let probe = codon_ascend::train::AscendProbe::new(ascend.clone());
+    let probe = codon_ascend::ascend_training::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
     let trainer = Trainer::new(
         TrainerConfig::builder()

@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+pub mod ascend_training;
 pub mod bench;
 pub mod cli;
 pub mod device;

@@ -299,8 +299,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             "data-parallel over HCCL: {}",
             devices
                 .iter()
-                .map(|d| codon_ascend::ascend::ascend_device(d)
-                    .map_or_else(|| codon_ascend::ascend::location_name(&d.location()), |a| a.name()))
+                .map(|d| codon_ascend::ascend::ascend_device(d).map_or_else(|| d.location().to_string(), |a| a.name()))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -353,7 +352,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .retain_freed_memory(true)
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
-        Some(ascend) => trainer_config.device_probe(Box::new(codon_ascend::train::AscendProbe::new(ascend.clone()))),
+        Some(ascend) => {
+            trainer_config.device_probe(Box::new(codon_ascend::ascend_training::AscendProbe::new(ascend.clone())))
+        }
         None => trainer_config,
     }
     .build()?;
@@ -377,7 +378,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             }
             let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
             outln!("{}", codon_ascend::rendezvous::waiting_line(l, &how, timeout));
-            let comm = codon_ascend::rendezvous::join(l, ascend, &how, timeout)?;
+            let comm = codon_ascend::ascend_training::Hccl(codon_ascend::rendezvous::join(l, ascend, &how, timeout)?);
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
@@ -388,7 +389,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         ),
         (None, _) => match &new_organism {
             Some(taught) => trainer.fit(taught, &data, args.resume.as_deref())?,
-            None => trainer.fit_data_parallel(&replicas, &data, args.resume.as_deref())?,
+            None => codon_ascend::ascend_training::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
         },
     };
     if layout.as_ref().is_some_and(|l| l.rank != 0) {

@@ -35,10 +35,7 @@ fn with_storage<R>(
 ) -> candle_core::Result<R> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Custom(custom) = &*storage else {
-        candle_core::bail!(
-            "expected a tensor on an Ascend device, found one on {}",
-            crate::location_name(&t.device().location())
-        )
+        candle_core::bail!("expected a tensor on an Ascend device, found one on {}", t.device().location())
     };
     f(ascend_storage(custom.as_ref())?, layout)
 }
@@ -61,10 +58,9 @@ pub fn apply_adamw(
 fn ascend_storage(s: &dyn DynBackendStorage) -> candle_core::Result<&AscendStorage> {
     match s.as_any().downcast_ref::<AscendStorage>() {
         Some(a) => Ok(a),
-        None => candle_core::bail!(
-            "expected a storage on an Ascend device, found one on {}",
-            crate::location_name(&s.dyn_device().dyn_location())
-        ),
+        None => {
+            candle_core::bail!("expected a storage on an Ascend device, found one on {}", s.dyn_device().dyn_location())
+        }
     }
 }
 

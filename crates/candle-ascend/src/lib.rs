@@ -99,17 +99,6 @@ pub fn parse_device(text: &str) -> Result<candle_core::Device> {
     text.parse::<DeviceSpec>()?.open()
 }
 
-/// A device as the command line spells it (`cpu`, `npu:0`, `npu-sim:1`, `cuda:0`), for messages
-/// (candle's `Debug` of a location prints `Custom { name: "npu-sim", id: 0 }`).
-pub fn location_name(location: &candle_core::DeviceLocation) -> String {
-    match location {
-        candle_core::DeviceLocation::Cpu => "cpu".to_string(),
-        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
-        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
-        candle_core::DeviceLocation::Custom { name, id } => format!("{name}:{id}"),
-    }
-}
-
 /// The Ascend device behind a candle device, if it is one.
 pub fn ascend_device(device: &candle_core::Device) -> Option<&AscendDevice> {
     device.as_custom_device::<AscendDevice>()
@@ -120,8 +109,8 @@ mod tests {
     #[test]
     fn locations_are_named_as_the_command_line_spells_them() {
         use candle_core::DeviceLocation;
-        assert_eq!(super::location_name(&DeviceLocation::Custom { name: "npu-sim", id: 0 }), "npu-sim:0");
-        assert_eq!(super::location_name(&DeviceLocation::Cpu), "cpu");
-        assert_eq!(super::location_name(&DeviceLocation::Cuda { gpu_id: 1 }), "cuda:1");
+        assert_eq!(DeviceLocation::Custom { name: "npu-sim", id: 0 }.to_string(), "npu-sim:0");
+        assert_eq!(DeviceLocation::Cpu.to_string(), "cpu");
+        assert_eq!(DeviceLocation::Cuda { gpu_id: 1 }.to_string(), "cuda:1");
     }
 }

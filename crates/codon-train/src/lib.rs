@@ -24,7 +24,6 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod ascend;
 mod buckets;
 pub mod checkpoint;
 pub mod collective;
@@ -43,7 +42,6 @@ mod status;
 mod step;
 pub mod trainer;
 
-pub use ascend::AscendProbe;
 pub use candle_core::backprop::GradientObserver;
 pub use collective::Collective;
 pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};

@@ -48,7 +48,7 @@ impl Precision {
         if self == Precision::Bf16 && !device.is_cpu() && !device.supports_bf16() {
             return Err(TrainError::Config(format!(
                 "bf16 precision on {}, which has no BF16: use f16 (dynamic loss scaling) or f32",
-                candle_ascend::location_name(&device.location())
+                device.location()
             )));
         }
         Ok(())

@@ -54,47 +54,42 @@ impl Trainer {
         self.fit_rank(model, data, resume, None)
     }
 
-    /// Train one replica per Ascend device, data-parallel over HCCL, as upstream's DDP: each
-    /// optimizer step, rank r of N takes micro-batches r, r + N, … of the N × accumulation
-    /// that one device with N times the accumulation would take, with the same dropout
-    /// streams; the gradients are summed with one all-reduce per flat group, so every rank
-    /// makes the same update. Rank 0's initial weights are broadcast first; rank 0 alone
-    /// writes metrics, progress and checkpoints, and its report is returned. Each replica is
-    /// driven by a thread of its own.
-    pub fn fit_data_parallel<M, S>(&self, replicas: &[M], data: &S, resume: Option<&Path>) -> Result<TrainReport>
+    /// Train one replica per device, data-parallel over `comms` (replica r is rank r of
+    /// `comms[r]`), as upstream's DDP: each optimizer step, rank r of N takes micro-batches
+    /// r, r + N, … of the N × accumulation that one device with N times the accumulation would
+    /// take, with the same dropout streams; the gradients are summed with one all-reduce per
+    /// flat group, so every rank makes the same update. Rank 0's initial weights are broadcast
+    /// first; rank 0 alone writes metrics, progress and checkpoints, and its report is
+    /// returned. Each replica is driven by a thread of its own.
+    pub fn fit_data_parallel<M, S, C>(
+        &self,
+        replicas: &[M],
+        comms: &[C],
+        data: &S,
+        resume: Option<&Path>,
+    ) -> Result<TrainReport>
     where
         M: TrainableModel + Sync,
         S: BatchSource<Batch = M::Batch> + Sync,
+        C: Collective + Sync,
     {
         if replicas.len() <= 1 {
             let model = replicas.first().ok_or_else(|| TrainError::Config("no model replicas".into()))?;
             return self.fit(model, data, resume);
         }
-        let mut devices = Vec::with_capacity(replicas.len());
-        for m in replicas {
-            let params = m.parameters();
-            let device = params.named().first().map(|(_, v)| v.as_tensor().device().clone());
-            match device.as_ref().and_then(candle_ascend::ascend_device) {
-                Some(d) => devices.push(d.clone()),
-                None => {
-                    return Err(TrainError::Config(format!(
-                        "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {} \
-                         trains on one device",
-                        device.map_or_else(
-                            || "a model without parameters".into(),
-                            |d| candle_ascend::location_name(&d.location())
-                        )
-                    )))
-                }
-            }
+        if comms.len() != replicas.len() {
+            return Err(TrainError::Config(format!(
+                "{} model replicas but {} collectives: each replica trains as one rank",
+                replicas.len(),
+                comms.len()
+            )));
         }
-        let comms = candle_ascend::Communicator::init_all(&devices).map_err(candle_core::Error::from)?;
         let ranks = replicas.len();
         let results: Vec<Result<TrainReport>> = std::thread::scope(|s| {
             let handles: Vec<_> = replicas
                 .iter()
-                .zip(&comms)
-                .map(|(model, comm)| s.spawn(move || self.fit_rank(model, data, resume, Some(comm))))
+                .zip(comms)
+                .map(|(model, comm)| s.spawn(move || self.fit_rank(model, data, resume, Some(comm as &dyn Collective))))
                 .collect();
             handles
                 .into_iter()

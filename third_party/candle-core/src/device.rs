@@ -20,6 +20,18 @@ pub enum DeviceLocation {
     },
 }
 
+/// The device as a command line spells it: `cpu`, `cuda:0`, `metal:0`, `npu:0`.
+impl std::fmt::Display for DeviceLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cpu => write!(f, "cpu"),
+            Self::Cuda { gpu_id } => write!(f, "cuda:{gpu_id}"),
+            Self::Metal { gpu_id } => write!(f, "metal:{gpu_id}"),
+            Self::Custom { name, id } => write!(f, "{name}:{id}"),
+        }
+    }
+}
+
 /// Cpu, Cuda, or Metal
 #[derive(Debug, Clone)]
 pub enum Device {

@@ -428,7 +428,7 @@ impl Communicator {
                 call,
                 detail: format!(
                     "the tensor is on {}, not on rank {}'s {}",
-                    crate::location_name(&t.device().location()),
+                    t.device().location(),
                     self.rank,
                     self.device.name()
                 ),

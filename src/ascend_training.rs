@@ -1,0 +1,116 @@
+//! The trainer on Ascend devices: HCCL's communicator as a [`Collective`], the backend's
+//! per-step counters as a [`DeviceProbe`], and data-parallel training over HCCL. Here, beside
+//! both crates, so that codon-train names no device and candle-ascend no trainer.
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use candle_ascend::{AscendDevice, Communicator, DeviceCounters};
+use candle_core::{Result, Tensor};
+use codon_train::{
+    BatchSource, Collective, DeviceProbe, DeviceStepStats, TrainError, TrainReport, TrainableModel, Trainer,
+};
+
+/// HCCL on Ascend devices (`npu:N`, `npu-sim:N`) as the trainer's [`Collective`].
+pub struct Hccl(pub Communicator);
+
+impl Collective for Hccl {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn ranks(&self) -> usize {
+        self.0.ranks()
+    }
+    fn broadcast(&self, t: &Tensor, root: usize) -> Result<()> {
+        self.0.broadcast(t, root).map_err(candle_core::Error::from)
+    }
+    fn all_reduce_sum(&self, t: &Tensor) -> Result<()> {
+        self.0.all_reduce(t, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)
+    }
+    fn start_all_reduce_sum(&self, t: &Tensor) -> Result<()> {
+        self.0.start_all_reduce(t, candle_ascend::ReduceOp::Sum).map_err(candle_core::Error::from)
+    }
+    fn finish_started(&self) -> Result<()> {
+        self.0.finish_started().map_err(candle_core::Error::from)
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.0.synchronize().map_err(candle_core::Error::from)
+    }
+}
+
+/// [`Trainer::fit_data_parallel`] over HCCL, one rank per replica: the replicas must live on
+/// Ascend devices (one each); their communicators are set up here.
+pub fn fit_data_parallel<M, S>(
+    trainer: &Trainer,
+    replicas: &[M],
+    data: &S,
+    resume: Option<&Path>,
+) -> codon_train::Result<TrainReport>
+where
+    M: TrainableModel + Sync,
+    S: BatchSource<Batch = M::Batch> + Sync,
+{
+    if replicas.len() <= 1 {
+        return trainer.fit_data_parallel::<M, S, Hccl>(replicas, &[], data, resume);
+    }
+    let mut devices = Vec::with_capacity(replicas.len());
+    for m in replicas {
+        let params = m.parameters();
+        let device = params.named().first().map(|(_, v)| v.as_tensor().device().clone());
+        match device.as_ref().and_then(candle_ascend::ascend_device) {
+            Some(d) => devices.push(d.clone()),
+            None => {
+                return Err(TrainError::Config(format!(
+                    "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {} \
+                     trains on one device",
+                    device.map_or_else(|| "a model without parameters".into(), |d| d.location().to_string())
+                )))
+            }
+        }
+    }
+    let comms: Vec<Hccl> =
+        Communicator::init_all(&devices).map_err(candle_core::Error::from)?.into_iter().map(Hccl).collect();
+    trainer.fit_data_parallel(replicas, &comms, data, resume)
+}
+
+/// Watches an Ascend device (real or emulated) for [`codon_train::TrainerConfigBuilder::device_probe`].
+pub struct AscendProbe {
+    device: AscendDevice,
+    start: DeviceCounters,
+    last: Arc<Mutex<DeviceCounters>>,
+}
+
+impl AscendProbe {
+    /// Watch `device`.
+    pub fn new(device: AscendDevice) -> Self {
+        let start = device.counters();
+        Self { device, start, last: Arc::default() }
+    }
+
+    /// A handle on the full counters (launches by op included) of the latest step, which stays
+    /// readable after the probe has moved into the trainer.
+    pub fn last_step(&self) -> Arc<Mutex<DeviceCounters>> {
+        self.last.clone()
+    }
+}
+
+impl DeviceProbe for AscendProbe {
+    fn begin_step(&mut self) {
+        self.device.reset_peak_memory();
+        self.start = self.device.counters();
+    }
+
+    fn end_step(&mut self) -> DeviceStepStats {
+        let step = self.device.counters().since(&self.start);
+        let stats = DeviceStepStats {
+            device_launches: step.total_launches(),
+            device_allocs: step.allocations,
+            host_syncs: step.synchronizations,
+            device_reads: step.reads,
+            device_peak_mb: step.peak_memory_bytes as f64 / (1024.0 * 1024.0),
+            collectives: step.collectives,
+            collective_mb: step.collective_bytes as f64 / (1024.0 * 1024.0),
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = step;
+        stats
+    }
+}
