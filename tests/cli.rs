@@ -86,7 +86,7 @@ fn shared_flags_are_typed() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     let out = run("predict", &["--device", "gpu:0", "--protein", "MKV", "--organism", "51"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("expected cpu, npu:N or npu-sim:N"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected cpu, npu:N, npu-sim:N or cuda:N"));
     let out = run("score", &["--attention", "ful", "--model", "m", "--inputs", "i", "--output", "o"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("a similar value exists: 'full'"));
     // Spelled right but absent: the emulator has 8 devices by default.
