@@ -8,15 +8,17 @@
 //! Padding is dynamic (to the longest row), and the output depends only on the records and
 //! the RNG state.
 
-use codon_model::vocab::{FIRST_CODON_ID, FIRST_MASKABLE_ID, PAD_ID, TOKEN2MASK};
-use codon_model::{BatchEncoding, CodonTokenizer};
+use codon_vocab::vocab::{FIRST_CODON_ID, FIRST_MASKABLE_ID, PAD_ID, TOKEN2MASK};
+use codon_vocab::{BatchEncoding, CodonTokenizer};
 use rand::Rng;
 
 use crate::error::{DataError, Result};
 use crate::record::TrainingRecord;
 
 /// Label of a position that takes no loss (the loss's own constant, re-exported).
-pub use codon_model::bigbird::IGNORE_INDEX;
+/// The label of a position the loss ignores: torch's `ignore_index` and transformers' collator
+/// convention (`codon_ops::cross_entropy::IGNORE_INDEX`, checked equal in codon-train's tests).
+pub const IGNORE_INDEX: i64 = -100;
 
 /// A masked-LM batch: the encoded rows, their token ids masked, and the labels, in row-major
 /// `(batch_size, seq_len)` layout.
@@ -96,7 +98,7 @@ impl MlmCollator {
             rows.push(self.tokenizer.encode(&r.codons)?);
         }
         let organisms: Vec<u32> = records.iter().map(|r| r.organism).collect();
-        Ok(codon_model::pad_rows(&rows, &organisms)?)
+        Ok(codon_vocab::pad_rows(&rows, &organisms)?)
     }
 
     /// Tokenize, pad and mask a batch of records.
@@ -168,7 +170,7 @@ impl MlmCollator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use codon_model::vocab::{is_codon_id, MASK_ID};
+    use codon_vocab::vocab::{is_codon_id, MASK_ID};
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
@@ -179,7 +181,7 @@ mod tests {
                 let mut toks: Vec<&str> = (0..len)
                     .map(|_| {
                         let id = if rng.random_bool(0.01) { rng.random_range(5..25) } else { rng.random_range(26..90) };
-                        codon_model::vocab::VOCAB[id]
+                        codon_vocab::vocab::VOCAB[id]
                     })
                     .collect();
                 toks.push("__taa");

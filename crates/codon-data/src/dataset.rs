@@ -80,8 +80,8 @@ struct RecordRef<'a> {
 
 fn parse_line(line: &str) -> std::result::Result<TrainingRecord, String> {
     let r: RecordRef = serde_json::from_str(line).map_err(|e| e.to_string())?;
-    if r.organism as usize >= codon_model::NUM_ORGANISMS {
-        return Err(format!("organism id {} is not below {}", r.organism, codon_model::NUM_ORGANISMS));
+    if r.organism as usize >= codon_vocab::NUM_ORGANISMS {
+        return Err(format!("organism id {} is not below {}", r.organism, codon_vocab::NUM_ORGANISMS));
     }
     Ok(TrainingRecord { idx: r.idx, codons: r.codons.into_owned(), organism: r.organism })
 }
@@ -120,7 +120,7 @@ fn is_vocabulary_word(word: &str) -> bool {
     let Some(buf) = lower.get_mut(..word.len()) else { return false };
     buf.copy_from_slice(word.as_bytes());
     buf.make_ascii_lowercase();
-    std::str::from_utf8(buf).ok().and_then(codon_model::vocab::token_id).is_some()
+    std::str::from_utf8(buf).ok().and_then(codon_vocab::vocab::token_id).is_some()
 }
 
 /// A JSONL training file.

@@ -88,7 +88,7 @@ pub enum DataError {
     Config(String),
     /// Tokenization or preprocessing failed.
     #[error(transparent)]
-    Model(#[from] codon_model::CodonError),
+    Vocab(#[from] codon_vocab::VocabError),
     /// A loader worker thread panicked.
     #[error("data loader worker thread panicked")]
     WorkerPanicked,

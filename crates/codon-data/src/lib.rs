@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! use codon_data::{DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator};
-//! use codon_model::CodonTokenizer;
+//! use codon_vocab::CodonTokenizer;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dataset = JsonlDataset::open("train.jsonl", MalformedPolicy::Error)?;
@@ -30,7 +30,7 @@ pub mod prepare;
 pub mod record;
 pub mod translate;
 
-pub use codon_model::files::write_atomically;
+pub use codon_vocab::files::write_atomically;
 pub use collator::{MaskingConfig, MlmBatch, MlmCollator, IGNORE_INDEX};
 pub use dataset::{JsonlDataset, MalformedPolicy, Shard, UnknownTokens, MAX_UNKNOWN_TOKEN_FRACTION};
 pub use error::{DataError, Result};

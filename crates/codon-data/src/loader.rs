@@ -323,7 +323,7 @@ impl Drop for Threaded {
 mod tests {
     use super::*;
     use crate::dataset::MalformedPolicy;
-    use codon_model::CodonTokenizer;
+    use codon_vocab::CodonTokenizer;
     use rand::Rng;
     use std::io::Write;
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 
-use codon_model::vocab::MAX_AMINO_ACIDS;
-use codon_model::{merged_sequence_with, parse_organism, ProteinConfig};
+use codon_vocab::vocab::MAX_AMINO_ACIDS;
+use codon_vocab::{merged_sequence_with, parse_organism, ProteinConfig};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{DataError, Result};
 use crate::record::TrainingRecord;
 use crate::translate::{check_cds, translate};
-use codon_model::files::write_atomically;
+use codon_vocab::files::write_atomically;
 
 /// One raw gene record read from a CSV row or a FASTA entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -270,7 +270,7 @@ fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result
         let resolved_residue = match encoded_residues.next() {
             Some(encoded) if encoded == 'X' || upper == encoded => given,
             // A letter no codon encodes (X, B, Z, J, …) is ambiguous: it stands for what the DNA encodes.
-            Some(encoded) if codon_model::vocab::codon_ids_for(upper).is_empty() => encoded,
+            Some(encoded) if codon_vocab::vocab::codon_ids_for(upper).is_empty() => encoded,
             Some(_) if keep_mismatched => given,
             Some(encoded) => {
                 let codon = dna.get(3 * i..3 * i + 3).unwrap_or("?");
@@ -290,7 +290,7 @@ fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result
 /// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
 pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<PrepareReport> {
     crate::record::refuse_overwriting(&[input], &[output])?;
-    codon_model::files::check_output_location(output)?;
+    codon_vocab::files::check_output_location(output)?;
     let records = match InputFormat::from_path(input)? {
         InputFormat::Csv => read_csv(input)?,
         InputFormat::Fasta => read_fasta(input)?,

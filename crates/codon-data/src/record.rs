@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use codon_model::files::Clash;
+use codon_vocab::files::Clash;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
@@ -40,7 +40,7 @@ pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
     for output in outputs {
         for input in inputs {
             let (output, input) = (output.to_path_buf(), input.to_path_buf());
-            match codon_model::files::clash(&input, &output) {
+            match codon_vocab::files::clash(&input, &output) {
                 Some(Clash::Same) => return Err(DataError::OutputIsInput { output, input }),
                 Some(Clash::InsideFolder) => return Err(DataError::OutputInInputFolder { output, input }),
                 None => {}

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use codon_model::vocab::translate_codon;
+use codon_vocab::vocab::translate_codon;
 
 /// Why a codon could not be translated (`TranslationError` upstream).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -8,7 +8,7 @@
 
 use std::collections::HashSet;
 
-use codon_model::vocab::{codon_index, translate_codon};
+use codon_vocab::vocab::{codon_index, translate_codon};
 
 use crate::constraints::{violations, Constraint, KmerCounts, Violation};
 use crate::error::{DesignError, Result};
@@ -58,7 +58,7 @@ pub struct Repair {
 
 /// The codon of an index (A<C<G<T order).
 fn codon_bytes(index: usize) -> [u8; 3] {
-    codon_model::vocab::codon_at(index).unwrap_or(*b"NNN")
+    codon_vocab::vocab::codon_at(index).unwrap_or(*b"NNN")
 }
 
 fn codon_text(index: usize) -> String {

@@ -2,7 +2,7 @@
 //! codon boundary, a palindromic site, constraints that conflict.
 
 use codon_design::{repair, violations, Constraint, DesignError, RepairOptions};
-use codon_model::vocab::{codon_at, codon_index, translate_codon};
+use codon_vocab::vocab::{codon_at, codon_index, translate_codon};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -14,7 +14,7 @@ pub const STOP: char = '_';
 
 /// Index of an upper-case A/C/G/T codon, `None` for anything else.
 pub fn codon_index(codon: &[u8]) -> Option<usize> {
-    codon_model::vocab::codon_index(codon)
+    codon_vocab::vocab::codon_index(codon)
 }
 
 /// The codon of an index 0..64.
@@ -22,7 +22,7 @@ pub fn codon_text(index: usize) -> &'static str {
     static TEXT: LazyLock<Vec<String>> = LazyLock::new(|| {
         (0..64)
             .map(|i| {
-                codon_model::vocab::codon_at(i).map_or(String::new(), |c| String::from_utf8_lossy(&c).into_owned())
+                codon_vocab::vocab::codon_at(i).map_or(String::new(), |c| String::from_utf8_lossy(&c).into_owned())
             })
             .collect()
     });
@@ -31,7 +31,7 @@ pub fn codon_text(index: usize) -> &'static str {
 
 /// The amino acid (`_` for stop) of a codon index.
 pub fn amino_acid(index: usize) -> char {
-    codon_model::vocab::translate_codon(codon_text(index).as_bytes()).unwrap_or(STOP)
+    codon_vocab::vocab::translate_codon(codon_text(index).as_bytes()).unwrap_or(STOP)
 }
 
 /// Position of an amino acid in [`AMINO_ACIDS`]; `*` is a stop too.

@@ -97,7 +97,7 @@ impl ReferenceSet {
 
 /// `id (name)`, or just the id when it is not one of the model's organisms.
 fn describe_organism(id: u32) -> String {
-    match codon_model::organism_name(i64::from(id)) {
+    match codon_vocab::organism_name(i64::from(id)) {
         Ok(name) => format!("{id} ({name})"),
         Err(_) => id.to_string(),
     }

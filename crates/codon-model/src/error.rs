@@ -2,58 +2,14 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong in tokenization and preprocessing. Messages that
-/// have an upstream (Python CodonTransformer) counterpart start with its exact text.
+/// Everything that can go wrong in the model, its files and prediction; preprocessing and
+/// tokenization errors are [`CodonError::Vocab`].
 #[derive(Debug, thiserror::Error)]
 pub enum CodonError {
-    /// The protein is empty, or holds only whitespace.
-    #[error("Protein sequence is empty.")]
-    EmptyProtein,
-    /// An ambiguous amino acid (B, Z, X, J, U, O) under [`crate::AmbiguousBehavior::RaiseError`].
-    #[error("Ambiguous amino acids found in protein sequence.")]
-    AmbiguousAminoAcids,
-    /// A character that is neither a standard amino acid nor a stop symbol.
-    #[error("Invalid characters in protein sequence. (first invalid character: {character:?} at position {position})")]
-    InvalidProteinCharacter {
-        /// The offending character.
-        character: char,
-        /// Its position (in characters) after preprocessing.
-        position: usize,
-    },
-    /// Protein and DNA disagree in length.
-    #[error("Length of protein (including stop symbol such as \"_\") and the number of codons in DNA sequence (including stop codon) must be equal. (protein: {protein_len} residues, DNA: {codons} codons)")]
-    LengthMismatch {
-        /// Residues after preprocessing, stop included.
-        protein_len: usize,
-        /// Codons after preprocessing, stop included.
-        codons: usize,
-    },
-    /// An organism name that is not in the table.
-    #[error("Invalid organism name: {name}. Please use a valid organism name or ID.{}", suggest(.suggestions))]
-    UnknownOrganismName {
-        /// The name given.
-        name: String,
-        /// Close known names.
-        suggestions: Vec<String>,
-    },
-    /// An organism id outside 0..164.
-    #[error("Invalid organism ID: {id}. Please use a valid organism name or ID.")]
-    UnknownOrganismId {
-        /// The id given.
-        id: i64,
-    },
-    /// An unknown ambiguous-amino-acid behaviour name.
-    #[error("Invalid value for ambiguous_aminoacid_behavior: {0}.")]
-    InvalidAmbiguousBehavior(String),
-    /// An override for a letter that is not an ambiguous amino acid.
-    #[error("Invalid amino acid in ambiguous_aminoacid_map_override: {0}")]
-    InvalidOverrideKey(char),
-    /// An override with no replacement.
-    #[error("Override for aminoacid '{0}' cannot be empty list.")]
-    EmptyOverride(char),
-    /// The `tokenizers` library failed.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
+    /// Preprocessing, the organism table, tokenization or a file write failed
+    /// ([`codon_vocab::VocabError`]).
+    #[error(transparent)]
+    Vocab(#[from] codon_vocab::VocabError),
     /// An invalid or unreadable model configuration.
     #[error("invalid BigBird configuration: {0}")]
     Config(String),
@@ -102,14 +58,6 @@ pub enum CodonError {
     /// Known DNA for infill that does not fit its protein.
     #[error("known DNA: {0}")]
     KnownDna(String),
-    /// A tokenizer file could not be read or parsed.
-    #[error("cannot load tokenizer from {path}: {message}")]
-    TokenizerFile {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
 }
 
 impl CodonError {
@@ -117,9 +65,7 @@ impl CodonError {
     /// upstream text where there is one. Useful to group failures by kind.
     pub fn summary(&self) -> String {
         match self {
-            CodonError::InvalidProteinCharacter { .. } => "Invalid characters in protein sequence.".into(),
-            CodonError::LengthMismatch { .. } => "Length of protein (including stop symbol such as \"_\") and the number of codons in DNA sequence (including stop codon) must be equal.".into(),
-            CodonError::UnknownOrganismName { name, .. } => format!("Invalid organism name: {name}."),
+            CodonError::Vocab(e) => e.summary(),
             other => other.to_string(),
         }
     }
@@ -172,14 +118,6 @@ impl<T> TensorContext<T> for Result<T> {
             CodonError::Tensor { op: inner, source } => CodonError::Tensor { op: format!("{op}: {inner}"), source },
             other => other,
         })
-    }
-}
-
-fn suggest(names: &[String]) -> String {
-    if names.is_empty() {
-        String::new()
-    } else {
-        format!(" Did you mean: {}?", names.join(", "))
     }
 }
 

@@ -1,7 +1,7 @@
-//! `codon-model`: CodonTransformer's vocabulary, organism table, merged-sequence
-//! preprocessing and tokenizer; the model, BigBirdForMaskedLM with full and block-sparse
-//! attention ([`bigbird`]), loaded from transformers' files; the [`Predictor`] that turns
-//! proteins into DNA; and atomic file writing ([`files`]).
+//! `codon-model`: the model, BigBirdForMaskedLM with full and block-sparse attention
+//! ([`bigbird`]), loaded from transformers' files; the [`Predictor`] that turns proteins into
+//! DNA; safetensors writing ([`files`]). The vocabulary, organism table, merged-sequence
+//! preprocessing and tokenizer are codon-vocab's, re-exported here.
 //!
 //! ```
 //! use codon_model::{merged_sequence, organism_id, CodonTokenizer};
@@ -19,12 +19,9 @@
 pub mod bigbird;
 pub mod error;
 pub mod files;
-pub mod organisms;
 pub mod predict;
-pub mod sequence;
-pub mod tokenizer;
-pub mod vocab;
 
+pub use codon_vocab::{organisms, sequence, tokenizer, vocab, VocabError};
 pub use error::{CodonError, Result};
 pub use organisms::{
     organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, DEFAULT_ORGANISM, NUM_ORGANISMS, ORGANISMS,

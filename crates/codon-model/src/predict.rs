@@ -172,7 +172,7 @@ pub fn prediction_residues(protein: &str) -> Result<String> {
         let last = trimmed.len().saturating_sub(1);
         trimmed.char_indices().map(|(i, c)| if c == '*' && i < last { '_' } else { c }).collect()
     };
-    preprocess_protein(&cleaned, &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))
+    Ok(preprocess_protein(&cleaned, &ProteinConfig::default(), &mut ChaCha8Rng::seed_from_u64(0))?)
 }
 
 impl Predictor {

@@ -157,6 +157,12 @@ impl From<codon_model::CodonError> for TrainError {
     }
 }
 
+impl From<codon_model::VocabError> for TrainError {
+    fn from(e: codon_model::VocabError) -> Self {
+        TrainError::Model(Box::new(e.into()))
+    }
+}
+
 impl From<codon_data::DataError> for TrainError {
     fn from(e: codon_data::DataError) -> Self {
         TrainError::Data(Box::new(e))

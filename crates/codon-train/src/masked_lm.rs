@@ -149,3 +149,12 @@ impl BatchSource for MaskedLmData {
         Box::new(self.loader.epoch(epoch).map(|b| b.map_err(TrainError::from)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The collator's "not a target" label is the one the loss skips.
+    #[test]
+    fn the_collators_ignored_label_is_the_losss() {
+        assert_eq!(codon_data::IGNORE_INDEX, codon_model::bigbird::IGNORE_INDEX);
+    }
+}

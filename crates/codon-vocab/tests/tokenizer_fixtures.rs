@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use codon_model::{merged_sequence_with, AmbiguousBehavior, CodonError, CodonTokenizer, OrganismRef, ProteinConfig};
+use codon_vocab::{merged_sequence_with, AmbiguousBehavior, CodonTokenizer, OrganismRef, ProteinConfig, VocabError};
 use rand::SeedableRng;
 use serde_json::Value;
 
@@ -62,7 +62,7 @@ fn single_sequence_cases() {
                 }
                 // Whitespace-only protein: upstream crashes with IndexError; we report it as empty
                 // (docs/upstream-quirks.md).
-                "IndexError" => assert!(matches!(err, CodonError::EmptyProtein), "{note}: {err}"),
+                "IndexError" => assert!(matches!(err, VocabError::EmptyProtein), "{note}: {err}"),
                 other => panic!("{note}: unexpected error type {other}"),
             }
         }

@@ -2,7 +2,7 @@
 //! and by id. Ids are the positions of the names in alphabetical order; the id is the
 //! `token_type_id` the model sees at every position.
 
-use crate::error::{CodonError, Result};
+use crate::error::{Result, VocabError};
 
 /// Number of organisms, equal to the model's `type_vocab_size`.
 pub const NUM_ORGANISMS: usize = 164;
@@ -231,7 +231,7 @@ impl From<u32> for OrganismRef {
 
 /// The id of an organism name (exact match). An unknown name is an error that suggests close names.
 pub fn organism_id(name: &str) -> Result<u32> {
-    ORGANISMS.binary_search(&name).map(|i| i as u32).map_err(|_| CodonError::UnknownOrganismName {
+    ORGANISMS.binary_search(&name).map(|i| i as u32).map_err(|_| VocabError::UnknownOrganismName {
         name: name.to_string(),
         suggestions: close_names(name, &ORGANISMS),
     })
@@ -239,7 +239,7 @@ pub fn organism_id(name: &str) -> Result<u32> {
 
 /// The name of an organism id. An id outside 0..164 is an error.
 pub fn organism_name(id: i64) -> Result<&'static str> {
-    usize::try_from(id).ok().and_then(|i| ORGANISMS.get(i).copied()).ok_or(CodonError::UnknownOrganismId { id })
+    usize::try_from(id).ok().and_then(|i| ORGANISMS.get(i).copied()).ok_or(VocabError::UnknownOrganismId { id })
 }
 
 impl OrganismRef {
@@ -304,16 +304,16 @@ impl OrganismTable {
     /// A table from names: the built-in ones first, in order, then new ones, none twice.
     pub fn from_names(names: Vec<String>) -> Result<Self> {
         if names.len() < NUM_ORGANISMS || names.iter().zip(ORGANISMS).any(|(a, b)| a != b) {
-            return Err(CodonError::Config(format!(
+            return Err(VocabError::OrganismTable(format!(
                 "an organism table must start with the {NUM_ORGANISMS} built-in organisms in their order"
             )));
         }
         let mut seen = std::collections::BTreeSet::new();
         if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
-            return Err(CodonError::Config(format!("organism {twice:?} appears twice in the organism table")));
+            return Err(VocabError::OrganismTable(format!("organism {twice:?} appears twice in the organism table")));
         }
         if let Some(blank) = names.iter().position(|n| n.trim().is_empty() || n.trim() != n) {
-            return Err(CodonError::Config(format!(
+            return Err(VocabError::OrganismTable(format!(
                 "organism {blank}: a name must be non-empty, without surrounding spaces"
             )));
         }
@@ -328,16 +328,17 @@ impl OrganismTable {
         if !path.exists() {
             return Ok(Self::builtin());
         }
-        let io = |source| CodonError::Io { path: path.clone(), source };
+        let io = |source| VocabError::Io { path: path.clone(), source };
         let text = std::fs::read_to_string(&path).map_err(io)?;
-        let names: Vec<String> = serde_json::from_str(&text)
-            .map_err(|e| CodonError::Config(format!("{}: not a JSON list of organism names: {e}", path.display())))?;
+        let names: Vec<String> = serde_json::from_str(&text).map_err(|e| {
+            VocabError::OrganismTable(format!("{}: not a JSON list of organism names: {e}", path.display()))
+        })?;
         Self::from_names(names)
     }
 
     /// Write the table into a model directory, atomically.
     pub fn save(&self, dir: &std::path::Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(&self.names).map_err(|e| CodonError::Config(e.to_string()))?;
+        let text = serde_json::to_string_pretty(&self.names).map_err(|e| VocabError::OrganismTable(e.to_string()))?;
         crate::files::write_atomically(&dir.join(Self::FILE), |w| std::io::Write::write_all(w, text.as_bytes()))
     }
 
@@ -362,12 +363,12 @@ impl OrganismTable {
             .ok()
             .and_then(|i| self.names.get(i))
             .map(String::as_str)
-            .ok_or(CodonError::UnknownOrganismId { id })
+            .ok_or(VocabError::UnknownOrganismId { id })
     }
 
     /// The id of a name (exact match); an unknown name suggests close ones from this table.
     pub fn id(&self, name: &str) -> Result<u32> {
-        self.names.iter().position(|n| n == name).map(|i| i as u32).ok_or_else(|| CodonError::UnknownOrganismName {
+        self.names.iter().position(|n| n == name).map(|i| i as u32).ok_or_else(|| VocabError::UnknownOrganismName {
             name: name.to_string(),
             suggestions: close_names(name, &self.names),
         })
@@ -385,12 +386,12 @@ impl OrganismTable {
     pub fn with_organism(&self, name: &str) -> Result<(Self, u32)> {
         // A number would be read as an id, and a name that differs only in case as the other organism.
         if name.trim().parse::<i64>().is_ok() {
-            return Err(CodonError::Config(format!(
+            return Err(VocabError::OrganismTable(format!(
                 "new organism {name:?}: a number names an organism id; give the organism a name"
             )));
         }
         if let Some(known) = self.names.iter().find(|n| n.to_lowercase() == name.trim().to_lowercase()) {
-            return Err(CodonError::Config(format!(
+            return Err(VocabError::OrganismTable(format!(
                 "new organism {name:?}: the model already knows {known:?} (names are compared without case)"
             )));
         }

@@ -20,7 +20,7 @@ use tokenizers::pre_tokenizers::whitespace::Whitespace;
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, PaddingParams, PaddingStrategy, SplitDelimiterBehavior, Tokenizer, TruncationParams};
 
-use crate::error::{CodonError, Result};
+use crate::error::{Result, VocabError};
 use crate::vocab::{
     codon_index, CLS_ID, FIRST_CODON_ID, MAX_LEN, PAD_ID, SEP_ID, SPECIAL_TOKENS, UNK_ID, VOCAB, VOCAB_SIZE,
 };
@@ -86,8 +86,8 @@ impl std::fmt::Debug for CodonTokenizer {
     }
 }
 
-fn tok_err(e: impl std::fmt::Display) -> CodonError {
-    CodonError::Tokenizer(e.to_string())
+fn tok_err(e: impl std::fmt::Display) -> VocabError {
+    VocabError::Tokenizer(e.to_string())
 }
 
 impl CodonTokenizer {
@@ -124,7 +124,7 @@ impl CodonTokenizer {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let inner = Tokenizer::from_file(path)
-            .map_err(|e| CodonError::TokenizerFile { path: path.to_path_buf(), message: e.to_string() })?;
+            .map_err(|e| VocabError::TokenizerFile { path: path.to_path_buf(), message: e.to_string() })?;
         Self::configure(inner, false)
     }
 
@@ -181,7 +181,7 @@ impl CodonTokenizer {
 /// organism id per row.
 pub fn pad_rows(rows: &[Vec<u32>], organism_ids: &[u32]) -> Result<BatchEncoding> {
     if rows.len() != organism_ids.len() {
-        return Err(CodonError::Tokenizer(format!("{} sequences but {} organism ids", rows.len(), organism_ids.len())));
+        return Err(VocabError::Tokenizer(format!("{} sequences but {} organism ids", rows.len(), organism_ids.len())));
     }
     let seq_len = rows.iter().map(Vec::len).max().unwrap_or(0);
     let n = rows.len() * seq_len;

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use rand::seq::IndexedRandom;
 use rand::Rng;
 
-use crate::error::{CodonError, Result};
+use crate::error::{Result, VocabError};
 
 const STANDARD_AMINO_ACIDS: &str = "ACDEFGHIKLMNPQRSTVWY";
 const STOP_CODONS: [&str; 3] = ["TAA", "TAG", "TGA"];
@@ -25,18 +25,18 @@ pub enum AmbiguousBehavior {
     StandardizeRandom,
     /// Replace each one by the first entry of its map.
     StandardizeDeterministic,
-    /// Fail with [`CodonError::AmbiguousAminoAcids`].
+    /// Fail with [`VocabError::AmbiguousAminoAcids`].
     RaiseError,
 }
 
 impl FromStr for AmbiguousBehavior {
-    type Err = CodonError;
+    type Err = VocabError;
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "standardize_random" => Ok(Self::StandardizeRandom),
             "standardize_deterministic" => Ok(Self::StandardizeDeterministic),
             "raise_error" => Ok(Self::RaiseError),
-            other => Err(CodonError::InvalidAmbiguousBehavior(other.to_string())),
+            other => Err(VocabError::InvalidAmbiguousBehavior(other.to_string())),
         }
     }
 }
@@ -57,10 +57,10 @@ impl ProteinConfig {
     /// Replace the map entry of an ambiguous amino acid (`ambiguous_aminoacid_map_override`).
     pub fn with_override(mut self, amino_acid: char, replacements: &[char]) -> Result<Self> {
         if !DEFAULT_AMBIGUOUS_MAP.iter().any(|(aa, _)| *aa == amino_acid) {
-            return Err(CodonError::InvalidOverrideKey(amino_acid));
+            return Err(VocabError::InvalidOverrideKey(amino_acid));
         }
         if replacements.is_empty() {
-            return Err(CodonError::EmptyOverride(amino_acid));
+            return Err(VocabError::EmptyOverride(amino_acid));
         }
         self.overrides.insert(amino_acid, replacements.to_vec());
         Ok(self)
@@ -92,11 +92,11 @@ pub fn preprocess_protein(protein: &str, config: &ProteinConfig, rng: &mut impl 
     let mut residues: Vec<char> = clean(protein).chars().collect();
     // Upstream raises IndexError on whitespace-only input; an empty protein is the honest error.
     if residues.is_empty() {
-        return Err(CodonError::EmptyProtein);
+        return Err(VocabError::EmptyProtein);
     }
     let is_ambiguous = |c: &char| config.replacements(*c).is_some();
     if config.behavior == AmbiguousBehavior::RaiseError && residues.iter().any(is_ambiguous) {
-        return Err(CodonError::AmbiguousAminoAcids);
+        return Err(VocabError::AmbiguousAminoAcids);
     }
     for residue in residues.iter_mut() {
         if let Some(choices) = config.replacements(*residue) {
@@ -109,7 +109,7 @@ pub fn preprocess_protein(protein: &str, config: &ProteinConfig, rng: &mut impl 
     if let Some((position, &character)) =
         residues.iter().enumerate().find(|(_, c)| !(STANDARD_AMINO_ACIDS.contains(**c) || **c == '_' || **c == '*'))
     {
-        return Err(CodonError::InvalidProteinCharacter { character, position });
+        return Err(VocabError::InvalidProteinCharacter { character, position });
     }
     match residues.last() {
         Some('*') => {
@@ -162,7 +162,7 @@ pub fn merged_sequence_with(
     let protein = preprocess_protein(protein, config, rng)?;
     let n_residues = protein.chars().count();
     if !dna.is_empty() && n_residues * 3 != dna.len() {
-        return Err(CodonError::LengthMismatch { protein_len: n_residues, codons: dna.len() / 3 });
+        return Err(VocabError::LengthMismatch { protein_len: n_residues, codons: dna.len() / 3 });
     }
     let mut out = String::with_capacity(n_residues * (4 + separator.len()));
     for (i, residue) in protein.chars().enumerate() {
@@ -180,7 +180,7 @@ pub fn merged_sequence_with(
 /// from the thread RNG, as upstream) and the `_` separator.
 ///
 /// ```
-/// let merged = codon_model::merged_sequence("MAV_", "ATGGCTGTGTAA").unwrap();
+/// let merged = codon_vocab::merged_sequence("MAV_", "ATGGCTGTGTAA").unwrap();
 /// assert_eq!(merged, "M_ATG A_GCT V_GTG __TAA");
 /// ```
 pub fn merged_sequence(protein: &str, dna: &str) -> Result<String> {
@@ -222,14 +222,14 @@ mod tests {
     #[test]
     fn errors_match_upstream_conditions() {
         for (p, d) in [("MAV", "ATGGCTGTGTA"), ("MAV", "ATGGCT")] {
-            assert!(matches!(merged_sequence(p, d), Err(CodonError::LengthMismatch { .. })));
+            assert!(matches!(merged_sequence(p, d), Err(VocabError::LengthMismatch { .. })));
         }
         for p in ["MKTZZFVLLL?", "MWW/", "M1", "M-K", "M.K", "M\rK"] {
             let err = merged_sequence(p, "").unwrap_err();
             assert!(err.to_string().starts_with("Invalid characters in protein sequence."), "{p}: {err}");
         }
-        assert!(matches!(merged_sequence("", ""), Err(CodonError::EmptyProtein)));
-        assert!(matches!(merged_sequence(" \n\t ", ""), Err(CodonError::EmptyProtein)));
+        assert!(matches!(merged_sequence("", ""), Err(VocabError::EmptyProtein)));
+        assert!(matches!(merged_sequence(" \n\t ", ""), Err(VocabError::EmptyProtein)));
     }
 
     #[test]
@@ -239,7 +239,7 @@ mod tests {
         let over = det().with_override('X', &['G']).unwrap();
         assert_eq!(preprocess_protein("MX", &over, &mut rng()).unwrap(), "MG_");
         let raise = ProteinConfig::new(AmbiguousBehavior::RaiseError);
-        assert!(matches!(preprocess_protein("Z_", &raise, &mut rng()), Err(CodonError::AmbiguousAminoAcids)));
+        assert!(matches!(preprocess_protein("Z_", &raise, &mut rng()), Err(VocabError::AmbiguousAminoAcids)));
         assert_eq!(preprocess_protein("MK_", &raise, &mut rng()).unwrap(), "MK_");
         // Random mode draws both replacements of Z.
         let random = ProteinConfig::default();

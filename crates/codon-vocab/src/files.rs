@@ -1,0 +1,208 @@
+//! Files written the way users expect: under a temporary name in the destination folder, then
+//! renamed in, so a crash never leaves a partial file; and with the permissions an ordinary
+//! create gives under the user's umask (tempfile's own default is 0600, which colleagues on a
+//! shared server cannot read).
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, VocabError};
+
+/// Mode of an ordinary file create before the umask (Unix).
+const FILE_MODE: u32 = 0o666;
+/// Mode of an ordinary folder create before the umask (Unix).
+const DIR_MODE: u32 = 0o777;
+
+/// A tempfile builder whose file or folder is created with `mode` under the umask, as an
+/// ordinary create is (elsewhere, the platform's default).
+fn builder(prefix: &str, mode: u32) -> tempfile::Builder<'_, 'static> {
+    let mut b = tempfile::Builder::new();
+    b.prefix(prefix);
+    #[cfg(unix)]
+    b.permissions(std::os::unix::fs::PermissionsExt::from_mode(mode));
+    #[cfg(not(unix))]
+    let _ = mode;
+    b
+}
+
+/// A temporary file in `dir`, named `<prefix><random>`, created as an ordinary file would be.
+pub fn temp_file_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::NamedTempFile> {
+    builder(prefix, FILE_MODE).tempfile_in(dir).map_err(without_temporary_name)
+}
+
+/// A temporary folder in `dir`, named `<prefix><random>`, created as an ordinary folder would be.
+pub fn temp_dir_in(dir: &Path, prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    builder(prefix, DIR_MODE).tempdir_in(dir).map_err(without_temporary_name)
+}
+
+/// tempfile's error without its `at path "<temporary name>"`, which means nothing to a
+/// user; callers name the folder or the file being written.
+fn without_temporary_name(e: std::io::Error) -> std::io::Error {
+    let text = e.to_string();
+    match text.split_once(" at path \"") {
+        Some((cause, _)) => std::io::Error::new(e.kind(), cause.to_string()),
+        None => e,
+    }
+}
+
+/// The temporary sibling of `path` that an atomic write fills: `.<name>.<random>` in its folder.
+fn temp_sibling(path: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = parent_dir(path);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    temp_file_in(dir, &format!(".{name}.")).map_err(|e| VocabError::io(dir, e))
+}
+
+/// Write `path` atomically: `write` fills a buffered temporary file in the same folder, which
+/// is flushed, synced and renamed over `path`. On any failure the temporary file is removed
+/// and `path` is left as it was. The writer also seeks (for zip archives).
+pub fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>) -> Result<()> {
+    let tmp = temp_sibling(path)?;
+    let io = |e| VocabError::io(path, e);
+    let mut out = BufWriter::new(tmp.as_file().try_clone().map_err(io)?);
+    write(&mut out).map_err(io)?;
+    let file = out.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// [`write_atomically`] for writers that take a path: `write` writes the temporary path given,
+/// and may fail with its caller's error type.
+pub fn write_atomically_at<E: From<VocabError>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let tmp = temp_sibling(path)?;
+    write(tmp.path())?;
+    tmp.persist(path).map_err(|e| VocabError::io(path, e.error))?;
+    Ok(())
+}
+
+/// Check, before any work, that the file `path` can be written: its folder exists and takes a
+/// new file (a long computation then never ends in "No such file or directory").
+pub fn check_output_location(path: &Path) -> Result<()> {
+    let dir = parent_dir(path);
+    if !dir.is_dir() {
+        let reason = if dir.exists() { "is not a folder" } else { "does not exist" };
+        return Err(VocabError::io(dir, std::io::Error::other(format!("the output's folder {reason}"))));
+    }
+    if path.is_dir() {
+        return Err(VocabError::io(path, std::io::Error::other("a folder is there; give a file name")));
+    }
+    temp_file_in(dir, ".write-check.").map(drop).map_err(|e| VocabError::io(dir, e))
+}
+
+/// The folder a file path lives in (`.` for a bare file name).
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// The path a file would have once resolved: symlinks followed and `.`/`..` removed, for a file
+/// that does not exist yet as for one that does.
+pub fn resolved(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let dir = parent_dir(path).canonicalize().unwrap_or_else(|_| parent_dir(path).to_path_buf());
+    match path.file_name() {
+        Some(name) => dir.join(name),
+        None => dir,
+    }
+}
+
+/// Whether writing `output` would replace `input` (the same file, through any spelling or symlink).
+pub fn same_file(input: &Path, output: &Path) -> bool {
+    resolved(input) == resolved(output)
+}
+
+/// How writing the file `output` would touch the input `input`, if it would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clash {
+    /// `output` is `input` (through any spelling or symlink).
+    Same,
+    /// `input` is a folder (a model, a checkpoint) and `output` lies inside it, where it could
+    /// replace one of the folder's files.
+    InsideFolder,
+}
+
+/// How writing `output` would touch `input`: `None` when it leaves it alone.
+pub fn clash(input: &Path, output: &Path) -> Option<Clash> {
+    let (input, output) = (resolved(input), resolved(output));
+    if input == output {
+        Some(Clash::Same)
+    } else if input.is_dir() && output.starts_with(&input) {
+        Some(Clash::InsideFolder)
+    } else {
+        None
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn failed_write_keeps_the_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, "old").unwrap();
+        let err = write_atomically(&path, |w| {
+            w.write_all(b"partial")?;
+            Err(std::io::Error::other("boom"))
+        });
+        assert!(err.is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "temp file cleaned up");
+        let err = write_atomically(&dir.path().join("missing").join("out.jsonl"), |_| Ok(())).unwrap_err();
+        assert!(!err.to_string().contains(".out.jsonl."), "no temporary name: {err}");
+        write_atomically(&path, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
+
+    #[test]
+    fn temp_files_get_ordinary_permissions() {
+        let dir = tempfile::tempdir().unwrap();
+        let reference = dir.path().join("ordinary");
+        std::fs::write(&reference, b"x").unwrap();
+        let ordinary = reference.metadata().unwrap().permissions().mode() & 0o777;
+        let file = temp_file_in(dir.path(), ".t-").unwrap();
+        assert_eq!(file.path().metadata().unwrap().permissions().mode() & 0o777, ordinary);
+        let reference_dir = dir.path().join("ordinary-dir");
+        std::fs::create_dir(&reference_dir).unwrap();
+        let ordinary_dir = reference_dir.metadata().unwrap().permissions().mode() & 0o777;
+        let sub = temp_dir_in(dir.path(), ".d-").unwrap();
+        assert_eq!(sub.path().metadata().unwrap().permissions().mode() & 0o777, ordinary_dir);
+    }
+
+    #[test]
+    fn same_file_sees_through_spellings_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.csv");
+        std::fs::write(&input, b"x").unwrap();
+        assert!(same_file(&input, &dir.path().join(".").join("in.csv")));
+        let link = dir.path().join("link.csv");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        assert!(same_file(&input, &link));
+        assert!(!same_file(&input, &dir.path().join("out.csv")));
+    }
+
+    #[test]
+    fn a_file_inside_an_input_folder_clashes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        std::fs::write(model.join("model.safetensors"), b"x").unwrap();
+        assert_eq!(clash(&model, &model.join("model.safetensors")), Some(Clash::InsideFolder));
+        assert_eq!(clash(&model, &model.join("new.csv")), Some(Clash::InsideFolder));
+        assert_eq!(clash(&model, &dir.path().join("model").join("..").join("model")), Some(Clash::Same));
+        assert_eq!(clash(&model, &dir.path().join("model-out.csv")), None, "a sibling sharing the prefix");
+        let file = model.join("model.safetensors");
+        assert_eq!(clash(&file, &model.join("other.safetensors")), None);
+    }
+}
