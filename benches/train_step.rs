@@ -14,7 +14,8 @@ use std::path::Path;
 use candle_core::DType;
 use codon_ascend::bench::{devices, print_counters};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{MaskedLmModel, Precision, Trainer, TrainerConfig};
+use codon_ascend::model::training::MaskedLmModel;
+use codon_ascend::train::{Precision, Trainer, TrainerConfig};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
 
 fn bench(c: &mut Criterion) {

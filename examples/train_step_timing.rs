@@ -11,8 +11,9 @@ use candle_core::DType;
 use clap::Parser;
 use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::model::training::MaskedLmModel;
 use codon_ascend::outln;
-use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
+use codon_ascend::train::{Trainer, TrainerConfig};
 
 /// Train-step timing.
 #[derive(Parser)]

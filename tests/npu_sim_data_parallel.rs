@@ -4,7 +4,8 @@
 use candle_core::{DType, Device};
 use codon_ascend::data::MlmBatch;
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::train::{BatchSource, MaskedLmModel, Precision, TrainReport, TrainableModel, Trainer, TrainerConfig};
+use codon_ascend::model::training::MaskedLmModel;
+use codon_ascend::train::{BatchSource, Precision, TrainReport, TrainableModel, Trainer, TrainerConfig};
 
 /// One test at a time: runs that share devices would queue their collectives on the same
 /// streams in different orders, and wait on each other (as on hardware).

@@ -13,7 +13,8 @@ fn sim() -> Device {
 
 fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {
     use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
-    use codon_ascend::train::{MaskedLmModel, Trainer, TrainerConfig};
+    use codon_ascend::model::training::MaskedLmModel;
+    use codon_ascend::train::{Trainer, TrainerConfig};
     let config = BigBirdConfig::from_json(
         r#"{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
             "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256,
@@ -105,7 +106,8 @@ fn inference_stays_on_the_device() {
 
 #[test]
 fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
-    use codon_ascend::train::{MaskedLmModel, Precision};
+    use codon_ascend::model::training::MaskedLmModel;
+    use codon_ascend::train::Precision;
     let dev = sim();
     let soc = codon_ascend::ascend::ascend_device(&dev).unwrap().soc().clone();
     let model = tiny_model(1, &dev);

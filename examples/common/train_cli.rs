@@ -12,11 +12,9 @@ use codon_ascend::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
 use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_ascend::model::training::{MaskedLmData, MaskedLmModel, NewOrganismModel};
 use codon_ascend::model::{CodonTokenizer, OrganismTable};
-use codon_ascend::train::{
-    AnomalyPolicy, MaskedLmData, MaskedLmModel, NewOrganismModel, Precision, RunIdentity, RunStatus, TrainableModel,
-    Trainer, TrainerConfig,
-};
+use codon_ascend::train::{AnomalyPolicy, Precision, RunIdentity, RunStatus, TrainableModel, Trainer, TrainerConfig};
 use codon_ascend::{errln, outln};
 
 /// Which script.

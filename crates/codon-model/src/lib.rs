@@ -20,6 +20,7 @@ pub mod bigbird;
 pub mod error;
 pub mod files;
 pub mod predict;
+pub mod training;
 
 pub use codon_vocab::{organisms, sequence, tokenizer, vocab, VocabError};
 pub use error::{CodonError, Result};

@@ -108,6 +108,11 @@ impl AdamWStep {
     }
 }
 
+/// Whether every value of `t` is finite: `0 * x` is 0 exactly when `x` is, so one sum tells.
+pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
+    Ok((t * 0.0)?.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()? == 0.0)
+}
+
 /// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU, a square
 /// and a sum elsewhere.
 pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {

@@ -135,9 +135,12 @@ pub(crate) fn save(
     std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
     let final_path = dir.join(format!("step-{}", state.step));
     let tmp =
-        codon_model::files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
+        codon_vocab::files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
     model.save(&weights, tmp.path())?;
-    codon_model::files::write_safetensors(&optimizer.state()?, &tmp.path().join(OPTIMIZER_FILE))?;
+    let optimizer_file = tmp.path().join(OPTIMIZER_FILE);
+    codon_vocab::files::write_atomically_replaced(&optimizer_file, |file| -> Result<()> {
+        Ok(candle_core::safetensors::save(&optimizer.state()?, file)?)
+    })?;
     let mut state = state.clone();
     state.optimizer_steps = optimizer.step_count();
     let json = serde_json::to_string_pretty(&state).unwrap_or_default();
@@ -162,7 +165,7 @@ pub(crate) fn save(
 pub(crate) fn refuse_non_finite(weights: &[(String, candle_core::Tensor)], step: usize) -> Result<()> {
     let mut parameters = Vec::new();
     for (name, w) in weights {
-        if !codon_model::bigbird::weights::all_finite(w)? {
+        if !codon_ops::optim::all_finite(w)? {
             parameters.push(name.clone());
         }
     }
@@ -195,7 +198,7 @@ pub(crate) fn prune(dir: &Path, keep: usize, own: &OwnRuns) -> Result<()> {
 /// Tidy what an interrupted save left in `dir`, matching only our own names: a step folder set
 /// aside goes back in place when its replacement never arrived (else it is deleted), and
 /// partial `.step-<N>.*` folders and the atomic write's `.<state_dict>.*` files (see
-/// [`codon_model::files::write_atomically`]) are deleted. Returns what was done.
+/// [`codon_vocab::files::write_atomically`]) are deleted. Returns what was done.
 pub(crate) fn clean_leftovers(dir: &Path, state_dict: Option<&str>) -> Result<Vec<String>> {
     let partial_state_dict = state_dict.map(|name| format!(".{name}."));
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };

@@ -16,9 +16,9 @@ pub enum TrainError {
         /// candle's error.
         source: candle_core::Error,
     },
-    /// The model failed.
+    /// The model failed (its crate's error: `codon_model::CodonError` for BigBird).
     #[error(transparent)]
-    Model(Box<codon_model::CodonError>),
+    Model(Box<dyn std::error::Error + Send + Sync>),
     /// The data pipeline failed.
     #[error(transparent)]
     Data(Box<codon_data::DataError>),
@@ -151,15 +151,9 @@ impl From<candle_core::Error> for TrainError {
     }
 }
 
-impl From<codon_model::CodonError> for TrainError {
-    fn from(e: codon_model::CodonError) -> Self {
+impl From<codon_vocab::VocabError> for TrainError {
+    fn from(e: codon_vocab::VocabError) -> Self {
         TrainError::Model(Box::new(e))
-    }
-}
-
-impl From<codon_model::VocabError> for TrainError {
-    fn from(e: codon_model::VocabError) -> Self {
-        TrainError::Model(Box::new(e.into()))
     }
 }
 

@@ -79,6 +79,20 @@ pub fn write_atomically_at<E: From<VocabError>>(
     Ok(())
 }
 
+/// [`write_atomically_at`] for writers that replace the file they are given by one of their own
+/// (the safetensors crate writes a 0600 file): the mode an ordinary create gets is put back
+/// before the rename.
+pub fn write_atomically_replaced<E: From<VocabError>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    write_atomically_at(path, |tmp| {
+        let permissions = tmp.metadata().map_err(|e| VocabError::io(tmp, e))?.permissions();
+        write(tmp)?;
+        std::fs::set_permissions(tmp, permissions).map_err(|e| VocabError::io(tmp, e).into())
+    })
+}
+
 /// Check, before any work, that the file `path` can be written: its folder exists and takes a
 /// new file (a long computation then never ends in "No such file or directory").
 pub fn check_output_location(path: &Path) -> Result<()> {

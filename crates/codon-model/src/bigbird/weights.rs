@@ -84,7 +84,7 @@ pub fn check_tensors(
     }
     let mut tensors = Vec::new();
     for (key, t) in &found {
-        if !all_finite(t).op(&format!("checking {key}"))? {
+        if !codon_ops::optim::all_finite(t).op(&format!("checking {key}"))? {
             tensors.push(key.clone());
         }
     }
@@ -93,11 +93,6 @@ pub fn check_tensors(
         return Err(CodonError::NonFiniteWeights { path: path.to_path_buf(), tensors });
     }
     Ok(found)
-}
-
-/// Whether every value of `t` is finite: `0 * x` is 0 exactly when `x` is, so one sum tells.
-pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
-    Ok((t * 0.0)?.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()? == 0.0)
 }
 
 /// Load a model: a transformers directory (`config.json` + `model.safetensors`), or a

@@ -3,17 +3,17 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::bigbird::{
+    load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
+};
 use candle_core::backprop::{GradStore, GradientObserver};
 use candle_core::{DType, Device, Tensor};
 use codon_data::{DataLoader, MlmBatch};
-use codon_model::bigbird::{
-    load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
-};
 
-use crate::error::{Result, TrainError};
-use crate::model::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
-use crate::optim::Parameters;
-use crate::precision::Precision;
+use codon_train::Parameters;
+use codon_train::Precision;
+use codon_train::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
+use codon_train::{Result, TrainError};
 
 /// A BigBird model whose parameters are trainable `Var`s in the compute dtype.
 pub struct MaskedLmModel {
@@ -34,7 +34,7 @@ impl MaskedLmModel {
     }
 
     /// Regroup the parameters into flat groups of at most `max_group_elems` elements (see
-    /// [`Parameters::trainable_grouped`]; the default is [`crate::optim::FLAT_GROUP_ELEMS`]).
+    /// [`Parameters::trainable_grouped`]; the default is [`codon_train::optim::FLAT_GROUP_ELEMS`]).
     pub fn with_group_elements(self, max_group_elems: usize) -> Result<Self> {
         let named = self.model.named_parameters();
         let dtype = named.first().map_or(DType::F32, |(_, t)| t.dtype());
@@ -114,7 +114,7 @@ impl Checkpointable for MaskedLmModel {
     }
 
     fn save_state_dict(&self, weights: &[(String, Tensor)], path: &Path) -> Result<()> {
-        codon_model::bigbird::weights::save_torch_state_dict(weights, path).map_err(TrainError::from)
+        crate::bigbird::weights::save_torch_state_dict(weights, path).map_err(TrainError::from)
     }
 }
 
@@ -155,6 +155,6 @@ mod tests {
     /// The collator's "not a target" label is the one the loss skips.
     #[test]
     fn the_collators_ignored_label_is_the_losss() {
-        assert_eq!(codon_data::IGNORE_INDEX, codon_model::bigbird::IGNORE_INDEX);
+        assert_eq!(codon_data::IGNORE_INDEX, crate::bigbird::IGNORE_INDEX);
     }
 }

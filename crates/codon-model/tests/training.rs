@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Device, Tensor, Var};
 use codon_data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
 use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_model::training::{MaskedLmData, MaskedLmModel};
 use codon_model::CodonTokenizer;
 use codon_train::{
-    AnomalyPolicy, BatchSource, Checkpointable, Collective, Constant, MaskedLmData, MaskedLmModel, Parameters,
-    Precision, StepMetrics, TrainError, TrainableModel, Trainer, TrainerConfig,
+    AnomalyPolicy, BatchSource, Checkpointable, Collective, Constant, Parameters, Precision, StepMetrics, TrainError,
+    TrainableModel, Trainer, TrainerConfig,
 };
 
 fn tiny_config(dropout: f64) -> BigBirdConfig {

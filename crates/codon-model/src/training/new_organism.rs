@@ -6,19 +6,19 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
-use codon_data::MlmBatch;
-use codon_model::bigbird::{
+use crate::bigbird::{
     load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode,
     TOKEN_TYPE_EMBEDDINGS,
 };
-use codon_model::OrganismTable;
+use crate::OrganismTable;
+use candle_core::{DType, Device, Tensor};
+use codon_data::MlmBatch;
 
-use crate::error::{Result, TrainError};
-use crate::masked_lm::upload;
-use crate::model::{Checkpointable, TrainableModel};
-use crate::optim::Parameters;
-use crate::precision::Precision;
+use super::masked_lm::upload;
+use codon_train::Parameters;
+use codon_train::Precision;
+use codon_train::{Checkpointable, TrainableModel};
+use codon_train::{Result, TrainError};
 
 /// The trainable parameter: the new organism's embedding row, shape (1, hidden).
 pub const NEW_ORGANISM_ROW: &str = "bert.embeddings.token_type_embeddings.new_organism_row";
@@ -150,7 +150,7 @@ impl Checkpointable for NewOrganismModel {
 
     fn save_state_dict(&self, weights: &[(String, Tensor)], path: &Path) -> Result<()> {
         let model = self.saved_model(weights)?;
-        codon_model::bigbird::weights::save_torch_state_dict(&model.named_parameters(), path)?;
-        Ok(self.organisms.save(codon_model::files::parent_dir(path))?)
+        crate::bigbird::weights::save_torch_state_dict(&model.named_parameters(), path)?;
+        Ok(self.organisms.save(crate::files::parent_dir(path))?)
     }
 }
