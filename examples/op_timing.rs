@@ -1,6 +1,7 @@
 //! Time the primitive ops of one CodonTransformer layer at a batch's shapes on a device, each
 //! ended by a synchronisation, and print one JSON line per op with its median milliseconds: where
-//! a forward pass's time goes on an accelerator that no profiler here reaches.
+//! a forward pass's (or, with `--backward`, a training step's) time goes on an accelerator that
+//! no profiler here reaches.
 //!
 //! ```text
 //! cargo run --release --example op_timing -- --device cpu --batch 1 --length 512 --dtype bf16
@@ -30,6 +31,10 @@ struct Args {
     /// Timed repetitions after one warm-up.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// Time each trainable op's forward and backward pass together instead (as a training step
+    /// runs them).
+    #[arg(long)]
+    backward: bool,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -74,6 +79,41 @@ fn run() -> anyhow::Result<()> {
         );
         Ok(())
     };
+    if args.backward {
+        let var = |t: &Tensor| candle_core::Var::from_tensor(t);
+        let (xv, gv, bv) = (var(&x)?, var(&gamma)?, var(&bias)?);
+        let (wv, uv, upv) = (var(&w_up)?, var(&bias_up)?, var(&up)?);
+        let scores_v = var(&scores_f32)?;
+        // The gradient of Σy with respect to `of`: the backward pass a training step runs.
+        let backward = |y: Tensor, of: &candle_core::Var| -> candle_core::Result<Tensor> {
+            let grads = y.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            grads.get(of.as_tensor()).cloned().ok_or_else(|| candle_core::Error::msg("no gradient"))
+        };
+        let labels: Vec<i64> = (0..b * n).map(|i| if i % 7 == 3 { 26 + (i % 64) as i64 } else { -100 }).collect();
+        let labels = Tensor::from_vec(labels, b * n, &Device::Cpu)?.to_device(&device)?;
+        let logits = var(&randn(&[b * n, 90])?)?;
+        let mut stream = ops::DropoutStream::new(0);
+        let stream = std::cell::RefCell::new(&mut stream);
+        time("fwd+bwd linear 768->3072", &|| {
+            backward(ops::linear(xv.as_tensor(), wv.as_tensor(), uv.as_tensor())?, &wv)
+        })?;
+        time("fwd+bwd gelu_new 3072", &|| backward(ops::gelu_new(upv.as_tensor())?, &upv))?;
+        time("fwd+bwd layer_norm", &|| {
+            backward(ops::layer_norm(xv.as_tensor(), gv.as_tensor(), bv.as_tensor(), 1e-12)?, &xv)
+        })?;
+        time("fwd+bwd dropout 0.1 (3072)", &|| {
+            backward(ops::dropout(upv.as_tensor(), 0.1, &mut stream.borrow_mut())?, &upv)
+        })?;
+        time("fwd+bwd softmax f32 (scores)", &|| {
+            backward(ops::softmax_last_dim_f32(scores_v.as_tensor())?, &scores_v)
+        })?;
+        time("fwd+bwd full attention", &|| {
+            let t = xv.as_tensor();
+            backward(ops::attention::full_attention(t, t, t, heads, &key_bias, None)?, &xv)
+        })?;
+        time("fwd+bwd cross_entropy", &|| backward(ops::cross_entropy(logits.as_tensor(), &labels)?, &logits))?;
+        return Ok(());
+    }
     time("linear 768->768", &|| ops::linear(&x, &w, &bias))?;
     time("linear 768->3072", &|| ops::linear(&x, &w_up, &bias_up))?;
     time("gelu_new 3072", &|| ops::gelu_new(&up))?;
