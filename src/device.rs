@@ -57,7 +57,9 @@ impl DeviceSpec {
     pub fn open(self) -> Result<candle_core::Device, DeviceError> {
         match self {
             DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
-            DeviceSpec::Ascend { kind, id } => Ok(candle_ascend::DeviceSpec::Ascend { kind, id }.open()?),
+            DeviceSpec::Ascend { kind, id } => {
+                Ok(candle_core::Device::new_custom(candle_ascend::AscendDevice::open(kind, id)?))
+            }
             DeviceSpec::Cuda { id } if !cfg!(feature = "cuda") => Err(DeviceError::NoCuda(id)),
             DeviceSpec::Cuda { id } => open_cuda(id),
         }
@@ -142,14 +144,16 @@ fn keep_freed_memory(_: &candle_core::Device) {}
 impl std::str::FromStr for DeviceSpec {
     type Err = DeviceError;
     fn from_str(text: &str) -> Result<Self, DeviceError> {
-        let unknown = || DeviceError::Unknown(text.trim().to_string());
-        if let Some(id) = text.trim().strip_prefix("cuda:") {
+        let text = text.trim();
+        let unknown = || DeviceError::Unknown(text.to_string());
+        if text == "cpu" {
+            return Ok(DeviceSpec::Cpu);
+        }
+        if let Some(id) = text.strip_prefix("cuda:") {
             return Ok(DeviceSpec::Cuda { id: id.parse().map_err(|_| unknown())? });
         }
-        match text.parse::<candle_ascend::DeviceSpec>().map_err(|_| unknown())? {
-            candle_ascend::DeviceSpec::Cpu => Ok(DeviceSpec::Cpu),
-            candle_ascend::DeviceSpec::Ascend { kind, id } => Ok(DeviceSpec::Ascend { kind, id }),
-        }
+        let (kind, id) = candle_ascend::parse_ascend_name(text).map_err(|_| unknown())?;
+        Ok(DeviceSpec::Ascend { kind, id })
     }
 }
 

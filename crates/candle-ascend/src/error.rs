@@ -122,7 +122,7 @@ pub enum AscendError {
         detail: String,
     },
     /// A device string that does not parse.
-    #[error("unknown device {0:?} (expected cpu, npu:N or npu-sim:N)")]
+    #[error("unknown device {0:?} (expected npu:N or npu-sim:N)")]
     BadDevice(String),
 }
 

@@ -34,69 +34,21 @@ pub use runtime::{AscendDevice, Communicator, DeviceCounters, HcclTimeouts, Redu
 pub use soc::{Soc, SocFamily};
 pub use storage::AscendStorage;
 
-/// A device named on a command line, before it is opened: `cpu`, `npu:N` (a real CANN
-/// toolkit) or `npu-sim:N` (the emulator). Parsing checks the spelling only; [`DeviceSpec::open`]
-/// loads the toolkit and opens the device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeviceSpec {
-    /// The host CPU.
-    Cpu,
-    /// Ascend device `id` on a toolkit.
-    Ascend {
-        /// Which toolkit.
-        kind: ToolkitKind,
-        /// Device id.
-        id: usize,
-    },
+/// The toolkit and id an Ascend device name spells (`npu:N`, a real CANN toolkit; `npu-sim:N`, the
+/// emulator), checking the spelling only. The command line's `--device` (`cpu`, `cuda:N` too)
+/// is the root package's `DeviceSpec`, which asks this for Ascend names.
+pub fn parse_ascend_name(text: &str) -> Result<(ToolkitKind, usize)> {
+    let text = text.trim();
+    let bad = || AscendError::BadDevice(text.to_string());
+    let (prefix, id) = text.split_once(':').ok_or_else(bad)?;
+    let kind = ToolkitKind::ALL.into_iter().find(|k| k.device_prefix() == prefix).ok_or_else(bad)?;
+    Ok((kind, id.parse().map_err(|_| bad())?))
 }
 
-impl DeviceSpec {
-    /// Open the device.
-    pub fn open(self) -> Result<candle_core::Device> {
-        match self {
-            DeviceSpec::Cpu => Ok(candle_core::Device::Cpu),
-            DeviceSpec::Ascend { kind, id } => Ok(candle_core::Device::new_custom(AscendDevice::open(kind, id)?)),
-        }
-    }
-
-    /// The `n` devices from this one on (`npu:2` → `npu:2`, `npu:3`, …); `None` where they do not
-    /// exist as names (more than one CPU, ids past `usize::MAX`).
-    pub fn and_next(self, n: usize) -> Option<Vec<DeviceSpec>> {
-        match self {
-            DeviceSpec::Cpu => (n <= 1).then(|| vec![DeviceSpec::Cpu; n]),
-            DeviceSpec::Ascend { kind, id } => {
-                Some((id..id.checked_add(n)?).map(|id| DeviceSpec::Ascend { kind, id }).collect())
-            }
-        }
-    }
-}
-
-impl std::str::FromStr for DeviceSpec {
-    type Err = AscendError;
-    fn from_str(text: &str) -> Result<Self> {
-        let text = text.trim();
-        if text == "cpu" {
-            return Ok(DeviceSpec::Cpu);
-        }
-        let bad = || AscendError::BadDevice(text.to_string());
-        let (prefix, id) = text.split_once(':').ok_or_else(bad)?;
-        let kind = ToolkitKind::ALL.into_iter().find(|k| k.device_prefix() == prefix).ok_or_else(bad)?;
-        Ok(DeviceSpec::Ascend { kind, id: id.parse().map_err(|_| bad())? })
-    }
-}
-
-impl std::fmt::Display for DeviceSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceSpec::Cpu => write!(f, "cpu"),
-            DeviceSpec::Ascend { kind, id } => write!(f, "{}:{id}", kind.device_prefix()),
-        }
-    }
-}
-
-/// Parse and open a device string (see [`DeviceSpec`]).
+/// Parse and open an Ascend device name (`npu:N`, `npu-sim:N`).
 pub fn parse_device(text: &str) -> Result<candle_core::Device> {
-    text.parse::<DeviceSpec>()?.open()
+    let (kind, id) = parse_ascend_name(text)?;
+    Ok(candle_core::Device::new_custom(AscendDevice::open(kind, id)?))
 }
 
 /// The Ascend device behind a candle device, if it is one.
