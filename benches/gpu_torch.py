@@ -34,8 +34,8 @@ def config():
 
 def vocabulary():
     """The token strings in id order, read from the crate's vocabulary (one source)."""
-    text = open(os.path.join(REPO, "crates/codon-model/src/vocab.rs")).read()
-    body = text[text.index("pub const VOCAB"):]
+    text = open(os.path.join(REPO, "crates/codon-vocab/src/vocab.rs")).read()
+    body = text[text.index("pub const VOCAB:"):]
     body = body[body.index("= [") + 3:body.index("];")]
     return re.findall(r'"([^"]*)"', body)
 
