@@ -70,7 +70,9 @@ fn run() -> anyhow::Result<()> {
                     "no BF16 on this part".into()
                 }
                 Coverage::Native(aclnn) => format!("native {aclnn}"),
-                Coverage::Composed(ops) => format!("composed {}", ops.join("+")),
+                Coverage::Composed(ops) => {
+                    format!("composed {}", ops.iter().map(|op| op.name()).collect::<Vec<_>>().join("+"))
+                }
                 Coverage::Unavailable(why) => format!("unavailable: {why}"),
             })
             .collect();

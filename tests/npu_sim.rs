@@ -399,7 +399,11 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
     for (g, w) in got_grads.iter().zip(&want_grads) {
         assert!(rel_diff(g, w) < 1e-5);
     }
-    let fused = codon_ascend::ascend::fused::runs_natively(vd[0].as_tensor(), "aclnnAddLayerNorm", DType::F32);
+    let fused = codon_ascend::ascend::fused::runs_natively(
+        vd[0].as_tensor(),
+        codon_ascend::ascend::soc::AclnnOp::AddLayerNorm,
+        DType::F32,
+    );
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
     assert_eq!(
         (count("aclnnAddLayerNorm"), count("aclnnLayerNorm")),

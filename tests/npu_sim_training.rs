@@ -193,7 +193,9 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
         }
         out
     };
-    let has_fused = ascend.soc().runs("aclnnApplyAdamWV2", codon_ascend::ascend::ffi::types::dtype::FLOAT);
+    let has_fused = ascend
+        .soc()
+        .runs(codon_ascend::ascend::soc::AclnnOp::ApplyAdamWV2, codon_ascend::ascend::ffi::types::dtype::FLOAT);
     for flat in [false, true] {
         let cpu = run(&Device::Cpu, flat);
         let before = ascend.counters();

@@ -91,11 +91,25 @@ def our_constants():
     consts = {}
     for m in re.finditer(r"pub const (ACL_\w+): \w+ = ([\d_]+);", text):
         consts[m.group(1)] = int(m.group(2).replace("_", ""))
-    dt = text[text.index("pub mod dtype"):]
-    dt = dt[:dt.index("}")]
-    for m in re.finditer(r"pub const (\w+): i32 = (\d+);", dt):
-        consts["ACL_" + m.group(1)] = int(m.group(2))
+    for name, value, _ in acl_dtypes():
+        consts["ACL_" + name] = value
     return consts
+
+
+def acl_dtypes():
+    """(name, value, bytes) of each aclDataType in soc/acl_dtypes.tsv, the crate's one list."""
+    rows = []
+    for line in (CRATE / "soc" / "acl_dtypes.tsv").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, value, size = (f.strip() for f in line.split("|"))
+            rows.append((name, int(value), int(size)))
+    return rows
+
+
+def acl_dtypes_header():
+    """The enum build.rs generates from the same table, for compiling sim.h here."""
+    values = ", ".join("ACL_%s = %d" % (name, value) for name, value, _ in acl_dtypes())
+    return "enum { ACL_DT_UNDEFINED = -1, %s };\n" % values
 
 
 def our_hccl_constants():
@@ -184,7 +198,8 @@ def main():
         checks.append('static_assert((long long)(%s) == %dLL, "%s is not %d in the vendor header");'
                       % (const, value, const, value))
     # Vendor macros that share a name with an emulator enumerator are hidden while sim.h is read.
-    sim_names = set(re.findall(r"\b(ACL\w+)\s*=", (CRATE / "csrc" / "sim.h").read_text()))
+    sim_text = (CRATE / "csrc" / "sim.h").read_text() + acl_dtypes_header()
+    sim_names = set(re.findall(r"\b(ACL\w+)\s*=", sim_text))
     vendor_macros = set()
     for header in (inc / "acl" / "inc").rglob("*.h"):
         vendor_macros |= set(re.findall(r"#define\s+(ACL\w+)", header.read_text(errors="replace")))
@@ -193,12 +208,13 @@ def main():
     unhide = "\n".join('#pragma pop_macro("%s")' % n for n in clashes)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "abi_check.cpp"
+        (Path(tmp) / "acl_dtypes.h").write_text(acl_dtypes_header())
         src.write_text(CHECK % {"nnopbase": nnopbase, "checks": "\n".join(checks),
                                 "emulator": "\n".join(proto for _, proto in emulator),
                                 "hide": hide, "unhide": unhide})
         r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-I", str(inc / "acl" / "inc"),
                             "-I", str(inc / "hccl" / "inc"), "-I", str(inc.parent),
-                            "-I", str(CRATE / "csrc"), str(src)],
+                            "-I", str(CRATE / "csrc"), "-I", tmp, str(src)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             failures.append(r.stderr.strip())

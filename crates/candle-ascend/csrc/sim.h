@@ -26,9 +26,8 @@ enum { ACLNN_SUCCESS = 0, ACLNN_ERR_PARAM_NULLPTR = 161001, ACLNN_ERR_PARAM_INVA
        ACLNN_ERR_RUNTIME_ERROR = 361001, ACLNN_ERR_INNER = 561000,
        ACLNN_ERR_INNER_TILING_ERROR = 561002, ACLNN_ERR_INNER_NULLPTR = 561103 };
 
-enum { ACL_DT_UNDEFINED = -1, ACL_FLOAT = 0, ACL_FLOAT16 = 1, ACL_INT8 = 2, ACL_INT32 = 3,
-       ACL_UINT8 = 4, ACL_INT16 = 6, ACL_UINT16 = 7, ACL_UINT32 = 8, ACL_INT64 = 9,
-       ACL_UINT64 = 10, ACL_DOUBLE = 11, ACL_BOOL = 12, ACL_BF16 = 27 };
+/* aclDataType values and sizes (generated from soc/acl_dtypes.tsv). */
+#include "acl_dtypes.h"
 
 enum { ACL_FORMAT_ND = 2 };
 
@@ -96,15 +95,5 @@ SIM_EXPORT void aclsimTakeExecutor(const char *op, aclOpExecutor *e);
 SIM_EXPORT void aclsimRunExecutor(void *arg);
 SIM_EXPORT aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *e);
 SIM_EXPORT const char *aclrtGetSocName(void);
-
-static inline size_t sim_dtype_size(int32_t dtype) {
-    switch (dtype) {
-    case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: return 4;
-    case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;
-    case ACL_INT8: case ACL_UINT8: case ACL_BOOL: return 1;
-    case ACL_INT64: case ACL_UINT64: case ACL_DOUBLE: return 8;
-    default: return 0;
-    }
-}
 
 #endif

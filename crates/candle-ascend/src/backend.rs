@@ -1,6 +1,7 @@
 //! candle's `BackendStorage` and `BackendDevice` for Ascend: each candle operation becomes one
 //! or two aclnn launches on the device's stream; nothing goes through the host but explicit
 //! transfers.
+use crate::soc::AclnnOp;
 use candle_core::backend::{BackendDevice, BackendStorage};
 use candle_core::custom_backend::{BinaryOpKind, UnaryOpKind};
 use candle_core::op::{BinaryOpT, CmpOp, ReduceOp, UnaryOpT};
@@ -18,7 +19,7 @@ fn unsupported<T>(op: &'static str) -> Result<T> {
 }
 
 /// The single aclnn op of a natively routed candle operation.
-fn native(op: CandleOp) -> Result<&'static str> {
+fn native(op: CandleOp) -> Result<AclnnOp> {
     match route(op) {
         Route::Native(name) => Ok(name),
         _ => Err(AscendError::Unsupported { op: "route", detail: format!("{op} has no single aclnn op") }.into()),
@@ -34,7 +35,7 @@ impl AscendStorage {
 
     /// The dtype `aclnn` computes in for this storage: its own, or INT64 for an integer dtype
     /// the part lacks for that op (u32 on most ops; the table, `soc/op_support.tsv`, decides).
-    fn compute_dtype(&self, aclnn: &str) -> Result<DType> {
+    fn compute_dtype(&self, aclnn: AclnnOp) -> Result<DType> {
         let soc = &self.dev().soc;
         if soc.runs(aclnn, acl_dtype(self.dtype)?) || !self.dtype.is_int() || !soc.runs(aclnn, acl::INT64) {
             return Ok(self.dtype);
@@ -148,7 +149,7 @@ impl BackendStorage for AscendStorage {
     }
 
     fn affine(&self, l: &Layout, mul: f64, add: f64) -> Result<Self> {
-        let dt = self.compute_dtype("aclnnMuls")?;
+        let dt = self.compute_dtype(AclnnOp::Muls)?;
         let (src, _tmp) = self.view_as(l, dt)?;
         self.output(l.shape(), self.dtype, dt, |ov| {
             ops::elementwise::mul_scalar(self.dev(), &src, mul, ov)?;
@@ -233,7 +234,7 @@ impl BackendStorage for AscendStorage {
         let (_cond, cv) = self.new_like(l.shape(), DType::U8)?;
         let cv = cv.reinterpret(acl::BOOL);
         ops::copy::cast(self.dev(), &self.view(l)?, &cv)?;
-        let dt = t.compute_dtype("aclnnSWhere")?;
+        let dt = t.compute_dtype(AclnnOp::SWhere)?;
         let (tv, _tt) = t.view_as(tl, dt)?;
         let (fv, _tf) = f.view_as(fl, dt)?;
         self.output(l.shape(), t.dtype, dt, |ov| ops::elementwise::select(self.dev(), &cv, &tv, &fv, ov))
@@ -366,7 +367,7 @@ impl BackendStorage for AscendStorage {
         let view = self.view(l)?;
         // InplaceFillScalar has no UINT32: fill the same bits as INT32.
         if let candle_core::scalar::Scalar::U32(x) = v {
-            if !self.dev().soc.runs("aclnnInplaceFillScalar", acl::UINT32) {
+            if !self.dev().soc.runs(AclnnOp::InplaceFillScalar, acl::UINT32) {
                 return Ok(ops::copy::fill(self.dev(), &view.reinterpret(acl::INT32), f64::from(x as i32))?);
             }
         }
@@ -406,7 +407,7 @@ impl BackendDevice for AscendDevice {
         if shape.elem_count() > 0 {
             let mut view = out.contiguous(shape)?;
             // InplaceZero has no UINT32 (ops-math math/zero_op): zero the same bits as INT32.
-            if dtype == DType::U32 && !self.inner.soc.runs("aclnnInplaceZero", acl::UINT32) {
+            if dtype == DType::U32 && !self.inner.soc.runs(AclnnOp::InplaceZero, acl::UINT32) {
                 view = view.reinterpret(acl::INT32);
             }
             ops::copy::zero(&self.inner, &view)?;

@@ -3,6 +3,7 @@
 //! part has the operator for its dtype (these functions do not check), then calls the function,
 //! which takes Ascend storages with their layouts and launches the operator, with the casts,
 //! reductions or mask generation its contract needs beside it.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
@@ -15,7 +16,7 @@ use crate::storage::AscendStorage;
 pub use crate::ops::optim::AdamWHyper;
 
 /// Whether `op` runs natively for `dtype` on the device of `t` (false on other devices).
-pub fn runs_natively(t: &Tensor, op: &str, dtype: DType) -> bool {
+pub fn runs_natively(t: &Tensor, op: AclnnOp, dtype: DType) -> bool {
     match (crate::ascend_device(t.device()), acl_dtype(dtype)) {
         (Some(dev), Ok(acl)) => dev.soc().runs(op, acl),
         _ => false,

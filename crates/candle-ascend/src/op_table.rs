@@ -1,6 +1,7 @@
 //! The one table from candle's backend operations to aclnn: an exhaustive `match`, so a candle
 //! operation added upstream fails to compile here until it has a row. `npu_env`'s coverage and
 //! the per-SoC documentation are generated from it and from `soc/op_support.tsv`.
+use crate::soc::AclnnOp;
 use candle_core::custom_backend::{BinaryOpKind, UnaryOpKind};
 use candle_core::op::{CmpOp, ReduceOp};
 
@@ -61,16 +62,16 @@ pub enum CandleOp {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// One aclnn op of the same meaning.
-    Native(&'static str),
+    Native(AclnnOp),
     /// Several aclnn launches, or one of another meaning (e.g. `sqr` as `Mul(x, x)`).
-    Composed(&'static [&'static str]),
+    Composed(&'static [AclnnOp]),
     /// Not implemented on Ascend: an error naming the op.
     Unavailable,
 }
 
 impl Route {
     /// The aclnn ops this route launches.
-    pub fn aclnn_ops(self) -> Vec<&'static str> {
+    pub fn aclnn_ops(self) -> Vec<AclnnOp> {
         match self {
             Route::Native(op) => vec![op],
             Route::Composed(ops) => ops.to_vec(),
@@ -84,65 +85,65 @@ pub fn route(op: CandleOp) -> Route {
     use Route::{Composed, Native, Unavailable};
     match op {
         CandleOp::Unary(kind) => match kind {
-            UnaryOpKind::Exp => Native("aclnnExp"),
-            UnaryOpKind::Log => Native("aclnnLog"),
-            UnaryOpKind::Sin => Native("aclnnSin"),
-            UnaryOpKind::Cos => Native("aclnnCos"),
-            UnaryOpKind::Tanh => Native("aclnnTanh"),
-            UnaryOpKind::Neg => Native("aclnnNeg"),
-            UnaryOpKind::Recip => Native("aclnnReciprocal"),
+            UnaryOpKind::Exp => Native(AclnnOp::Exp),
+            UnaryOpKind::Log => Native(AclnnOp::Log),
+            UnaryOpKind::Sin => Native(AclnnOp::Sin),
+            UnaryOpKind::Cos => Native(AclnnOp::Cos),
+            UnaryOpKind::Tanh => Native(AclnnOp::Tanh),
+            UnaryOpKind::Neg => Native(AclnnOp::Neg),
+            UnaryOpKind::Recip => Native(AclnnOp::Reciprocal),
             // aclnnSquare runs only on Ascend 950 (ops-math math/square/docs/aclnnSquare.md).
-            UnaryOpKind::Sqr => Composed(&["aclnnMul"]),
-            UnaryOpKind::Sqrt => Native("aclnnSqrt"),
-            UnaryOpKind::Gelu => Native("aclnnGeluV2"),
-            UnaryOpKind::GeluErf => Native("aclnnGeluV2"),
-            UnaryOpKind::Erf => Native("aclnnErf"),
-            UnaryOpKind::Relu => Native("aclnnRelu"),
-            UnaryOpKind::Silu => Native("aclnnSilu"),
-            UnaryOpKind::Abs => Native("aclnnAbs"),
-            UnaryOpKind::Ceil => Native("aclnnCeil"),
-            UnaryOpKind::Floor => Native("aclnnFloor"),
-            UnaryOpKind::Round => Native("aclnnRound"),
-            UnaryOpKind::Sign => Native("aclnnSign"),
+            UnaryOpKind::Sqr => Composed(&[AclnnOp::Mul]),
+            UnaryOpKind::Sqrt => Native(AclnnOp::Sqrt),
+            UnaryOpKind::Gelu => Native(AclnnOp::GeluV2),
+            UnaryOpKind::GeluErf => Native(AclnnOp::GeluV2),
+            UnaryOpKind::Erf => Native(AclnnOp::Erf),
+            UnaryOpKind::Relu => Native(AclnnOp::Relu),
+            UnaryOpKind::Silu => Native(AclnnOp::Silu),
+            UnaryOpKind::Abs => Native(AclnnOp::Abs),
+            UnaryOpKind::Ceil => Native(AclnnOp::Ceil),
+            UnaryOpKind::Floor => Native(AclnnOp::Floor),
+            UnaryOpKind::Round => Native(AclnnOp::Round),
+            UnaryOpKind::Sign => Native(AclnnOp::Sign),
         },
         CandleOp::Binary(kind) => match kind {
-            BinaryOpKind::Add => Native("aclnnAdd"),
-            BinaryOpKind::Sub => Native("aclnnSub"),
-            BinaryOpKind::Mul => Native("aclnnMul"),
-            BinaryOpKind::Div => Native("aclnnDiv"),
-            BinaryOpKind::Minimum => Native("aclnnMinimum"),
-            BinaryOpKind::Maximum => Native("aclnnMaximum"),
+            BinaryOpKind::Add => Native(AclnnOp::Add),
+            BinaryOpKind::Sub => Native(AclnnOp::Sub),
+            BinaryOpKind::Mul => Native(AclnnOp::Mul),
+            BinaryOpKind::Div => Native(AclnnOp::Div),
+            BinaryOpKind::Minimum => Native(AclnnOp::Minimum),
+            BinaryOpKind::Maximum => Native(AclnnOp::Maximum),
         },
         CandleOp::Cmp(cmp) => match cmp {
-            CmpOp::Eq => Native("aclnnEqTensor"),
-            CmpOp::Ne => Native("aclnnNeTensor"),
-            CmpOp::Lt => Native("aclnnLtTensor"),
-            CmpOp::Le => Native("aclnnLeTensor"),
-            CmpOp::Gt => Native("aclnnGtTensor"),
-            CmpOp::Ge => Native("aclnnGeTensor"),
+            CmpOp::Eq => Native(AclnnOp::EqTensor),
+            CmpOp::Ne => Native(AclnnOp::NeTensor),
+            CmpOp::Lt => Native(AclnnOp::LtTensor),
+            CmpOp::Le => Native(AclnnOp::LeTensor),
+            CmpOp::Gt => Native(AclnnOp::GtTensor),
+            CmpOp::Ge => Native(AclnnOp::GeTensor),
         },
         CandleOp::Reduce(reduce) => match reduce {
-            ReduceOp::Sum => Native("aclnnReduceSum"),
-            ReduceOp::Max => Native("aclnnAmax"),
-            ReduceOp::Min => Native("aclnnAmin"),
+            ReduceOp::Sum => Native(AclnnOp::ReduceSum),
+            ReduceOp::Max => Native(AclnnOp::Amax),
+            ReduceOp::Min => Native(AclnnOp::Amin),
             // candle wants u32 indices; ArgMax/ArgMin write INT64, then a cast.
-            ReduceOp::ArgMax => Composed(&["aclnnArgMax", "aclnnCast"]),
-            ReduceOp::ArgMin => Composed(&["aclnnArgMin", "aclnnCast"]),
+            ReduceOp::ArgMax => Composed(&[AclnnOp::ArgMax, AclnnOp::Cast]),
+            ReduceOp::ArgMin => Composed(&[AclnnOp::ArgMin, AclnnOp::Cast]),
         },
-        CandleOp::Affine => Composed(&["aclnnMuls", "aclnnAdds"]),
-        CandleOp::Powf => Native("aclnnPowTensorScalar"),
-        CandleOp::ToDtype => Native("aclnnCast"),
-        CandleOp::WhereCond => Composed(&["aclnnCast", "aclnnSWhere"]),
-        CandleOp::MatMul => Native("aclnnBatchMatMul"),
-        CandleOp::IndexSelect => Native("aclnnIndexSelect"),
-        CandleOp::IndexAdd => Native("aclnnIndexAdd"),
-        CandleOp::Gather => Native("aclnnGather"),
-        CandleOp::ScatterAdd => Native("aclnnScatterAdd"),
-        CandleOp::Copy => Native("aclnnInplaceCopy"),
-        CandleOp::ConstSet => Native("aclnnInplaceFillScalar"),
-        CandleOp::Zeros => Native("aclnnInplaceZero"),
-        CandleOp::RandUniform => Native("aclnnInplaceUniform"),
-        CandleOp::RandNormal => Native("aclnnInplaceNormal"),
+        CandleOp::Affine => Composed(&[AclnnOp::Muls, AclnnOp::Adds]),
+        CandleOp::Powf => Native(AclnnOp::PowTensorScalar),
+        CandleOp::ToDtype => Native(AclnnOp::Cast),
+        CandleOp::WhereCond => Composed(&[AclnnOp::Cast, AclnnOp::SWhere]),
+        CandleOp::MatMul => Native(AclnnOp::BatchMatMul),
+        CandleOp::IndexSelect => Native(AclnnOp::IndexSelect),
+        CandleOp::IndexAdd => Native(AclnnOp::IndexAdd),
+        CandleOp::Gather => Native(AclnnOp::Gather),
+        CandleOp::ScatterAdd => Native(AclnnOp::ScatterAdd),
+        CandleOp::Copy => Native(AclnnOp::InplaceCopy),
+        CandleOp::ConstSet => Native(AclnnOp::InplaceFillScalar),
+        CandleOp::Zeros => Native(AclnnOp::InplaceZero),
+        CandleOp::RandUniform => Native(AclnnOp::InplaceUniform),
+        CandleOp::RandNormal => Native(AclnnOp::InplaceNormal),
         CandleOp::Elu | CandleOp::ScatterSet | CandleOp::Conv | CandleOp::Pool | CandleOp::Upsample => Unavailable,
     }
 }
@@ -231,9 +232,9 @@ impl std::fmt::Debug for CandleOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Coverage {
     /// One aclnn op the part supports.
-    Native(&'static str),
+    Native(AclnnOp),
     /// aclnn ops the part supports, composed.
-    Composed(Vec<&'static str>),
+    Composed(Vec<AclnnOp>),
     /// Not available; the reason names the refused op and its vendor document.
     Unavailable(String),
 }

@@ -1,6 +1,6 @@
 //! The SoC behind a device, and what it supports: the per-SoC op table `soc/op_support.tsv`
-//! (shared with the emulator, which refuses what the table does not list), BF16, and the
-//! cubeMathType the backend passes to matmuls.
+//! (generated into [`AclnnOp`] and its rows by build.rs, and shared with the emulator, which
+//! refuses what the table does not list), BF16, and the cubeMathType the backend passes to matmuls.
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -49,6 +49,14 @@ impl SocFamily {
     }
 }
 
+include!(concat!(env!("OUT_DIR"), "/op_support.rs"));
+
+impl std::fmt::Display for AclnnOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// One row of the table.
 #[derive(Debug)]
 struct Row {
@@ -56,71 +64,16 @@ struct Row {
     source: &'static str,
 }
 
-fn table() -> &'static HashMap<(&'static str, &'static str), Row> {
-    static TABLE: OnceLock<HashMap<(&'static str, &'static str), Row>> = OnceLock::new();
+fn table() -> &'static HashMap<(AclnnOp, &'static str), Row> {
+    static TABLE: OnceLock<HashMap<(AclnnOp, &'static str), Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut rows = HashMap::new();
-        for line in include_str!("../soc/op_support.tsv").lines() {
-            if line.trim().is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let f: Vec<&'static str> = line.split('|').map(str::trim).collect();
-            let dtypes = f[2].split_whitespace().filter_map(dtype_of_name).fold(0u64, |m, d| m | (1 << d));
-            rows.insert((f[0], f[1]), Row { dtypes, source: f[4] });
-        }
-        rows
-    })
-}
-
-/// Every aclnn op the table lists, in table order.
-pub fn table_ops() -> Vec<&'static str> {
-    let mut ops: Vec<&'static str> = Vec::new();
-    for line in include_str!("../soc/op_support.tsv").lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let op = line.split('|').next().unwrap_or("").trim();
-        if ops.last() != Some(&op) {
-            ops.push(op);
-        }
-    }
-    ops
-}
-
-fn dtype_of_name(name: &str) -> Option<i32> {
-    Some(match name {
-        "FLOAT" => dtype::FLOAT,
-        "FLOAT16" => dtype::FLOAT16,
-        "INT8" => dtype::INT8,
-        "INT32" => dtype::INT32,
-        "UINT8" => dtype::UINT8,
-        "INT16" => dtype::INT16,
-        "UINT16" => dtype::UINT16,
-        "UINT32" => dtype::UINT32,
-        "INT64" => dtype::INT64,
-        "UINT64" => dtype::UINT64,
-        "DOUBLE" => dtype::DOUBLE,
-        "BOOL" => dtype::BOOL,
-        "BF16" => dtype::BF16,
-        _ => return None,
+        SUPPORT_ROWS.iter().map(|&(op, family, dtypes, source)| ((op, family), Row { dtypes, source })).collect()
     })
 }
 
 /// The vendor name of an `aclDataType`, for messages.
 pub fn dtype_name(acl: i32) -> &'static str {
-    match acl {
-        dtype::FLOAT => "FLOAT",
-        dtype::FLOAT16 => "FLOAT16",
-        dtype::INT8 => "INT8",
-        dtype::INT32 => "INT32",
-        dtype::UINT8 => "UINT8",
-        dtype::INT16 => "INT16",
-        dtype::UINT16 => "UINT16",
-        dtype::UINT32 => "UINT32",
-        dtype::INT64 => "INT64",
-        dtype::UINT64 => "UINT64",
-        dtype::DOUBLE => "DOUBLE",
-        dtype::BOOL => "BOOL",
-        dtype::BF16 => "BF16",
-        _ => "UNDEFINED",
-    }
+    dtype::describe(acl).map_or("UNDEFINED", |(name, _)| name)
 }
 
 /// Whether a SoC runs an aclnn op on a dtype, by the table.
@@ -173,7 +126,7 @@ impl Soc {
     }
 
     /// Whether this part runs `op` on `acl_dtype`, per the table.
-    pub fn supports(&self, op: &str, acl_dtype: i32) -> Support {
+    pub fn supports(&self, op: AclnnOp, acl_dtype: i32) -> Support {
         let Some(key) = self.family.key() else { return Support::Unknown };
         match table().get(&(op, key)) {
             None => Support::Unknown,
@@ -184,7 +137,7 @@ impl Soc {
     }
 
     /// Whether `op` runs on `acl_dtype` (unknown counts as yes: the toolkit decides).
-    pub fn runs(&self, op: &str, acl_dtype: i32) -> bool {
+    pub fn runs(&self, op: AclnnOp, acl_dtype: i32) -> bool {
         matches!(self.supports(op, acl_dtype), Support::Yes | Support::Unknown)
     }
 

@@ -29,7 +29,7 @@ fn sqr_runs_as_mul_because_no_training_part_has_square() {
     assert_eq!(launches(&dev, "aclnnSquare"), square);
     assert_eq!(launches(&dev, "aclnnMul"), mul + 1);
     let soc = candle_ascend::ascend_device(&dev).unwrap().soc().clone();
-    assert!(matches!(soc.supports("aclnnSquare", 0), candle_ascend::soc::Support::NoOp { .. }));
+    assert!(matches!(soc.supports(candle_ascend::soc::AclnnOp::Square, 0), candle_ascend::soc::Support::NoOp { .. }));
 }
 
 #[test]

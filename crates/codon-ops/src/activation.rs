@@ -3,6 +3,7 @@
 //! largest activations of a training step; fused, one. CPU bodies are parallel kernels; Ascend
 //! bodies are `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -21,8 +22,8 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     if x.device().is_cuda() && !x.track_op() {
         return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
     }
-    if fused::runs_natively(&x, "aclnnSoftmax", DType::F32)
-        && fused::runs_natively(&x, "aclnnSoftmaxBackward", DType::F32)
+    if fused::runs_natively(&x, AclnnOp::Softmax, DType::F32)
+        && fused::runs_natively(&x, AclnnOp::SoftmaxBackward, DType::F32)
     {
         return x.apply_op1(Softmax);
     }
@@ -41,7 +42,7 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 /// CPU, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let g = g.to_dtype(DType::F32)?.contiguous()?;
-    if y.device().is_cpu() || fused::runs_natively(y, "aclnnSoftmaxBackward", DType::F32) {
+    if y.device().is_cpu() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, DType::F32) {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad);
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -54,7 +55,9 @@ pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
     if x.device().is_cpu() {
         return x.contiguous()?.apply_op1(GeluNew);
     }
-    if fused::runs_natively(x, "aclnnGeluV2", x.dtype()) && fused::runs_natively(x, "aclnnGeluBackwardV2", x.dtype()) {
+    if fused::runs_natively(x, AclnnOp::GeluV2, x.dtype())
+        && fused::runs_natively(x, AclnnOp::GeluBackwardV2, x.dtype())
+    {
         return x.apply_op1(GeluNew);
     }
     x.gelu()

@@ -6,6 +6,7 @@
 use std::sync::Mutex;
 
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -28,8 +29,8 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Te
 
 /// Whether the part runs [`CrossEntropy`]'s Ascend body for f32 logits.
 fn ascend_has_body(logits: &Tensor) -> bool {
-    ["aclnnLogSoftmax", "aclnnNLLLoss", "aclnnNLLLossBackward", "aclnnLogSoftmaxBackward"]
-        .iter()
+    [AclnnOp::LogSoftmax, AclnnOp::NLLLoss, AclnnOp::NLLLossBackward, AclnnOp::LogSoftmaxBackward]
+        .into_iter()
         .all(|op| fused::runs_natively(logits, op, DType::F32))
 }
 

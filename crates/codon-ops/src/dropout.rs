@@ -15,6 +15,7 @@
 use std::sync::Mutex;
 
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -120,7 +121,7 @@ fn on_device_generator(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_cor
 
 /// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.
 fn ascend_has_body(x: &Tensor) -> bool {
-    ["aclnnDropoutGenMaskV2", "aclnnDropoutDoMask"].iter().all(|op| fused::runs_natively(x, op, x.dtype()))
+    [AclnnOp::DropoutGenMaskV2, AclnnOp::DropoutDoMask].into_iter().all(|op| fused::runs_natively(x, op, x.dtype()))
 }
 
 /// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and

@@ -5,6 +5,7 @@
 //! the op is one pass each way on the CPU, and `aclnnEmbedding` forward and
 //! `aclnnEmbeddingDenseBackward` backward on an Ascend part.
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::backend::BackendStorage;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
@@ -36,8 +37,8 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
 fn ascend_has_body(weight: &Tensor, ids: &Tensor) -> bool {
     let ids_ok = matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64);
     ids_ok
-        && fused::runs_natively(weight, "aclnnEmbedding", weight.dtype())
-        && fused::runs_natively(weight, "aclnnEmbeddingDenseBackward", weight.dtype())
+        && fused::runs_natively(weight, AclnnOp::Embedding, weight.dtype())
+        && fused::runs_natively(weight, AclnnOp::EmbeddingDenseBackward, weight.dtype())
 }
 
 /// The composed lookup of 1-D `ids`: an index_select whose padding rows come from a detached

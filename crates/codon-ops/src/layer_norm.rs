@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use rayon::prelude::*;
 
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::f32_views::{f32_vec, pair_f32, store_like};
@@ -28,7 +29,7 @@ pub fn add_layer_norm(
     let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
     let fused_add = same
         && (weight.dtype() == dtype || weight.dtype() == DType::F32)
-        && fused::runs_natively(x, "aclnnAddLayerNorm", dtype)
+        && fused::runs_natively(x, AclnnOp::AddLayerNorm, dtype)
         && ascend_has_body(x, weight, bias);
     if !fused_add {
         return layer_norm(&(x + residual)?, weight, bias, eps);
@@ -119,8 +120,8 @@ fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let param_ok = weight.dtype() == bias.dtype() && (weight.dtype() == dtype || weight.dtype() == DType::F32);
     param_ok
         && weight.rank() == 1
-        && fused::runs_natively(x, "aclnnLayerNorm", dtype)
-        && fused::runs_natively(x, "aclnnLayerNormBackward", dtype)
+        && fused::runs_natively(x, AclnnOp::LayerNorm, dtype)
+        && fused::runs_natively(x, AclnnOp::LayerNormBackward, dtype)
 }
 
 /// The composed layer norm, in f32 whatever the input dtype; the result takes x's dtype.

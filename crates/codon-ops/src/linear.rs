@@ -20,6 +20,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor, D
 use rayon::prelude::*;
 
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::cpu_gemm::{matmul_into, Mat};
@@ -136,7 +137,9 @@ fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
     weight.dtype() == dtype
         && bias.dtype() == dtype
-        && ["aclnnAddmm", "aclnnBatchMatMul", "aclnnReduceSum"].iter().all(|op| fused::runs_natively(x, op, dtype))
+        && [AclnnOp::Addmm, AclnnOp::BatchMatMul, AclnnOp::ReduceSum]
+            .into_iter()
+            .all(|op| fused::runs_natively(x, op, dtype))
 }
 
 /// The composed linear layer: a matmul over the flattened rows and a broadcast add.

@@ -9,15 +9,16 @@
 use std::sync::OnceLock;
 
 use candle_ascend::fused::{self, AdamWHyper};
+use candle_ascend::soc::AclnnOp;
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::f32_views::{f32_slice, f32_slice_mut};
 
 /// The Ascend fused operator of the update.
-const FUSED_ADAMW: &str = "aclnnApplyAdamWV2";
+const FUSED_ADAMW: AclnnOp = AclnnOp::ApplyAdamWV2;
 /// The Ascend operator that casts straight into a destination buffer.
-const CAST: &str = "aclnnCast";
+const CAST: AclnnOp = AclnnOp::Cast;
 
 /// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
 /// part's cast): the optimizer then writes a group's parameters in one call.

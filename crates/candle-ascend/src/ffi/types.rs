@@ -27,21 +27,9 @@ pub const ACLNN_ERR_PARAM_NULLPTR: AclnnStatus = 161_001;
 /// `ACL_ERROR_RT_DEVICE_OOM` (`rt_error_codes.h`).
 pub const ACL_ERROR_RT_DEVICE_OOM: AclError = 207_018;
 
-/// `aclDataType`.
+/// `aclDataType` (generated from `soc/acl_dtypes.tsv`).
 pub mod dtype {
-    pub const FLOAT: i32 = 0;
-    pub const FLOAT16: i32 = 1;
-    pub const INT8: i32 = 2;
-    pub const INT32: i32 = 3;
-    pub const UINT8: i32 = 4;
-    pub const INT16: i32 = 6;
-    pub const UINT16: i32 = 7;
-    pub const UINT32: i32 = 8;
-    pub const INT64: i32 = 9;
-    pub const UINT64: i32 = 10;
-    pub const DOUBLE: i32 = 11;
-    pub const BOOL: i32 = 12;
-    pub const BF16: i32 = 27;
+    include!(concat!(env!("OUT_DIR"), "/acl_dtypes.rs"));
 }
 
 pub const ACL_FORMAT_ND: i32 = 2;

@@ -1,6 +1,7 @@
 //! Fused attention: `aclnnFlashAttentionScore` and its gradient (ops-transformer
 //! `attention/flash_attention_score[_grad]`), in the BSH or BNSD layout, sparseMode 0 with no
 //! band, without pse, as torch_npu's `npu_fusion_attention` calls them.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{launch, phase1, View};
@@ -65,7 +66,7 @@ pub fn flash_attention(
     let layout = args.layout.name();
     launch(
         dev,
-        "aclnnFlashAttentionScore",
+        AclnnOp::FlashAttentionScore,
         &[q, k, v, args.atten_mask, softmax_max, softmax_sum, out],
         |addr, ws, ex| {
             phase1!(
@@ -118,7 +119,7 @@ pub fn flash_attention_grad(
     let null: T = std::ptr::null_mut();
     let layout = args.layout.name();
     let views = [q, k, v, dy, out, args.atten_mask, softmax_max, softmax_sum, dq, dk, dv];
-    launch(dev, "aclnnFlashAttentionScoreGrad", &views, |addr, ws, ex| {
+    launch(dev, AclnnOp::FlashAttentionScoreGrad, &views, |addr, ws, ex| {
         phase1!(
             addr,
             ws,

@@ -1,5 +1,6 @@
 //! Indexing: index_select, index_add, gather and scatter_add, and the embedding lookup with its
 //! backward. Indices are INT32 or INT64.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{launch, phase1, scalar, View};
@@ -12,7 +13,7 @@ type T = AclTensorPtr;
 /// `out = a.index_select(dim, idx)` (`aclnnIndexSelect`).
 pub fn index_select(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, out: &View) -> Result<()> {
     let (ta, ti, to) = (a.acl(dev)?, idx.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnIndexSelect", &[a, idx, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::IndexSelect, &[a, idx, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, i64, T, T), ta.ptr(), dim, ti.ptr(), to.ptr())
     })
 }
@@ -21,7 +22,7 @@ pub fn index_select(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, out:
 pub fn index_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: &View, out: &View) -> Result<()> {
     let (ta, ti, ts, to, alpha) =
         (a.acl(dev)?, idx.acl(dev)?, src.acl(dev)?, out.acl(dev)?, scalar(dev, 1.0, out.acl_dtype)?);
-    launch(dev, "aclnnIndexAdd", &[a, idx, src, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::IndexAdd, &[a, idx, src, out], |addr, ws, ex| {
         phase1!(
             addr,
             ws,
@@ -40,7 +41,7 @@ pub fn index_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: &V
 /// `out = a.gather(dim, idx)` (`aclnnGather`).
 pub fn gather(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, out: &View) -> Result<()> {
     let (ta, ti, to) = (a.acl(dev)?, idx.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnGather", &[a, idx, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::Gather, &[a, idx, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, i64, T, T), ta.ptr(), dim, ti.ptr(), to.ptr())
     })
 }
@@ -48,7 +49,7 @@ pub fn gather(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, out: &View
 /// `out = a.scatter_add(dim, idx, src)` (`aclnnScatterAdd`); `out` may be `a` itself.
 pub fn scatter_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: &View, out: &View) -> Result<()> {
     let (ta, ti, ts, to) = (a.acl(dev)?, idx.acl(dev)?, src.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnScatterAdd", &[a, idx, src, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::ScatterAdd, &[a, idx, src, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, i64, T, T, T), ta.ptr(), dim, ti.ptr(), ts.ptr(), to.ptr())
     })
 }
@@ -56,7 +57,7 @@ pub fn scatter_add(dev: &Arc<DeviceInner>, a: &View, dim: i64, idx: &View, src: 
 /// `out = weight[indices]`: the rows of a 2-D table at the indices (`aclnnEmbedding`).
 pub fn embedding(dev: &Arc<DeviceInner>, weight: &View, indices: &View, out: &View) -> Result<()> {
     let (tw, ti, to) = (weight.acl(dev)?, indices.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnEmbedding", &[weight, indices, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::Embedding, &[weight, indices, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, T, T), tw.ptr(), ti.ptr(), to.ptr())
     })
 }
@@ -77,7 +78,7 @@ pub fn embedding_dense_backward(
     out: &View,
 ) -> Result<()> {
     let (tg, ti, to) = (grad.acl(dev)?, indices.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnEmbeddingDenseBackward", &[grad, indices, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::EmbeddingDenseBackward, &[grad, indices, out], |addr, ws, ex| {
         phase1!(
             addr,
             ws,

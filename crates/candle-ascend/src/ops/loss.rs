@@ -1,6 +1,7 @@
 //! The cross-entropy pieces: `aclnnLogSoftmax`, `aclnnLogSoftmaxBackward`, `aclnnNLLLoss` and
 //! `aclnnNLLLossBackward` (ops-nn `activation/log_softmax_v2`, `log_softmax_grad`,
 //! `loss/nll_loss`, `loss/nll_loss_grad`).
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{launch, phase1, View};
@@ -16,7 +17,7 @@ pub const REDUCTION_MEAN: i64 = 1;
 /// `out = log_softmax(x)` along `dim` (negative counts from the end).
 pub fn log_softmax(dev: &Arc<DeviceInner>, x: &View, dim: i64, out: &View) -> Result<()> {
     let (tx, to) = (x.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnLogSoftmax", &[x, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::LogSoftmax, &[x, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, i64, T), tx.ptr(), dim, to.ptr())
     })
 }
@@ -24,7 +25,7 @@ pub fn log_softmax(dev: &Arc<DeviceInner>, x: &View, dim: i64, out: &View) -> Re
 /// `out = g − exp(y)·Σ g` along `dim`, from the log-softmax output `y` and its gradient `g`.
 pub fn log_softmax_backward(dev: &Arc<DeviceInner>, g: &View, y: &View, dim: i64, out: &View) -> Result<()> {
     let (tg, ty, to) = (g.acl(dev)?, y.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnLogSoftmaxBackward", &[g, y, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::LogSoftmaxBackward, &[g, y, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, T, i64, T), tg.ptr(), ty.ptr(), dim, to.ptr())
     })
 }
@@ -45,7 +46,7 @@ pub fn nll_loss(
 ) -> Result<()> {
     let (tx, tt, tw, to, ttw) =
         (x.acl(dev)?, target.acl(dev)?, weight.acl(dev)?, out.acl(dev)?, total_weight.acl(dev)?);
-    launch(dev, "aclnnNLLLoss", &[x, target, weight, out, total_weight], |addr, ws, ex| {
+    launch(dev, AclnnOp::NLLLoss, &[x, target, weight, out, total_weight], |addr, ws, ex| {
         phase1!(
             addr,
             ws,
@@ -78,7 +79,7 @@ pub fn nll_loss_backward(
 ) -> Result<()> {
     let (tg, tx, tt, tw) = (g.acl(dev)?, x.acl(dev)?, target.acl(dev)?, weight.acl(dev)?);
     let (ttw, to) = (total_weight.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnNLLLossBackward", &[g, x, target, weight, total_weight, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::NLLLossBackward, &[g, x, target, weight, total_weight, out], |addr, ws, ex| {
         phase1!(
             addr,
             ws,

@@ -1,4 +1,5 @@
 //! Batched matrix products; transposed operands are expressed through strides.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{launch, phase1, scalar, View};
@@ -13,7 +14,7 @@ type S = AclScalarPtr;
 pub fn batch_matmul(dev: &Arc<DeviceInner>, a: &View, b: &View, out: &View) -> Result<()> {
     let (ta, tb, to) = (a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
     let cube = dev.soc.cube_math_type(dev.allow_hf32.load(std::sync::atomic::Ordering::Relaxed));
-    launch(dev, "aclnnBatchMatMul", &[a, b, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::BatchMatMul, &[a, b, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, T, T, i8), ta.ptr(), tb.ptr(), to.ptr(), cube)
     })
 }
@@ -24,7 +25,7 @@ pub fn addmm(dev: &Arc<DeviceInner>, c: &View, a: &View, b: &View, beta: f64, al
     let (tc, ta, tb, to) = (c.acl(dev)?, a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
     let (sbeta, salpha) = (scalar(dev, beta, out.acl_dtype)?, scalar(dev, alpha, out.acl_dtype)?);
     let cube = dev.soc.cube_math_type(dev.allow_hf32.load(std::sync::atomic::Ordering::Relaxed));
-    launch(dev, "aclnnAddmm", &[c, a, b, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::Addmm, &[c, a, b, out], |addr, ws, ex| {
         phase1!(
             addr,
             ws,

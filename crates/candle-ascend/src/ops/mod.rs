@@ -13,6 +13,7 @@ pub mod optim;
 pub mod random;
 pub mod reduce;
 
+use crate::soc::AclnnOp;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -73,18 +74,21 @@ impl View {
     /// Shape and dtype, for error messages.
     pub fn describe(&self) -> String {
         let contiguous = self.strides == contiguous_strides(&self.dims);
-        let dt = match self.acl_dtype {
-            dtype::FLOAT => "f32",
-            dtype::FLOAT16 => "f16",
-            dtype::BF16 => "bf16",
-            dtype::DOUBLE => "f64",
-            dtype::UINT8 => "u8",
-            dtype::UINT32 => "u32",
-            dtype::INT32 => "i32",
-            dtype::INT64 => "i64",
-            dtype::BOOL => "bool",
-            _ => "?",
-        };
+        // candle's name where the aclDataType is a candle dtype (masks are BOOL), else the vendor's.
+        let dt = [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+            DType::U8,
+            DType::U32,
+            DType::I16,
+            DType::I32,
+            DType::I64,
+        ]
+        .into_iter()
+        .find(|&d| acl_dtype(d).ok() == Some(self.acl_dtype))
+        .map_or_else(|| crate::soc::dtype_name(self.acl_dtype), |d| d.as_str());
         if contiguous && self.offset == 0 {
             format!("{dt}{:?}", self.dims)
         } else {
@@ -206,11 +210,12 @@ pub(crate) fn int_array(dev: &DeviceInner, values: &[i64]) -> Result<AclObject> 
 /// `operands` describe the views for error messages.
 pub(crate) fn launch(
     dev: &Arc<DeviceInner>,
-    op: &'static str,
+    op: AclnnOp,
     operands: &[&View],
     phase1: impl FnOnce(usize, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
 ) -> Result<()> {
     dev.bind_thread()?;
+    let op = op.name();
     let describe = || operands.iter().map(|v| v.describe()).collect::<Vec<_>>().join(", ");
     let (p1, p2) = match dev.toolkit.op(op) {
         Ok(f) => f,

@@ -1,5 +1,6 @@
 //! Normalisation: `aclnnLayerNorm` and `aclnnLayerNormBackward` over the trailing
 //! `normalized` dims (ops-nn `norm/layer_norm_v4`, `norm/layer_norm_grad_v3`).
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{bool_array, int_array, launch, phase1, View};
@@ -28,7 +29,7 @@ pub fn layer_norm(
     let norm = int_array(dev, normalized)?;
     let stats = stats.map(|(m, r)| Ok::<_, crate::error::AscendError>((m.acl(dev)?, r.acl(dev)?))).transpose()?;
     let (tm, tr) = stats.as_ref().map_or((std::ptr::null_mut(), std::ptr::null_mut()), |(m, r)| (m.ptr(), r.ptr()));
-    launch(dev, "aclnnLayerNorm", &[x, w, b, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::LayerNorm, &[x, w, b, out], |addr, ws, ex| {
         phase1!(
             addr,
             ws,
@@ -65,7 +66,7 @@ pub fn layer_norm_backward(
     let (tdx, tdw, tdb) = (dx.acl(dev)?, dw.acl(dev)?, db.acl(dev)?);
     let (norm, mask) = (int_array(dev, normalized)?, bool_array(dev, &[true, true, true])?);
     let no_bias: T = std::ptr::null_mut();
-    launch(dev, "aclnnLayerNormBackward", &[grad, x, mean, rstd, w, dx, dw, db], |addr, ws, ex| {
+    launch(dev, AclnnOp::LayerNormBackward, &[grad, x, mean, rstd, w, dx, dw, db], |addr, ws, ex| {
         phase1!(
             addr,
             ws,
@@ -103,7 +104,7 @@ pub fn add_layer_norm(
     let (t1, t2, tw, tb) = (x1.acl(dev)?, x2.acl(dev)?, w.acl(dev)?, b.acl(dev)?);
     let (to, tm, tr, tx) = (out.acl(dev)?, mean.acl(dev)?, rstd.acl(dev)?, x.acl(dev)?);
     let no_bias: T = std::ptr::null_mut();
-    launch(dev, "aclnnAddLayerNorm", &[x1, x2, w, b, out, mean, rstd, x], |addr, ws, ex| {
+    launch(dev, AclnnOp::AddLayerNorm, &[x1, x2, w, b, out, mean, rstd, x], |addr, ws, ex| {
         phase1!(
             addr,
             ws,

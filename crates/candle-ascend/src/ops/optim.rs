@@ -1,4 +1,5 @@
 //! Optimizer updates: `aclnnApplyAdamWV2`, AdamW in place in one launch.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{launch, phase1, View};
@@ -38,7 +39,7 @@ pub fn apply_adamw_v2(
 ) -> Result<()> {
     let (tvar, tm, tv, tg, ts) = (var.acl(dev)?, m.acl(dev)?, v.acl(dev)?, grad.acl(dev)?, step.acl(dev)?);
     let none: T = std::ptr::null_mut();
-    launch(dev, "aclnnApplyAdamWV2", &[var, m, v, grad, step], |addr, ws, ex| {
+    launch(dev, AclnnOp::ApplyAdamWV2, &[var, m, v, grad, step], |addr, ws, ex| {
         phase1!(
             addr,
             ws,

@@ -1,4 +1,5 @@
 //! Random fills, keyed by (seed, offset) as on the device.
+use crate::soc::AclnnOp;
 use std::sync::Arc;
 
 use super::{int_array, launch, phase1, View};
@@ -11,7 +12,7 @@ type T = AclTensorPtr;
 /// Uniform in [lo, up) (`aclnnInplaceUniform`).
 pub fn uniform(dev: &Arc<DeviceInner>, t: &View, lo: f64, up: f64, seed: u64, offset: u64) -> Result<()> {
     let tt = t.acl(dev)?;
-    launch(dev, "aclnnInplaceUniform", &[t], |addr, ws, ex| {
+    launch(dev, AclnnOp::InplaceUniform, &[t], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, f64, f64, u64, u64), tt.ptr(), lo, up, seed, offset)
     })
 }
@@ -19,7 +20,7 @@ pub fn uniform(dev: &Arc<DeviceInner>, t: &View, lo: f64, up: f64, seed: u64, of
 /// Normal(mean, std) (`aclnnInplaceNormal`, float parameters).
 pub fn normal(dev: &Arc<DeviceInner>, t: &View, mean: f64, std: f64, seed: u64, offset: u64) -> Result<()> {
     let tt = t.acl(dev)?;
-    launch(dev, "aclnnInplaceNormal", &[t], |addr, ws, ex| {
+    launch(dev, AclnnOp::InplaceNormal, &[t], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, f32, f32, i64, i64), tt.ptr(), mean as f32, std as f32, seed as i64, offset as i64)
     })
 }
@@ -43,7 +44,7 @@ pub fn dropout_gen_mask(
 ) -> Result<()> {
     let shape: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
     let (arr, tm) = (int_array(dev, &shape)?, mask.acl(dev)?);
-    launch(dev, "aclnnDropoutGenMaskV2", &[mask], |addr, ws, ex| {
+    launch(dev, AclnnOp::DropoutGenMaskV2, &[mask], |addr, ws, ex| {
         phase1!(
             addr,
             ws,
@@ -62,7 +63,7 @@ pub fn dropout_gen_mask(
 /// `out = x·1/(1 − p)` where the mask's bit is 1, else 0 (`aclnnDropoutDoMask`).
 pub fn dropout_do_mask(dev: &Arc<DeviceInner>, x: &View, mask: &View, p: f64, out: &View) -> Result<()> {
     let (tx, tm, to) = (x.acl(dev)?, mask.acl(dev)?, out.acl(dev)?);
-    launch(dev, "aclnnDropoutDoMask", &[x, mask, out], |addr, ws, ex| {
+    launch(dev, AclnnOp::DropoutDoMask, &[x, mask, out], |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, T, f64, T), tx.ptr(), tm.ptr(), p, to.ptr())
     })
 }

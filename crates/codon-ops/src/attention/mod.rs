@@ -11,6 +11,7 @@ pub mod cpu_training;
 pub mod flash;
 
 use candle_ascend::fused;
+use candle_ascend::soc::AclnnOp;
 use candle_core::{DType, Tensor, D};
 
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
@@ -24,7 +25,9 @@ const FULL_QUERY_BLOCK: usize = 64;
 
 /// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype.
 pub fn fused_attention_runs(q: &Tensor) -> bool {
-    ["aclnnFlashAttentionScore", "aclnnFlashAttentionScoreGrad"].iter().all(|op| fused::runs_natively(q, op, q.dtype()))
+    [AclnnOp::FlashAttentionScore, AclnnOp::FlashAttentionScoreGrad]
+        .into_iter()
+        .all(|op| fused::runs_natively(q, op, q.dtype()))
 }
 
 /// Full attention over q, k, v of shape (b, n, heads·d), with an additive key mask
