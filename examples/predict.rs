@@ -71,7 +71,8 @@ struct Args {
     /// How codons are chosen: the model, or a baseline.
     #[arg(long, value_enum, default_value_t = Method::Model)]
     method: Method,
-    /// Model directory (config.json + model.safetensors) or checkpoint (.pt, .ckpt, .safetensors).
+    /// Model directory (config.json + model.safetensors), checkpoint (.pt, .ckpt, .safetensors), or
+    /// Hugging Face Hub id `owner/name[@revision]` [default for --method model: adibvafa/CodonTransformer].
     #[arg(long)]
     model: Option<PathBuf>,
     #[command(flatten)]
@@ -429,9 +430,10 @@ type PredictFn<'a> =
 
 /// The model's predictions, and whether its device skips arithmetic (its values are then meaningless).
 fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(PredictFn<'static>, bool)> {
-    let Some(model) = &args.model else {
-        anyhow::bail!("--method model needs --model DIR (or pick a baseline --method)")
-    };
+    // --model, or upstream's published model; a Hub id becomes its cached snapshot's folder. The
+    // arguments were checked before this, so a mistake costs no download.
+    let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_ascend::hub::DEFAULT_MODEL));
+    let model = &codon_ascend::hub::resolve_model(&spec)?;
     let device = args.device.open()?;
     // Each forward pass allocates and frees the same large activations: keep the freed memory
     // instead of paying for fresh pages every time (on the CPU a quarter of a batch's time).

@@ -10,6 +10,7 @@ pub mod ascend_training;
 pub mod bench;
 pub mod cli;
 pub mod device;
+pub mod hub;
 pub mod interrupt;
 pub mod output;
 pub mod rendezvous;

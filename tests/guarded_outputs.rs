@@ -108,8 +108,14 @@ fn the_state_dict_file_is_a_plain_name_and_never_an_input() {
         .collect::<Vec<String>>()
     };
     let cases: [(&[&str], &str); 3] = [
-        (&["--checkpoint_dir", &p(""), "--checkpoint_filename", "train.jsonl"], "would replace the run's input"),
-        (&["--checkpoint_dir", &p("ck"), "--checkpoint_filename", "../other/config.json"], "plain file name"),
+        (
+            &["--from-scratch", "--checkpoint_dir", &p(""), "--checkpoint_filename", "train.jsonl"],
+            "would replace the run's input",
+        ),
+        (
+            &["--from-scratch", "--checkpoint_dir", &p("ck"), "--checkpoint_filename", "../other/config.json"],
+            "plain file name",
+        ),
         (&["--model", &model, "--checkpoint_dir", &model, "--checkpoint_filename", "model.safetensors"], "input"),
     ];
     for (extra, message) in cases {

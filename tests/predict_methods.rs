@@ -82,9 +82,16 @@ fn baselines_refuse_what_they_cannot_do() {
     let o = run("predict", &["--method", "high-frequency", "--protein", "MKV", "--organism", "51"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--reference"), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = run("predict", &["--protein", "MKV", "--organism", "51"]);
+    // Without --model the model is upstream's published one, from the Hub (here offline and not cached).
+    let o = std::process::Command::new(common::example("predict"))
+        .args(["--protein", "MKV", "--organism", "51"])
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HUB_CACHE", p("empty-cache"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--method model needs --model"));
+    let message = String::from_utf8_lossy(&o.stderr);
+    assert!(message.contains("adibvafa/CodonTransformer@main") && message.contains("--model DIR"), "{message}");
     // Uniform choice needs no reference; every row of a CSV with a bad protein is reported in place.
     std::fs::write(p("in.csv"), "protein_sequence,organism\nMKV,51\nMK#,51\n").unwrap();
     let args = ["--method", "uniform", "--input", &p("in.csv"), "--output", &p("out.csv"), "--allow-failures"];

@@ -73,9 +73,14 @@ pub struct Args {
     /// Seed.
     #[arg(long, default_value_t = 123)]
     pub seed: u64,
-    /// Starting model: a transformers directory or a checkpoint file (finetune only).
+    /// Starting model (finetune only): a transformers directory, a checkpoint file, or a Hugging
+    /// Face Hub id `owner/name[@revision]` [default with --dataset_dir: adibvafa/CodonTransformer-base,
+    /// as upstream's finetune.py; --config or --from-scratch start from a random initialisation].
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Start from a random initialisation (CodonTransformer's configuration unless --config).
+    #[arg(long = "from-scratch", alias = "from_scratch", conflicts_with = "model")]
+    pub from_scratch: bool,
     /// A config.json for a random initialisation [default: CodonTransformer's; demo: the small
     /// demo model; with --resume: the checkpoint's].
     #[arg(long)]
@@ -138,7 +143,7 @@ pub enum OnNonFinite {
 }
 
 pub fn run(mode: Mode) -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+    let mut args: Args = codon_ascend::cli::parse_args();
     let checkpoint_filename = args.checkpoint_filename.clone().unwrap_or_else(|| {
         match mode {
             Mode::Finetune => "finetune.ckpt",
@@ -168,6 +173,19 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         });
     }
     let device = devices[0].clone();
+    // Finetuning real data starts from the published base model unless told otherwise (upstream's
+    // finetune.py); a Hub id becomes the cached snapshot's folder.
+    let random_start = args.config.is_some() || args.from_scratch || args.resume.is_some() || demo;
+    if mode == Mode::Finetune && args.model.is_none() && !random_start {
+        args.model = Some(PathBuf::from(codon_ascend::hub::DEFAULT_BASE_MODEL));
+    }
+    if mode == Mode::Finetune {
+        // A missing dataset is reported before any download.
+        if let Some(path) = &args.dataset_dir {
+            std::fs::metadata(path).with_context(|| format!("--dataset_dir {}", path.display()))?;
+        }
+        args.model = args.model.as_deref().map(codon_ascend::hub::resolve_model).transpose()?;
+    }
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = codon_ascend::skips_math(&device);
     if no_math {

@@ -1,0 +1,265 @@
+//! `--model owner/name[@revision]` from a Hub, with no network: a small HTTP server on
+//! 127.0.0.1 serves the tiny BigBird fixture in the Hub's URL layout
+//! (`/api/models/{repo}/revision/{rev}`, `/{repo}/resolve/{rev}/{file}` with the range, etag and
+//! `x-repo-commit` headers `hf-hub` reads), reached through `HF_ENDPOINT`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+const REPO: &str = "codon-test/tiny-bigbird";
+const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// One file the server holds: its bytes and the etag the Hub would send.
+struct HubFile {
+    name: &'static str,
+    bytes: Vec<u8>,
+    etag: String,
+}
+
+/// The test Hub: counts requests; with `cut` set, sends half of each file body and hangs up; with
+/// `wrong_sha` set, sends an etag that is not the weights' sha256.
+struct FakeHub {
+    port: u16,
+    requests: Arc<AtomicUsize>,
+    cut: Arc<AtomicBool>,
+    wrong_sha: Arc<AtomicBool>,
+}
+
+impl FakeHub {
+    fn start() -> Self {
+        let weights = std::fs::read(common::bigbird_fixture("model.safetensors")).unwrap();
+        let files = Arc::new(vec![
+            HubFile {
+                name: "config.json",
+                bytes: std::fs::read(common::bigbird_fixture("config.json")).unwrap(),
+                etag: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678".into(), // a git object id
+            },
+            HubFile {
+                name: "model.safetensors",
+                etag: Sha256::digest(&weights).iter().map(|b| format!("{b:02x}")).collect(),
+                bytes: weights,
+            },
+        ]);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (cut, wrong_sha) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (r, c, w) = (requests.clone(), cut.clone(), wrong_sha.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                r.fetch_add(1, Ordering::SeqCst);
+                let (files, cut, wrong_sha) = (files.clone(), c.load(Ordering::SeqCst), w.load(Ordering::SeqCst));
+                std::thread::spawn(move || serve(stream, &files, cut, wrong_sha));
+            }
+        });
+        Self { port, requests, cut, wrong_sha }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], body: &[u8]) {
+    let mut head = format!("HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body));
+}
+
+fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    let mut range_start = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("range") {
+                let bytes = value.trim().trim_start_matches("bytes=");
+                range_start =
+                    bytes.split('-').next().and_then(|s| s.parse::<usize>().ok()).map(|s| (s, bytes.ends_with("-0")));
+            }
+        }
+    }
+    let path = request_line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let not_found =
+        |stream: &mut TcpStream| respond(stream, "404 Not Found", &[], b"{\"error\":\"Repository not found\"}");
+    let known_revision = |rev: &str| rev == "main" || rev == COMMIT;
+    if let Some(rest) = path.strip_prefix(&format!("/api/models/{REPO}/revision/")) {
+        if !known_revision(rest) {
+            return not_found(&mut stream);
+        }
+        let siblings: Vec<String> = files.iter().map(|f| format!("{{\"rfilename\":\"{}\"}}", f.name)).collect();
+        let body = format!("{{\"sha\":\"{COMMIT}\",\"siblings\":[{}]}}", siblings.join(","));
+        return respond(&mut stream, "200 OK", &[("content-type", "application/json".into())], body.as_bytes());
+    }
+    let Some(rest) = path.strip_prefix(&format!("/{REPO}/resolve/")) else { return not_found(&mut stream) };
+    let Some((rev, name)) = rest.split_once('/') else { return not_found(&mut stream) };
+    let Some(file) = files.iter().find(|f| f.name == name).filter(|_| known_revision(rev)) else {
+        return not_found(&mut stream);
+    };
+    let size = file.bytes.len();
+    let (start, probe) = range_start.unwrap_or((0, false));
+    let end = if probe { 0 } else { size - 1 };
+    let etag = if wrong_sha && file.etag.len() == 64 { "0".repeat(64) } else { file.etag.clone() };
+    let headers = [
+        ("etag", format!("\"{etag}\"")),
+        ("x-repo-commit", COMMIT.to_string()),
+        ("content-range", format!("bytes {start}-{end}/{size}")),
+    ];
+    let body = &file.bytes[start..=end];
+    if cut && !probe {
+        // Promise the whole body, send half of it, hang up.
+        let mut head =
+            format!("HTTP/1.1 206 Partial Content\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+        for (k, v) in &headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(&body[..body.len() / 2]));
+        return;
+    }
+    respond(&mut stream, "206 Partial Content", &headers, body);
+}
+
+/// `predict` of one short protein with `--model model`, under the given Hub environment.
+fn predict(model: &str, endpoint: &str, cache: &Path, offline: bool) -> Output {
+    let mut c = Command::new(common::example("predict"));
+    c.args(["--model", model, "--protein", "MKV", "--organism", "Escherichia coli general"])
+        .env("HF_ENDPOINT", endpoint)
+        .env("HF_HUB_CACHE", cache)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_HOME");
+    if offline {
+        c.env("HF_HUB_OFFLINE", "1");
+    } else {
+        c.env_remove("HF_HUB_OFFLINE");
+    }
+    c.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn snapshot(cache: &Path) -> std::path::PathBuf {
+    cache.join(format!("models--{}", REPO.replace('/', "--"))).join("snapshots").join(COMMIT)
+}
+
+#[test]
+fn a_hub_model_downloads_once_then_comes_from_the_cache_online_or_offline() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+
+    let first = predict(REPO, &hub.endpoint(), &cache, false);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let dna = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(hub.requests() > 0);
+    assert!(snapshot(&cache).join("model.safetensors").is_file());
+
+    let before = hub.requests();
+    let second = predict(REPO, &hub.endpoint(), &cache, false);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(hub.requests(), before, "the second run made a request");
+    assert_eq!(String::from_utf8_lossy(&second.stdout), dna);
+
+    // Offline, and the endpoint unreachable: the cache serves it, by branch and by commit.
+    for model in [REPO.to_string(), format!("{REPO}@{COMMIT}")] {
+        let offline = predict(&model, "http://127.0.0.1:9", &cache, true);
+        assert!(offline.status.success(), "{model}: {}", stderr(&offline));
+        assert_eq!(String::from_utf8_lossy(&offline.stdout), dna);
+    }
+
+    // The same model as a local folder predicts the same.
+    let local = common::run(
+        "predict",
+        &["--model", &common::bigbird_fixture(""), "--protein", "MKV", "--organism", "Escherichia coli general"],
+    );
+    assert_eq!(String::from_utf8_lossy(&local.stdout), dna);
+}
+
+#[test]
+fn unknown_models_and_revisions_and_offline_misses_say_what_to_do() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+
+    let missing = predict("codon-test/no-such-model", &hub.endpoint(), &cache, false);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("codon-test/no-such-model@main"), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("no such model or revision (HTTP 404)"), "{}", stderr(&missing));
+
+    let revision = predict(&format!("{REPO}@no-such-branch"), &hub.endpoint(), &cache, false);
+    assert_eq!(revision.status.code(), Some(1));
+    assert!(stderr(&revision).contains("@no-such-branch"), "{}", stderr(&revision));
+
+    let offline = predict(REPO, &hub.endpoint(), &cache, true);
+    assert_eq!(offline.status.code(), Some(1));
+    let message = stderr(&offline);
+    assert!(message.contains(REPO) && message.contains(&cache.display().to_string()), "{message}");
+    assert!(message.contains("--model DIR"), "{message}");
+
+    let unreachable = predict(REPO, "http://127.0.0.1:9", &cache, false);
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(stderr(&unreachable).contains("cannot download"), "{}", stderr(&unreachable));
+    assert_eq!(stderr(&unreachable).lines().count(), 1, "{}", stderr(&unreachable));
+}
+
+#[test]
+fn a_download_cut_mid_file_leaves_nothing_a_later_run_trusts() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+
+    hub.cut.store(true, Ordering::SeqCst);
+    let cut = predict(REPO, &hub.endpoint(), &cache, false);
+    assert_eq!(cut.status.code(), Some(1), "{}", stderr(&cut));
+    eprintln!("the cut download: {}", stderr(&cut).trim());
+    assert!(!snapshot(&cache).join("model.safetensors").exists(), "a cut download left a snapshot file");
+    let offline = predict(REPO, &hub.endpoint(), &cache, true);
+    assert_eq!(offline.status.code(), Some(1), "a cut download is used offline: {}", stderr(&offline));
+
+    hub.cut.store(false, Ordering::SeqCst);
+    let again = predict(REPO, &hub.endpoint(), &cache, false);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let weights = std::fs::read(snapshot(&cache).join("model.safetensors")).unwrap();
+    assert_eq!(weights, std::fs::read(common::bigbird_fixture("model.safetensors")).unwrap());
+}
+
+#[test]
+fn weights_that_do_not_hash_to_their_etag_are_removed_and_refused() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+
+    hub.wrong_sha.store(true, Ordering::SeqCst);
+    let bad = predict(REPO, &hub.endpoint(), &cache, false);
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("does not match the sha256"), "{}", stderr(&bad));
+    assert!(!snapshot(&cache).join("model.safetensors").exists());
+    let blobs = cache.join(format!("models--{}", REPO.replace('/', "--"))).join("blobs");
+    assert!(!blobs.join("0".repeat(64)).exists(), "the mismatching blob was kept");
+    let offline = predict(REPO, &hub.endpoint(), &cache, true);
+    assert_eq!(offline.status.code(), Some(1), "{}", stderr(&offline));
+}
