@@ -23,7 +23,8 @@ use codon_ascend::{errln, outln};
 /// Score inputs with a model.
 #[derive(Parser)]
 struct Args {
-    /// Model directory (config.json + model.safetensors) or checkpoint file.
+    /// Model directory (config.json + model.safetensors), checkpoint file, or Hugging Face Hub id
+    /// `owner/name[@revision]`.
     #[arg(long)]
     model: PathBuf,
     /// Input safetensors file.
@@ -63,9 +64,9 @@ fn run() -> anyhow::Result<()> {
     }
     let dtype = candle_core::DType::from(args.dtype);
     let attention = AttentionType::from(args.attention);
-    let mut model = load_model(&args.model, None, &device, dtype)?;
     let inputs = candle_core::safetensors::load(&args.inputs, &device)
         .with_context(|| format!("--inputs {}: not a safetensors file of model inputs", args.inputs.display()))?;
+    let mut model = load_model(codon_ascend::hub::resolve_model(&args.model)?, None, &device, dtype)?;
     let get = |k: &str| -> anyhow::Result<Tensor> {
         inputs.get(k).cloned().ok_or_else(|| anyhow::anyhow!("{}: no tensor {k:?}", args.inputs.display()))
     };

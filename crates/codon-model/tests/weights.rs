@@ -184,6 +184,20 @@ fn pytorch_checkpoints_load_with_and_without_lightning_prefix() {
 }
 
 #[test]
+fn a_model_folder_with_only_pytorch_model_bin_loads() {
+    let reference = load_model(fixture_dir(), None, &Device::Cpu, DType::F32).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixture_dir().join("config.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(fixture_dir().join("state_dict.pt"), dir.path().join("pytorch_model.bin")).unwrap();
+    let m = load_model(dir.path(), None, &Device::Cpu, DType::F32).unwrap();
+    for ((n1, a), (n2, b)) in m.named_parameters().iter().zip(reference.named_parameters().iter()) {
+        assert_eq!(n1, n2);
+        let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert_eq!(d, 0.0, "{n1}");
+    }
+}
+
+#[test]
 fn torch_state_dict_files_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let m = load_model(fixture_dir(), None, &Device::Cpu, DType::F32).unwrap();

@@ -95,7 +95,8 @@ pub fn check_tensors(
     Ok(found)
 }
 
-/// Load a model: a transformers directory (`config.json` + `model.safetensors`), or a
+/// Load a model: a transformers directory (`config.json` + `model.safetensors`, or
+/// `pytorch_model.bin` where that is all it holds), or a
 /// checkpoint file (`.safetensors`, `.pt`, `.ckpt`) with `config` (default: CodonTransformer's).
 pub fn load_model(
     path: impl AsRef<Path>,
@@ -109,7 +110,10 @@ pub fn load_model(
             Some(c) => c,
             None => BigBirdConfig::from_file(path.join("config.json"))?,
         };
-        (config, path.join("model.safetensors"))
+        // transformers writes model.safetensors; older Hub repositories hold only pytorch_model.bin.
+        let safetensors = path.join("model.safetensors");
+        let pickle = path.join("pytorch_model.bin");
+        (config, if !safetensors.exists() && pickle.exists() { pickle } else { safetensors })
     } else {
         (config.unwrap_or_default(), path.to_path_buf())
     };
