@@ -115,6 +115,56 @@ pub struct DnaPrediction {
     /// prediction may not choose (not a synonym under `match_protein`, or not the known codon of
     /// an infill position) is −∞.
     pub codon_log_probs: Option<Vec<[f32; 64]>>,
+    /// How likely the model finds this sequence ([`SequenceScore`]).
+    pub score: SequenceScore,
+}
+
+/// The least likely codons a [`SequenceScore`] lists.
+pub const LOWEST_POSITIONS: usize = 5;
+
+/// How likely the model finds a coding sequence, from the one forward pass over its protein: the
+/// pseudo-log-likelihood. At each position the model's codon probabilities (temperature 1) are
+/// renormalised over the codons allowed there (all 64 codons; the amino acid's synonyms under
+/// `match_protein`; the known codon alone at an infill position), and the chosen codon's natural
+/// log is taken. Higher is more likely; 0 is certain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceScore {
+    /// Σ over codons of ln p(codon).
+    pub log_likelihood: f64,
+    /// `log_likelihood` over the number of codons.
+    pub mean_log_likelihood: f64,
+    /// The least likely codons, lowest first: (position from 0, ln p), at most [`LOWEST_POSITIONS`].
+    pub lowest: Vec<(usize, f64)>,
+}
+
+impl SequenceScore {
+    /// Score `dna`'s codons against per-position codon log-probabilities (−∞: not allowed there),
+    /// one row per codon from the first; `dna` may stop short of the rows (no stop codon).
+    pub fn of(log_probs: &[[f32; 64]], dna: &str) -> Result<Self> {
+        let codons = dna.as_bytes().chunks(3);
+        if dna.len() % 3 != 0 || dna.len() / 3 > log_probs.len() || dna.is_empty() {
+            return Err(CodonError::Prediction(format!(
+                "a DNA of {} bases does not fit {} codon positions",
+                dna.len(),
+                log_probs.len()
+            )));
+        }
+        let mut per_codon = Vec::with_capacity(dna.len() / 3);
+        for (pos, (codon, row)) in codons.zip(log_probs).enumerate() {
+            let index = crate::vocab::codon_index(codon).ok_or_else(|| {
+                CodonError::Prediction(format!("codon {} ({}) is not A/C/G/T", pos + 1, String::from_utf8_lossy(codon)))
+            })?;
+            let finite = row.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v));
+            let max = finite.clone().fold(f64::NEG_INFINITY, f64::max);
+            let log_sum = max + finite.map(|v| (v - max).exp()).sum::<f64>().ln();
+            per_codon.push((pos, f64::from(row[index]) - log_sum));
+        }
+        let log_likelihood: f64 = per_codon.iter().map(|(_, lp)| lp).sum();
+        let mean_log_likelihood = log_likelihood / per_codon.len() as f64;
+        per_codon.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        per_codon.truncate(LOWEST_POSITIONS);
+        Ok(Self { log_likelihood, mean_log_likelihood, lowest: per_codon })
+    }
 }
 
 /// One protein to predict: its organism, and for infill its known codons.
@@ -277,7 +327,59 @@ impl Predictor {
         progress: &mut dyn FnMut(usize),
     ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
         options.validate()?;
-        let mut out: Vec<Option<Result<Vec<DnaPrediction>>>> = (0..items.len()).map(|_| None).collect();
+        self.in_batches(items, options, progress, |_, prepared| self.predict_prepared(prepared, options))
+    }
+
+    /// Score existing coding sequences ([`SequenceScore`]): one forward pass over each one's
+    /// protein (its translation), as prediction makes, then the log-likelihood of its own codons.
+    /// `options.match_protein` narrows each position to its synonyms, as in prediction. A
+    /// sequence that is not a coding sequence gets its own error.
+    pub fn score_batch(
+        &self,
+        items: &[(String, OrganismRef)],
+        options: &PredictOptions,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Vec<Result<SequenceScore>>> {
+        options.validate()?;
+        let dna: Vec<String> = items
+            .iter()
+            .map(|(d, _)| d.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_uppercase())
+            .collect();
+        let proteins: Vec<Result<String>> = dna.iter().map(|d| coding_protein(d)).collect();
+        let inputs: Vec<ProteinInput> = proteins
+            .iter()
+            .zip(items)
+            .map(|(p, (_, organism))| ProteinInput {
+                protein: p.as_deref().unwrap_or("").to_string(),
+                organism: organism.clone(),
+                known_dna: None,
+            })
+            .collect();
+        let scored = self.in_batches(&inputs, options, progress, |indices, prepared| {
+            let logits = self.residue_logits(prepared, options)?;
+            Ok(indices
+                .iter()
+                .zip(prepared)
+                .zip(logits)
+                .map(|((&i, p), logits)| {
+                    let allowed = allowed_codons(p, options.match_protein);
+                    SequenceScore::of(&codon_log_probs(&logits, &allowed), &dna[i])
+                })
+                .collect())
+        })?;
+        Ok(proteins.into_iter().zip(scored).map(|(p, s)| p.and_then(|_| s.and_then(|s| s))).collect())
+    }
+
+    /// Prepare every item, run `run` on batches of similar length, and give each item its result
+    /// (or its own error) in input order; `run` gets the batch's item indices and prepared proteins.
+    fn in_batches<T>(
+        &self,
+        items: &[ProteinInput],
+        options: &PredictOptions,
+        progress: &mut dyn FnMut(usize),
+        run: impl Fn(&[usize], &[Prepared]) -> Result<Vec<T>>,
+    ) -> Result<Vec<Result<T>>> {
+        let mut out: Vec<Option<Result<T>>> = (0..items.len()).map(|_| None).collect();
         let mut ok: Vec<(usize, Prepared)> = Vec::new();
         for (i, item) in items.iter().enumerate() {
             match self.prepare(item) {
@@ -299,7 +401,7 @@ impl Predictor {
         }
         for batch in batches {
             let (indices, prepared): (Vec<usize>, Vec<Prepared>) = batch.into_iter().unzip();
-            let results = self.predict_prepared(&prepared, options)?;
+            let results = run(&indices, &prepared)?;
             progress(indices.len());
             for (i, r) in indices.into_iter().zip(results) {
                 out[i] = Some(Ok(r));
@@ -377,21 +479,9 @@ impl Predictor {
         for (prepared, logits) in batch.iter().zip(logits) {
             // One generator per protein, so a protein's samples do not depend on its batch.
             let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-            let allowed: Vec<Vec<u32>> = prepared
-                .residues
-                .iter()
-                .map(|&aa| {
-                    let ids = codon_ids_for(aa);
-                    if options.match_protein && !ids.is_empty() {
-                        ids.to_vec()
-                    } else {
-                        (FIRST_CODON_ID..=LAST_CODON_ID).collect()
-                    }
-                })
-                .collect();
-            let allowed: Vec<Vec<u32>> =
-                allowed.into_iter().zip(&prepared.known).map(|(a, k)| k.map_or(a, |id| vec![id])).collect();
-            let scores = options.keep_codon_scores.then(|| codon_log_probs(&logits, &allowed));
+            let allowed = allowed_codons(prepared, options.match_protein);
+            let log_probs = codon_log_probs(&logits, &allowed);
+            let scores = options.keep_codon_scores.then(|| log_probs.clone());
             let mut predictions = Vec::with_capacity(options.num_sequences);
             for _ in 0..options.num_sequences {
                 let mut dna = String::with_capacity(3 * logits.len());
@@ -410,10 +500,13 @@ impl Predictor {
                     organism: prepared.organism.clone(),
                     protein: prepared.protein.clone(),
                     processed_input: prepared.merged.clone(),
+                    score: SequenceScore::of(&log_probs, &dna)?,
                     predicted_dna: dna,
                     codon_log_probs: scores.clone(),
                 });
             }
+            // Samples best first (a stable sort: equal scores keep their draw order).
+            predictions.sort_by(|a, b| b.score.log_likelihood.total_cmp(&a.score.log_likelihood));
             out.push(predictions);
         }
         Ok(out)
@@ -490,6 +583,54 @@ fn known_codons(dna: &str, residues: &[char]) -> Result<Vec<Option<u32>>> {
         .collect::<Result<_>>()?;
     known.resize(residues.len(), None);
     Ok(known)
+}
+
+/// The codon ids each residue may take: its synonyms under `match_protein` (all 64 codons for a
+/// residue without any), or all 64; the known codon alone at an infill position.
+fn allowed_codons(prepared: &Prepared, match_protein: bool) -> Vec<Vec<u32>> {
+    prepared
+        .residues
+        .iter()
+        .zip(&prepared.known)
+        .map(|(&aa, known)| match known {
+            Some(id) => vec![*id],
+            None => {
+                let ids = codon_ids_for(aa);
+                if match_protein && !ids.is_empty() {
+                    ids.to_vec()
+                } else {
+                    (FIRST_CODON_ID..=LAST_CODON_ID).collect()
+                }
+            }
+        })
+        .collect()
+}
+
+/// The protein a coding sequence encodes, without its final stop codon; an error for a length
+/// that is not a multiple of 3, a base other than A/C/G/T, or a stop codon inside.
+fn coding_protein(dna: &str) -> Result<String> {
+    if dna.is_empty() || dna.len() % 3 != 0 {
+        return Err(CodonError::Input(format!("a DNA of {} bases is not a whole number of codons", dna.len())));
+    }
+    let codons: Vec<&[u8]> = dna.as_bytes().chunks(3).collect();
+    let mut protein = String::with_capacity(codons.len());
+    for (i, codon) in codons.iter().enumerate() {
+        let aa = translate_codon(codon).ok_or_else(|| {
+            CodonError::Input(format!("codon {} ({}) is not A/C/G/T", i + 1, String::from_utf8_lossy(codon)))
+        })?;
+        if aa == '_' || aa == '*' {
+            if i + 1 == codons.len() {
+                break;
+            }
+            return Err(CodonError::Input(format!(
+                "stop codon {} inside the sequence (codon {})",
+                String::from_utf8_lossy(codon),
+                i + 1
+            )));
+        }
+        protein.push(aa);
+    }
+    Ok(protein)
 }
 
 /// Per residue, the log-softmax of the 64 codon logits, −∞ outside the allowed ids.

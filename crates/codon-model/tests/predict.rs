@@ -275,3 +275,55 @@ fn ids_are_checked_against_the_model_before_they_reach_a_device() {
     assert!(input(&[1, 40, 2], &[51, 51, 51], &[1, 2, 1]).is_err());
     assert!(input(&[1, 40], &[51, 51, 51], &[1, 1, 1]).is_err(), "a length that does not fit the shape");
 }
+
+#[test]
+fn a_sequence_score_is_the_sum_of_renormalised_codon_log_probabilities() {
+    use codon_model::predict::SequenceScore;
+    use codon_model::vocab::codon_index;
+    // Two positions: the first allows GCT and GCC with equal logits (p = 1/2 each); the second
+    // allows ATG alone (p = 1), with a logit that is not a log-probability.
+    let mut rows = [[f32::NEG_INFINITY; 64]; 2];
+    rows[0][codon_index(b"GCT").unwrap()] = 3.0;
+    rows[0][codon_index(b"GCC").unwrap()] = 3.0;
+    rows[1][codon_index(b"ATG").unwrap()] = -7.5;
+    let s = SequenceScore::of(&rows, "GCCATG").unwrap();
+    let half = 0.5f64.ln();
+    assert!((s.log_likelihood - half).abs() < 1e-12, "{s:?}");
+    assert!((s.mean_log_likelihood - half / 2.0).abs() < 1e-12, "{s:?}");
+    assert_eq!(s.lowest.iter().map(|&(pos, _)| pos).collect::<Vec<_>>(), [0, 1]);
+    // A codon the position does not allow is impossible; a DNA longer than the rows is an error.
+    assert_eq!(SequenceScore::of(&rows, "GCAATG").unwrap().log_likelihood, f64::NEG_INFINITY);
+    assert!(SequenceScore::of(&rows, "GCCATGTAA").is_err());
+    // No stop codon: only the given codons count.
+    assert!((SequenceScore::of(&rows, "GCT").unwrap().log_likelihood - half).abs() < 1e-12);
+}
+
+#[test]
+fn scoring_a_prediction_gives_its_own_score_and_samples_come_best_first() {
+    let p = predictor();
+    let organism = OrganismRef::Name("Escherichia coli general".into());
+    // Under match_protein the prediction translates back to its protein, so scoring it runs the
+    // same forward pass.
+    let options = PredictOptions { match_protein: true, ..Default::default() };
+    let predicted = p.predict("MKVLAWQ", organism.clone(), &options).unwrap().remove(0);
+    assert!(predicted.score.log_likelihood < 0.0 && predicted.score.lowest.len() == 5, "{:?}", predicted.score);
+    let items = [(predicted.predicted_dna.clone(), organism.clone())];
+    let rescored = p.score_batch(&items, &options, &mut |_| {}).unwrap().remove(0).unwrap();
+    assert!((rescored.log_likelihood - predicted.score.log_likelihood).abs() < 1e-9, "{rescored:?}");
+    // argmax maximises the renormalised log-likelihood: any other synonym scores lower.
+    let mut other = predicted.predicted_dna.clone();
+    let swap = if &other[3..6] == "AAA" { "AAG" } else { "AAA" };
+    other.replace_range(3..6, swap);
+    let lower = p.score_batch(&[(other, organism.clone())], &options, &mut |_| {}).unwrap().remove(0).unwrap();
+    assert!(lower.log_likelihood < predicted.score.log_likelihood, "{lower:?}");
+    let samples = p
+        .predict("MKVLAWQRST", organism.clone(), &PredictOptions { num_sequences: 6, ..sampling(1.5, 3) })
+        .unwrap();
+    let ll: Vec<f64> = samples.iter().map(|s| s.score.log_likelihood).collect();
+    assert!(ll.windows(2).all(|w| w[0] >= w[1]), "not best first: {ll:?}");
+    assert!(ll.first() > ll.last(), "the samples should differ: {ll:?}");
+    let bad = [("ATGTAAAAA".to_string(), organism.clone()), ("ATGAA".to_string(), organism)];
+    let errors = p.score_batch(&bad, &PredictOptions::default(), &mut |_| {}).unwrap();
+    assert!(errors[0].as_ref().unwrap_err().to_string().contains("stop codon TAA inside"), "{:?}", errors[0]);
+    assert!(errors[1].as_ref().unwrap_err().to_string().contains("not a whole number of codons"), "{:?}", errors[1]);
+}
