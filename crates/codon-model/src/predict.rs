@@ -142,7 +142,7 @@ impl SequenceScore {
     /// one row per codon from the first; `dna` may stop short of the rows (no stop codon).
     pub fn of(log_probs: &[[f32; 64]], dna: &str) -> Result<Self> {
         let codons = dna.as_bytes().chunks(3);
-        if dna.len() % 3 != 0 || dna.len() / 3 > log_probs.len() || dna.is_empty() {
+        if !dna.len().is_multiple_of(3) || dna.len() / 3 > log_probs.len() || dna.is_empty() {
             return Err(CodonError::Prediction(format!(
                 "a DNA of {} bases does not fit {} codon positions",
                 dna.len(),
@@ -609,7 +609,7 @@ fn allowed_codons(prepared: &Prepared, match_protein: bool) -> Vec<Vec<u32>> {
 /// The protein a coding sequence encodes, without its final stop codon; an error for a length
 /// that is not a multiple of 3, a base other than A/C/G/T, or a stop codon inside.
 fn coding_protein(dna: &str) -> Result<String> {
-    if dna.is_empty() || dna.len() % 3 != 0 {
+    if dna.is_empty() || !dna.len().is_multiple_of(3) {
         return Err(CodonError::Input(format!("a DNA of {} bases is not a whole number of codons", dna.len())));
     }
     let codons: Vec<&[u8]> = dna.as_bytes().chunks(3).collect();
