@@ -32,7 +32,8 @@ use reference_args::{ReferenceArgs, References};
 /// Evaluate DNA sequences against their organism's reference codon usage.
 #[derive(Parser)]
 struct Args {
-    /// CSV with `dna`, `organism` (name or id) and optionally `reference_dna` columns.
+    /// CSV with `dna`, `organism` (name or id) and optionally `reference_dna` columns, or FASTA
+    /// (the organism from each header's [organism=NAME] tag).
     #[arg(long)]
     input: PathBuf,
     #[command(flatten)]
@@ -79,13 +80,15 @@ fn run() -> anyhow::Result<()> {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
     codon_ascend::model::files::check_output_location(&args.output)?;
-    let table = CsvTable::read(&args.input)?;
+    let table = CsvTable::read_any(&args.input, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
         None => table.first_column(&["dna", "predicted_dna"])?,
     };
     let organism_col = if args.reference.is_single_table() {
-        table.optional_column("organism")
+        // FASTA entries without [organism=...] tags: the one table covers them.
+        let untagged = |c: usize| table.fasta && table.rows.iter().all(|r| r.get(c).is_none_or(str::is_empty));
+        table.optional_column("organism").filter(|&c| !untagged(c))
     } else {
         Some(table.column("organism")?)
     };
@@ -132,7 +135,7 @@ fn run() -> anyhow::Result<()> {
     for (i, result) in results.iter().enumerate() {
         if let Err(e) = result {
             failed += 1;
-            errln!("{}: row {} (line {}): {e}", args.input.display(), i + 1, i + 2);
+            errln!("{}: {e}", table.location(i));
         }
     }
     write_output(&args.output, &table, reference_col.is_some(), &results)?;

@@ -6,8 +6,14 @@
 //! cargo run --release --example predict -- --method high-frequency --reference train.jsonl --input proteins.csv --output hfc.csv
 //! ```
 //! Batch files are CSV with columns `protein_sequence` (or `protein`) and `organism` (name or
-//! id); the output adds `predicted_dna` (with several sequences: one row per sequence) and
-//! `error`, empty unless the row failed. Any failed row makes the exit status 1 once every row
+//! id), or FASTA (`>name`, the organism from an `[organism=NAME]` header tag or `--organism`).
+//! The output's extension picks its format: CSV adds `predicted_dna` (with several sequences: one
+//! row per sequence, best first), `error` (empty unless the row failed) and the scores
+//! `log_likelihood`, `mean_log_likelihood` and `least_likely_codons` (`position:ln p`, positions
+//! from 1); `.fasta`/`.fa` holds one entry per sequence with its scores in the header; `.jsonl`
+//! one object per sequence, with `--per-codon` each position's codon probabilities. The score is
+//! the pseudo-log-likelihood of `codon_model::predict::SequenceScore`. `--score FILE` scores
+//! existing DNA (CSV `dna` or `predicted_dna` and `organism` columns, or FASTA) the same way. Any failed row makes the exit status 1 once every row
 //! is written, unless `--allow-failures`. `--protein` with `--output` writes the same file for
 //! its one row. On a device that skips arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) a warning is
 //! printed and a `no_math` column says so on every row. A batch shows its progress on stderr: a
@@ -29,6 +35,8 @@
 mod csv_table;
 #[path = "common/design_args.rs"]
 mod design_args;
+#[path = "common/prediction_output.rs"]
+mod prediction_output;
 #[path = "common/reference_args.rs"]
 mod reference_args;
 
@@ -42,11 +50,13 @@ use codon_ascend::cli::{DTypeChoice, DeviceSpec};
 use codon_ascend::design::{repair, Repair, RepairOptions};
 use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
 use codon_ascend::model::bigbird::{load_model, BigBirdConfig};
+use codon_ascend::model::predict::SequenceScore;
 use codon_ascend::model::vocab::codon_ids_for;
 use codon_ascend::model::{prediction_residues, OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use codon_ascend::{errln, outln};
 use csv_table::CsvTable;
 use design_args::{edit_lines, DesignArgs};
+use prediction_output::{codon_probabilities, render, score_fields, OutputFormat, OutputRow};
 use rand::SeedableRng;
 use reference_args::{ReferenceArgs, References};
 
@@ -86,18 +96,27 @@ struct Args {
     /// Protein sequence.
     #[arg(long, conflicts_with = "input")]
     protein: Option<String>,
-    /// Organism name or id (for --protein).
+    /// Organism name or id (for --protein, and for FASTA entries without an [organism=NAME] tag).
     #[arg(long)]
     organism: Option<String>,
     /// Infill (with --protein): the protein's DNA with NNN for each codon to predict.
     #[arg(long, value_name = "PARTIAL", requires = "protein")]
     dna: Option<String>,
-    /// CSV with protein_sequence and organism columns.
+    /// Proteins: CSV with protein_sequence (or protein) and organism columns, or FASTA (`>name`,
+    /// the organism from an [organism=NAME] header tag or --organism).
     #[arg(long, requires = "output")]
     input: Option<PathBuf>,
-    /// Output CSV (written atomically).
+    /// Score existing coding sequences instead of predicting: CSV with dna and organism columns,
+    /// or FASTA (as --input). Written to --output, or as CSV on stdout.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "protein"])]
+    score: Option<PathBuf>,
+    /// Output file, written atomically, in the format its extension names: .fasta/.fa/.fna, .jsonl,
+    /// else CSV.
     #[arg(long)]
     output: Option<PathBuf>,
+    /// With a .jsonl --output: each codon position's allowed codons and their probabilities.
+    #[arg(long, alias = "per_codon", requires = "output")]
+    per_codon: bool,
     /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
@@ -130,10 +149,22 @@ struct Args {
     design: DesignArgs,
 }
 
-/// One predicted DNA, with the model's codon scores when constraints need them.
+/// One predicted DNA, with the model's codon scores when constraints or --per-codon need them,
+/// and its score (the model's predictions only).
 struct Predicted {
     dna: String,
     scores: Option<Vec<[f32; 64]>>,
+    score: Option<SequenceScore>,
+}
+
+impl Predicted {
+    /// The score of `dna` (the prediction, or its repair) against the model's codon scores.
+    fn score_of(&self, dna: &str) -> Option<SequenceScore> {
+        if dna == self.dna {
+            return self.score.clone();
+        }
+        self.scores.as_ref().and_then(|s| SequenceScore::of(s, dna).ok())
+    }
 }
 
 /// Proteins done, on stderr: an indicatif bar on a terminal, else a line every few seconds.
@@ -204,7 +235,7 @@ impl Baseline {
                     (Method::Uniform, _) => uniform_random_choice(&residues, &mut rng)?,
                     _ => anyhow::bail!("--method {} needs --reference or --codon-table", self.method),
                 };
-                Ok(Predicted { dna: dna.as_str().to_string(), scores: None })
+                Ok(Predicted { dna: dna.as_str().to_string(), scores: None, score: None })
             })
             .collect()
     }
@@ -225,11 +256,12 @@ fn run() -> anyhow::Result<()> {
     }
     if let Some(output) = &args.output {
         // A model folder's files are inputs too: an output inside the folder is refused.
-        let inputs: Vec<&std::path::Path> = [args.input.as_deref(), args.model.as_deref(), args.config.as_deref()]
-            .into_iter()
-            .flatten()
-            .chain(args.reference.paths())
-            .collect();
+        let inputs: Vec<&std::path::Path> =
+            [args.input.as_deref(), args.score.as_deref(), args.model.as_deref(), args.config.as_deref()]
+                .into_iter()
+                .flatten()
+                .chain(args.reference.paths())
+                .collect();
         codon_ascend::data::refuse_overwriting(&inputs, &[output])?;
         codon_ascend::model::files::check_output_location(output)?;
     }
@@ -242,8 +274,13 @@ fn run() -> anyhow::Result<()> {
     if !designer.constraints.is_empty() && args.method != Method::Model {
         anyhow::bail!("constraints are repaired with the model's scores: use them with --method model");
     }
+    if let Some(file) = &args.score {
+        anyhow::ensure!(args.method == Method::Model, "--score uses the model: drop --method");
+        anyhow::ensure!(designer.constraints.is_empty(), "--score scores sequences as given: drop the constraints");
+        return score_sequences(&args, file);
+    }
     let (predict, no_math) = match args.method {
-        Method::Model => model_predictions(&args, !designer.constraints.is_empty())?,
+        Method::Model => model_predictions(&args, !designer.constraints.is_empty() || args.per_codon)?,
         method => (baseline_predictions(&args, method)?, false),
     };
     if no_math {
@@ -253,10 +290,15 @@ fn run() -> anyhow::Result<()> {
         (Some(protein), _, None) => return print_predictions(&args, protein, &designer, &predict),
         // One protein with --output: a one-row batch, written as a batch is.
         (Some(protein), _, Some(_)) => one_row_table(&args, protein)?,
-        (None, Some(input), Some(_)) => CsvTable::read(input)?,
-        _ => anyhow::bail!("give --protein and --organism, or --input CSV and --output CSV"),
+        (None, Some(input), Some(_)) => CsvTable::read_any(input, "protein_sequence", args.organism.as_deref(), true)?,
+        _ => anyhow::bail!("give --protein and --organism, --input FILE and --output FILE, or --score FILE"),
     };
     let output = args.output.as_deref().unwrap_or(std::path::Path::new(""));
+    let format = OutputFormat::of(output);
+    anyhow::ensure!(
+        !args.per_codon || format == OutputFormat::Jsonl,
+        "--per-codon writes each position's codon probabilities into a .jsonl --output"
+    );
     // `protein` is prepare_data's name for the column.
     let (protein_col, organism_col) =
         (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
@@ -275,55 +317,65 @@ fn run() -> anyhow::Result<()> {
     progress.finish();
     let (mut failed, mut unsatisfied) = (0, 0);
     let designing = !designer.constraints.is_empty();
-    let mut writer = csv::Writer::from_writer(Vec::new());
-    let extra: &[&str] = if designing {
+    let columns: &[&str] = if designing {
         &["predicted_dna", "edits", "edit_cost", "remaining", "error"]
     } else {
         &["predicted_dna", "error"]
     };
-    // On a device that skips its arithmetic, every row says its DNA is meaningless.
-    let marks: &[&str] = if no_math { &["true"] } else { &[] };
-    let mark_column: &[&str] = if no_math { &["no_math"] } else { &[] };
-    writer.write_record(table.headers.iter().chain(extra.iter().copied()).chain(mark_column.iter().copied()))?;
+    let mut rows: Vec<OutputRow<'_>> = Vec::new();
     for (i, (row, result)) in table.rows.iter().zip(results).enumerate() {
-        let designed: anyhow::Result<Vec<Vec<String>>> = result.and_then(|predictions| {
+        let designed: anyhow::Result<Vec<OutputRow<'_>>> = result.and_then(|predictions| {
             predictions
                 .iter()
-                .map(|p| {
-                    Ok(match designer.apply(p)? {
-                        None => vec![p.dna.clone()],
+                .enumerate()
+                .map(|(k, p)| {
+                    let (dna, mut fields) = match designer.apply(p)? {
+                        None => (p.dna.clone(), vec![p.dna.clone()]),
                         Some(r) => {
                             let remaining: Vec<String> = r.remaining.iter().map(ToString::to_string).collect();
-                            vec![
+                            let fields = vec![
                                 r.dna.clone(),
                                 edit_lines(&r).join("; "),
                                 format!("{:.6}", r.cost),
                                 remaining.join("; "),
-                            ]
+                            ];
+                            (r.dna, fields)
                         }
+                    };
+                    if let Some(warning) = mismatch_warning(&items[i].protein, &dna) {
+                        errln!("warning: {}: {warning}", table.location(i));
+                    }
+                    fields.resize(columns.len(), String::new());
+                    Ok(OutputRow {
+                        input: row,
+                        row: i,
+                        rank: k + 1,
+                        score: p.score_of(&dna),
+                        per_codon: args.per_codon.then(|| p.scores.as_deref().map(codon_probabilities)).flatten(),
+                        dna: Some(dna),
+                        fields,
                     })
                 })
                 .collect()
         });
-        let records = designed.unwrap_or_else(|e| {
-            failed += 1;
-            unsatisfied += usize::from(e.downcast_ref::<codon_ascend::design::DesignError>().is_some());
-            errln!("{}: row {} (line {}): {e}", table.path.display(), i + 1, i + 2);
-            let mut fields = vec![String::new(); extra.len() - 1];
-            fields.push(codon_ascend::error_line(e.as_ref()));
-            vec![fields]
-        });
-        for mut fields in records {
-            if let Some(warning) = mismatch_warning(&items[i].protein, &fields[0]) {
-                errln!("warning: {}: row {} (line {}): {warning}", table.path.display(), i + 1, i + 2);
+        match designed {
+            Ok(mut sequences) => rows.append(&mut sequences),
+            Err(e) => {
+                failed += 1;
+                unsatisfied += usize::from(e.downcast_ref::<codon_ascend::design::DesignError>().is_some());
+                errln!("{}: {e}", table.location(i));
+                let mut fields = vec![String::new(); columns.len() - 1];
+                fields.push(codon_ascend::error_line(e.as_ref()));
+                rows.push(OutputRow { input: row, row: i, rank: 1, dna: None, fields, score: None, per_codon: None });
             }
-            fields.resize(extra.len(), String::new());
-            writer.write_record(row.iter().chain(fields.iter().map(String::as_str)).chain(marks.iter().copied()))?;
         }
     }
-    let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
+    // On a device that skips its arithmetic, every row says its DNA is meaningless.
+    let mark = no_math.then_some(("no_math", "true"));
+    let bytes = render(format, &table.headers, columns, &rows, mark)?;
     codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
-    outln!("predicted {} proteins ({failed} failed); wrote {}", table.rows.len() - failed, output.display());
+    let ranked = if args.num_sequences > 1 { ", each protein's sequences best first by log-likelihood" } else { "" };
+    outln!("predicted {} proteins ({failed} failed){ranked}; wrote {}", table.rows.len() - failed, output.display());
     if failed > 0 && !args.allow_failures {
         let hint = match unsatisfied {
             0 => String::new(),
@@ -340,6 +392,68 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--score FILE`: the model's score of each sequence as given.
+fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
+    let table = CsvTable::read_any(file, "dna", args.organism.as_deref(), true)?;
+    // predict's own output can be scored as it is.
+    let (dna_col, organism_col) = (table.first_column(&["dna", "predicted_dna"])?, table.column("organism")?);
+    let items: Vec<(String, OrganismRef)> = table
+        .rows
+        .iter()
+        .map(|r| (r.get(dna_col).unwrap_or("").to_string(), OrganismRef::parse(r.get(organism_col).unwrap_or(""))))
+        .collect();
+    let (predictor, options, no_math) = load_predictor(args, false)?;
+    if no_math {
+        errln!("{}", codon_ascend::NO_MATH_WARNING);
+    }
+    let mut progress = Progress::new(items.len());
+    let scores = predictor.score_batch(&items, &options, &mut |n| progress.advance(n))?;
+    progress.finish();
+    let mut failed = 0;
+    let rows: Vec<OutputRow<'_>> = table
+        .rows
+        .iter()
+        .zip(scores)
+        .enumerate()
+        .map(|(i, (row, score))| match score {
+            Ok(score) => OutputRow {
+                input: row,
+                row: i,
+                rank: 1,
+                dna: Some(items[i].0.to_uppercase()),
+                fields: vec![String::new()],
+                score: Some(score),
+                per_codon: None,
+            },
+            Err(e) => {
+                failed += 1;
+                errln!("{}: {e}", table.location(i));
+                let fields = vec![codon_ascend::error_line(&e)];
+                OutputRow { input: row, row: i, rank: 1, dna: None, fields, score: None, per_codon: None }
+            }
+        })
+        .collect();
+    let mark = no_math.then_some(("no_math", "true"));
+    match &args.output {
+        Some(output) => {
+            let bytes = render(OutputFormat::of(output), &table.headers, &["error"], &rows, mark)?;
+            codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
+            outln!("scored {} sequences ({failed} failed); wrote {}", rows.len() - failed, output.display());
+        }
+        None => {
+            outln!("row,log_likelihood,mean_log_likelihood,least_likely_codons,error");
+            for r in &rows {
+                let [ll, mean, lowest] = score_fields(r.score.as_ref());
+                outln!("{},{ll},{mean},{lowest},{}", r.row + 1, r.fields[0]);
+            }
+        }
+    }
+    if failed > 0 && !args.allow_failures {
+        anyhow::bail!("{failed} of {} sequences could not be scored (--allow-failures exits 0)", rows.len());
+    }
+    Ok(())
+}
+
 /// `--protein` without `--output`: each sequence on stdout, with the edits that met the constraints.
 fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &PredictFn<'_>) -> anyhow::Result<()> {
     let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
@@ -349,11 +463,21 @@ fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &
         known_dna: args.dna.clone(),
     }];
     let predictions = predict(&items, &mut |_| {})?.pop().unwrap_or_else(|| Err(anyhow::anyhow!("no prediction")))?;
-    for predicted in predictions {
-        let repair = designer.apply(&predicted)?;
+    if predictions.len() > 1 && predictions[0].score.is_some() {
+        errln!("{} sequences, best first by log-likelihood", predictions.len());
+    }
+    for (k, predicted) in predictions.iter().enumerate() {
+        let repair = designer.apply(predicted)?;
         let dna = repair.as_ref().map_or(&predicted.dna, |r| &r.dna);
         if let Some(warning) = mismatch_warning(protein, dna) {
             errln!("warning: {warning}");
+        }
+        if let Some(score) = predicted.score_of(dna) {
+            let [ll, mean, lowest] = score_fields(Some(&score));
+            errln!(
+                "sequence {}: log-likelihood {ll} (mean {mean} per codon); least likely codons (position:ln p) {lowest}",
+                k + 1
+            );
         }
         match repair {
             None => outln!("{}", predicted.dna),
@@ -404,6 +528,7 @@ fn one_row_table(args: &Args, protein: &str) -> anyhow::Result<CsvTable> {
         path: std::path::PathBuf::from("--protein"),
         headers: csv::StringRecord::from(headers),
         rows: vec![csv::StringRecord::from(row)],
+        fasta: false,
     })
 }
 
@@ -430,6 +555,25 @@ type PredictFn<'a> =
 
 /// The model's predictions, and whether its device skips arithmetic (its values are then meaningless).
 fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(PredictFn<'static>, bool)> {
+    let (predictor, options, no_math) = load_predictor(args, keep_codon_scores)?;
+    let predict: PredictFn<'static> = Box::new(move |items, progress| {
+        let results = predictor.predict_batch_with_progress(items, &options, progress)?;
+        Ok(results
+            .into_iter()
+            .map(|r| {
+                Ok(r?
+                    .into_iter()
+                    .map(|p| Predicted { dna: p.predicted_dna, scores: p.codon_log_probs, score: Some(p.score) })
+                    .collect())
+            })
+            .collect())
+    });
+    Ok((predict, no_math))
+}
+
+/// The model on its device with the prediction options the flags give, and whether the device
+/// skips arithmetic.
+fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predictor, PredictOptions, bool)> {
     // --model, or upstream's published model; a Hub id becomes its cached snapshot's folder. The
     // arguments were checked before this, so a mistake costs no download.
     let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_ascend::hub::DEFAULT_MODEL));
@@ -468,16 +612,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
     if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
-    let predict: PredictFn<'static> = Box::new(move |items, progress| {
-        let results = predictor.predict_batch_with_progress(items, &options, progress)?;
-        Ok(results
-            .into_iter()
-            .map(|r| {
-                Ok(r?.into_iter().map(|p| Predicted { dna: p.predicted_dna, scores: p.codon_log_probs }).collect())
-            })
-            .collect())
-    });
-    Ok((predict, no_math))
+    Ok((predictor, options, no_math))
 }
 
 fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn<'static>> {

@@ -176,7 +176,16 @@ fn init_model_then_predict() {
     let mut reader = csv::Reader::from_path(&csv_out).unwrap();
     assert_eq!(
         reader.headers().unwrap().iter().collect::<Vec<_>>(),
-        ["id", "protein_sequence", "organism", "predicted_dna", "error"]
+        [
+            "id",
+            "protein_sequence",
+            "organism",
+            "predicted_dna",
+            "error",
+            "log_likelihood",
+            "mean_log_likelihood",
+            "least_likely_codons"
+        ]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), 3);

@@ -80,7 +80,18 @@ fn one_protein_with_an_output_writes_a_batch_file() {
     let o = run("predict", &[&args[..], &[&out.to_string_lossy()]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let (headers, rows) = read_csv(&out);
-    assert_eq!(headers, ["protein_sequence", "organism", "predicted_dna", "error"]);
+    assert_eq!(
+        headers,
+        [
+            "protein_sequence",
+            "organism",
+            "predicted_dna",
+            "error",
+            "log_likelihood",
+            "mean_log_likelihood",
+            "least_likely_codons"
+        ]
+    );
     assert_eq!((rows.len(), rows[0][2].len(), rows[0][3].as_str()), (1, 12, ""));
     assert!(rows[0][2].starts_with("ATGAA"), "{:?}", rows[0]);
 }

@@ -184,7 +184,19 @@ fn constraints_are_met_by_reported_synonymous_edits() {
     let headers: Vec<String> = reader.headers().unwrap().iter().map(str::to_string).collect();
     assert_eq!(
         headers,
-        ["protein_sequence", "organism", "dna", "predicted_dna", "edits", "edit_cost", "remaining", "error"]
+        [
+            "protein_sequence",
+            "organism",
+            "dna",
+            "predicted_dna",
+            "edits",
+            "edit_cost",
+            "remaining",
+            "error",
+            "log_likelihood",
+            "mean_log_likelihood",
+            "least_likely_codons"
+        ]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(&rows[0][3], dna, "the batch repairs as the single prediction does");

@@ -1,5 +1,5 @@
 //! A CSV file read whole, with its columns found by name: the batch input of `predict` and
-//! `evaluate`.
+//! `evaluate`. A FASTA file reads as the same table.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +11,8 @@ pub struct CsvTable {
     pub headers: csv::StringRecord,
     /// Its data rows.
     pub rows: Vec<csv::StringRecord>,
+    /// Whether the rows are FASTA entries (the first column their names), not CSV lines.
+    pub fasta: bool,
 }
 
 impl CsvTable {
@@ -20,7 +22,47 @@ impl CsvTable {
         let headers = reader.headers().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?.clone();
         let rows =
             reader.records().collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        Ok(Self { path: path.to_path_buf(), headers, rows })
+        Ok(Self { path: path.to_path_buf(), headers, rows, fasta: false })
+    }
+
+    /// A batch file as a table: CSV as it is, or FASTA (by extension) as the columns `name` (the
+    /// header's first word), `sequence_column` and `organism` (the header's [organism=NAME] tag,
+    /// else `organism`; an entry with neither is an error when `organism_required`, else empty).
+    pub fn read_any(
+        path: &Path,
+        sequence_column: &str,
+        organism: Option<&str>,
+        organism_required: bool,
+    ) -> anyhow::Result<Self> {
+        use codon_ascend::data::prepare::{fasta_header_field, read_fasta_entries};
+        use codon_ascend::data::InputFormat;
+        if InputFormat::from_path(path).ok() != Some(InputFormat::Fasta) {
+            return Self::read(path);
+        }
+        let mut rows = Vec::new();
+        for entry in read_fasta_entries(path)? {
+            let tagged = fasta_header_field("organism", &entry.header).or(organism);
+            if tagged.is_none() && organism_required {
+                anyhow::bail!(
+                    "{}: entry {} has no [organism=NAME] tag in its header: add one, or give --organism",
+                    path.display(),
+                    entry.name()
+                );
+            }
+            rows.push(csv::StringRecord::from(vec![entry.name(), &entry.sequence, tagged.unwrap_or("")]));
+        }
+        let headers = csv::StringRecord::from(vec!["name", sequence_column, "organism"]);
+        Ok(Self { path: path.to_path_buf(), headers, rows, fasta: true })
+    }
+
+    /// Where row `i` (from 0) is, for messages: `FILE: row N (line L)`, or `FILE: entry N (NAME)`.
+    pub fn location(&self, i: usize) -> String {
+        if self.fasta {
+            let name = self.rows.get(i).and_then(|r| r.get(0)).unwrap_or("");
+            format!("{}: entry {} ({name})", self.path.display(), i + 1)
+        } else {
+            format!("{}: row {} (line {})", self.path.display(), i + 1, i + 2)
+        }
     }
 
     /// The index of an optional column.

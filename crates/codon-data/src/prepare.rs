@@ -192,20 +192,33 @@ pub fn fasta_header_field<'a>(keyword: &str, header: &'a str) -> Option<&'a str>
     Some(&header[start..end])
 }
 
-/// Read gene records from a FASTA file; the organism comes from `[organism=…]` in the header.
-pub fn read_fasta(path: &Path) -> Result<Vec<GeneRecord>> {
+/// One FASTA entry: its header (after `>`) and its sequence, lines joined.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FastaEntry {
+    /// The header line without `>`.
+    pub header: String,
+    /// The sequence, as written (case kept), without line breaks or spaces.
+    pub sequence: String,
+}
+
+impl FastaEntry {
+    /// The entry's name: the header's first word.
+    pub fn name(&self) -> &str {
+        self.header.split_whitespace().next().unwrap_or("")
+    }
+}
+
+/// Read every entry of a FASTA file.
+pub fn read_fasta_entries(path: &Path) -> Result<Vec<FastaEntry>> {
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
-    let mut records: Vec<GeneRecord> = Vec::new();
+    let mut entries: Vec<FastaEntry> = Vec::new();
     for line in BufReader::new(file).lines() {
         let line = line.map_err(|e| DataError::io(path, e))?;
         let line = line.trim_end();
         if let Some(header) = line.strip_prefix('>') {
-            records.push(GeneRecord {
-                organism: fasta_header_field("organism", header).map(str::to_string),
-                ..Default::default()
-            });
-        } else if let Some(record) = records.last_mut() {
-            record.dna.push_str(line.trim());
+            entries.push(FastaEntry { header: header.trim().to_string(), ..Default::default() });
+        } else if let Some(entry) = entries.last_mut() {
+            entry.sequence.extend(line.chars().filter(|c| !c.is_whitespace()));
         } else if !line.trim().is_empty() {
             return Err(DataError::MalformedLine {
                 path: path.to_path_buf(),
@@ -214,10 +227,19 @@ pub fn read_fasta(path: &Path) -> Result<Vec<GeneRecord>> {
             });
         }
     }
-    for r in &mut records {
-        r.dna = r.dna.to_uppercase();
-    }
-    Ok(records)
+    Ok(entries)
+}
+
+/// Read gene records from a FASTA file; the organism comes from `[organism=…]` in the header.
+pub fn read_fasta(path: &Path) -> Result<Vec<GeneRecord>> {
+    Ok(read_fasta_entries(path)?
+        .into_iter()
+        .map(|e| GeneRecord {
+            organism: fasta_header_field("organism", &e.header).map(str::to_string),
+            dna: e.sequence.to_uppercase(),
+            ..Default::default()
+        })
+        .collect())
 }
 
 /// Turn one gene record into a training record, or say why it is dropped.

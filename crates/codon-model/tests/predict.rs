@@ -316,9 +316,8 @@ fn scoring_a_prediction_gives_its_own_score_and_samples_come_best_first() {
     other.replace_range(3..6, swap);
     let lower = p.score_batch(&[(other, organism.clone())], &options, &mut |_| {}).unwrap().remove(0).unwrap();
     assert!(lower.log_likelihood < predicted.score.log_likelihood, "{lower:?}");
-    let samples = p
-        .predict("MKVLAWQRST", organism.clone(), &PredictOptions { num_sequences: 6, ..sampling(1.5, 3) })
-        .unwrap();
+    let samples =
+        p.predict("MKVLAWQRST", organism.clone(), &PredictOptions { num_sequences: 6, ..sampling(1.5, 3) }).unwrap();
     let ll: Vec<f64> = samples.iter().map(|s| s.score.log_likelihood).collect();
     assert!(ll.windows(2).all(|w| w[0] >= w[1]), "not best first: {ll:?}");
     assert!(ll.first() > ll.last(), "the samples should differ: {ll:?}");
