@@ -142,20 +142,22 @@ fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool) {
     respond(&mut stream, "206 Partial Content", &headers, body);
 }
 
-/// `predict` of one short protein with `--model model`, under the given Hub environment.
-fn predict(model: &str, endpoint: &str, cache: &Path, offline: bool) -> Output {
-    let mut c = Command::new(common::example("predict"));
-    c.args(["--model", model, "--protein", "MKV", "--organism", "Escherichia coli general"])
-        .env("HF_ENDPOINT", endpoint)
-        .env("HF_HUB_CACHE", cache)
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HOME");
+/// Run `c` against the Hub at `endpoint` with the cache `cache`, offline or not, no token.
+fn with_hub(mut c: Command, endpoint: &str, cache: &Path, offline: bool) -> Output {
+    c.env("HF_ENDPOINT", endpoint).env("HF_HUB_CACHE", cache).env_remove("HF_TOKEN").env_remove("HF_HOME");
     if offline {
         c.env("HF_HUB_OFFLINE", "1");
     } else {
         c.env_remove("HF_HUB_OFFLINE");
     }
     c.output().unwrap()
+}
+
+/// `predict` of one short protein with `--model model`, under the given Hub environment.
+fn predict(model: &str, endpoint: &str, cache: &Path, offline: bool) -> Output {
+    let mut c = Command::new(common::example("predict"));
+    c.args(["--model", model, "--protein", "MKV", "--organism", "Escherichia coli general"]);
+    with_hub(c, endpoint, cache, offline)
 }
 
 fn stderr(o: &Output) -> String {
@@ -262,4 +264,32 @@ fn weights_that_do_not_hash_to_their_etag_are_removed_and_refused() {
     assert!(!blobs.join("0".repeat(64)).exists(), "the mismatching blob was kept");
     let offline = predict(REPO, &hub.endpoint(), &cache, true);
     assert_eq!(offline.status.code(), Some(1), "{}", stderr(&offline));
+}
+
+#[test]
+fn finetune_starts_from_a_hub_model_and_by_default_from_the_published_base() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+    let train = dir.path().join("train.jsonl").to_string_lossy().into_owned();
+    let o = common::run("prepare_data", &["--input", &common::demo("genes.csv"), "--output", &train]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let finetune = |extra: &[&str], offline: bool| {
+        let mut c = Command::new(common::example("finetune"));
+        c.args(["--dataset_dir", &train, "--precision", "f32", "--num_workers", "1", "--quiet", "--max_steps", "1"])
+            .args(extra);
+        with_hub(c, &hub.endpoint(), &cache, offline)
+    };
+    // No --model: upstream's base model, which this offline machine has not cached.
+    let o = finetune(&[], true);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("adibvafa/CodonTransformer-base@main"), "{}", stderr(&o));
+    // A Hub id downloads, and the run starts from it.
+    let o = finetune(&["--model", REPO], false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains(&format!("starting from {}", snapshot(&cache).display())), "{stdout}");
+    // --from-scratch needs no model.
+    let o = finetune(&["--from-scratch", "--config", &common::bigbird_fixture("config.json")], true);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
