@@ -20,16 +20,10 @@ static int g_device_count = DEFAULT_DEVICES;
  * read that skips the synchronisation sees stale memory, deterministically. */
 #define LAZY_DEPTH 64
 
-/* The emulated parts. Names from torch_npu NpuVariables.cpp; HBM from the parts' data sheets
- * (910A 32 GB, 910B3 64 GB, 910B4 32 GB; llama.cpp's CANN backend reports about 30,196 MB
- * usable on a 910B4). */
-typedef struct { const char *name; int family; uint64_t hbm; } SocProfile;
-static const SocProfile g_socs[] = {
-    {"Ascend910A", SIM_SOC_910, 32ull << 30},   {"Ascend910ProA", SIM_SOC_910, 32ull << 30},
-    {"Ascend910B1", SIM_SOC_910B, 64ull << 30}, {"Ascend910B2", SIM_SOC_910B, 64ull << 30},
-    {"Ascend910B3", SIM_SOC_910B, 64ull << 30}, {"Ascend910B4", SIM_SOC_910B, 32ull << 30},
-};
-#define DEFAULT_SOC 4 /* Ascend910B3 */
+/* The emulated parts: names, HBM, AI Core counts and L2 from the vendor's platform files
+ * (CANN 8.1.RC1 platform_config/<SoC>.ini, via soc/cann/platforms.tsv), HBM of the 910A and 910ProA,
+ * which their files lack, from the vendor's card specifications (soc/platforms_supplement.tsv). */
+#include "soc_profiles.h"
 static const SocProfile *g_soc = &g_socs[DEFAULT_SOC];
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;

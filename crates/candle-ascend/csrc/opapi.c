@@ -10,6 +10,9 @@
 
 #include "half.h"
 #include "sim.h"
+/* The vendor's phase-1 prototypes (generated from soc/cann/aclnn_prototypes.tsv): every definition
+ * below must match its declaration, or this file does not compile. */
+#include "aclnn_prototypes.h"
 
 /* ---- element access --------------------------------------------------------------------- */
 
@@ -429,7 +432,12 @@ UNARY(Sin, U_SIN)
 UNARY(Cos, U_COS)
 UNARY(Sigmoid, U_SIGMOID)
 UNARY(Silu, U_SILU)
-UNARY(Relu, U_RELU)
+/* aclnn_relu.h declares the output const; the kernel writes through its data pointer. */
+SIM_EXPORT aclnnStatus aclnnReluGetWorkspaceSize(const aclTensor *a, const aclTensor *out, uint64_t *ws,
+                                                 aclOpExecutor **e) {
+    return unary("aclnnRelu", U_RELU, a, 0, (aclTensor *)out, ws, e);
+}
+PHASE2(Relu)
 UNARY(Reciprocal, U_RECIP)
 UNARY(Floor, U_FLOOR)
 UNARY(Ceil, U_CEIL)
@@ -444,8 +452,10 @@ SIM_EXPORT aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *x, int64_t a
 }
 PHASE2(GeluV2)
 
+/* aclnn_pow.h declares the output const; the kernel writes through its data pointer. */
 SIM_EXPORT aclnnStatus aclnnPowTensorScalarGetWorkspaceSize(const aclTensor *a, const aclScalar *exponent,
-                                                            aclTensor *out, uint64_t *ws, aclOpExecutor **e) {
+                                                            const aclTensor *out_, uint64_t *ws, aclOpExecutor **e) {
+    aclTensor *out = (aclTensor *)out_;
     if (!exponent) return bad(ACLNN_ERR_PARAM_NULLPTR, "aclnnPowTensorScalar", "exponent is null");
     int r = a && out ? scalar_castable("aclnnPowTensorScalar", "exponent", exponent, out->dtype) : 0;
     if (r) return r;

@@ -73,6 +73,14 @@ pub enum AscendError {
         /// `aclGetRecentErrMsg`, if any.
         message: Option<String>,
     },
+    /// A call site's phase-1 parameter types differ from the vendor's prototype: nothing was called.
+    #[error("{op}: {detail}")]
+    Abi {
+        /// The aclnn op.
+        op: &'static str,
+        /// What differs.
+        detail: String,
+    },
     /// A candle operation that this backend does not implement.
     #[error("{op} is not supported by the Ascend backend{}", if .detail.is_empty() { String::new() } else { format!(" ({})", .detail) })]
     Unsupported {

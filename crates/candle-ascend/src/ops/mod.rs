@@ -205,17 +205,37 @@ pub(crate) fn int_array(dev: &DeviceInner, values: &[i64]) -> Result<AclObject> 
     AclObject::new(dev, ptr, api.aclDestroyIntArray, "aclCreateIntArray")
 }
 
-/// Run one aclnn op: `phase1(fn_address, &mut workspace_size, &mut executor)` returns the
-/// phase-1 status; then the workspace is taken from the device cache and phase 2 is enqueued.
-/// `operands` describe the views for error messages.
+/// One op's phase-1 function: its address, reached only through [`Phase1Fn::checked`].
+pub(crate) struct Phase1Fn {
+    addr: usize,
+    op: AclnnOp,
+    mismatch: std::cell::RefCell<Option<String>>,
+}
+
+impl Phase1Fn {
+    /// The address, once the call site's parameter types (`passed`, as it spells them) fit the
+    /// prototype the vendor's header declares for the op; else `None`, the reason kept for
+    /// [`launch`], which reports it.
+    pub(crate) fn checked(&self, passed: &[&str]) -> Option<usize> {
+        let why = crate::ffi::abi::mismatch(self.op.name(), self.op.phase1_abi(), passed);
+        let ok = why.is_none();
+        *self.mismatch.borrow_mut() = why;
+        ok.then_some(self.addr)
+    }
+}
+
+/// Run one aclnn op: `phase1(&fn, &mut workspace_size, &mut executor)` returns the phase-1
+/// status (the [`phase1!`] macro checks the call's types against the vendor's prototype first);
+/// then the workspace is taken from the device cache and phase 2 is enqueued. `operands` describe
+/// the views for error messages.
 pub(crate) fn launch(
     dev: &Arc<DeviceInner>,
-    op: AclnnOp,
+    aclnn: AclnnOp,
     operands: &[&View],
-    phase1: impl FnOnce(usize, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
+    phase1: impl FnOnce(&Phase1Fn, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
 ) -> Result<()> {
     dev.bind_thread()?;
-    let op = op.name();
+    let op = aclnn.name();
     let describe = || operands.iter().map(|v| v.describe()).collect::<Vec<_>>().join(", ");
     let (p1, p2) = match dev.toolkit.op(op) {
         Ok(f) => f,
@@ -224,7 +244,11 @@ pub(crate) fn launch(
     };
     let mut ws_size = 0u64;
     let mut exec: AclExecutorPtr = std::ptr::null_mut();
-    let code = phase1(p1, &mut ws_size, &mut exec);
+    let p1 = Phase1Fn { addr: p1, op: aclnn, mismatch: std::cell::RefCell::new(None) };
+    let code = phase1(&p1, &mut ws_size, &mut exec);
+    if let Some(detail) = p1.mismatch.take() {
+        return Err(AscendError::Abi { op, detail });
+    }
     if code != 0 {
         let message = dev.toolkit.recent_message();
         if dev.preflight_refuse(|| {
@@ -250,16 +274,22 @@ pub(crate) fn launch(
     Ok(())
 }
 
-/// Call a phase-1 function at `addr` with the given C prototype and arguments.
+/// Call a phase-1 function with the given C prototype and arguments, once the prototype's
+/// parameter types are checked against the vendor's declaration of the op.
 macro_rules! phase1 {
-    ($addr:expr, $ws:expr, $exec:expr, fn($($ty:ty),*), $($arg:expr),*) => {{
-        // SAFETY: `addr` is the op's GetWorkspaceSize symbol, whose C prototype is the one given
-        // (CANN's aclnn two-phase convention, checked by tools/check_vendor_abi.py); every pointer
-        // argument is live.
-        unsafe {
-            let f: unsafe extern "C" fn($($ty),*, *mut u64, *mut $crate::ffi::types::AclExecutorPtr) -> i32 =
-                std::mem::transmute::<usize, _>($addr);
-            f($($arg),*, $ws, $exec)
+    ($p1:expr, $ws:expr, $exec:expr, fn($($ty:ty),*), $($arg:expr),*) => {{
+        match $p1.checked(&[$(stringify!($ty)),*]) {
+            // `launch` reports the mismatch; nothing is called.
+            None => -1,
+            // SAFETY: `addr` is the op's GetWorkspaceSize symbol, and the types given match, class
+            // by class, the C prototype in the vendor's header (soc/cann/aclnn_prototypes.tsv,
+            // extracted from CANN's aclnn_*.h), followed by CANN's workspace size and executor;
+            // every pointer argument is live.
+            Some(addr) => unsafe {
+                let f: unsafe extern "C" fn($($ty),*, *mut u64, *mut $crate::ffi::types::AclExecutorPtr) -> i32 =
+                    std::mem::transmute::<usize, _>(addr);
+                f($($arg),*, $ws, $exec)
+            },
         }
     }};
 }

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Extract the facts the Ascend backend relies on from a CANN toolkit tree, into committed tables.
+
+usage: python3 tools/cann_facts.py ROOT [--out crates/candle-ascend/soc/cann]
+
+ROOT is a toolkit version folder: an installed toolkit (`$ASCEND_HOME_PATH`, e.g.
+/usr/local/Ascend/ascend-toolkit/latest) or the public mirror of CANN 8.1.RC1
+(github.com/leideng/CANN-8.1.RC1, folder Ascend/ascend-toolkit/8.1.RC1; `git archive` that folder's
+`opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop`, `aarch64-linux/data/platform_config` and
+`opp/version.info` when the mirror has no work tree). Standard library only.
+
+Writes, each stamped with the toolkit version it was read from:
+- `aclnn_prototypes.tsv`: for every aclnn op in `soc/op_support.tsv`, the C parameter types of its
+  phase-1 function `aclnn<Op>GetWorkspaceSize`, in order, the trailing workspace size and executor
+  included. build.rs turns it into each op's ABI classes (checked at every launch) and into C
+  declarations the emulator is compiled against.
+- `platforms.tsv`: each supported SoC's platform parameters (core counts, HBM, L2, UB, cube).
+
+The tables hold facts (types, numbers) carried over in this project's own format; no vendor file
+is copied.
+"""
+import argparse
+import configparser
+import re
+import sys
+from pathlib import Path
+
+CRATE = Path(__file__).resolve().parent.parent / "crates" / "candle-ascend"
+INCLUDE = "opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop"
+PLATFORMS = "aarch64-linux/data/platform_config"
+# The parts the backend supports (soc.rs SocFamily) that have a platform file.
+SOCS = ["Ascend910A", "Ascend910ProA", "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4"]
+# (section, key) of each platform column, in order.
+PLATFORM_KEYS = [
+    ("SoCInfo", "ai_core_cnt"), ("SoCInfo", "cube_core_cnt"), ("SoCInfo", "vector_core_cnt"),
+    ("SoCInfo", "ai_cpu_cnt"), ("SoCInfo", "memory_size"), ("SoCInfo", "l2_size"),
+    ("AICoreSpec", "cube_freq"), ("AICoreSpec", "cube_m_size"), ("AICoreSpec", "cube_n_size"),
+    ("AICoreSpec", "cube_k_size"), ("AICoreSpec", "ub_size"),
+]
+
+
+def version(root):
+    for candidate in ["opp/version.info", "compiler/version.info", "version.cfg"]:
+        path = root / candidate
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            m = re.search(r"version_dir=(\S+)", text) or re.search(r"[Vv]ersion=(\S+)", text)
+            if m:
+                return m.group(1)
+    sys.exit(f"{root}: no version.info: is this a toolkit version folder?")
+
+
+def our_ops():
+    ops = []
+    for line in (CRATE / "soc" / "op_support.tsv").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            op = line.split("|")[0].strip()
+            if op not in ops:
+                ops.append(op)
+    return ops
+
+
+def header_prototypes(include):
+    """{op: [C parameter type, ...]} of every `aclnn<Op>GetWorkspaceSize` declared under `include`."""
+    found = {}
+    for header in sorted(include.glob("aclnn_*.h")):
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(errors="replace"), flags=re.S)
+        for m in re.finditer(r"aclnnStatus\s+(aclnn\w+)GetWorkspaceSize\s*\(([^)]*)\)\s*;", text):
+            params = [normalise(p) for p in m.group(2).split(",") if p.strip()]
+            found.setdefault(m.group(1), (header.name, params))
+    return found
+
+
+def normalise(param):
+    """A parameter's C type, its name dropped and spacing made canonical (`const aclTensor *`)."""
+    param = " ".join(param.replace("*", " * ").split())
+    words = param.split(" ")
+    # The last word is the name unless the declaration has none.
+    if len(words) > 1 and re.fullmatch(r"[A-Za-z_]\w*", words[-1]) and words[-1] not in {"int", "char", "float", "double", "bool"}:
+        words = words[:-1]
+    text = " ".join(words)
+    return re.sub(r" \*", "*", text).replace("*", " *").replace("* *", "**").strip()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root", type=Path)
+    ap.add_argument("--out", type=Path, default=CRATE / "soc" / "cann")
+    args = ap.parse_args()
+    root = args.root
+    stamp = version(root)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    prototypes = header_prototypes(root / INCLUDE)
+    rows = []
+    for op in our_ops():
+        # An op the toolkit does not declare (aclnnSquare: Ascend 950 only) is recorded as absent.
+        header, params = prototypes.get(op, ("-", ["-"]))
+        rows.append(f"{op} | {header} | {', '.join(params)}")
+    (args.out / "aclnn_prototypes.tsv").write_text(
+        f"# CANN {stamp}: phase-1 parameter types of each aclnn op in soc/op_support.tsv, read from\n"
+        f"# {INCLUDE}/aclnn_*.h by tools/cann_facts.py (types only, in this table's own spelling).\n"
+        "# op | header | parameter types, in order (the last two: workspace size, executor); \"-\": not declared\n"
+        + "\n".join(rows) + "\n")
+
+    platform_rows = []
+    for soc in SOCS:
+        ini = configparser.ConfigParser(interpolation=None, strict=False)
+        path = root / PLATFORMS / f"{soc}.ini"
+        if not path.is_file():
+            sys.exit(f"{path}: missing")
+        ini.read_string(path.read_text(errors="replace"))
+        values = [ini.get(section, key, fallback="").strip() or "-" for section, key in PLATFORM_KEYS]
+        platform_rows.append(" | ".join([soc] + values))
+    (args.out / "platforms.tsv").write_text(
+        f"# CANN {stamp}: platform parameters of each supported SoC, read from {PLATFORMS}/<SoC>.ini by\n"
+        "# tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).\n"
+        "# soc | " + " | ".join(key for _, key in PLATFORM_KEYS) + "\n"
+        + "\n".join(platform_rows) + "\n")
+    print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(platform_rows)} platforms -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
