@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release --example npu_env -- [--device npu:0|npu-sim:0]
 //! cargo run --release --example npu_env -- --sim-toolkit-path
+//! cargo run --release --example npu_env -- --check-toolkit [/usr/local/Ascend/ascend-toolkit/latest]
 //! ```
 use clap::Parser;
 use codon_ascend::ascend::op_table::Coverage;
@@ -21,6 +22,11 @@ struct Args {
     /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
     #[arg(long, alias = "sim_toolkit_path")]
     sim_toolkit_path: bool,
+    /// Check an installed toolkit (default: the first one found, as `npu:N` finds it) for every
+    /// function and aclnn op this backend needs, and its headers' prototypes; exits 1 if anything
+    /// is missing or differs. No device is opened.
+    #[arg(long, alias = "check_toolkit", value_name = "ROOT", num_args = 0..=1, default_missing_value = "")]
+    check_toolkit: Option<std::path::PathBuf>,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -28,6 +34,9 @@ fn run() -> anyhow::Result<()> {
     if args.sim_toolkit_path {
         outln!("{}", ascend::emulated_root().display());
         return Ok(());
+    }
+    if let Some(root) = &args.check_toolkit {
+        return check_toolkit(root);
     }
     let device = args.device.open()?;
     let dev: &AscendDevice =
@@ -82,6 +91,45 @@ fn run() -> anyhow::Result<()> {
             outln!("  {:<14} {}", op.to_string(), cells.join(" / "));
         }
     }
+    Ok(())
+}
+
+/// `--check-toolkit`: what the toolkit at `root` (or the first one found) lacks.
+fn check_toolkit(root: &std::path::Path) -> anyhow::Result<()> {
+    let root = if root.as_os_str().is_empty() {
+        let roots = ascend::ffi::loader::candidate_roots();
+        roots
+            .iter()
+            .find(|r| r.join("lib64").is_dir())
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no CANN toolkit found (searched {roots:?}): give its root"))?
+    } else {
+        root.to_path_buf()
+    };
+    let report = ascend::toolkit_check::check_toolkit(&root);
+    outln!("toolkit root:    {}", report.root.display());
+    outln!("version:         {}", report.version.as_deref().unwrap_or("unknown"));
+    match &report.header_dir {
+        Some(dir) => outln!("aclnn headers:   {}", dir.display()),
+        None => outln!("aclnn headers:   not shipped with this toolkit: prototypes not compared"),
+    }
+    for line in report
+        .missing
+        .iter()
+        .map(|m| format!("missing:         {m}"))
+        .chain(report.mismatched.iter().map(|m| format!("differs:         {m}")))
+    {
+        outln!("{line}");
+    }
+    if !report.ok() {
+        anyhow::bail!(
+            "{} missing, {} differing of {} functions, ops and prototypes this backend needs",
+            report.missing.len(),
+            report.mismatched.len(),
+            report.checked
+        );
+    }
+    outln!("all {} functions, ops and prototypes this backend needs are there", report.checked);
     Ok(())
 }
 

@@ -137,29 +137,21 @@ fn op_table_c(rows: &[OpRow]) -> String {
     )
 }
 
-/// The `AbiClass` variant of a C parameter type of `soc/cann/aclnn_prototypes.tsv`.
-fn abi_class(c_type: &str) -> &'static str {
-    match c_type.trim_start_matches("const ").trim() {
-        "aclTensor *" => "Tensor",
-        "aclScalar *" => "Scalar",
-        "aclIntArray *" => "IntArray",
-        "aclBoolArray *" => "BoolArray",
-        "aclTensorList *" => "TensorList",
-        "char *" => "Str",
-        "bool" => "Bool",
-        "int8_t" => "I8",
-        "int32_t" | "aclDataType" => "I32",
-        "int64_t" => "I64",
-        "uint64_t" => "U64",
-        "float" => "F32",
-        "double" => "F64",
-        other => panic!("soc/cann/aclnn_prototypes.tsv: no ABI class for the C type {other:?}"),
-    }
+/// The `AbiClass` of each C parameter type: the crate's own mapping, shared with the toolkit check.
+#[path = "src/ffi/abi.rs"]
+#[allow(dead_code)]
+mod abi;
+
+/// The `AbiClass` variant name of a C parameter type of `soc/cann/aclnn_prototypes.tsv`.
+fn abi_class(c_type: &str) -> String {
+    let class = abi::AbiClass::of_c_type(c_type)
+        .unwrap_or_else(|| panic!("soc/cann/aclnn_prototypes.tsv: no ABI class for the C type {c_type:?}"));
+    format!("{class:?}")
 }
 
 /// Each op's phase-1 ABI classes (before the workspace size and executor, which are checked to be
 /// there), or `None` where the toolkit does not declare the op.
-fn prototypes(tsv: &str) -> std::collections::HashMap<String, Option<Vec<&'static str>>> {
+fn prototypes(tsv: &str) -> std::collections::HashMap<String, Option<Vec<String>>> {
     rows(tsv)
         .map(|(n, f)| {
             assert_eq!(f.len(), 3, "soc/cann/aclnn_prototypes.tsv line {n}: expected 3 fields");
@@ -240,7 +232,7 @@ fn soc_profiles_c(platforms: &str, supplement: &str) -> String {
 
 /// The table for the backend: the `AclnnOp` enum (one variant per op, in table order), the rows,
 /// and each op's phase-1 ABI classes.
-fn op_table_rust(rows: &[OpRow], prototypes: &std::collections::HashMap<String, Option<Vec<&'static str>>>) -> String {
+fn op_table_rust(rows: &[OpRow], prototypes: &std::collections::HashMap<String, Option<Vec<String>>>) -> String {
     let mut ops: Vec<&str> = Vec::new();
     for r in rows {
         if !ops.contains(&r.op) {

@@ -26,6 +26,7 @@ pub mod ops;
 pub mod runtime;
 pub mod soc;
 pub mod storage;
+pub mod toolkit_check;
 
 pub use candle_core::DType;
 pub use error::{AscendError, Result};

@@ -34,6 +34,29 @@ pub enum AbiClass {
 }
 
 impl AbiClass {
+    /// The class of a C parameter type as the vendor's headers spell it (`const aclTensor *`,
+    /// `int64_t`, …; qualifiers and spacing aside); `None` for a type this check does not know.
+    pub fn of_c_type(c_type: &str) -> Option<Self> {
+        let words: Vec<&str> = c_type.split_whitespace().filter(|w| *w != "const").collect();
+        let compact: String = words.join(" ").replace(" *", "*").replace("* ", "*");
+        Some(match compact.as_str() {
+            "aclTensor*" => Self::Tensor,
+            "aclScalar*" => Self::Scalar,
+            "aclIntArray*" => Self::IntArray,
+            "aclBoolArray*" => Self::BoolArray,
+            "aclTensorList*" => Self::TensorList,
+            "char*" => Self::Str,
+            "bool" => Self::Bool,
+            "int8_t" => Self::I8,
+            "int32_t" | "aclDataType" => Self::I32,
+            "int64_t" => Self::I64,
+            "uint64_t" => Self::U64,
+            "float" => Self::F32,
+            "double" => Self::F64,
+            _ => return None,
+        })
+    }
+
     /// The class of a Rust parameter type as a call site spells it (the backend's aliases: `T`
     /// tensor, `S` scalar, `A`/`I` int array, `B` bool array, `C` C string); `None` for a spelling
     /// this check does not know, which is refused rather than guessed.

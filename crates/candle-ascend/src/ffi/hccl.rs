@@ -77,6 +77,9 @@ macro_rules! hccl_api {
         }
 
         impl HcclApi {
+            /// The entry points' names.
+            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
             /// Load `path` and resolve every entry point.
             #[allow(non_snake_case)]
             pub fn load(path: &Path) -> Result<Self> {

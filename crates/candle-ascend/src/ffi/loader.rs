@@ -41,6 +41,9 @@ macro_rules! runtime_api {
         pub struct RuntimeApi { $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)* }
 
         impl RuntimeApi {
+            /// The entry points' names, looked up in libascendcl, then libnnopbase.
+            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
             fn load(acl: &Library, nnopbase: &Library) -> Result<Self> {
                 Ok(Self { $($name: resolve(acl, nnopbase, stringify!($name))?,)* })
             }
@@ -118,7 +121,7 @@ fn lib_dirs(root: &Path) -> Vec<PathBuf> {
     vec![root.join("lib64"), root.join(arch).join("lib64"), root.join("runtime").join("lib64")]
 }
 
-fn find_lib(root: &Path, file: &str) -> Option<PathBuf> {
+pub(crate) fn find_lib(root: &Path, file: &str) -> Option<PathBuf> {
     lib_dirs(root).into_iter().map(|d| d.join(file)).find(|p| p.is_file())
 }
 
