@@ -13,7 +13,6 @@ pub mod device;
 pub mod hub;
 pub mod interrupt;
 pub mod output;
-pub mod rendezvous;
 
 pub use candle_ascend as ascend;
 pub use codon_data as data;

@@ -155,7 +155,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
     // torchrun's layout: one process per device, --device npu:K meaning K + LOCAL_RANK.
-    let layout = codon_ascend::rendezvous::RankLayout::from_env()?;
+    let layout = codon_ascend::ascend::rendezvous::RankLayout::from_env()?;
     let first = match &layout {
         Some(l) if args.num_gpus != 1 => anyhow::bail!(
             "WORLD_SIZE={} runs one process per device: use --num_gpus 1 in each (rank {})",
@@ -387,14 +387,14 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let trainer = Trainer::new(trainer_config);
     let report = match (&layout, codon_ascend::ascend::ascend_device(&device)) {
         (Some(l), Some(ascend)) => {
-            let how = codon_ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
+            let how = codon_ascend::ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
             let timeouts = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc());
             for note in codon_ascend::ascend::HcclTimeouts::notes(ascend.soc()) {
                 errln!("note: {note}");
             }
             let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
-            outln!("{}", codon_ascend::rendezvous::waiting_line(l, &how, timeout));
-            let comm = codon_ascend::ascend_training::Hccl(codon_ascend::rendezvous::join(l, ascend, &how, timeout)?);
+            outln!("{}", codon_ascend::ascend::rendezvous::waiting_line(l, &how, timeout));
+            let comm = codon_ascend::ascend_training::Hccl(codon_ascend::ascend::rendezvous::join(l, ascend, &how, timeout)?);
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?

@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use candle_ascend::{AscendDevice, Communicator, RootInfo};
+use crate::{AscendDevice, Communicator, RootInfo};
 
 /// What went wrong while ranks found each other.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum RendezvousError {
     },
     /// HCCL refused the communicator.
     #[error(transparent)]
-    Hccl(#[from] candle_ascend::AscendError),
+    Hccl(#[from] crate::AscendError),
 }
 
 /// This process's place among the ranks (torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK`).
@@ -155,7 +155,11 @@ pub fn join(
 fn share(how: &Rendezvous, bytes: &[u8], peers: usize, timeout: Duration) -> Result<(), String> {
     match how {
         Rendezvous::File(path) => {
-            codon_data::write_atomically(path, |out| out.write_all(bytes)).map_err(|e| e.to_string())
+            // Peers poll for the file: it appears whole or not at all (a temporary beside it, renamed).
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            let mut file = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            file.write_all(bytes).map_err(|e| e.to_string())?;
+            file.persist(path).map(|_| ()).map_err(|e| format!("{}: {e}", path.display()))
         }
         Rendezvous::Tcp(addr) => {
             let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen: {e}"))?;
