@@ -15,12 +15,16 @@ Writes, each stamped with the toolkit version it was read from:
   included. build.rs turns it into each op's ABI classes (checked at every launch) and into C
   declarations the emulator is compiled against.
 - `platforms.tsv`: each supported SoC's platform parameters (core counts, HBM, L2, UB, cube).
+- `kernels_bf16.tsv`: per SoC family, how many AI Core kernels its kernel table
+  (`opp/built-in/op_impl/ai_core/tbe/config/<soc>/aic-<soc>-ops-info.json`) has, and which list
+  bfloat16 for any input or output (by name where there are few).
 
 The tables hold facts (types, numbers) carried over in this project's own format; no vendor file
 is copied.
 """
 import argparse
 import configparser
+import json
 import re
 import sys
 from pathlib import Path
@@ -28,6 +32,9 @@ from pathlib import Path
 CRATE = Path(__file__).resolve().parent.parent / "crates" / "candle-ascend"
 INCLUDE = "opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop"
 PLATFORMS = "aarch64-linux/data/platform_config"
+KERNELS = "opp/built-in/op_impl/ai_core/tbe/config/{soc}/aic-{soc}-ops-info.json"
+# The support table's family keys and the kernel table folder of each.
+KERNEL_FAMILIES = [("910", "ascend910"), ("910b", "ascend910b")]
 # The parts the backend supports (soc.rs SocFamily) that have a platform file.
 SOCS = ["Ascend910A", "Ascend910ProA", "Ascend910B1", "Ascend910B2", "Ascend910B3", "Ascend910B4"]
 # (section, key) of each platform column, in order.
@@ -117,7 +124,20 @@ def main():
         "# tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).\n"
         "# soc | " + " | ".join(key for _, key in PLATFORM_KEYS) + "\n"
         + "\n".join(platform_rows) + "\n")
-    print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(platform_rows)} platforms -> {args.out}")
+    kernel_rows = []
+    for family, soc in KERNEL_FAMILIES:
+        table = json.loads((root / KERNELS.format(soc=soc)).read_text())
+        bf16 = sorted(name for name, op in table.items()
+                      if any(isinstance(v, dict) and "bfloat16" in str(v.get("dtype", "")) for v in op.values()))
+        names = ", ".join(bf16) if len(bf16) <= 10 else f"({len(bf16)} kernels)"
+        kernel_rows.append(f"{family} | {soc} | {len(table)} | {len(bf16)} | {names}")
+    (args.out / "kernels_bf16.tsv").write_text(
+        f"# CANN {stamp}: AI Core kernels per SoC family, and those listing bfloat16 for an input or output,\n"
+        f"# read from {KERNELS} by tools/cann_facts.py.\n"
+        "# family | kernel table | kernels | kernels with bfloat16 | their names (when 10 or fewer)\n"
+        + "\n".join(kernel_rows) + "\n")
+    print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(platform_rows)} platforms, "
+          f"{len(kernel_rows)} kernel tables -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,27 @@ fn op_rows<'a>(tsv: &'a str, dtypes: &[AclDtype]) -> Vec<OpRow<'a>> {
         .collect()
 }
 
+/// Refuse a support row that lists BF16 for a family whose AI Core kernel table
+/// (`soc/cann/kernels_bf16.tsv`) lists bfloat16 for no compute kernel: every such launch would have
+/// no kernel. TransData, a data-layout conversion, is not a compute kernel.
+fn check_bf16_against_kernels(rows: &[OpRow], kernels: &str, bf16: u32) {
+    for (n, f) in self::rows(kernels) {
+        assert_eq!(f.len(), 5, "soc/cann/kernels_bf16.tsv line {n}: expected 5 fields");
+        let names: Vec<&str> = f[4].split(',').map(str::trim).filter(|k| !k.is_empty()).collect();
+        let listed: usize = f[3].parse().unwrap_or_else(|_| panic!("soc/cann/kernels_bf16.tsv line {n}: {}", f[3]));
+        let compute = if names.len() == listed { names.iter().filter(|k| **k != "TransData").count() } else { listed };
+        if compute > 0 {
+            continue;
+        }
+        for r in rows.iter().filter(|r| r.family == f[0] && r.dtypes & (1 << bf16) != 0) {
+            panic!(
+                "soc/op_support.tsv: {} lists BF16 on family {}, but the {} kernel table lists bfloat16 for no compute kernel",
+                r.op, f[0], f[1]
+            );
+        }
+    }
+}
+
 /// The table as a C array for the emulator's phase-1 refusals.
 fn op_table_c(rows: &[OpRow]) -> String {
     let mut body = String::new();
@@ -289,6 +310,12 @@ fn main() {
     let dtypes = acl_dtypes(&std::fs::read_to_string("soc/acl_dtypes.tsv").expect("read soc/acl_dtypes.tsv"));
     let tsv = std::fs::read_to_string("soc/op_support.tsv").expect("read soc/op_support.tsv");
     let ops = op_rows(&tsv, &dtypes);
+    let bf16 = dtypes.iter().find(|d| d.name == "BF16").expect("soc/acl_dtypes.tsv lists BF16").value;
+    check_bf16_against_kernels(
+        &ops,
+        &std::fs::read_to_string("soc/cann/kernels_bf16.tsv").expect("read soc/cann/kernels_bf16.tsv"),
+        bf16,
+    );
     let prototype_tsv =
         std::fs::read_to_string("soc/cann/aclnn_prototypes.tsv").expect("read soc/cann/aclnn_prototypes.tsv");
     let prototypes = prototypes(&prototype_tsv);
@@ -333,6 +360,7 @@ fn main() {
         "soc/acl_dtypes.tsv",
         "soc/cann/aclnn_prototypes.tsv",
         "soc/cann/platforms.tsv",
+        "soc/cann/kernels_bf16.tsv",
         "soc/platforms_supplement.tsv",
         "csrc/sim.h",
         "csrc/half.h",
