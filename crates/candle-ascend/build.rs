@@ -132,7 +132,7 @@ fn check_bf16_against_kernels(rows: &[OpRow], kernels: &str, bf16: u32) {
         if compute > 0 {
             continue;
         }
-        for r in rows.iter().filter(|r| r.family == f[0] && r.dtypes & (1 << bf16) != 0) {
+        if let Some(r) = rows.iter().find(|r| r.family == f[0] && r.dtypes & (1 << bf16) != 0) {
             panic!(
                 "soc/op_support.tsv: {} lists BF16 on family {}, but the {} kernel table lists bfloat16 for no compute kernel",
                 r.op, f[0], f[1]
