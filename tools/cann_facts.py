@@ -89,6 +89,11 @@ def normalise(param):
     return re.sub(r" \*", "*", text).replace("*", " *").replace("* *", "**").strip()
 
 
+def write_table(path, header_lines, rows):
+    """A stamped table: its `#` header lines, then one row per line."""
+    path.write_text("".join(f"# {line}\n" for line in header_lines) + "\n".join(rows) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("root", type=Path)
@@ -104,11 +109,11 @@ def main():
         # An op the toolkit does not declare (aclnnSquare: Ascend 950 only) is recorded as absent.
         header, params = prototypes.get(op, ("-", ["-"]))
         rows.append(f"{op} | {header} | {', '.join(params)}")
-    (args.out / "aclnn_prototypes.tsv").write_text(
-        f"# CANN {stamp}: phase-1 parameter types of each aclnn op in soc/op_support.tsv, read from\n"
-        f"# {INCLUDE}/aclnn_*.h by tools/cann_facts.py (types only, in this table's own spelling).\n"
-        "# op | header | parameter types, in order (the last two: workspace size, executor); \"-\": not declared\n"
-        + "\n".join(rows) + "\n")
+    write_table(args.out / "aclnn_prototypes.tsv", [
+        f"CANN {stamp}: phase-1 parameter types of each aclnn op in soc/op_support.tsv, read from",
+        f"{INCLUDE}/aclnn_*.h by tools/cann_facts.py (types only, in this table's own spelling).",
+        "op | header | parameter types, in order (the last two: workspace size, executor); \"-\": not declared",
+    ], rows)
 
     platform_rows = []
     for soc in SOCS:
@@ -119,11 +124,11 @@ def main():
         ini.read_string(path.read_text(errors="replace"))
         values = [ini.get(section, key, fallback="").strip() or "-" for section, key in PLATFORM_KEYS]
         platform_rows.append(" | ".join([soc] + values))
-    (args.out / "platforms.tsv").write_text(
-        f"# CANN {stamp}: platform parameters of each supported SoC, read from {PLATFORMS}/<SoC>.ini by\n"
-        "# tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).\n"
-        "# soc | " + " | ".join(key for _, key in PLATFORM_KEYS) + "\n"
-        + "\n".join(platform_rows) + "\n")
+    write_table(args.out / "platforms.tsv", [
+        f"CANN {stamp}: platform parameters of each supported SoC, read from {PLATFORMS}/<SoC>.ini by",
+        "tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).",
+        "soc | " + " | ".join(key for _, key in PLATFORM_KEYS),
+    ], platform_rows)
     kernel_rows = []
     for family, soc in KERNEL_FAMILIES:
         table = json.loads((root / KERNELS.format(soc=soc)).read_text())
@@ -131,11 +136,11 @@ def main():
                       if any(isinstance(v, dict) and "bfloat16" in str(v.get("dtype", "")) for v in op.values()))
         names = ", ".join(bf16) if len(bf16) <= 10 else f"({len(bf16)} kernels)"
         kernel_rows.append(f"{family} | {soc} | {len(table)} | {len(bf16)} | {names}")
-    (args.out / "kernels_bf16.tsv").write_text(
-        f"# CANN {stamp}: AI Core kernels per SoC family, and those listing bfloat16 for an input or output,\n"
-        f"# read from {KERNELS} by tools/cann_facts.py.\n"
-        "# family | kernel table | kernels | kernels with bfloat16 | their names (when 10 or fewer)\n"
-        + "\n".join(kernel_rows) + "\n")
+    write_table(args.out / "kernels_bf16.tsv", [
+        f"CANN {stamp}: AI Core kernels per SoC family, and those listing bfloat16 for an input or output,",
+        f"read from {KERNELS} by tools/cann_facts.py.",
+        "family | kernel table | kernels | kernels with bfloat16 | their names (when 10 or fewer)",
+    ], kernel_rows)
     print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(platform_rows)} platforms, "
           f"{len(kernel_rows)} kernel tables -> {args.out}")
 

@@ -53,14 +53,12 @@ pub fn codon_probabilities(log_probs: &[[f32; 64]]) -> Vec<BTreeMap<String, f64>
     log_probs
         .iter()
         .map(|row| {
-            let finite = row.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v));
-            let max = finite.clone().fold(f64::NEG_INFINITY, f64::max);
-            let log_sum = max + finite.map(|v| (v - max).exp()).sum::<f64>().ln();
+            let renormalised = codon_ascend::model::predict::renormalised(row);
             (0..64)
                 .filter(|&i| row[i].is_finite())
                 .filter_map(|i| {
                     let codon = codon_ascend::model::vocab::codon_at(i)?;
-                    Some((String::from_utf8_lossy(&codon).into_owned(), (f64::from(row[i]) - log_sum).exp()))
+                    Some((String::from_utf8_lossy(&codon).into_owned(), renormalised[i].exp()))
                 })
                 .collect()
         })

@@ -8,7 +8,7 @@ use libloading::Library;
 
 use crate::ffi::abi::AbiClass;
 use crate::ffi::hccl::HcclApi;
-use crate::ffi::loader::{find_lib, op_library_files, RuntimeApi};
+use crate::ffi::loader::{find_lib, op_library_files, toolkit_version, RuntimeApi};
 use crate::soc::AclnnOp;
 
 /// Where a toolkit keeps the aclnn headers, relative to its root.
@@ -51,7 +51,7 @@ fn has(lib: &Library, symbol: &str) -> bool {
 
 /// Check the toolkit at `root` (the folder holding `lib64/`) without initialising it.
 pub fn check_toolkit(root: &Path) -> ToolkitReport {
-    let mut report = ToolkitReport { root: root.to_path_buf(), version: version(root), ..Default::default() };
+    let mut report = ToolkitReport { root: root.to_path_buf(), version: toolkit_version(root), ..Default::default() };
     let library = |file: &str, report: &mut ToolkitReport| {
         let lib = find_lib(root, file).and_then(|p| open(&p));
         if lib.is_none() {
@@ -120,15 +120,6 @@ pub fn check_toolkit(root: &Path) -> ToolkitReport {
 
 fn classes(c: &[AbiClass]) -> String {
     c.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ")
-}
-
-fn version(root: &Path) -> Option<String> {
-    ["version.cfg", "opp/version.info", "compiler/version.info"].iter().find_map(|f| {
-        let text = std::fs::read_to_string(root.join(f)).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("version_dir=").or_else(|| l.strip_prefix("version=")))
-            .map(str::to_string)
-    })
 }
 
 /// `(op, its phase-1 ABI classes before the workspace size and executor)` of every

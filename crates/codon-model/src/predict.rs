@@ -119,6 +119,15 @@ pub struct DnaPrediction {
     pub score: SequenceScore,
 }
 
+/// One position's codon log-probabilities renormalised over the codons allowed there (the finite
+/// ones): what [`SequenceScore`] sums; −∞ stays −∞.
+pub fn renormalised(row: &[f32; 64]) -> [f64; 64] {
+    let finite = row.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v));
+    let max = finite.clone().fold(f64::NEG_INFINITY, f64::max);
+    let log_sum = max + finite.map(|v| (v - max).exp()).sum::<f64>().ln();
+    row.map(|v| f64::from(v) - log_sum)
+}
+
 /// The least likely codons a [`SequenceScore`] lists.
 pub const LOWEST_POSITIONS: usize = 5;
 
@@ -154,10 +163,7 @@ impl SequenceScore {
             let index = crate::vocab::codon_index(codon).ok_or_else(|| {
                 CodonError::Prediction(format!("codon {} ({}) is not A/C/G/T", pos + 1, String::from_utf8_lossy(codon)))
             })?;
-            let finite = row.iter().filter(|v| v.is_finite()).map(|&v| f64::from(v));
-            let max = finite.clone().fold(f64::NEG_INFINITY, f64::max);
-            let log_sum = max + finite.map(|v| (v - max).exp()).sum::<f64>().ln();
-            per_codon.push((pos, f64::from(row[index]) - log_sum));
+            per_codon.push((pos, renormalised(row)[index]));
         }
         let log_likelihood: f64 = per_codon.iter().map(|(_, lp)| lp).sum();
         let mean_log_likelihood = log_likelihood / per_codon.len() as f64;

@@ -125,6 +125,18 @@ pub(crate) fn find_lib(root: &Path, file: &str) -> Option<PathBuf> {
     lib_dirs(root).into_iter().map(|d| d.join(file)).find(|p| p.is_file())
 }
 
+/// The version of the toolkit at `root`: `version.cfg`'s `version=`, else the `version_dir=` of
+/// `opp/version.info` or `compiler/version.info` (a toolkit tree without a version.cfg).
+pub fn toolkit_version(root: &Path) -> Option<String> {
+    let read = |file: &str, key: &str| {
+        let text = std::fs::read_to_string(root.join(file)).ok()?;
+        text.lines().find_map(|l| l.trim().strip_prefix(key).map(str::to_string))
+    };
+    read("version.cfg", "version=")
+        .or_else(|| read("opp/version.info", "version_dir="))
+        .or_else(|| read("compiler/version.info", "version_dir="))
+}
+
 /// Roots searched for a real toolkit, in order.
 pub fn candidate_roots() -> Vec<PathBuf> {
     let mut roots = Vec::new();
@@ -306,8 +318,7 @@ impl Toolkit {
 
     /// The toolkit version from `version.cfg`, if present.
     pub fn version(&self) -> Option<String> {
-        let text = std::fs::read_to_string(self.root.join("version.cfg")).ok()?;
-        text.lines().find_map(|l| l.trim().strip_prefix("version=").map(str::to_string))
+        toolkit_version(&self.root)
     }
 
     /// The most recent error message of this thread (`aclGetRecentErrMsg`), consumed.
