@@ -15,6 +15,10 @@ Writes, each stamped with the toolkit version it was read from:
   included. build.rs turns it into each op's ABI classes (checked at every launch) and into C
   declarations the emulator is compiled against.
 - `platforms.tsv`: each supported SoC's platform parameters (core counts, HBM, L2, UB, cube).
+- `runtime_prototypes.tsv`: the ABI of every ACL runtime, tensor-object and HCCL function the
+  backend resolves (`runtime_api!` in src/ffi/loader.rs, `hccl_api!` in src/ffi/hccl.rs) and of each
+  op's phase-2 function, read from `aarch64-linux/include/{acl,aclnn,hccl}/*.h`, typedefs resolved.
+  tests/vendor_facts.rs compares each with the Rust declaration.
 - `kernels_bf16.tsv`: per SoC family, how many AI Core kernels its kernel table
   (`opp/built-in/op_impl/ai_core/tbe/config/<soc>/aic-<soc>-ops-info.json`) has, and which list
   bfloat16 for any input or output (by name where there are few).
@@ -32,6 +36,7 @@ from pathlib import Path
 CRATE = Path(__file__).resolve().parent.parent / "crates" / "candle-ascend"
 INCLUDE = "opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop"
 PLATFORMS = "aarch64-linux/data/platform_config"
+RUNTIME_HEADERS = ["aarch64-linux/include/acl", "aarch64-linux/include/aclnn", "aarch64-linux/include/hccl"]
 KERNELS = "opp/built-in/op_impl/ai_core/tbe/config/{soc}/aic-{soc}-ops-info.json"
 # The support table's family keys and the kernel table folder of each.
 KERNEL_FAMILIES = [("910", "ascend910"), ("910b", "ascend910b")]
@@ -89,6 +94,77 @@ def normalise(param):
     return re.sub(r" \*", "*", text).replace("*", " *").replace("* *", "**").strip()
 
 
+def our_runtime_functions():
+    """(name, library) of each function the backend's loader macros resolve."""
+    found = []
+    for file, macro, library in [("loader.rs", "runtime_api! {", "libascendcl/libnnopbase"),
+                                 ("hccl.rs", "hccl_api! {", "libhccl")]:
+        text = (CRATE / "src" / "ffi" / file).read_text()
+        block = text[text.index(macro):]
+        block = block[:block.index("\n}")]
+        found += [(m.group(1), library) for m in re.finditer(r"(\w+): fn\(", block)]
+    return found
+
+
+# C scalar types by ABI class; anything with a `*` is a pointer, and an enum is an int.
+C_CLASSES = {"void": "void", "int": "i32", "int32_t": "i32", "uint32_t": "u32", "int64_t": "i64",
+             "uint64_t": "u64", "size_t": "usize", "bool": "bool", "float": "f32", "double": "f64",
+             "char": "i8", "int8_t": "i8", "uint8_t": "u8", "int16_t": "i16", "uint16_t": "u16"}
+
+
+def runtime_headers(root):
+    """All declarations and typedefs of the runtime headers, comments stripped, as one text."""
+    texts = []
+    for folder in RUNTIME_HEADERS:
+        for header in sorted((root / folder).glob("*.h")):
+            text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(errors="replace"), flags=re.S)
+            # Preprocessor lines (with their continuations) are not declarations.
+            texts.append((header.name, re.sub(r"^\s*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)))
+    return texts
+
+
+def typedefs(texts):
+    """{name: underlying C type} of the headers' typedefs; enums map to `int`."""
+    found = {}
+    for _, text in texts:
+        for m in re.finditer(r"typedef\s+enum\s*\w*\s*\{[^}]*\}\s*(\w+)\s*;", text):
+            found[m.group(1)] = "int"
+        for m in re.finditer(r"typedef\s+([\w\s\*]+?)\s*\b(\w+)\s*;", text):
+            if not m.group(1).startswith(("struct", "enum")):
+                found.setdefault(m.group(2), m.group(1).strip())
+        for m in re.finditer(r"typedef\s+struct\s+\w*\s*\{[^}]*\}\s*(\w+)\s*;", text):
+            found[m.group(1)] = "struct"
+        for m in re.finditer(r"typedef\s+struct\s+\w+\s+(\w+)\s*;", text):
+            found[m.group(1)] = "struct"
+    return found
+
+
+def abi_class(c_type, aliases):
+    """A C type's ABI class: `ptr`, or the scalar class of its resolved typedef."""
+    c_type = " ".join(w for w in c_type.replace("*", " * ").split() if w not in {"const", "struct", "enum"})
+    if "*" in c_type:
+        return "ptr"
+    seen = set()
+    while c_type in aliases and c_type not in seen:
+        seen.add(c_type)
+        c_type = " ".join(w for w in aliases[c_type].replace("*", " * ").split() if w != "const")
+        if "*" in c_type:
+            return "ptr"
+    return C_CLASSES.get(c_type, f"?{c_type}")
+
+
+def declaration(texts, name):
+    """(header, return type, [parameter types]) of `name`'s declaration, or None."""
+    pattern = re.compile(r"(?:ACL_FUNC_VISIBILITY|extern|HCCL_API)?\s*([\w\s\*]+?)\s*\b" + name + r"\s*\(([^)]*)\)\s*;")
+    for header, text in texts:
+        m = pattern.search(text)
+        if m:
+            ret = " ".join(w for w in m.group(1).split() if w not in {"ACL_FUNC_VISIBILITY", "extern", "HCCL_API"})
+            params = [normalise(p) for p in m.group(2).split(",") if p.strip() and p.strip() != "void"]
+            return header, normalise(ret + " r"), params
+    return None
+
+
 def write_table(path, header_lines, rows):
     """A stamped table: its `#` header lines, then one row per line."""
     path.write_text("".join(f"# {line}\n" for line in header_lines) + "\n".join(rows) + "\n")
@@ -114,6 +190,35 @@ def main():
         f"{INCLUDE}/aclnn_*.h by tools/cann_facts.py (types only, in this table's own spelling).",
         "op | header | parameter types, in order (the last two: workspace size, executor); \"-\": not declared",
     ], rows)
+
+    texts = runtime_headers(root)
+    aliases = typedefs(texts)
+    runtime_rows = []
+    functions = our_runtime_functions() + [(op, "op library, phase 2") for op in our_ops()]
+    for name, library in functions:
+        found = declaration(texts, name)
+        if found is None and library.startswith("op library"):
+            header, params = ("-", None)
+            include = root / INCLUDE
+            for h in sorted(include.glob("aclnn_*.h")):
+                t = re.sub(r"/\*.*?\*/|//[^\n]*", " ", h.read_text(errors="replace"), flags=re.S)
+                m = re.search(r"aclnnStatus\s+" + name + r"\s*\(([^)]*)\)\s*;", t)
+                if m:
+                    found = (h.name, "aclnnStatus", [normalise(p) for p in m.group(1).split(",") if p.strip()])
+                    break
+        if found is None:
+            runtime_rows.append(f"{name} | {library} | - | - | - | -")
+            continue
+        header, ret, params = found
+        classes = " ".join(abi_class(p, aliases) for p in params) or "-"
+        runtime_rows.append(f"{name} | {library} | {header} | {abi_class(ret, aliases)} | {classes} | "
+                            f"{ret} ({', '.join(params)})")
+    write_table(args.out / "runtime_prototypes.tsv", [
+        f"CANN {stamp}: the ABI of each runtime, tensor-object and HCCL function the backend resolves, and of",
+        "each aclnn op's phase 2, read from aarch64-linux/include/{acl,aclnn,hccl}/*.h and the aclnn headers",
+        "by tools/cann_facts.py, typedefs resolved (an enum is i32; every pointer is ptr). \"-\": not declared.",
+        "function | library | header | return class | parameter classes | declared types",
+    ], runtime_rows)
 
     platform_rows = []
     for soc in SOCS:
@@ -141,7 +246,7 @@ def main():
         f"read from {KERNELS} by tools/cann_facts.py.",
         "family | kernel table | kernels | kernels with bfloat16 | their names (when 10 or fewer)",
     ], kernel_rows)
-    print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(platform_rows)} platforms, "
+    print(f"CANN {stamp}: {len(rows)} aclnn prototypes, {len(runtime_rows)} runtime prototypes, {len(platform_rows)} platforms, "
           f"{len(kernel_rows)} kernel tables -> {args.out}")
 
 

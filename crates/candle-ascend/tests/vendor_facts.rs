@@ -92,3 +92,52 @@ fn the_toolkit_check_passes_the_emulator_and_names_what_a_toolkit_lacks() {
     assert_eq!(report.missing.len(), 1, "{:?}", report.missing);
     assert!(report.missing[0].starts_with("libhccl.so"), "{:?}", report.missing);
 }
+
+/// `soc/cann/runtime_prototypes.tsv`'s rows: (function, return class, parameter classes).
+fn runtime_prototypes() -> Vec<(String, String, Vec<String>)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("soc/cann/runtime_prototypes.tsv");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(" | ").collect();
+            let params = if f[4] == "-" { Vec::new() } else { f[4].split(' ').map(str::to_string).collect() };
+            (f[0].to_string(), f[3].to_string(), params)
+        })
+        .collect()
+}
+
+#[test]
+fn every_runtime_hccl_and_phase_two_declaration_has_the_vendors_abi() {
+    use candle_ascend::ffi::abi::{runtime_class, RustSignature};
+    use candle_ascend::ffi::{hccl::HcclApi, loader::RuntimeApi, types::PHASE2_SIGNATURE};
+    let table = runtime_prototypes();
+    let classes = |sig: &RustSignature| {
+        let params: Vec<String> = sig
+            .1
+            .iter()
+            .map(|t| runtime_class(t).unwrap_or_else(|| panic!("{}: unknown type {t}", sig.0)).into())
+            .collect();
+        (runtime_class(sig.2).unwrap_or_else(|| panic!("{}: unknown type {}", sig.0, sig.2)).to_string(), params)
+    };
+    let mut checked = 0;
+    for sig in RuntimeApi::SIGNATURES.iter().chain(HcclApi::SIGNATURES) {
+        let row = table.iter().find(|r| r.0 == sig.0).unwrap_or_else(|| panic!("{} is not in the table", sig.0));
+        assert_eq!(classes(sig), (row.1.clone(), row.2.clone()), "{} differs from the vendor's header", sig.0);
+        checked += 1;
+    }
+    // Every op's phase 2 has the one shape `Phase2` declares, except one CANN 8.1.RC1 lacks.
+    let phase2 = classes(&PHASE2_SIGNATURE);
+    for op in AclnnOp::ALL {
+        let row =
+            table.iter().find(|r| r.0 == op.name()).unwrap_or_else(|| panic!("{} is not in the table", op.name()));
+        if row.1 == "-" {
+            assert_eq!(op.name(), "aclnnSquare");
+            continue;
+        }
+        assert_eq!(phase2, (row.1.clone(), row.2.clone()), "{}'s phase 2 differs from Phase2", op.name());
+        checked += 1;
+    }
+    assert_eq!(checked, RuntimeApi::SIGNATURES.len() + HcclApi::SIGNATURES.len() + AclnnOp::ALL.len() - 1);
+}

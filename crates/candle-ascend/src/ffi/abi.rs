@@ -80,6 +80,35 @@ impl AbiClass {
     }
 }
 
+/// A Rust declaration of a C function: its name, parameter types and return type (empty for
+/// none), spelled as in the source.
+pub type RustSignature = (&'static str, &'static [&'static str], &'static str);
+
+/// The ABI class of a runtime function's Rust parameter or return type, in the words of
+/// `soc/cann/runtime_prototypes.tsv` (`ptr`, `i32`, `usize`, …, `void`); `None` for a spelling
+/// this check does not know.
+pub fn runtime_class(spelling: &str) -> Option<&'static str> {
+    let compact: String = spelling.chars().filter(|c| !c.is_whitespace()).collect();
+    if compact.starts_with('*') {
+        return Some("ptr");
+    }
+    Some(match compact.as_str() {
+        "" | "()" => "void",
+        "AclrtStream" | "AclrtEvent" | "AclTensorPtr" | "AclScalarPtr" | "AclIntArrayPtr" | "AclBoolArrayPtr"
+        | "AclExecutorPtr" | "HcclComm" => "ptr",
+        "AclError" | "AclnnStatus" | "i32" => "i32",
+        "u32" => "u32",
+        "i64" => "i64",
+        "u64" => "u64",
+        "usize" => "usize",
+        "bool" => "bool",
+        "i8" => "i8",
+        "f32" => "f32",
+        "f64" => "f64",
+        _ => return None,
+    })
+}
+
 /// Why a call site's parameter types do not fit the vendor's prototype of `op`, if they do not.
 pub fn mismatch(op: &str, declared: Option<&[AbiClass]>, passed: &[&str]) -> Option<String> {
     let Some(declared) = declared else {
@@ -109,5 +138,9 @@ mod tests {
         assert!(mismatch("aclnnMuls", Some(&declared), &["T", "Unknown", "T"]).is_some());
         assert!(mismatch("aclnnSquare", None, &["T", "T"]).unwrap().contains("not declared"));
         assert_eq!(AbiClass::of_rust_type("* const std :: ffi :: c_char"), Some(AbiClass::Str));
+        assert_eq!(runtime_class("*mut *mut c_void"), Some("ptr"));
+        assert_eq!(runtime_class("AclError"), Some("i32"));
+        assert_eq!(runtime_class(""), Some("void"));
+        assert_eq!(runtime_class("HcclRootInfo"), None);
     }
 }

@@ -80,6 +80,11 @@ macro_rules! hccl_api {
             /// The entry points' names.
             pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
+            /// Each entry point's Rust parameter and return types as declared here, which
+            /// tests/vendor_facts.rs compares with the vendor's `hccl.h` (`soc/cann/runtime_prototypes.tsv`).
+            pub const SIGNATURES: &[crate::ffi::abi::RustSignature] =
+                &[$((stringify!($name), &[$(stringify!($arg)),*], stringify!($($ret)?))),*];
+
             /// Load `path` and resolve every entry point.
             #[allow(non_snake_case)]
             pub fn load(path: &Path) -> Result<Self> {

@@ -44,6 +44,11 @@ macro_rules! runtime_api {
             /// The entry points' names, looked up in libascendcl, then libnnopbase.
             pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
+            /// Each entry point's Rust parameter and return types as declared here, which
+            /// tests/vendor_facts.rs compares with the vendor's headers (`soc/cann/runtime_prototypes.tsv`).
+            pub const SIGNATURES: &[crate::ffi::abi::RustSignature] =
+                &[$((stringify!($name), &[$(stringify!($arg)),*], stringify!($($ret)?))),*];
+
             fn load(acl: &Library, nnopbase: &Library) -> Result<Self> {
                 Ok(Self { $($name: resolve(acl, nnopbase, stringify!($name))?,)* })
             }

@@ -39,5 +39,13 @@ pub const ACL_MEMCPY_DEVICE_TO_HOST: i32 = 2;
 pub const ACL_MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
 pub const ACL_HBM_MEM: i32 = 1;
 
-/// Phase 2 of every aclnn op.
-pub type Phase2 = unsafe extern "C" fn(*mut c_void, u64, AclExecutorPtr, AclrtStream) -> AclnnStatus;
+macro_rules! phase2 {
+    (fn($($arg:ty),*) -> $ret:ty) => {
+        /// Phase 2 of every aclnn op.
+        pub type Phase2 = unsafe extern "C" fn($($arg),*) -> $ret;
+        /// `Phase2`'s parameter and return types as declared, for the vendor-prototype check.
+        pub const PHASE2_SIGNATURE: crate::ffi::abi::RustSignature =
+            ("aclnn<Op>", &[$(stringify!($arg)),*], stringify!($ret));
+    };
+}
+phase2!(fn(*mut c_void, u64, AclExecutorPtr, AclrtStream) -> AclnnStatus);
