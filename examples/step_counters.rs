@@ -87,8 +87,9 @@ fn run() -> anyhow::Result<()> {
         args.length,
     );
     outln!(
-        "launches {}  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
+        "launches {} (AI CPU {})  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
         last.device_launches,
+        last.aicpu_launches,
         last.device_allocs,
         last.host_syncs,
         last.device_reads,
@@ -99,7 +100,11 @@ fn run() -> anyhow::Result<()> {
     let mut ops: Vec<(String, u64)> = last_step.launches.into_iter().collect();
     ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (op, n) in ops {
-        outln!("  {op:<32} {n:>7}");
+        // AI CPU launches are named: the vendor's kernel tables have no AI Core kernel for them.
+        match last_step.aicpu_launches.get(&op) {
+            Some(cpu) => outln!("  {op:<32} {n:>7}  AI CPU {cpu}"),
+            None => outln!("  {op:<32} {n:>7}"),
+        }
     }
     Ok(())
 }

@@ -103,6 +103,7 @@ impl DeviceProbe for AscendProbe {
         let step = self.device.counters().since(&self.start);
         let stats = DeviceStepStats {
             device_launches: step.total_launches(),
+            aicpu_launches: step.total_aicpu_launches(),
             device_allocs: step.allocations,
             host_syncs: step.synchronizations,
             device_reads: step.reads,

@@ -65,6 +65,22 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
             .filter(|(_, n)| *n > 0)
             .collect();
         assert_eq!(counted.launches, emulated_launches, "{precision:?}: launches by op");
+        // AI CPU launches: the backend's count (from the kernel tables) is the emulator's, and the
+        // one kind left is the 910's dropout mask, which has no AI Core kernel on that part
+        // (ops-math stateless_dropout_gen_mask.cpp: the AI Core list applies to regbase parts only).
+        let emulated_aicpu: std::collections::BTreeMap<String, u64> = after
+            .aicpu_launches
+            .iter()
+            .map(|(op, n)| (op.clone(), n - before.aicpu_launches.get(op).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        assert_eq!(counted.aicpu_launches, emulated_aicpu, "{precision:?}: AI CPU launches by op");
+        let expected_aicpu: Vec<&str> = if soc.has_bf16() { vec![] } else { vec!["aclnnDropoutGenMaskV2"] };
+        assert_eq!(
+            counted.aicpu_launches.keys().map(String::as_str).collect::<Vec<_>>(),
+            expected_aicpu,
+            "{precision:?}"
+        );
         assert_eq!(counted.allocations, after.allocations - before.allocations, "{precision:?}: allocations");
         assert_eq!(counted.synchronizations, after.synchronizations - before.synchronizations, "{precision:?}");
         assert_eq!(counted.reads, after.device_to_host.0 - before.device_to_host.0, "{precision:?}: reads");
@@ -96,6 +112,7 @@ fn inference_stays_on_the_device() {
         let before = ascend.sim_counters().unwrap();
         let logits = model.forward(&input, ForwardMode::eval(attention)).unwrap();
         let after = ascend.sim_counters().unwrap();
+        assert_eq!(after.aicpu_launches, before.aicpu_launches, "{attention:?}: a launch ran on the AI CPU");
         assert!(logits.device().is_custom());
         assert_eq!(
             after.device_to_host.0, before.device_to_host.0,

@@ -19,6 +19,9 @@ Writes, each stamped with the toolkit version it was read from:
   backend resolves (`runtime_api!` in src/ffi/loader.rs, `hccl_api!` in src/ffi/hccl.rs) and of each
   op's phase-2 function, read from `aarch64-linux/include/{acl,aclnn,hccl}/*.h`, typedefs resolved.
   tests/vendor_facts.rs compares each with the Rust declaration.
+- `kernels.tsv`: for every kernel `soc/aclnn_kernels.tsv` names, the dtypes of its first input in
+  each family's AI Core kernel table, and the dtypes the AI CPU kernel tables (`aicpu_kernel.json`,
+  `tf_kernel.json`) list for it.
 - `kernels_bf16.tsv`: per SoC family, how many AI Core kernels its kernel table
   (`opp/built-in/op_impl/ai_core/tbe/config/<soc>/aic-<soc>-ops-info.json`) has, and which list
   bfloat16 for any input or output (by name where there are few).
@@ -38,6 +41,9 @@ INCLUDE = "opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop"
 PLATFORMS = "aarch64-linux/data/platform_config"
 RUNTIME_HEADERS = ["aarch64-linux/include/acl", "aarch64-linux/include/aclnn", "aarch64-linux/include/hccl"]
 KERNELS = "opp/built-in/op_impl/ai_core/tbe/config/{soc}/aic-{soc}-ops-info.json"
+# The AI CPU engine's kernel tables: its own kernels and its TensorFlow kernels.
+AICPU_KERNELS = ["opp/built-in/op_impl/aicpu/aicpu_kernel/config/aicpu_kernel.json",
+                 "opp/built-in/op_impl/aicpu/tf_kernel/config/tf_kernel.json"]
 # The support table's family keys and the kernel table folder of each.
 KERNEL_FAMILIES = [("910", "ascend910"), ("910b", "ascend910b")]
 # The parts the backend supports (soc.rs SocFamily) that have a platform file.
@@ -165,6 +171,55 @@ def declaration(texts, name):
     return None
 
 
+# Kernel-table dtype spellings in this project's (aclDataType) names; complex and quantised types,
+# which candle does not have, are dropped.
+KERNEL_DTYPES = {"float": "FLOAT", "float32": "FLOAT", "float16": "FLOAT16", "bfloat16": "BF16", "double": "DOUBLE",
+                 "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64", "uint8": "UINT8",
+                 "uint16": "UINT16", "uint32": "UINT32", "uint64": "UINT64", "bool": "BOOL", "bf16": "BF16"}
+
+
+def dtype_names(spellings):
+    names = {KERNEL_DTYPES[d] for d in spellings if d in KERNEL_DTYPES}
+    return " ".join(sorted(names)) or "none"
+
+
+def our_kernels():
+    """Every kernel soc/aclnn_kernels.tsv names: launched, rerouted (`>@K`) or AI CPU."""
+    names = []
+    for line in (CRATE / "soc" / "aclnn_kernels.tsv").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = [x.strip() for x in line.split("|")]
+        for name in [f[2], f[5]] + re.findall(r"@(\w+)", f[4]):
+            if name != "-" and name not in names:
+                names.append(name)
+    return names
+
+
+def ai_core_dtypes(table, kernel):
+    """The first input's dtypes in an AI Core kernel table: a list, `runtime` or `absent`."""
+    entry = table.get(kernel)
+    if entry is None:
+        return "absent"
+    dtype = entry.get("input0", {}).get("dtype")
+    return dtype_names(d.strip().lower() for d in dtype.split(",")) if dtype else "runtime"
+
+
+def ai_cpu_dtypes(tables, kernel):
+    """The dtypes of the first input and output of an AI CPU kernel, over both tables. `opsFlag` is
+    not read: StatelessDropOutGenMask is OPS_FLAG_CLOSE, yet aclnnDropoutGenMaskV2 launches it on the
+    910 (ops-math stateless_dropout_gen_mask.cpp)."""
+    found, listed = set(), False
+    for table in tables:
+        entry = table.get(kernel)
+        if entry is None:
+            continue
+        listed = True
+        for key in ("input0", "output0"):
+            found |= {t.strip().lower().removeprefix("dt_") for t in entry.get(key, {}).get("type", "").split(",")}
+    return dtype_names(found) if listed else "absent"
+
+
 def write_table(path, header_lines, rows):
     """A stamped table: its `#` header lines, then one row per line."""
     path.write_text("".join(f"# {line}\n" for line in header_lines) + "\n".join(rows) + "\n")
@@ -234,6 +289,19 @@ def main():
         "tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).",
         "soc | " + " | ".join(key for _, key in PLATFORM_KEYS),
     ], platform_rows)
+    ai_core = [json.loads((root / KERNELS.format(soc=soc)).read_text()) for _, soc in KERNEL_FAMILIES]
+    ai_cpu = [json.loads((root / path).read_text()) for path in AICPU_KERNELS]
+    per_kernel = [" | ".join([k] + [ai_core_dtypes(t, k) for t in ai_core] + [ai_cpu_dtypes(ai_cpu, k)])
+                  for k in our_kernels()]
+    write_table(args.out / "kernels.tsv", [
+        f"CANN {stamp}: each kernel soc/aclnn_kernels.tsv names, read by tools/cann_facts.py from the AI Core",
+        f"kernel tables ({KERNELS}) and the AI CPU",
+        f"kernel tables ({', '.join(AICPU_KERNELS)}). AI Core: the first input's dtypes;",
+        "\"runtime\": the table leaves them to the kernel at run time; \"absent\": no such kernel. AI CPU: the first",
+        "input's and output's dtypes of the kernel in either table.",
+        "kernel | " + " | ".join(f"{soc} AI Core" for _, soc in KERNEL_FAMILIES) + " | AI CPU",
+    ], per_kernel)
+
     kernel_rows = []
     for family, soc in KERNEL_FAMILIES:
         table = json.loads((root / KERNELS.format(soc=soc)).read_text())

@@ -141,19 +141,138 @@ fn check_bf16_against_kernels(rows: &[OpRow], kernels: &str, bf16: u32) {
     }
 }
 
+/// Where a launch runs, per (op, family, dtype of self): decided from `soc/aclnn_kernels.tsv`
+/// (the op_api sources) and `soc/cann/kernels.tsv` (the vendor's kernel tables).
+#[derive(Default, Clone, Copy)]
+struct Engines {
+    aicpu: u64,
+    dsa: u64,
+    /// AI Core by the aclnn document alone: neither kernel source lists dtypes.
+    unverified: u64,
+}
+
+/// A kernel's dtypes in one column of `soc/cann/kernels.tsv`: `Some(list)`, or `None` for
+/// `runtime`/`absent`.
+fn kernel_dtypes<'a>(kernels: &'a [Vec<&'a str>], kernel: &str, column: usize) -> Option<Vec<&'a str>> {
+    let row = kernels
+        .iter()
+        .find(|f| f[0] == kernel)
+        .unwrap_or_else(|| panic!("soc/cann/kernels.tsv has no row for {kernel}: run tools/cann_facts.py"));
+    match row[column] {
+        "runtime" | "absent" => None,
+        "none" => Some(Vec::new()),
+        list => Some(list.split_whitespace().collect()),
+    }
+}
+
+/// Each support row's engines; panics, naming every one, where a listed dtype has neither an AI
+/// Core kernel nor an AI CPU kernel in the vendor's tables.
+fn engines(rows: &[OpRow], map: &str, kernels: &str, dtypes: &[AclDtype]) -> Vec<Engines> {
+    let map: Vec<(usize, Vec<&str>)> = self::rows(map).collect();
+    let kernels: Vec<Vec<&str>> = self::rows(kernels).map(|(_, f)| f).collect();
+    let mut refusals = Vec::new();
+    let out = rows
+        .iter()
+        .map(|r| {
+            let (n, f) = map
+                .iter()
+                .find(|(_, f)| f[0] == r.op && f[1] == r.family)
+                .unwrap_or_else(|| panic!("soc/aclnn_kernels.tsv has no row for {} on {}", r.op, r.family));
+            assert_eq!(f.len(), 7, "soc/aclnn_kernels.tsv line {n}: expected 7 fields");
+            let column = if r.family == "910" { 1 } else { 2 };
+            let mut e = Engines::default();
+            if r.dtypes == 0 {
+                return e;
+            }
+            for d in dtypes.iter().filter(|d| r.dtypes & (1 << d.value) != 0) {
+                let bit = 1u64 << d.value;
+                if f[3] == "dsa" {
+                    e.dsa |= bit;
+                    continue;
+                }
+                // The casts the aclnn function makes before the launch: "A B>C" items.
+                let mut at = (d.name.as_str(), f[2]);
+                for item in f[4].split(',').map(str::trim).filter(|i| *i != "-") {
+                    let (from, to) =
+                        item.split_once('>').unwrap_or_else(|| panic!("soc/aclnn_kernels.tsv line {n}: cast {item}"));
+                    if from.split_whitespace().any(|x| x == d.name) {
+                        at = match to.strip_prefix('@') {
+                            Some(kernel) => (d.name.as_str(), kernel),
+                            None => (to, f[2]),
+                        };
+                    }
+                }
+                let (dtype, kernel) = at;
+                if dtype == "copy" {
+                    continue;
+                }
+                let table = kernel_dtypes(&kernels, kernel, column);
+                let ai_core: Vec<&str> = match (f[3], kernel != f[2]) {
+                    ("table", _) | (_, true) => table.clone().unwrap_or_else(|| {
+                        panic!(
+                            "soc/aclnn_kernels.tsv line {n}: the kernel table lists no dtypes for {kernel} on {}",
+                            r.family
+                        )
+                    }),
+                    ("-", _) => Vec::new(),
+                    ("doc", _) => {
+                        e.unverified |= bit;
+                        vec![dtype]
+                    }
+                    (list, _) => match list.strip_prefix("only ") {
+                        Some(only) => only.split_whitespace().collect(),
+                        None => {
+                            list.split_whitespace().filter(|x| table.as_ref().is_none_or(|t| t.contains(x))).collect()
+                        }
+                    },
+                };
+                if ai_core.contains(&dtype) {
+                    continue;
+                }
+                let ai_cpu = (f[5] != "-").then(|| kernel_dtypes(&kernels, f[5], 3)).flatten().unwrap_or_default();
+                if ai_cpu.contains(&dtype) {
+                    e.aicpu |= bit;
+                } else {
+                    refusals.push(format!(
+                        "{} on {}: {} (as {dtype} at {kernel}) has no AI Core kernel and no AI CPU kernel{}",
+                        r.op,
+                        r.family,
+                        d.name,
+                        if f[5] == "-" { String::new() } else { format!(" ({} lists no {dtype})", f[5]) }
+                    ));
+                }
+            }
+            e
+        })
+        .collect();
+    assert!(
+        refusals.is_empty(),
+        "soc/op_support.tsv lists dtypes the vendor's kernel tables cannot run:\n  {}",
+        refusals.join("\n  ")
+    );
+    out
+}
+
 /// The table as a C array for the emulator's phase-1 refusals.
-fn op_table_c(rows: &[OpRow]) -> String {
+fn op_table_c(rows: &[OpRow], engines: &[Engines]) -> String {
     let mut body = String::new();
-    for r in rows {
+    for (r, e) in rows.iter().zip(engines) {
         let family = if r.family == "910" { "SIM_SOC_910" } else { "SIM_SOC_910B" };
         let cube: Vec<String> = r.cube.iter().map(u8::to_string).collect();
         let source = r.source.replace('\\', "\\\\").replace('"', "\\\"");
-        writeln!(body, "    {{\"{}\", {family}, {}ull, {{{}}}, \"{source}\"}},", r.op, r.dtypes, cube.join(","))
-            .unwrap();
+        writeln!(
+            body,
+            "    {{\"{}\", {family}, {}ull, {}ull, {{{}}}, \"{source}\"}},",
+            r.op,
+            r.dtypes,
+            e.aicpu,
+            cube.join(",")
+        )
+        .unwrap();
     }
     format!(
         "/* Generated by build.rs from soc/op_support.tsv: do not edit. */\n\
-         typedef struct {{ const char *op; int family; uint64_t dtypes; uint8_t cube[32]; const char *source; }} SimOpRow;\n\
+         typedef struct {{ const char *op; int family; uint64_t dtypes; uint64_t aicpu; uint8_t cube[32]; const char *source; }} SimOpRow;\n\
          static const SimOpRow SIM_OP_TABLE[] = {{\n{body}}};\n"
     )
 }
@@ -253,7 +372,11 @@ fn soc_profiles_c(platforms: &str, supplement: &str) -> String {
 
 /// The table for the backend: the `AclnnOp` enum (one variant per op, in table order), the rows,
 /// and each op's phase-1 ABI classes.
-fn op_table_rust(rows: &[OpRow], prototypes: &std::collections::HashMap<String, Option<Vec<String>>>) -> String {
+fn op_table_rust(
+    rows: &[OpRow],
+    engines: &[Engines],
+    prototypes: &std::collections::HashMap<String, Option<Vec<String>>>,
+) -> String {
     let mut ops: Vec<&str> = Vec::new();
     for r in rows {
         if !ops.contains(&r.op) {
@@ -294,11 +417,30 @@ fn op_table_rust(rows: &[OpRow], prototypes: &std::collections::HashMap<String, 
         };
         writeln!(s, "            AclnnOp::{} => {value},", variant(op)).unwrap();
     }
-    s.push_str("        }\n    }\n}\n\n/// (op, family key, dtype mask, source) per table row.\nconst SUPPORT_ROWS: &[(AclnnOp, &str, u64, &str)] = &[\n");
-    for r in rows {
-        writeln!(s, "    (AclnnOp::{}, {:?}, {}, {:?}),", variant(r.op), r.family, r.dtypes, r.source).unwrap();
+    s.push_str("        }\n    }\n}\n\n/// (op, family key, dtype mask, AI CPU mask, DSA mask, source) per table row.\nconst SUPPORT_ROWS: &[(AclnnOp, &str, u64, u64, u64, &str)] = &[\n");
+    for (r, e) in rows.iter().zip(engines) {
+        writeln!(
+            s,
+            "    (AclnnOp::{}, {:?}, {}, {}, {}, {:?}),",
+            variant(r.op),
+            r.family,
+            r.dtypes,
+            e.aicpu,
+            e.dsa,
+            r.source
+        )
+        .unwrap();
     }
     s.push_str("];\n");
+    let unverified: u32 = engines.iter().map(|e| e.unverified.count_ones()).sum();
+    let aicpu: u32 = engines.iter().map(|e| e.aicpu.count_ones()).sum();
+    writeln!(
+        s,
+        "/// (op, family, dtype) triples that run on the AI CPU, and those taken as AI Core on the aclnn\n\
+         /// document's word alone (no kernel source lists their dtypes).\n\
+         pub const ENGINE_COUNTS: (u32, u32) = ({aicpu}, {unverified});"
+    )
+    .unwrap();
     s
 }
 
@@ -316,14 +458,20 @@ fn main() {
         &std::fs::read_to_string("soc/cann/kernels_bf16.tsv").expect("read soc/cann/kernels_bf16.tsv"),
         bf16,
     );
+    let engines = engines(
+        &ops,
+        &std::fs::read_to_string("soc/aclnn_kernels.tsv").expect("read soc/aclnn_kernels.tsv"),
+        &std::fs::read_to_string("soc/cann/kernels.tsv").expect("read soc/cann/kernels.tsv"),
+        &dtypes,
+    );
     let prototype_tsv =
         std::fs::read_to_string("soc/cann/aclnn_prototypes.tsv").expect("read soc/cann/aclnn_prototypes.tsv");
     let prototypes = prototypes(&prototype_tsv);
     for (file, text) in [
         ("acl_dtypes.rs", dtypes_rust(&dtypes)),
         ("acl_dtypes.h", dtypes_c(&dtypes)),
-        ("op_support.h", op_table_c(&ops)),
-        ("op_support.rs", op_table_rust(&ops, &prototypes)),
+        ("op_support.h", op_table_c(&ops, &engines)),
+        ("op_support.rs", op_table_rust(&ops, &engines, &prototypes)),
         ("aclnn_prototypes.h", prototypes_c(&prototype_tsv)),
         (
             "soc_profiles.h",
@@ -361,6 +509,8 @@ fn main() {
         "soc/cann/aclnn_prototypes.tsv",
         "soc/cann/platforms.tsv",
         "soc/cann/kernels_bf16.tsv",
+        "soc/cann/kernels.tsv",
+        "soc/aclnn_kernels.tsv",
         "soc/platforms_supplement.tsv",
         "csrc/sim.h",
         "csrc/half.h",

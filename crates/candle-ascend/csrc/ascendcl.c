@@ -52,7 +52,7 @@ SIM_EXPORT const char *aclGetRecentErrMsg(void) {
 
 /* ---- counters and fault injection ----------------------------------------------------- */
 
-typedef struct { char name[64]; uint64_t count; } OpCount;
+typedef struct { char name[64]; uint64_t count, aicpu; } OpCount;
 static OpCount g_ops[256];
 static int g_nops;
 static uint64_t g_allocs, g_frees, g_h2d, g_h2d_bytes, g_d2h, g_d2h_bytes, g_d2d, g_syncs;
@@ -111,13 +111,17 @@ static void read_faults(void) {
     snprintf(g_fail_op, sizeof g_fail_op, "%s", o ? o : "");
 }
 
-SIM_EXPORT void aclsimCountLaunch(const char *op) {
+/* A kernel launch of `op`; `aicpu`: the kernel tables put it on the AI CPU (op_support.h). */
+SIM_EXPORT void aclsimCountLaunch(const char *op, int aicpu) {
     pthread_mutex_lock(&g_lock);
     int i;
     for (i = 0; i < g_nops; i++)
         if (strcmp(g_ops[i].name, op) == 0) break;
     if (i == g_nops && g_nops < 256) snprintf(g_ops[g_nops++].name, 64, "%s", op);
-    if (i < 256) g_ops[i].count++;
+    if (i < 256) {
+        g_ops[i].count++;
+        g_ops[i].aicpu += aicpu != 0;
+    }
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -142,13 +146,15 @@ SIM_EXPORT void aclsimCounters(uint64_t out[12]) {
     pthread_mutex_unlock(&g_lock);
 }
 
-/* Kernel launches per op as "name count" lines; returns the bytes needed. */
+/* Kernel launches per op as "name count aicpu" lines (aicpu: those run on the AI CPU); returns
+ * the bytes needed. */
 SIM_EXPORT size_t aclsimOpCounts(char *buf, size_t len) {
     pthread_mutex_lock(&g_lock);
     size_t used = 0;
     for (int i = 0; i < g_nops; i++) {
         char line[96];
-        int n = snprintf(line, sizeof line, "%s %llu\n", g_ops[i].name, (unsigned long long)g_ops[i].count);
+        int n = snprintf(line, sizeof line, "%s %llu %llu\n", g_ops[i].name, (unsigned long long)g_ops[i].count,
+                         (unsigned long long)g_ops[i].aicpu);
         if (buf && used + (size_t)n < len) memcpy(buf + used, line, (size_t)n + 1);
         used += (size_t)n;
     }

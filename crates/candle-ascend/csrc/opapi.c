@@ -180,6 +180,7 @@ static aclnnStatus make(const char *op, int dtype, void (*run)(aclOpExecutor *),
     if ((r = soc_dtype(op, "self", dtype))) return r;
     if (aclsimFailOp(op)) return bad(ACLNN_ERR_INNER, op, "failure injected by CANDLE_ASCEND_SIM_FAIL_OP");
     *exec = aclsimNewExecutor(op, run, ws);
+    if (*exec) (*exec)->aicpu = (op_row(op)->aicpu >> dtype) & 1;
     *ws_out = ws;
     return ACLNN_SUCCESS;
 }
@@ -196,7 +197,7 @@ static aclnnStatus launch(const char *op, void *ws, uint64_t ws_size, aclOpExecu
     aclsimTakeExecutor(op, e);
     if (strcmp(e->op, op) != 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "executor was created by another op");
     if (e->workspace_size) e->workspace = ws_size >= e->workspace_size ? aclsimHostPtr(ws, e->workspace_size) : NULL;
-    aclsimCountLaunch(op);
+    aclsimCountLaunch(op, e->aicpu);
     if (aclsimEnqueue(stream, aclsimRunExecutor, e) != 0) return bad(ACLNN_ERR_RUNTIME_ERROR, op, "no stream");
     return ACLNN_SUCCESS;
 }

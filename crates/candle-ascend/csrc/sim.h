@@ -68,6 +68,7 @@ typedef struct aclOpExecutor {
     void (*run)(struct aclOpExecutor *);
     uint64_t workspace_size;
     void *workspace; /* host view of the workspace, set by phase 2 */
+    int aicpu;       /* the kernel runs on the AI CPU (op_support.h's aicpu mask) */
     aclTensor t[8];
     int nt;
     double f[6];
@@ -83,7 +84,7 @@ SIM_EXPORT void *aclsimHostPtr(const void *dev, uint64_t bytes);
 SIM_EXPORT int aclsimEnqueue(aclrtStream stream, void (*fn)(void *), void *ctx);
 SIM_EXPORT int aclsimEnqueueEager(aclrtStream stream, void (*fn)(void *), void *ctx);
 SIM_EXPORT aclError aclrtGetDevice(int32_t *id);
-SIM_EXPORT void aclsimCountLaunch(const char *op);
+SIM_EXPORT void aclsimCountLaunch(const char *op, int aicpu);
 SIM_EXPORT int aclsimFailOp(const char *op);
 SIM_EXPORT void aclsimKernelFault(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 SIM_EXPORT int aclsimSocFamily(void);

@@ -33,7 +33,7 @@ pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
 pub use runtime::{AscendDevice, Communicator, DeviceCounters, HcclTimeouts, ReduceOp, RootInfo, SimCounters};
-pub use soc::{Soc, SocFamily};
+pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;
 
 /// The toolkit and id an Ascend device name spells (`npu:N`, a real CANN toolkit; `npu-sim:N`, the

@@ -61,13 +61,30 @@ impl std::fmt::Display for AclnnOp {
 #[derive(Debug)]
 struct Row {
     dtypes: u64,
+    aicpu: u64,
+    dsa: u64,
     source: &'static str,
+}
+
+/// The engine a launch runs on, per the vendor's kernel tables (`soc/aclnn_kernels.tsv`,
+/// `soc/cann/kernels.tsv`; build.rs decides it for every row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// An AI Core (or cube) kernel.
+    AiCore,
+    /// An AI CPU kernel, orders of magnitude slower: no AI Core kernel takes the dtype.
+    AiCpu,
+    /// The DSA engine (random numbers on the Atlas A2 series).
+    Dsa,
 }
 
 fn table() -> &'static HashMap<(AclnnOp, &'static str), Row> {
     static TABLE: OnceLock<HashMap<(AclnnOp, &'static str), Row>> = OnceLock::new();
     TABLE.get_or_init(|| {
-        SUPPORT_ROWS.iter().map(|&(op, family, dtypes, source)| ((op, family), Row { dtypes, source })).collect()
+        SUPPORT_ROWS
+            .iter()
+            .map(|&(op, family, dtypes, aicpu, dsa, source)| ((op, family), Row { dtypes, aicpu, dsa, source }))
+            .collect()
     })
 }
 
@@ -133,6 +150,23 @@ impl Soc {
             Some(r) if r.dtypes == 0 => Support::NoOp { source: r.source },
             Some(r) if (0..64).contains(&acl_dtype) && r.dtypes & (1 << acl_dtype) != 0 => Support::Yes,
             Some(r) => Support::NoDtype { source: r.source },
+        }
+    }
+
+    /// The engine `op` runs on for a `self` of `acl_dtype` (`None` where the table has no data or
+    /// the op does not run). An op whose every dtype runs on one engine needs no dtype.
+    pub fn engine(&self, op: AclnnOp, acl_dtype: Option<i32>) -> Option<Engine> {
+        let r = table().get(&(op, self.family.key()?))?;
+        let on = |mask: u64| match acl_dtype {
+            _ if mask != 0 && mask == r.dtypes => true,
+            Some(d) if (0..64).contains(&d) => mask & (1 << d) != 0,
+            _ => false,
+        };
+        match () {
+            _ if r.dtypes == 0 => None,
+            _ if on(r.aicpu) => Some(Engine::AiCpu),
+            _ if on(r.dsa) => Some(Engine::Dsa),
+            _ => Some(Engine::AiCore),
         }
     }
 

@@ -44,6 +44,10 @@ pub struct StepMetrics {
 pub struct DeviceStepStats {
     /// Kernel launches.
     pub device_launches: u64,
+    /// Of those, the launches that run on the NPU's AI CPU, which is orders of magnitude slower
+    /// than its AI Core (a dtype no AI Core kernel takes); 0 on devices without one.
+    #[serde(default)]
+    pub aicpu_launches: u64,
     /// Driver allocations.
     pub device_allocs: u64,
     /// Host waits on the device.

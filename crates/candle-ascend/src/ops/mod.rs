@@ -267,7 +267,9 @@ pub(crate) fn launch(
     let ws_ptr = workspace.as_ref().map_or(std::ptr::null_mut(), |w| w.ptr());
     // SAFETY: phase 2 consumes the executor that phase 1 produced, on this device's stream.
     let code = unsafe { p2(ws_ptr, ws_size, exec, dev.stream()) };
-    dev.counters.launched(op);
+    // aclnnSWhere's condition comes before its self; every other op's self is its first operand.
+    let self_dtype = operands.get(usize::from(aclnn == AclnnOp::SWhere)).map(|v| v.acl_dtype);
+    dev.counters.launched(op, dev.soc.engine(aclnn, self_dtype) == Some(crate::soc::Engine::AiCpu));
     if code != 0 {
         return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
     }

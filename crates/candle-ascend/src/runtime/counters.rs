@@ -1,5 +1,5 @@
 //! What a device did, counted by the backend itself so that the figures exist on any toolkit,
-//! real or emulated: kernel launches per op, driver allocations (`aclrtMalloc`), host
+//! real or emulated: kernel launches per op (and those that run on the AI CPU), driver allocations (`aclrtMalloc`), host
 //! synchronisations, device-to-host reads, and the device memory the driver has handed out
 //! (the cache included), with its peak.
 use std::collections::BTreeMap;
@@ -10,6 +10,7 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     launches: Mutex<BTreeMap<&'static str, u64>>,
+    aicpu_launches: Mutex<BTreeMap<&'static str, u64>>,
     allocations: AtomicU64,
     synchronizations: AtomicU64,
     reads: AtomicU64,
@@ -21,8 +22,11 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    pub(crate) fn launched(&self, op: &'static str) {
+    pub(crate) fn launched(&self, op: &'static str, on_ai_cpu: bool) {
         *self.launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
+        if on_ai_cpu {
+            *self.aicpu_launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
+        }
     }
 
     pub(crate) fn allocated(&self, bytes: usize) {
@@ -58,14 +62,12 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self) -> DeviceCounters {
+        let per_op = |map: &Mutex<BTreeMap<&'static str, u64>>| {
+            map.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(op, n)| (op.to_string(), *n)).collect()
+        };
         DeviceCounters {
-            launches: self
-                .launches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|(op, n)| (op.to_string(), *n))
-                .collect(),
+            launches: per_op(&self.launches),
+            aicpu_launches: per_op(&self.aicpu_launches),
             allocations: self.allocations.load(Ordering::Relaxed),
             synchronizations: self.synchronizations.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
@@ -83,6 +85,9 @@ impl Counters {
 pub struct DeviceCounters {
     /// Kernel launches per aclnn op.
     pub launches: BTreeMap<String, u64>,
+    /// Of those, the launches that run on the AI CPU per the vendor's kernel tables
+    /// ([`crate::soc::Engine::AiCpu`]), per op.
+    pub aicpu_launches: BTreeMap<String, u64>,
     /// `aclrtMalloc` calls.
     pub allocations: u64,
     /// Host waits on the stream (`aclrtSynchronizeStream`).
@@ -107,16 +112,22 @@ impl DeviceCounters {
         self.launches.values().sum()
     }
 
+    /// Total launches on the AI CPU.
+    pub fn total_aicpu_launches(&self) -> u64 {
+        self.aicpu_launches.values().sum()
+    }
+
     /// What happened between `earlier` and this snapshot (memory figures are this snapshot's).
     pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
-        let launches = self
-            .launches
-            .iter()
-            .map(|(op, n)| (op.clone(), n - earlier.launches.get(op).copied().unwrap_or(0)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+        let per_op = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
+            now.iter()
+                .map(|(op, n)| (op.clone(), n - then.get(op).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        };
         DeviceCounters {
-            launches,
+            launches: per_op(&self.launches, &earlier.launches),
+            aicpu_launches: per_op(&self.aicpu_launches, &earlier.aicpu_launches),
             allocations: self.allocations - earlier.allocations,
             synchronizations: self.synchronizations - earlier.synchronizations,
             reads: self.reads - earlier.reads,

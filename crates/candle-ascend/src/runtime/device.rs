@@ -232,6 +232,8 @@ pub struct SimCounters {
     pub collectives: (u64, u64),
     /// Kernel launches per aclnn op.
     pub launches: BTreeMap<String, u64>,
+    /// Of those, the launches the emulator marked as AI CPU, per op.
+    pub aicpu_launches: BTreeMap<String, u64>,
 }
 
 impl SimCounters {
@@ -413,13 +415,15 @@ impl AscendDevice {
         let mut buf = vec![0u8; needed + 1];
         unsafe { op_counts(buf.as_mut_ptr(), buf.len()) };
         let text = String::from_utf8_lossy(&buf[..needed]);
-        let launches = text
+        let rows: Vec<(String, u64, u64)> = text
             .lines()
             .filter_map(|l| {
-                let (name, n) = l.rsplit_once(' ')?;
-                Some((name.to_string(), n.parse().ok()?))
+                let mut f = l.split(' ');
+                Some((f.next()?.to_string(), f.next()?.parse().ok()?, f.next()?.parse().ok()?))
             })
             .collect();
+        let launches = rows.iter().map(|(op, n, _)| (op.clone(), *n)).collect();
+        let aicpu_launches = rows.iter().filter(|r| r.2 > 0).map(|(op, _, n)| (op.clone(), *n)).collect();
         Some(SimCounters {
             allocations: v[0],
             frees: v[1],
@@ -430,6 +434,7 @@ impl AscendDevice {
             memory: (v[8], v[9]),
             collectives: (v[10], v[11]),
             launches,
+            aicpu_launches,
         })
     }
 

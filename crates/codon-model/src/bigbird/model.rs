@@ -108,7 +108,7 @@ impl ForwardMode {
 }
 
 /// Model inputs, each (batch, length): token ids, organism ids, 1/0 attention mask.
-/// Integer tensors may be u32 or i64.
+/// Integer tensors may be u8, u32 or i64; [`ModelInput::from_encoding`] uploads the mask as u8.
 #[derive(Debug, Clone)]
 pub struct ModelInput {
     /// Token ids.
@@ -151,7 +151,14 @@ impl ModelInput {
         Ok(Self {
             input_ids: upload(&encoding.input_ids)?,
             token_type_ids: upload(&encoding.token_type_ids)?,
-            attention_mask: upload(&encoding.attention_mask)?,
+            // u8: the 910's Cast has an AI Core kernel from UINT8 to FLOAT but not from UINT32, whose
+            // cast would run on the AI CPU (soc/aclnn_kernels.tsv).
+            attention_mask: Tensor::from_vec(
+                encoding.attention_mask.iter().map(|&m| m as u8).collect::<Vec<u8>>(),
+                shape,
+                device,
+            )
+            .op("uploading the batch")?,
         })
     }
 }
