@@ -141,3 +141,20 @@ fn every_runtime_hccl_and_phase_two_declaration_has_the_vendors_abi() {
     }
     assert_eq!(checked, RuntimeApi::SIGNATURES.len() + HcclApi::SIGNATURES.len() + AclnnOp::ALL.len() - 1);
 }
+
+#[test]
+fn every_support_entry_has_an_engine_from_the_kernel_tables() {
+    // build.rs places all 1,005 (op, family, dtype) entries of soc/op_support.tsv or stops the
+    // build; 238 run on the AI CPU and 12 rest on the aclnn document alone (docs/ascend.md).
+    assert_eq!(candle_ascend::soc::ENGINE_COUNTS, (238, 12));
+    use candle_ascend::ffi::types::dtype;
+    use candle_ascend::{Engine, Soc};
+    let (a, b) = (Soc::new("Ascend910A"), Soc::new("Ascend910B3"));
+    assert_eq!(a.engine(AclnnOp::DropoutGenMaskV2, None), Some(Engine::AiCpu));
+    assert_eq!(b.engine(AclnnOp::DropoutGenMaskV2, None), Some(Engine::Dsa));
+    assert_eq!(a.engine(AclnnOp::Cast, Some(dtype::UINT32)), Some(Engine::AiCpu));
+    assert_eq!(a.engine(AclnnOp::Cast, Some(dtype::UINT8)), Some(Engine::AiCore));
+    assert_eq!(b.engine(AclnnOp::Add, Some(dtype::DOUBLE)), Some(Engine::AiCpu));
+    assert_eq!(b.engine(AclnnOp::Add, Some(dtype::BF16)), Some(Engine::AiCore));
+    assert_eq!(a.engine(AclnnOp::FlashAttentionScore, Some(dtype::FLOAT16)), None);
+}
