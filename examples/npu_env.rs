@@ -6,6 +6,7 @@
 //! cargo run --release --example npu_env -- [--device npu:0|npu-sim:0]
 //! cargo run --release --example npu_env -- --sim-toolkit-path
 //! cargo run --release --example npu_env -- --check-toolkit [/usr/local/Ascend/ascend-toolkit/latest]
+//! cargo run --release --example npu_env -- --selftest --device npu:0 [--report npu-selftest.json]
 //! ```
 use clap::Parser;
 use codon_ascend::ascend::op_table::Coverage;
@@ -27,6 +28,13 @@ struct Args {
     /// is missing or differs. No device is opened.
     #[arg(long, alias = "check_toolkit", value_name = "ROOT", num_args = 0..=1, default_missing_value = "")]
     check_toolkit: Option<std::path::PathBuf>,
+    /// Run every op route, an HCCL all-reduce and a tiny training run on the device, compare each
+    /// with the CPU, print a pass/fail table and write `--report`; exits 1 if any case fails.
+    #[arg(long)]
+    selftest: bool,
+    /// Where `--selftest` writes its JSON report (for a bug report).
+    #[arg(long, default_value = "npu-selftest.json")]
+    report: std::path::PathBuf,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -39,6 +47,9 @@ fn run() -> anyhow::Result<()> {
         return check_toolkit(root);
     }
     let device = args.device.open()?;
+    if args.selftest {
+        return selftest(&device, &args.report);
+    }
     let dev: &AscendDevice =
         ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
     let tk = dev.toolkit();
@@ -130,6 +141,23 @@ fn check_toolkit(root: &std::path::Path) -> anyhow::Result<()> {
         );
     }
     outln!("all {} functions, ops and prototypes this backend needs are there", report.checked);
+    Ok(())
+}
+
+/// `--selftest`: the table on stdout, the JSON report at `report`.
+fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let report = codon_ascend::selftest::run(device)?;
+    for line in codon_ascend::selftest::table(&report) {
+        outln!("{line}");
+    }
+    let json = serde_json::to_vec_pretty(&report)?;
+    codon_ascend::data::write_atomically(report_path, |w| w.write_all(&json))?;
+    outln!("report: {}", report_path.display());
+    let failed: Vec<String> = report.failures().map(|c| format!("{} ({})", c.name, c.dtype)).collect();
+    if !failed.is_empty() {
+        anyhow::bail!("self-test: {} case(s) failed: {}", failed.len(), failed.join(", "));
+    }
     Ok(())
 }
 

@@ -13,6 +13,7 @@ pub mod device;
 pub mod hub;
 pub mod interrupt;
 pub mod output;
+pub mod selftest;
 
 pub use candle_ascend as ascend;
 pub use codon_data as data;
