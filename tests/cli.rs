@@ -304,6 +304,7 @@ fn finetune_on_npu_sim_follows_each_part() {
         Command::new(example("finetune"))
             .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
             .args(["--precision", precision, "--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
+            .args(["--metrics", &p(&format!("{soc}-{precision}.jsonl"))])
             .env("CANDLE_ASCEND_SIM_SOC", soc)
             .output()
             .unwrap()
@@ -320,6 +321,13 @@ fn finetune_on_npu_sim_follows_each_part() {
         assert!(o.status.success(), "{soc} {precision}: {stdout}{}", String::from_utf8_lossy(&o.stderr));
         assert!(stdout.contains(&format!("({soc}), precision {chosen}")), "{soc} {precision}: {stdout}");
         assert!(stdout.contains("preflight on") && stdout.contains("2 optimizer steps"), "{stdout}");
+        // Every metrics row counts the step's AI CPU launches; the fixture has no dropout, whose
+        // masks are the 910A's one AI CPU kernel, so there are none on either part.
+        let metrics = std::fs::read_to_string(p(&format!("{soc}-{precision}.jsonl"))).unwrap();
+        for row in metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()) {
+            let (launches, aicpu) = (row["device_launches"].as_u64().unwrap(), row["aicpu_launches"].as_u64().unwrap());
+            assert!(launches > 0 && aicpu == 0, "{soc}: {row}");
+        }
     }
     // Two emulated devices, data-parallel over the emulator's HCCL.
     let o = Command::new(example("finetune"))

@@ -460,8 +460,11 @@ impl BigBirdForMaskedLM {
             )));
         }
         let (ids, types, mask) = if pad > 0 {
+            // The padding is made on the host: a device fill of u8 or u32 runs on the 910's AI CPU
+            // (its Fill kernel takes neither; soc/aclnn_kernels.tsv).
             let padded = |t: &Tensor, value: f64| -> Result<Tensor> {
-                let fill = (Tensor::ones((b, pad), t.dtype(), t.device())? * value)?;
+                let fill =
+                    Tensor::full(value as f32, (b, pad), &Device::Cpu)?.to_dtype(t.dtype())?.to_device(t.device())?;
                 Ok(Tensor::cat(&[t, &fill], 1)?)
             };
             (
