@@ -1,9 +1,10 @@
 //! Count what one steady-state optimizer step does on an Ascend device: kernel launches by op,
 //! driver allocations, host synchronisations, device-to-host reads and peak device memory, as
-//! the backend counts them (on `npu:N` and `npu-sim:N` alike).
+//! the backend counts them (on `npu:N` and `npu-sim:N` alike), and the step's modelled time on
+//! the part (modelled from the vendor's platform files, not measured; docs/ascend.md).
 //!
 //! ```text
-//! cargo run --release --example step_counters -- --device npu-sim:0 --precision bf16 --batch 2 --length 256
+//! cargo run --release --example step_counters -- --device npu-sim:0 --precision bf16 --batch 2 --length 256 [--profile]
 //! ```
 use std::path::Path;
 
@@ -43,6 +44,9 @@ struct Args {
     /// Recompute each layer's activations in the backward pass.
     #[arg(long, alias = "gradient_checkpointing")]
     gradient_checkpointing: bool,
+    /// List the ops by modelled device time (launches, µs, share), like msprof's op summary.
+    #[arg(long)]
+    profile: bool,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -54,7 +58,9 @@ fn run() -> anyhow::Result<()> {
     let precision = args.precision.resolve(&device);
     let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
-    let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
+    let weights = init_weights(&config, 0, &device, DType::F32)?;
+    let parameters: usize = weights.iter().map(|(_, t)| t.elem_count()).sum();
+    let model = BigBirdForMaskedLM::from_named(config.clone(), weights)?;
     let model =
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
     let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
@@ -97,6 +103,39 @@ fn run() -> anyhow::Result<()> {
     );
     let last_step = last_step.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outln!("uploads {}", last_step.uploads);
+    let model_time = codon_ascend::ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
+    if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
+        // Model FLOPs: 6 per parameter per token, plus attention's 12 · layers · hidden · keys per
+        // token (block-sparse: each query sees 5 + r blocks; full: every key).
+        let tokens = (args.batch * args.length) as f64;
+        let keys = match attention {
+            AttentionType::BlockSparse => ((5 + config.num_random_blocks) * config.block_size).min(args.length),
+            _ => args.length,
+        };
+        let flops = 6.0 * parameters as f64 * tokens + 12.0 * (args.layers * config.hidden_size * keys) as f64 * tokens;
+        let mfu = flops / (t.host_us * 1e-6 * model_time.peak_flops());
+        outln!(
+            "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",
+            t.host_us / 1e3,
+            t.device_us / 1e3,
+            t.host_busy_us / 1e3,
+            t.cube_us / 1e3,
+            100.0 * t.cube_us / t.device_us.max(f64::MIN_POSITIVE),
+            100.0 * mfu,
+            flops / 1e12,
+            model_time.peak_flops() / 1e12
+        );
+        if args.profile {
+            let mut ops: Vec<(&String, &f64)> = t.per_op_us.iter().collect();
+            ops.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+            outln!("  {:<32} {:>8} {:>12} {:>7}", "op (by modelled device time)", "launches", "µs", "share");
+            for (op, us) in ops {
+                let launches = last_step.launches.get(op).copied().unwrap_or(0);
+                outln!("  {op:<32} {launches:>8} {us:>12.1} {:>6.1}%", 100.0 * us / t.device_us.max(f64::MIN_POSITIVE));
+            }
+            return Ok(());
+        }
+    }
     let mut ops: Vec<(String, u64)> = last_step.launches.into_iter().collect();
     ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (op, n) in ops {

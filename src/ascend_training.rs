@@ -110,6 +110,10 @@ impl DeviceProbe for AscendProbe {
             device_peak_mb: step.peak_memory_bytes as f64 / (1024.0 * 1024.0),
             collectives: step.collectives,
             collective_mb: step.collective_bytes as f64 / (1024.0 * 1024.0),
+            modelled_step_ms: step.modelled.as_ref().map(|t| t.host_us / 1e3),
+            modelled_device_ms: step.modelled.as_ref().map(|t| t.device_us / 1e3),
+            modelled_host_ms: step.modelled.as_ref().map(|t| t.host_busy_us / 1e3),
+            modelled_cube_ms: step.modelled.as_ref().map(|t| t.cube_us / 1e3),
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = step;
         stats

@@ -54,6 +54,8 @@ PLATFORM_KEYS = [
     ("SoCInfo", "ai_cpu_cnt"), ("SoCInfo", "memory_size"), ("SoCInfo", "l2_size"),
     ("AICoreSpec", "cube_freq"), ("AICoreSpec", "cube_m_size"), ("AICoreSpec", "cube_n_size"),
     ("AICoreSpec", "cube_k_size"), ("AICoreSpec", "ub_size"),
+    # Bytes per cycle per AI Core between global memory (HBM) and the core.
+    ("AICoreMemoryRates", "ddr_rate"), ("AICoreMemoryRates", "l2_rate"),
 ]
 
 
@@ -286,7 +288,8 @@ def main():
         platform_rows.append(" | ".join([soc] + values))
     write_table(args.out / "platforms.tsv", [
         f"CANN {stamp}: platform parameters of each supported SoC, read from {PLATFORMS}/<SoC>.ini by",
-        "tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz).",
+        "tools/cann_facts.py. \"-\": the file has no such entry (sizes in bytes, cube_freq in MHz, rates in bytes",
+        "per cycle per AI Core).",
         "soc | " + " | ".join(key for _, key in PLATFORM_KEYS),
     ], platform_rows)
     ai_core = [json.loads((root / KERNELS.format(soc=soc)).read_text()) for _, soc in KERNEL_FAMILIES]

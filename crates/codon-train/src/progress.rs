@@ -62,6 +62,19 @@ pub struct DeviceStepStats {
     /// Bytes those collectives moved from this device, in MiB.
     #[serde(default)]
     pub collective_mb: f64,
+    /// The step's modelled time on the part, host waits included, in ms: modelled from the vendor's
+    /// platform files, not measured (docs/ascend.md); absent where the device has no model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelled_step_ms: Option<f64>,
+    /// The modelled device busy time, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelled_device_ms: Option<f64>,
+    /// The modelled host time spent issuing launches, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelled_host_ms: Option<f64>,
+    /// The modelled cube (matrix unit) compute time, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelled_cube_ms: Option<f64>,
 }
 
 /// Watches a device across optimizer steps (see [`crate::TrainerConfigBuilder::device_probe`]).

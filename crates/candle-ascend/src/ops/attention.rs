@@ -4,10 +4,11 @@
 use crate::soc::AclnnOp;
 use std::sync::Arc;
 
-use super::{launch, phase1, View};
+use super::{launch_cube, phase1, View};
 use crate::error::Result;
 use crate::ffi::types::*;
 use crate::runtime::device::DeviceInner;
+use crate::runtime::time_model::CubeWork;
 
 type T = AclTensorPtr;
 type C = *const std::ffi::c_char;
@@ -44,6 +45,20 @@ pub struct FlashArgs<'a> {
 }
 
 impl FlashArgs<'_> {
+    /// The products of attention over `q` and `k` in this layout: (batch × heads) products of
+    /// (S1 × D)·(D × S2), `count` times.
+    fn cube(&self, q: &View, k: &View, count: u64) -> CubeWork {
+        let heads = self.heads.max(1) as u64;
+        let dims = |v: &View| v.dims.iter().map(|&d| d.max(0) as u64).collect::<Vec<u64>>();
+        let (q, k) = (dims(q), dims(k));
+        let (batch, s1, s2, d) = match (self.layout, q.as_slice(), k.as_slice()) {
+            (FlashLayout::Bnsd, [b, n, s1, d], [_, _, s2, _]) => (b * n, *s1, *s2, *d),
+            (FlashLayout::Bsh, [b, s1, h], [_, s2, _]) => (b * heads, *s1, *s2, h / heads),
+            _ => (0, 0, 0, 0),
+        };
+        CubeWork { batch, m: s1, n: s2, k: d, count }
+    }
+
     fn drop_ptr(&self, dev: &Arc<DeviceInner>) -> Result<Option<super::AclObject>> {
         self.drop_mask.map(|m| m.acl(dev)).transpose()
     }
@@ -64,10 +79,13 @@ pub fn flash_attention(
     let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
     let null: T = std::ptr::null_mut();
     let layout = args.layout.name();
-    launch(
+    // q·kᵀ and p·v.
+    let work = args.cube(q, k, 2);
+    launch_cube(
         dev,
         AclnnOp::FlashAttentionScore,
         &[q, k, v, args.atten_mask, softmax_max, softmax_sum, out],
+        work,
         |addr, ws, ex| {
             phase1!(
                 addr,
@@ -119,7 +137,9 @@ pub fn flash_attention_grad(
     let null: T = std::ptr::null_mut();
     let layout = args.layout.name();
     let views = [q, k, v, dy, out, args.atten_mask, softmax_max, softmax_sum, dq, dk, dv];
-    launch(dev, AclnnOp::FlashAttentionScoreGrad, &views, |addr, ws, ex| {
+    // q·kᵀ recomputed, then dv, dp, dq and dk.
+    let work = args.cube(q, k, 5);
+    launch_cube(dev, AclnnOp::FlashAttentionScoreGrad, &views, work, |addr, ws, ex| {
         phase1!(
             addr,
             ws,

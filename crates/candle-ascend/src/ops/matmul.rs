@@ -2,7 +2,7 @@
 use crate::soc::AclnnOp;
 use std::sync::Arc;
 
-use super::{launch, phase1, scalar, View};
+use super::{cube_work, launch_cube, phase1, scalar, View};
 use crate::error::Result;
 use crate::ffi::types::*;
 use crate::runtime::device::DeviceInner;
@@ -14,7 +14,8 @@ type S = AclScalarPtr;
 pub fn batch_matmul(dev: &Arc<DeviceInner>, a: &View, b: &View, out: &View) -> Result<()> {
     let (ta, tb, to) = (a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
     let cube = dev.soc.cube_math_type(dev.allow_hf32.load(std::sync::atomic::Ordering::Relaxed));
-    launch(dev, AclnnOp::BatchMatMul, &[a, b, out], |addr, ws, ex| {
+    let work = cube_work(out, a.dims.last().copied().unwrap_or(1), 1);
+    launch_cube(dev, AclnnOp::BatchMatMul, &[a, b, out], work, |addr, ws, ex| {
         phase1!(addr, ws, ex, fn(T, T, T, i8), ta.ptr(), tb.ptr(), to.ptr(), cube)
     })
 }
@@ -25,7 +26,8 @@ pub fn addmm(dev: &Arc<DeviceInner>, c: &View, a: &View, b: &View, beta: f64, al
     let (tc, ta, tb, to) = (c.acl(dev)?, a.acl(dev)?, b.acl(dev)?, out.acl(dev)?);
     let (sbeta, salpha) = (scalar(dev, beta, out.acl_dtype)?, scalar(dev, alpha, out.acl_dtype)?);
     let cube = dev.soc.cube_math_type(dev.allow_hf32.load(std::sync::atomic::Ordering::Relaxed));
-    launch(dev, AclnnOp::Addmm, &[c, a, b, out], |addr, ws, ex| {
+    let work = cube_work(out, a.dims.last().copied().unwrap_or(1), 1);
+    launch_cube(dev, AclnnOp::Addmm, &[c, a, b, out], work, |addr, ws, ex| {
         phase1!(
             addr,
             ws,

@@ -22,6 +22,7 @@ use candle_core::{DType, Layout};
 use crate::error::{AscendError, Result};
 use crate::ffi::types::*;
 use crate::runtime::device::DeviceInner;
+use crate::runtime::time_model::{CubeWork, Work};
 use crate::runtime::DeviceBuffer;
 
 /// The `aclDataType` of a candle dtype.
@@ -234,6 +235,50 @@ pub(crate) fn launch(
     operands: &[&View],
     phase1: impl FnOnce(&Phase1Fn, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
 ) -> Result<()> {
+    launch_with(dev, aclnn, operands, None, phase1)
+}
+
+/// [`launch`] for a cube op, whose matrix products `cube` the time model counts.
+pub(crate) fn launch_cube(
+    dev: &Arc<DeviceInner>,
+    aclnn: AclnnOp,
+    operands: &[&View],
+    cube: CubeWork,
+    phase1: impl FnOnce(&Phase1Fn, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
+) -> Result<()> {
+    launch_with(dev, aclnn, operands, Some(cube), phase1)
+}
+
+/// `count` matrix products per batch entry whose output is `out` (…, m, n), over `k`.
+pub(crate) fn cube_work(out: &View, k: i64, count: u64) -> CubeWork {
+    let dims: Vec<u64> = out.dims.iter().map(|&d| d.max(0) as u64).collect();
+    let (m, n) = match dims.as_slice() {
+        [.., m, n] => (*m, *n),
+        [n] => (1, *n),
+        [] => (1, 1),
+    };
+    let batch = dims.iter().rev().skip(2).product();
+    CubeWork { batch, m, n, k: k.max(0) as u64, count }
+}
+
+/// The bytes of the views' distinct elements (a broadcast dimension is read once).
+fn operand_bytes(operands: &[&View]) -> u64 {
+    operands
+        .iter()
+        .map(|v| {
+            let elems: i64 = v.dims.iter().zip(&v.strides).filter(|(_, s)| **s != 0).map(|(d, _)| *d).product();
+            elems.max(0) as u64 * dtype::describe(v.acl_dtype).map_or(0, |(_, size)| size as u64)
+        })
+        .sum()
+}
+
+fn launch_with(
+    dev: &Arc<DeviceInner>,
+    aclnn: AclnnOp,
+    operands: &[&View],
+    cube: Option<CubeWork>,
+    phase1: impl FnOnce(&Phase1Fn, *mut u64, *mut AclExecutorPtr) -> AclnnStatus,
+) -> Result<()> {
     dev.bind_thread()?;
     let op = aclnn.name();
     let describe = || operands.iter().map(|v| v.describe()).collect::<Vec<_>>().join(", ");
@@ -269,7 +314,13 @@ pub(crate) fn launch(
     let code = unsafe { p2(ws_ptr, ws_size, exec, dev.stream()) };
     // aclnnSWhere's condition comes before its self; every other op's self is its first operand.
     let self_dtype = operands.get(usize::from(aclnn == AclnnOp::SWhere)).map(|v| v.acl_dtype);
-    dev.counters.launched(op, dev.soc.engine(aclnn, self_dtype) == Some(crate::soc::Engine::AiCpu));
+    let bytes = operand_bytes(operands);
+    let work = match (dev.soc.engine(aclnn, self_dtype), cube) {
+        (Some(crate::soc::Engine::AiCpu), _) => Work::AiCpu { bytes },
+        (_, Some(cube)) => Work::Cube { cube, bytes },
+        _ => Work::Vector { bytes },
+    };
+    dev.counters.launched_work(op, work);
     if code != 0 {
         return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
     }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use super::time_model::{LaunchCost, TimeModel, Timeline, Work};
+
 /// The live counters of one device.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -19,10 +21,30 @@ pub(crate) struct Counters {
     collective_bytes: AtomicU64,
     driver_bytes: AtomicU64,
     peak_bytes: AtomicU64,
+    /// The part's time model; `None` for a part without a platform file in the table.
+    model: Option<TimeModel>,
+    timeline: Mutex<Timeline>,
 }
 
 impl Counters {
-    pub(crate) fn launched(&self, op: &'static str, on_ai_cpu: bool) {
+    /// Counters for a device of the part `soc`.
+    pub(crate) fn new(soc: &str) -> Self {
+        Self { model: TimeModel::for_soc(soc), ..Self::default() }
+    }
+
+    /// A launch of `op`, of `work`, counted and placed on the modelled timeline.
+    pub(crate) fn launched_work(&self, op: &'static str, work: Work) {
+        self.launched(op, matches!(work, Work::AiCpu { .. }));
+        if let Some(model) = &self.model {
+            self.timeline().launch(op, model.launch(work));
+        }
+    }
+
+    fn timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {
+        self.timeline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn launched(&self, op: &'static str, on_ai_cpu: bool) {
         *self.launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
         if on_ai_cpu {
             *self.aicpu_launches.lock().unwrap_or_else(|p| p.into_inner()).entry(op).or_default() += 1;
@@ -41,15 +63,22 @@ impl Counters {
 
     pub(crate) fn synchronized(&self) {
         self.synchronizations.fetch_add(1, Ordering::Relaxed);
+        self.timeline().wait();
     }
 
     pub(crate) fn read(&self) {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        self.timeline().wait();
     }
 
-    pub(crate) fn collective(&self, bytes: u64) {
+    /// A collective of `bytes` per rank over `ranks` ranks (an all-reduce's time for each).
+    pub(crate) fn collective(&self, bytes: u64, ranks: usize) {
         self.collectives.fetch_add(1, Ordering::Relaxed);
         self.collective_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(model) = &self.model {
+            let us = model.all_reduce_us(bytes, ranks);
+            self.timeline().launch("HcclAllReduce", LaunchCost { host_us: 0.0, device_us: us, cube_us: 0.0 });
+        }
     }
 
     pub(crate) fn uploaded(&self) {
@@ -68,6 +97,7 @@ impl Counters {
         DeviceCounters {
             launches: per_op(&self.launches),
             aicpu_launches: per_op(&self.aicpu_launches),
+            modelled: self.model.map(|_| self.timeline().clone()),
             allocations: self.allocations.load(Ordering::Relaxed),
             synchronizations: self.synchronizations.load(Ordering::Relaxed),
             reads: self.reads.load(Ordering::Relaxed),
@@ -81,13 +111,15 @@ impl Counters {
 }
 
 /// A snapshot of what a device has done since it was opened.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceCounters {
     /// Kernel launches per aclnn op.
     pub launches: BTreeMap<String, u64>,
     /// Of those, the launches that run on the AI CPU per the vendor's kernel tables
     /// ([`crate::soc::Engine::AiCpu`]), per op.
     pub aicpu_launches: BTreeMap<String, u64>,
+    /// The modelled time (`runtime::time_model`); `None` for a part the model has no figures for.
+    pub modelled: Option<Timeline>,
     /// `aclrtMalloc` calls.
     pub allocations: u64,
     /// Host waits on the stream (`aclrtSynchronizeStream`).
@@ -128,6 +160,10 @@ impl DeviceCounters {
         DeviceCounters {
             launches: per_op(&self.launches, &earlier.launches),
             aicpu_launches: per_op(&self.aicpu_launches, &earlier.aicpu_launches),
+            modelled: match (&self.modelled, &earlier.modelled) {
+                (Some(now), Some(then)) => Some(now.since(then)),
+                _ => None,
+            },
             allocations: self.allocations - earlier.allocations,
             synchronizations: self.synchronizations - earlier.synchronizations,
             reads: self.reads - earlier.reads,

@@ -301,7 +301,7 @@ impl AscendDevice {
             allow_hf32: AtomicBool::new(allow_hf32),
             staging: Mutex::default(),
             preflight: Mutex::default(),
-            counters: Counters::default(),
+            counters: Counters::new(&soc),
             // A fixed stream until `set_seed`: any constant does (this one is c in m/s).
             seed: AtomicU64::new(299_792_458),
             random_offset: AtomicU64::new(0),

@@ -1,11 +1,13 @@
 //! The runtime layer: devices with one stream each, the caching allocator, pinned staging for
-//! uploads, preflight, HCCL communicators, and the counters of what a device did.
+//! uploads, preflight, HCCL communicators, the counters of what a device did, and the modelled
+//! time it would have taken.
 pub mod allocator;
 pub mod communicator;
 pub mod counters;
 pub mod device;
 pub mod preflight;
 pub mod staging;
+pub mod time_model;
 
 pub use allocator::DeviceBuffer;
 pub use communicator::{Communicator, HcclTimeouts, ReduceOp, RootInfo};
