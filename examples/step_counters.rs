@@ -59,7 +59,7 @@ fn run() -> anyhow::Result<()> {
     let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
     let weights = init_weights(&config, 0, &device, DType::F32)?;
-    let parameters: usize = weights.iter().map(|(_, t)| t.elem_count()).sum();
+    let parameters: usize = weights.values().map(|t| t.elem_count()).sum();
     let model = BigBirdForMaskedLM::from_named(config.clone(), weights)?;
     let model =
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
