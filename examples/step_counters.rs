@@ -105,14 +105,10 @@ fn run() -> anyhow::Result<()> {
     outln!("uploads {}", last_step.uploads);
     let model_time = codon_ascend::ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
-        // Model FLOPs: 6 per parameter per token, plus attention's 12 · layers · hidden · keys per
-        // token (block-sparse: each query sees 5 + r blocks; full: every key).
         let tokens = (args.batch * args.length) as f64;
-        let keys = match attention {
-            AttentionType::BlockSparse => ((5 + config.num_random_blocks) * config.block_size).min(args.length),
-            _ => args.length,
-        };
-        let flops = 6.0 * parameters as f64 * tokens + 12.0 * (args.layers * config.hidden_size * keys) as f64 * tokens;
+        let flops =
+            codon_ascend::ascend_training::training_flops_per_token(&config, parameters, attention, args.length)
+                * tokens;
         let mfu = flops / (t.host_us * 1e-6 * model_time.peak_flops());
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",

@@ -77,13 +77,39 @@ pub struct AscendProbe {
     device: AscendDevice,
     start: DeviceCounters,
     last: Arc<Mutex<DeviceCounters>>,
+    flops_per_token: Option<f64>,
+}
+
+/// Training FLOPs per token of a BigBird encoder with `parameters` parameters: 6 per parameter,
+/// plus attention's 12 · layers · hidden · keys, where a query sees (5 + r) blocks of keys under
+/// block-sparse attention and `length` keys under full attention.
+pub fn training_flops_per_token(
+    config: &crate::model::bigbird::BigBirdConfig,
+    parameters: usize,
+    attention: crate::model::bigbird::AttentionType,
+    length: usize,
+) -> f64 {
+    let keys = match attention {
+        crate::model::bigbird::AttentionType::BlockSparse => {
+            ((5 + config.num_random_blocks) * config.block_size).min(length)
+        }
+        _ => length,
+    };
+    6.0 * parameters as f64 + 12.0 * (config.num_hidden_layers * config.hidden_size * keys) as f64
 }
 
 impl AscendProbe {
     /// Watch `device`.
     pub fn new(device: AscendDevice) -> Self {
         let start = device.counters();
-        Self { device, start, last: Arc::default() }
+        Self { device, start, last: Arc::default(), flops_per_token: None }
+    }
+
+    /// Report `modelled_mfu` too, for a model of `flops` training FLOPs per token
+    /// ([`training_flops_per_token`]).
+    pub fn with_flops_per_token(mut self, flops: f64) -> Self {
+        self.flops_per_token = Some(flops);
+        self
     }
 
     /// A handle on the full counters (launches by op included) of the latest step, which stays
@@ -99,7 +125,7 @@ impl DeviceProbe for AscendProbe {
         self.start = self.device.counters();
     }
 
-    fn end_step(&mut self) -> DeviceStepStats {
+    fn end_step(&mut self, tokens: usize) -> DeviceStepStats {
         let step = self.device.counters().since(&self.start);
         let stats = DeviceStepStats {
             device_launches: step.total_launches(),
@@ -114,6 +140,12 @@ impl DeviceProbe for AscendProbe {
             modelled_device_ms: step.modelled.as_ref().map(|t| t.device_us / 1e3),
             modelled_host_ms: step.modelled.as_ref().map(|t| t.host_busy_us / 1e3),
             modelled_cube_ms: step.modelled.as_ref().map(|t| t.cube_us / 1e3),
+            modelled_mfu: match (&step.modelled, self.flops_per_token, self.device.time_model()) {
+                (Some(t), Some(per_token), Some(model)) if t.host_us > 0.0 => {
+                    Some(per_token * tokens as f64 / (t.host_us * 1e-6 * model.peak_flops()))
+                }
+                _ => None,
+            },
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = step;
         stats

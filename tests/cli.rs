@@ -327,6 +327,9 @@ fn finetune_on_npu_sim_follows_each_part() {
         for row in metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()) {
             let (launches, aicpu) = (row["device_launches"].as_u64().unwrap(), row["aicpu_launches"].as_u64().unwrap());
             assert!(launches > 0 && aicpu == 0, "{soc}: {row}");
+            // The modelled time of the step on the part, and its MFU, are there too.
+            let (step_ms, mfu) = (row["modelled_step_ms"].as_f64().unwrap(), row["modelled_mfu"].as_f64().unwrap());
+            assert!(step_ms > 0.0 && mfu > 0.0 && mfu < 1.0, "{soc}: {row}");
         }
     }
     // Two emulated devices, data-parallel over the emulator's HCCL.

@@ -302,6 +302,13 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     // The model's own configuration: a --model folder brings its own.
     let model_config = model.config().clone();
     let probe_len = model_config.block_sparse_probe_len();
+    // Full attention's keys per token are taken at the longest position the model has.
+    let flops_per_token = codon_ascend::ascend_training::training_flops_per_token(
+        &model_config,
+        model.named_parameters().iter().map(|(_, t)| t.elem_count()).sum(),
+        attention,
+        model_config.max_position_embeddings,
+    );
     replicas.insert(0, model);
     let replicas = replicas
         .into_iter()
@@ -368,9 +375,9 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .retain_freed_memory(true)
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
-        Some(ascend) => {
-            trainer_config.device_probe(Box::new(codon_ascend::ascend_training::AscendProbe::new(ascend.clone())))
-        }
+        Some(ascend) => trainer_config.device_probe(Box::new(
+            codon_ascend::ascend_training::AscendProbe::new(ascend.clone()).with_flops_per_token(flops_per_token),
+        )),
         None => trainer_config,
     }
     .build()?;

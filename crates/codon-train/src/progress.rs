@@ -75,14 +75,18 @@ pub struct DeviceStepStats {
     /// The modelled cube (matrix unit) compute time, in ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modelled_cube_ms: Option<f64>,
+    /// Model FLOPs of the step over the modelled step time times the part's cube peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modelled_mfu: Option<f64>,
 }
 
 /// Watches a device across optimizer steps (see [`crate::TrainerConfigBuilder::device_probe`]).
 pub trait DeviceProbe: Send {
     /// Called before each optimizer step.
     fn begin_step(&mut self);
-    /// Called after it: what the device did since [`DeviceProbe::begin_step`].
-    fn end_step(&mut self) -> DeviceStepStats;
+    /// Called after it, with the step's tokens (all ranks): what the device did since
+    /// [`DeviceProbe::begin_step`].
+    fn end_step(&mut self, tokens: usize) -> DeviceStepStats;
 }
 
 /// What a run did.

@@ -344,6 +344,11 @@ impl AscendDevice {
         Ok((free, total))
     }
 
+    /// The part's time model (`None` for a part without a platform file in the table).
+    pub fn time_model(&self) -> Option<super::time_model::TimeModel> {
+        super::time_model::TimeModel::for_soc(&self.inner.soc.name)
+    }
+
     /// The SoC (`aclrtGetSocName`) and its family.
     pub fn soc(&self) -> &Soc {
         &self.inner.soc
