@@ -388,17 +388,22 @@ fn all_reduce_case(ascend: &AscendDevice, devices: usize) -> Case {
     case
 }
 
-/// Losses of three optimizer steps of a tiny BigBird (2 layers, hidden 32, block-sparse, no
-/// dropout) on `device`.
-fn tiny_training_losses(device: &Device, precision: crate::train::Precision) -> Result<Vec<f64>, String> {
+/// Losses of `steps` optimizer steps of a tiny BigBird (2 layers, hidden 32, block-sparse, the
+/// given dropout) on `device`, from the same initial weights and batch on every device.
+pub fn tiny_training_losses(
+    device: &Device,
+    precision: crate::train::Precision,
+    steps: usize,
+    dropout: f64,
+) -> Result<Vec<f64>, String> {
     use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
     use crate::model::training::MaskedLmModel;
     use crate::train::{Trainer, TrainerConfig};
-    let config = BigBirdConfig::from_json(
-        r#"{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
+    let config = BigBirdConfig::from_json(&format!(
+        r#"{{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
             "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256,
-            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}"#,
-    )
+            "hidden_dropout_prob": {dropout}, "attention_probs_dropout_prob": {dropout}}}"#
+    ))
     .map_err(|e| e.to_string())?;
     let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).map_err(|e| e.to_string())?;
     let weights = weights
@@ -411,8 +416,8 @@ fn tiny_training_losses(device: &Device, precision: crate::train::Precision) -> 
     let data = crate::SameBatch(crate::synthetic_mlm_batch(2, 120));
     let trainer = Trainer::new(
         TrainerConfig::builder()
-            .max_steps(Some(3))
-            .max_epochs(3)
+            .max_steps(Some(steps))
+            .max_epochs(steps)
             .learning_rate(1e-3)
             .gradient_clip(Some(1.0))
             .precision(precision)
@@ -441,9 +446,9 @@ fn training_case(device: &Device, ascend: &AscendDevice, precision: crate::train
         detail: String::new(),
     };
     let before = ascend.counters();
-    let losses = tiny_training_losses(&Device::Cpu, precision)
+    let losses = tiny_training_losses(&Device::Cpu, precision, 3, 0.0)
         .map_err(|e| format!("on the CPU: {e}"))
-        .and_then(|cpu| Ok((cpu, tiny_training_losses(device, precision)?)));
+        .and_then(|cpu| Ok((cpu, tiny_training_losses(device, precision, 3, 0.0)?)));
     let launched = ascend.counters().since(&before);
     case.aclnn = launched.launches.keys().cloned().collect();
     match losses {

@@ -11,33 +11,17 @@ fn sim() -> Device {
     codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
+/// Four steps of the self-test's tiny BigBird, dropout on.
 fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {
-    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
-    use codon_ascend::model::training::MaskedLmModel;
-    use codon_ascend::train::{Trainer, TrainerConfig};
-    let config = BigBirdConfig::from_json(
-        r#"{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
-            "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256,
-            "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}"#,
-    )
-    .unwrap();
-    let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).unwrap();
-    let weights = weights.into_iter().map(|(n, t)| (n, t.to_device(device).unwrap())).collect();
-    let model = BigBirdForMaskedLM::from_named(config, weights).unwrap();
-    let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).unwrap();
-    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, 120));
-    let trainer = Trainer::new(
-        TrainerConfig::builder()
-            .max_steps(Some(4))
-            .max_epochs(4)
-            .learning_rate(1e-3)
-            .gradient_clip(Some(1.0))
-            .precision(precision)
-            .quiet(true)
-            .build()
-            .unwrap(),
-    );
-    trainer.fit(&model, &data, None).unwrap().steps.iter().map(|s| s.loss).collect()
+    codon_ascend::selftest::tiny_training_losses(device, precision, 4, 0.1).unwrap()
+}
+
+/// Per-op counts of `now` less those of `then`, the ops with none left out.
+fn since(
+    now: &std::collections::BTreeMap<String, u64>,
+    then: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    now.iter().map(|(op, n)| (op.clone(), n - then.get(op).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).collect()
 }
 
 #[test]
@@ -58,22 +42,11 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
         let after = ascend.sim_counters().unwrap();
         let counted = ascend.counters().since(&counted_before);
         // The backend's own counters (which exist on a real toolkit too) agree with the emulator's.
-        let emulated_launches: std::collections::BTreeMap<String, u64> = after
-            .launches
-            .iter()
-            .map(|(op, n)| (op.clone(), n - before.launches.get(op).copied().unwrap_or(0)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
-        assert_eq!(counted.launches, emulated_launches, "{precision:?}: launches by op");
+        assert_eq!(counted.launches, since(&after.launches, &before.launches), "{precision:?}: launches by op");
         // AI CPU launches: the backend's count (from the kernel tables) is the emulator's, and the
         // one kind left is the 910's dropout mask, which has no AI Core kernel on that part
         // (ops-math stateless_dropout_gen_mask.cpp: the AI Core list applies to regbase parts only).
-        let emulated_aicpu: std::collections::BTreeMap<String, u64> = after
-            .aicpu_launches
-            .iter()
-            .map(|(op, n)| (op.clone(), n - before.aicpu_launches.get(op).copied().unwrap_or(0)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+        let emulated_aicpu = since(&after.aicpu_launches, &before.aicpu_launches);
         assert_eq!(counted.aicpu_launches, emulated_aicpu, "{precision:?}: AI CPU launches by op");
         let expected_aicpu: Vec<&str> = if soc.has_bf16() { vec![] } else { vec!["aclnnDropoutGenMaskV2"] };
         assert_eq!(
