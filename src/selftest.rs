@@ -300,9 +300,13 @@ fn op_case(device: &Device, ascend: &AscendDevice, op: CandleOp, dtype: DType) -
     match result {
         Ok(None) => case.detail = "the backend has no route for it".into(),
         Ok(Some((err, tol))) => {
-            case.max_error = Some(err);
             case.tolerance = Some(tol);
             case.status = if err <= tol { Status::Pass } else { Status::Fail };
+            if err.is_finite() {
+                case.max_error = Some(err);
+            } else {
+                case.detail = "a NaN or infinity where the CPU has a number, or a draw out of range".into();
+            }
         }
         Err(e) => {
             case.status = Status::Fail;
@@ -362,9 +366,18 @@ fn all_reduce_case(ascend: &AscendDevice, devices: usize) -> Case {
             handles.push(handle);
         }
         let comms = candle_ascend::Communicator::init_all(&handles)?;
-        for (c, t) in comms.iter().zip(&tensors) {
-            c.all_reduce(t, candle_ascend::ReduceOp::Sum)?;
-        }
+        // One thread per rank, as training runs them: a real HCCL collective returns only once
+        // every rank has joined.
+        std::thread::scope(|scope| {
+            let running: Vec<_> = comms
+                .iter()
+                .zip(&tensors)
+                .map(|(c, t)| scope.spawn(move || c.all_reduce(t, candle_ascend::ReduceOp::Sum)))
+                .collect();
+            running
+                .into_iter()
+                .try_for_each(|r| r.join().map_err(|_| "an all-reduce thread panicked")?.map_err(|e| e.to_string()))
+        })?;
         let mut worst = 0f64;
         for t in &tensors {
             let got: Vec<f32> = t.to_vec1()?;
@@ -453,9 +466,11 @@ fn training_case(device: &Device, ascend: &AscendDevice, precision: crate::train
     case.aclnn = launched.launches.keys().cloned().collect();
     match losses {
         Ok((cpu, npu)) => {
+            // A non-finite loss on either side fails, whatever the other says.
+            let finite = cpu.iter().chain(&npu).all(|x| x.is_finite());
             let err = cpu.iter().zip(&npu).map(|(a, b)| ((a - b) / a).abs()).fold(0.0, f64::max);
-            case.max_error = Some(err);
-            case.status = if err <= tol && cpu.len() == npu.len() { Status::Pass } else { Status::Fail };
+            case.max_error = finite.then_some(err);
+            case.status = if finite && err <= tol && cpu.len() == npu.len() { Status::Pass } else { Status::Fail };
             case.detail = format!("losses: cpu {cpu:.5?}, device {npu:.5?}");
         }
         Err(e) => case.detail = e,

@@ -192,7 +192,7 @@ def our_kernels():
         if not line.strip() or line.startswith("#"):
             continue
         f = [x.strip() for x in line.split("|")]
-        for name in [f[2], f[5]] + re.findall(r"@(\w+)", f[4]):
+        for name in [f[2], f[5].removesuffix(":out")] + re.findall(r"@(\w+)", f[4]):
             if name != "-" and name not in names:
                 names.append(name)
     return names
@@ -207,8 +207,8 @@ def ai_core_dtypes(table, kernel):
     return dtype_names(d.strip().lower() for d in dtype.split(",")) if dtype else "runtime"
 
 
-def ai_cpu_dtypes(tables, kernel):
-    """The dtypes of the first input and output of an AI CPU kernel, over both tables. `opsFlag` is
+def ai_cpu_dtypes(tables, kernel, key):
+    """The dtypes of an AI CPU kernel's `key` (input0 or output0), over both tables. `opsFlag` is
     not read: StatelessDropOutGenMask is OPS_FLAG_CLOSE, yet aclnnDropoutGenMaskV2 launches it on the
     910 (ops-math stateless_dropout_gen_mask.cpp)."""
     found, listed = set(), False
@@ -217,8 +217,7 @@ def ai_cpu_dtypes(tables, kernel):
         if entry is None:
             continue
         listed = True
-        for key in ("input0", "output0"):
-            found |= {t.strip().lower().removeprefix("dt_") for t in entry.get(key, {}).get("type", "").split(",")}
+        found |= {t.strip().lower().removeprefix("dt_") for t in entry.get(key, {}).get("type", "").split(",")}
     return dtype_names(found) if listed else "absent"
 
 
@@ -294,15 +293,16 @@ def main():
     ], platform_rows)
     ai_core = [json.loads((root / KERNELS.format(soc=soc)).read_text()) for _, soc in KERNEL_FAMILIES]
     ai_cpu = [json.loads((root / path).read_text()) for path in AICPU_KERNELS]
-    per_kernel = [" | ".join([k] + [ai_core_dtypes(t, k) for t in ai_core] + [ai_cpu_dtypes(ai_cpu, k)])
+    per_kernel = [" | ".join([k] + [ai_core_dtypes(t, k) for t in ai_core]
+                             + [ai_cpu_dtypes(ai_cpu, k, "input0"), ai_cpu_dtypes(ai_cpu, k, "output0")])
                   for k in our_kernels()]
     write_table(args.out / "kernels.tsv", [
         f"CANN {stamp}: each kernel soc/aclnn_kernels.tsv names, read by tools/cann_facts.py from the AI Core",
         f"kernel tables ({KERNELS}) and the AI CPU",
         f"kernel tables ({', '.join(AICPU_KERNELS)}). AI Core: the first input's dtypes;",
         "\"runtime\": the table leaves them to the kernel at run time; \"absent\": no such kernel. AI CPU: the first",
-        "input's and output's dtypes of the kernel in either table.",
-        "kernel | " + " | ".join(f"{soc} AI Core" for _, soc in KERNEL_FAMILIES) + " | AI CPU",
+        "input's, and the first output's, dtypes of the kernel in either table.",
+        "kernel | " + " | ".join(f"{soc} AI Core" for _, soc in KERNEL_FAMILIES) + " | AI CPU input | AI CPU output",
     ], per_kernel)
 
     kernel_rows = []

@@ -229,7 +229,14 @@ fn engines(rows: &[OpRow], map: &str, kernels: &str, dtypes: &[AclDtype]) -> Vec
                 if ai_core.contains(&dtype) {
                     continue;
                 }
-                let ai_cpu = (f[5] != "-").then(|| kernel_dtypes(&kernels, f[5], 3)).flatten().unwrap_or_default();
+                // The AI CPU kernel's first input, or its output where the input is a shape or a
+                // condition (marked ":out").
+                let (cpu_kernel, cpu_column) = match f[5].strip_suffix(":out") {
+                    Some(kernel) => (kernel, 4),
+                    None => (f[5], 3),
+                };
+                let ai_cpu =
+                    (f[5] != "-").then(|| kernel_dtypes(&kernels, cpu_kernel, cpu_column)).flatten().unwrap_or_default();
                 if ai_cpu.contains(&dtype) {
                     e.aicpu |= bit;
                 } else {
@@ -238,7 +245,7 @@ fn engines(rows: &[OpRow], map: &str, kernels: &str, dtypes: &[AclDtype]) -> Vec
                         r.op,
                         r.family,
                         d.name,
-                        if f[5] == "-" { String::new() } else { format!(" ({} lists no {dtype})", f[5]) }
+                        if f[5] == "-" { String::new() } else { format!(" ({cpu_kernel} lists no {dtype})") }
                     ));
                 }
             }

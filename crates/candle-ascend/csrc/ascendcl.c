@@ -152,7 +152,7 @@ SIM_EXPORT size_t aclsimOpCounts(char *buf, size_t len) {
     pthread_mutex_lock(&g_lock);
     size_t used = 0;
     for (int i = 0; i < g_nops; i++) {
-        char line[96];
+        char line[128]; /* a 63-character name and two 20-digit counts fit */
         int n = snprintf(line, sizeof line, "%s %llu %llu\n", g_ops[i].name, (unsigned long long)g_ops[i].count,
                          (unsigned long long)g_ops[i].aicpu);
         if (buf && used + (size_t)n < len) memcpy(buf + used, line, (size_t)n + 1);

@@ -157,10 +157,11 @@ impl Soc {
     /// the op does not run). An op whose every dtype runs on one engine needs no dtype.
     pub fn engine(&self, op: AclnnOp, acl_dtype: Option<i32>) -> Option<Engine> {
         let r = table().get(&(op, self.family.key()?))?;
+        // A dtype of the row decides by its bit; a row on one engine for all its dtypes decides
+        // without one (aclnnDropoutGenMaskV2 is keyed by its probability's dtype, not an operand's).
         let on = |mask: u64| match acl_dtype {
-            _ if mask != 0 && mask == r.dtypes => true,
-            Some(d) if (0..64).contains(&d) => mask & (1 << d) != 0,
-            _ => false,
+            Some(d) if (0..64).contains(&d) && r.dtypes & (1 << d) != 0 => mask & (1 << d) != 0,
+            _ => mask != 0 && mask == r.dtypes,
         };
         match () {
             _ if r.dtypes == 0 => None,

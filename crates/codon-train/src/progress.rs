@@ -84,8 +84,8 @@ pub struct DeviceStepStats {
 pub trait DeviceProbe: Send {
     /// Called before each optimizer step.
     fn begin_step(&mut self);
-    /// Called after it, with the step's tokens (all ranks): what the device did since
-    /// [`DeviceProbe::begin_step`].
+    /// Called after it, with the tokens this rank's device processed in the step: what the
+    /// device did since [`DeviceProbe::begin_step`].
     fn end_step(&mut self, tokens: usize) -> DeviceStepStats;
 }
 

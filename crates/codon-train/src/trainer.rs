@@ -398,7 +398,7 @@ impl<M: TrainableModel> RankRun<'_, M> {
             .device_probe
             .as_ref()
             .filter(|_| self.lead())
-            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step(tokens));
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step(tokens / self.ranks.max(1)));
         let secs = started.elapsed().as_secs_f64();
         let metric = StepMetrics {
             step: self.state.step,

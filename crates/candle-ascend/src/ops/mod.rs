@@ -312,7 +312,11 @@ fn launch_with(
     let ws_ptr = workspace.as_ref().map_or(std::ptr::null_mut(), |w| w.ptr());
     // SAFETY: phase 2 consumes the executor that phase 1 produced, on this device's stream.
     let code = unsafe { p2(ws_ptr, ws_size, exec, dev.stream()) };
-    // aclnnSWhere's condition comes before its self; every other op's self is its first operand.
+    if code != 0 {
+        return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
+    }
+    // The dtype op_support.tsv keys on: the first operand's, except aclnnSWhere's self, which
+    // follows its condition (ops keyed otherwise, such as aclnnDropoutGenMaskV2, have one engine).
     let self_dtype = operands.get(usize::from(aclnn == AclnnOp::SWhere)).map(|v| v.acl_dtype);
     let bytes = operand_bytes(operands);
     let work = match (dev.soc.engine(aclnn, self_dtype), cube) {
@@ -321,9 +325,6 @@ fn launch_with(
         _ => Work::Vector { bytes },
     };
     dev.counters.launched_work(op, work);
-    if code != 0 {
-        return Err(AscendError::Op { op, code, operands: describe(), message: dev.toolkit.recent_message() });
-    }
     Ok(())
 }
 

@@ -444,7 +444,7 @@ impl Communicator {
         if code != 0 {
             return Err(hccl_error(&self.api, &self.device, call, self.rank, self.ranks, code));
         }
-        self.device.counters.collective(bytes as u64, self.ranks);
+        self.device.counters.collective(call, bytes as u64, self.ranks);
         Ok(())
     }
 }

@@ -71,13 +71,14 @@ impl Counters {
         self.timeline().wait();
     }
 
-    /// A collective of `bytes` per rank over `ranks` ranks (an all-reduce's time for each).
-    pub(crate) fn collective(&self, bytes: u64, ranks: usize) {
+    /// The HCCL `call` over `bytes` per rank and `ranks` ranks, placed on the device's own
+    /// timeline (a collective on a stream of its own is not modelled as overlapping).
+    pub(crate) fn collective(&self, call: &'static str, bytes: u64, ranks: usize) {
         self.collectives.fetch_add(1, Ordering::Relaxed);
         self.collective_bytes.fetch_add(bytes, Ordering::Relaxed);
         if let Some(model) = &self.model {
-            let us = model.all_reduce_us(bytes, ranks);
-            self.timeline().launch("HcclAllReduce", LaunchCost { host_us: 0.0, device_us: us, cube_us: 0.0 });
+            let us = model.collective_us(call, bytes, ranks);
+            self.timeline().launch(call, LaunchCost { host_us: 0.0, device_us: us, cube_us: 0.0 });
         }
     }
 

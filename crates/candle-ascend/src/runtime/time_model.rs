@@ -100,9 +100,16 @@ impl TimeModel {
     /// The model of the part `soc` (`aclrtGetSocName`), if its platform file is in the table.
     /// `CANDLE_ASCEND_MODEL_HOST_US` overrides the host cost of a launch.
     pub fn for_soc(soc: &str) -> Option<Self> {
+        let host_us = std::env::var("CANDLE_ASCEND_MODEL_HOST_US").ok().and_then(|v| v.parse::<f64>().ok());
+        Self::with_host_us(soc, host_us)
+    }
+
+    /// The model of `soc` with the table's assumptions, the host cost of a launch replaced by
+    /// `host_us` where given.
+    fn with_host_us(soc: &str, host_us: Option<f64>) -> Option<Self> {
         let facts = *PLATFORMS.iter().find(|p| p.soc == soc)?;
         let mut assumptions = ASSUMPTIONS;
-        if let Some(us) = std::env::var("CANDLE_ASCEND_MODEL_HOST_US").ok().and_then(|v| v.parse::<f64>().ok()) {
+        if let Some(us) = host_us {
             assumptions.launch_host_us = us.max(0.0);
         }
         let link_gbps = if soc.starts_with("Ascend910B") {
@@ -151,13 +158,16 @@ impl TimeModel {
         LaunchCost { host_us: a.launch_host_us, device_us, cube_us }
     }
 
-    /// A ring all-reduce of `bytes` per rank over `ranks` ranks, µs: 2(r−1)/r of the bytes over
-    /// one HCCS link, plus the fixed cost.
-    pub fn all_reduce_us(&self, bytes: u64, ranks: usize) -> f64 {
-        if ranks < 2 {
-            return self.assumptions.collective_fixed_us;
-        }
-        let moved = 2.0 * (ranks - 1) as f64 / ranks as f64 * bytes as f64;
+    /// The HCCL `call` over `bytes` per rank and `ranks` ranks, µs, plus the fixed cost: a ring
+    /// all-reduce moves 2(r−1)/r of the bytes over one HCCS link, a broadcast the bytes once, a
+    /// barrier nothing.
+    pub fn collective_us(&self, call: &str, bytes: u64, ranks: usize) -> f64 {
+        let moved = match call {
+            _ if ranks < 2 => 0.0,
+            "HcclBroadcast" => bytes as f64,
+            "HcclBarrier" => 0.0,
+            _ => 2.0 * (ranks - 1) as f64 / ranks as f64 * bytes as f64,
+        };
         self.assumptions.collective_fixed_us + moved / (self.link_gbps * 1e3)
     }
 }
@@ -224,7 +234,7 @@ mod tests {
     use super::*;
 
     fn a2() -> TimeModel {
-        TimeModel::for_soc("Ascend910B3").unwrap()
+        TimeModel::with_host_us("Ascend910B3", None).unwrap()
     }
 
     #[test]
@@ -233,7 +243,7 @@ mod tests {
         assert!((a2().peak_flops() - 294.912e12).abs() < 1e6);
         assert_eq!(a2().hbm_bytes_per_us(), 1_152_000.0);
         // 910A: 32 AI Cores (its file has no cube count) × 16³ × 1.0 GHz × 2 = 262.1 TFLOP/s.
-        let a = TimeModel::for_soc("Ascend910A").unwrap();
+        let a = TimeModel::with_host_us("Ascend910A", None).unwrap();
         assert!((a.peak_flops() - 262.144e12).abs() < 1e6);
         assert_eq!(a.hbm_bytes_per_us(), 1_024_000.0);
     }
