@@ -336,11 +336,18 @@ fn finetune_on_npu_sim_follows_each_part() {
     let o = Command::new(example("finetune"))
         .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0", "--num_gpus", "2"])
         .args(["--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
+        .args(["--metrics", &p("ddp.jsonl")])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "--num_gpus 2: {stdout}{}", String::from_utf8_lossy(&o.stderr));
     assert!(stdout.contains("data-parallel over HCCL") && stdout.contains("2 optimizer steps"), "{stdout}");
+    // The MFU is one device's: its own tokens over its own modelled time and peak.
+    let metrics = std::fs::read_to_string(p("ddp.jsonl")).unwrap();
+    for row in metrics.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()) {
+        let mfu = row["modelled_mfu"].as_f64().unwrap();
+        assert!(mfu > 0.0 && mfu < 1.0, "--num_gpus 2: {row}");
+    }
     let o = train("Ascend910A", "bf16");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());

@@ -235,8 +235,10 @@ fn engines(rows: &[OpRow], map: &str, kernels: &str, dtypes: &[AclDtype]) -> Vec
                     Some(kernel) => (kernel, 4),
                     None => (f[5], 3),
                 };
-                let ai_cpu =
-                    (f[5] != "-").then(|| kernel_dtypes(&kernels, cpu_kernel, cpu_column)).flatten().unwrap_or_default();
+                let ai_cpu = (f[5] != "-")
+                    .then(|| kernel_dtypes(&kernels, cpu_kernel, cpu_column))
+                    .flatten()
+                    .unwrap_or_default();
                 if ai_cpu.contains(&dtype) {
                     e.aicpu |= bit;
                 } else {
