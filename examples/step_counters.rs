@@ -109,7 +109,7 @@ fn run() -> anyhow::Result<()> {
         let flops =
             codon_ascend::ascend_training::training_flops_per_token(&config, parameters, attention, args.length)
                 * tokens;
-        let mfu = flops / (t.host_us * 1e-6 * model_time.peak_flops());
+        let mfu = model_time.mfu(flops, t.host_us);
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",
             t.host_us / 1e3,

@@ -142,7 +142,7 @@ impl DeviceProbe for AscendProbe {
             modelled_cube_ms: step.modelled.as_ref().map(|t| t.cube_us / 1e3),
             modelled_mfu: match (&step.modelled, self.flops_per_token, self.device.time_model()) {
                 (Some(t), Some(per_token), Some(model)) if t.host_us > 0.0 => {
-                    Some(per_token * tokens as f64 / (t.host_us * 1e-6 * model.peak_flops()))
+                    Some(model.mfu(per_token * tokens as f64, t.host_us))
                 }
                 _ => None,
             },

@@ -81,14 +81,15 @@ def our_ops():
 
 
 def header_prototypes(include):
-    """{op: [C parameter type, ...]} of every `aclnn<Op>GetWorkspaceSize` declared under `include`."""
-    found = {}
+    """({op: (header, [C parameter type, ...])} of every `aclnn<Op>GetWorkspaceSize`, and the same of
+    every phase 2 `aclnn<Op>`) declared under `include`, each header read once."""
+    phase1, phase2 = {}, {}
     for header in sorted(include.glob("aclnn_*.h")):
         text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(errors="replace"), flags=re.S)
-        for m in re.finditer(r"aclnnStatus\s+(aclnn\w+)GetWorkspaceSize\s*\(([^)]*)\)\s*;", text):
-            params = [normalise(p) for p in m.group(2).split(",") if p.strip()]
-            found.setdefault(m.group(1), (header.name, params))
-    return found
+        for m in re.finditer(r"aclnnStatus\s+(aclnn\w+?)(GetWorkspaceSize)?\s*\(([^)]*)\)\s*;", text):
+            params = [normalise(p) for p in m.group(3).split(",") if p.strip()]
+            (phase1 if m.group(2) else phase2).setdefault(m.group(1), (header.name, params))
+    return phase1, phase2
 
 
 def normalise(param):
@@ -235,7 +236,7 @@ def main():
     stamp = version(root)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    prototypes = header_prototypes(root / INCLUDE)
+    prototypes, phase2 = header_prototypes(root / INCLUDE)
     rows = []
     for op in our_ops():
         # An op the toolkit does not declare (aclnnSquare: Ascend 950 only) is recorded as absent.
@@ -253,15 +254,9 @@ def main():
     functions = our_runtime_functions() + [(op, "op library, phase 2") for op in our_ops()]
     for name, library in functions:
         found = declaration(texts, name)
-        if found is None and library.startswith("op library"):
-            header, params = ("-", None)
-            include = root / INCLUDE
-            for h in sorted(include.glob("aclnn_*.h")):
-                t = re.sub(r"/\*.*?\*/|//[^\n]*", " ", h.read_text(errors="replace"), flags=re.S)
-                m = re.search(r"aclnnStatus\s+" + name + r"\s*\(([^)]*)\)\s*;", t)
-                if m:
-                    found = (h.name, "aclnnStatus", [normalise(p) for p in m.group(1).split(",") if p.strip()])
-                    break
+        if found is None and name in phase2:
+            header, params = phase2[name]
+            found = (header, "aclnnStatus", params)
         if found is None:
             runtime_rows.append(f"{name} | {library} | - | - | - | -")
             continue

@@ -126,6 +126,11 @@ impl TimeModel {
         2.0 * (self.facts.cube_cores * m * n * k) as f64 * self.facts.cube_freq_mhz as f64 * 1e6
     }
 
+    /// Model FLOPs `flops` done in `step_us` as a share of the cube's peak (the MFU).
+    pub fn mfu(&self, flops: f64, step_us: f64) -> f64 {
+        flops / (step_us * 1e-6 * self.peak_flops())
+    }
+
     /// HBM bytes per µs: `ddr_rate` × AI Cores × clock (MHz).
     pub fn hbm_bytes_per_us(&self) -> f64 {
         (self.facts.ddr_bytes_per_cycle * self.facts.ai_cores * self.facts.cube_freq_mhz) as f64
