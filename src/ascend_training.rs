@@ -78,6 +78,8 @@ pub struct AscendProbe {
     start: DeviceCounters,
     last: Arc<Mutex<DeviceCounters>>,
     flops_per_token: Option<f64>,
+    /// Whether a step has begun: the peak is reset once, before the first.
+    started: bool,
 }
 
 /// Training FLOPs per token of a BigBird encoder with `parameters` parameters: 6 per parameter,
@@ -102,7 +104,7 @@ impl AscendProbe {
     /// Watch `device`.
     pub fn new(device: AscendDevice) -> Self {
         let start = device.counters();
-        Self { device, start, last: Arc::default(), flops_per_token: None }
+        Self { device, start, last: Arc::default(), flops_per_token: None, started: false }
     }
 
     /// Report `modelled_mfu` too, for a model of `flops` training FLOPs per token
@@ -121,7 +123,10 @@ impl AscendProbe {
 
 impl DeviceProbe for AscendProbe {
     fn begin_step(&mut self) {
-        self.device.reset_peak_memory();
+        // One definition of peak memory: the most held at once since the first step began.
+        if !std::mem::replace(&mut self.started, true) {
+            self.device.reset_peak_memory();
+        }
         self.start = self.device.counters();
     }
 

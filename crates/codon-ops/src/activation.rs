@@ -30,6 +30,28 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     softmax_reference(&x)
 }
 
+/// Whether `t`'s device runs softmax over the last dimension in `t`'s own half dtype
+/// ([`softmax_last_dim_native`]): an NPU part whose `aclnnSoftmax` and `aclnnSoftmaxBackward`
+/// take it.
+pub fn native_half_softmax_runs(t: &Tensor) -> bool {
+    let dtype = t.dtype();
+    dtype != DType::F32
+        && !t.device().is_cpu()
+        && !t.device().is_cuda()
+        && fused::runs_natively(t, AclnnOp::Softmax, dtype)
+        && fused::runs_natively(t, AclnnOp::SoftmaxBackward, dtype)
+}
+
+/// Softmax over the last dimension in x's dtype, where [`native_half_softmax_runs`]: the
+/// kernels accumulate in f32 and round once, so the result is the f32 softmax of x rounded to
+/// x's dtype, without two casts around it.
+pub fn softmax_last_dim_native(x: &Tensor) -> candle_core::Result<Tensor> {
+    if !native_half_softmax_runs(x) {
+        candle_core::bail!("softmax_last_dim_native: {:?} on {:?} has no native softmax", x.dtype(), x.device())
+    }
+    x.contiguous()?.apply_op1(Softmax)
+}
+
 /// The composed softmax over the last dimension.
 pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
     let max = x.max_keepdim(D::Minus1)?.detach();
@@ -37,12 +59,14 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
     exp.broadcast_div(&exp.sum_keepdim(D::Minus1)?)
 }
 
-/// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from f32 softmax output
-/// `y` and incoming gradient `g`, for ops that write their own backward pass: one pass on the
+/// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from softmax output `y`
+/// (f32 on the CPU; on devices f32 or the dtype [`softmax_last_dim_native`] ran in) and
+/// incoming gradient `g`, for ops that write their own backward pass: one pass on the
 /// CPU, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
-    let g = g.to_dtype(DType::F32)?.contiguous()?;
-    if y.device().is_cpu() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, DType::F32) {
+    let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
+    let g = g.to_dtype(dtype)?.contiguous()?;
+    if y.device().is_cpu() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad);
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)

@@ -54,7 +54,8 @@ pub struct DeviceStepStats {
     pub host_syncs: u64,
     /// Device-to-host reads.
     pub device_reads: u64,
-    /// Peak device memory held from the driver during the step (cache included), in MiB.
+    /// Peak device memory held from the driver (cache included) since the first step began, in
+    /// MiB: the most the run has needed so far.
     pub device_peak_mb: f64,
     /// Collectives (all-reduce, broadcast, barrier) this device issued; 0 on one device.
     #[serde(default)]

@@ -20,8 +20,9 @@ use super::flash::{flash_attention_heads, FlashState};
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
-/// underflows to exactly 0 in f32, finite so no NaN can appear.
-const ABSENT_SLOT_PENALTY: f32 = -1.0e30;
+/// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16
+/// with that penalty added (half-precision softmax takes the penalties in its own dtype).
+const ABSENT_SLOT_PENALTY: f32 = -3.0e4;
 
 /// The per-pass masks of block-sparse attention, shared by its layers.
 pub struct BlockSparseMask {
@@ -312,7 +313,7 @@ struct AttentionPart {
 
 /// A part's softmax state for its backward pass.
 enum PartSoftmax {
-    /// Composed: the penalties. The backward pass computes the f32 probabilities again
+    /// Composed: the penalties. The backward pass computes the probabilities again
     /// (five launches) rather than keep them: they are the largest activation of a layer.
     Composed(Tensor),
     /// One flash attention launch: its output, row statistics and mask (before it is spread
@@ -369,17 +370,18 @@ impl AttentionPart {
                 let dtype = v.dtype();
                 let mut d_probs = matmul(grad, &v.t()?)?;
                 drop(v);
-                d_probs = d_probs.to_dtype(DType::F32)?;
-                let mut probs = probabilities(q, k, Some(bias), scale)?.to_dtype(DType::F32)?;
+                // In f32, or in the half dtype where the part's softmax kernels take it.
+                let probs = probabilities(q, k, Some(bias), scale)?;
+                d_probs = d_probs.to_dtype(probs.dtype())?;
                 let mut d_scores = crate::activation::softmax_last_dim_grad(&probs, &d_probs)?;
                 drop(d_probs);
-                probs = probs.to_dtype(dtype)?;
+                let probs = probs.to_dtype(dtype)?;
                 let dv = matmul(&probs.t()?, grad)?;
                 drop(probs);
                 d_scores = d_scores.to_dtype(q.dtype())?;
-                d_scores = (d_scores * scale)?;
-                let dq = matmul(&d_scores, k)?;
-                let dk = matmul(&d_scores.t()?, q)?;
+                // The scale goes onto the small operands, not onto the (rows × keys) scores.
+                let dq = (matmul(&d_scores, k)? * scale)?;
+                let dk = matmul(&d_scores.t()?, &(q * scale)?)?;
                 Ok((dq, dk, dv))
             }
         }

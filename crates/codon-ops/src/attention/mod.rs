@@ -96,12 +96,16 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
     a.matmul(b)
 }
 
-/// softmax(q·kᵀ·scale + bias) in f32 (on a CUDA GPU in the scores' dtype, see
-/// [`gpu_probabilities`]; callers cast). Each step replaces the last, so one (rows × keys)
+/// softmax(q·kᵀ·scale + bias) in f32; on a CUDA GPU in the scores' dtype, see
+/// [`gpu_probabilities`]; on an NPU whose softmax kernels take the half dtype, in it, see
+/// [`half_probabilities`]. Callers cast. Each step replaces the last, so one (rows × keys)
 /// temporary is alive besides the result.
 fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
     if q.device().is_cuda() && !q.track_op() && !k.track_op() {
         return gpu_probabilities(q, k, bias, scale);
+    }
+    if let Some(probs) = half_probabilities(q, k, bias, scale)? {
+        return Ok(probs);
     }
     let mut scores = matmul(q, &k.t()?)?;
     scores = (scores * scale)?;
@@ -110,6 +114,27 @@ fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> c
         scores = scores.broadcast_add(b)?;
     }
     crate::softmax_last_dim_f32(&scores)
+}
+
+/// softmax(q·kᵀ·scale + bias) in q's half dtype where the device's softmax kernels take it
+/// ([`crate::activation::softmax_last_dim_native`], which accumulates in f32 and rounds once).
+/// The scores leave the cube in that dtype anyway, so widening them first adds two casts and
+/// twice the bytes to each pass over them; the scale goes into q (exact for power-of-two
+/// scales; q is 1/keys the size of the scores). `None` elsewhere.
+fn half_probabilities(
+    q: &Tensor,
+    k: &Tensor,
+    bias: Option<&Tensor>,
+    scale: f64,
+) -> candle_core::Result<Option<Tensor>> {
+    if !crate::activation::native_half_softmax_runs(q) {
+        return Ok(None);
+    }
+    let mut scores = matmul(&(q * scale)?, &k.t()?)?;
+    if let Some(b) = bias {
+        scores = scores.broadcast_add(&b.to_dtype(q.dtype())?)?;
+    }
+    crate::activation::softmax_last_dim_native(&scores).map(Some)
 }
 
 /// Width the GEMM's operands are padded to when a key bias rides in them: 16-byte rows, which
