@@ -520,7 +520,7 @@ fn softmax_and_gelu_ops_match_the_cpu_in_one_launch_each_way() {
 #[test]
 fn block_sparse_attention_matches_the_cpu_with_flash_attention_where_the_part_has_it() {
     let _serial = serial();
-    block_sparse_attention_matches_the_cpu_in(DType::F32);
+    block_sparse_attention_matches_the_cpu_in(DType::F32, None);
 }
 
 /// In f16 a part without flash attention runs the composed softmax in f16 (the kernels
@@ -528,10 +528,20 @@ fn block_sparse_attention_matches_the_cpu_with_flash_attention_where_the_part_ha
 #[test]
 fn block_sparse_attention_matches_the_cpu_in_f16_without_widening_the_scores() {
     let _serial = serial();
-    block_sparse_attention_matches_the_cpu_in(DType::F16);
+    block_sparse_attention_matches_the_cpu_in(DType::F16, None);
 }
 
-fn block_sparse_attention_matches_the_cpu_in(dtype: DType) {
+/// The middle query blocks run in chunks of sequences when their gathered keys exceed the
+/// budget: here one sequence per chunk.
+#[test]
+fn block_sparse_attention_in_chunks_of_sequences_matches_the_cpu() {
+    let _serial = serial();
+    for dtype in [DType::F32, DType::F16] {
+        block_sparse_attention_matches_the_cpu_in(dtype, Some(1));
+    }
+}
+
+fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<usize>) {
     use codon_ascend::model::bigbird::attention::{block_sparse_attention, block_sparse_masks};
     use codon_ascend::model::bigbird::{BlockGeometry, RandomBlocks};
     let dev = sim();
@@ -558,7 +568,10 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType) {
             .iter()
             .map(|t| Var::from_tensor(&t.to_dtype(dtype).unwrap().to_device(device).unwrap()).unwrap())
             .collect();
-        let masks = block_sparse_masks(&mask.to_device(device).unwrap(), wm, dtype).unwrap();
+        let mut masks = block_sparse_masks(&mask.to_device(device).unwrap(), wm, dtype).unwrap();
+        if let Some(bytes) = chunk_bytes {
+            masks = masks.with_middle_chunk_bytes(bytes);
+        }
         let [q, k, v] = [0, 1, 2].map(|i| vars[i].as_tensor().clone());
         let out = block_sparse_attention(&q, &k, &v, &masks, &rand).unwrap();
         let up = up.to_dtype(dtype).unwrap().to_device(device).unwrap();
@@ -581,9 +594,17 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType) {
         assert!(rel_diff(g, w) < tolerance, "{dtype:?}: gradient of {name} differs by {}", rel_diff(g, w));
     }
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
+    // The keys and values are gathered once per chunk each way.
+    let chunks = chunk_bytes.map_or(1, |_| b as u64);
+    assert_eq!(count("aclnnIndexAdd"), 2 * chunks, "{launched:?}");
     let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();
     if codon_ops::attention::fused_attention_runs(&q) {
-        assert_eq!([count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")], [2, 2], "{launched:?}");
+        let parts = 1 + chunks;
+        assert_eq!(
+            [count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")],
+            [parts, parts],
+            "{launched:?}"
+        );
         assert_eq!(
             count("aclnnSoftmax") + count("aclnnSoftmaxBackward") + count("aclnnBatchMatMul"),
             0,
@@ -591,9 +612,10 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType) {
         );
     } else {
         // Each part's softmax runs again in the backward pass, which keeps no probabilities.
-        assert_eq!([count("aclnnSoftmax"), count("aclnnSoftmaxBackward")], [4, 2], "{launched:?}");
+        let parts = 1 + chunks;
+        assert_eq!([count("aclnnSoftmax"), count("aclnnSoftmaxBackward")], [2 * parts, parts], "{launched:?}");
         assert_eq!(count("aclnnFlashAttentionScore"), 0, "{launched:?}");
-        if dtype == DType::F16 {
+        if dtype == DType::F16 && chunk_bytes.is_none() {
             // The query mask, and each part's penalties once per softmax; the scores stay in
             // f16 (widened, they took 13 casts).
             assert!(count("aclnnCast") <= 5, "{launched:?}");

@@ -36,6 +36,9 @@ pub struct BlockSparseMask {
     pub query_mask: Tensor,
     /// Block size.
     pub block_size: usize,
+    /// The most gathered key bytes a launch of the middle part takes on devices
+    /// ([`MIDDLE_CHUNK_BYTES`] unless set).
+    middle_chunk_bytes: usize,
     /// The flash attention masks, built by the first layer that needs them.
     flash: OnceLock<FlashMasks>,
 }
@@ -58,7 +61,22 @@ impl BlockSparseMask {
         let (b, n) = mask.dims2()?;
         let key_penalty = ((1.0 - &mask)? * penalty as f64)?.reshape((b, 1, 1, n))?;
         let query_mask = mask.to_dtype(dtype)?.reshape((b, 1, n, 1))?;
-        Ok(Self { mask, key_penalty, penalty, query_mask, block_size, flash: OnceLock::new() })
+        Ok(Self {
+            mask,
+            key_penalty,
+            penalty,
+            query_mask,
+            block_size,
+            middle_chunk_bytes: MIDDLE_CHUNK_BYTES,
+            flash: OnceLock::new(),
+        })
+    }
+
+    /// Bound the gathered key (or value) bytes of each launch of the middle query blocks on
+    /// devices: smaller chunks lower the peak memory of a step and add launches.
+    pub fn with_middle_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.middle_chunk_bytes = bytes;
+        self
     }
 
     /// The flash attention masks for `keys`.
@@ -134,7 +152,7 @@ pub fn block_sparse_attention(
         let op = BlockAttention::new(cpu_plan(b, n, masks, keys, &absent, scale)?);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
     }
-    let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale };
+    let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale, chunk_bytes: masks.middle_chunk_bytes };
     if on_cpu {
         // The CPU kernels compute in f32: other float dtypes are widened for them, and the
         // result rounded back.
@@ -258,20 +276,38 @@ struct SparseGeometry {
     nb: usize,
     slots: usize,
     scale: f64,
+    chunk_bytes: usize,
 }
 
 impl SparseGeometry {
-    /// The middle query blocks' gathered key or value blocks, (b, h·(nb − 2), slots·wm, d),
-    /// from (b, h, n, d) heads.
+    /// The middle query blocks' gathered key or value blocks, (s, h·(nb − 2), slots·wm, d),
+    /// from (s, h, n, d) heads of s sequences.
     fn gather(&self, t: &Tensor, index: &Tensor) -> candle_core::Result<Tensor> {
-        t.reshape((self.b, self.h * self.nb, self.wm, self.d))?.index_select(index, 1)?.reshape((
-            self.b,
+        let s = t.dim(0)?;
+        t.reshape((s, self.h * self.nb, self.wm, self.d))?.index_select(index, 1)?.reshape((
+            s,
             self.h * (self.nb - 2),
             self.slots * self.wm,
             self.d,
         ))
     }
+
+    /// The middle part's chunks of sequences, (first, count): its gathered keys and values
+    /// (and, in the backward pass, their gradients) are 5 + r times the size of k, so each
+    /// launch takes at most `chunk_bytes` of them (one sequence at the least).
+    fn middle_chunks(&self, dtype: DType) -> Vec<(usize, usize)> {
+        let per_sequence = self.h * (self.nb - 2) * self.slots * self.wm * self.d * dtype.size_in_bytes();
+        let per_chunk = (self.chunk_bytes / per_sequence.max(1)).max(1);
+        (0..self.b).step_by(per_chunk).map(|first| (first, per_chunk.min(self.b - first))).collect()
+    }
 }
+
+/// The most gathered key (or value) bytes one launch of the middle part takes by default. At
+/// CodonTransformer's 6 × 2048 a sequence's are 24 MB in bf16 and f16: chunks of 3 sequences
+/// keep the backward pass's gathered keys, values and their gradients (each 5 + r times the
+/// size of k) under the 8 GiB the step needs otherwise (7,800 MiB against 8,074 and 7,910 on the
+/// emulated 910B3 and 910A), for 2 % more modelled time. Batches of 2 × 1024 run in one chunk.
+const MIDDLE_CHUNK_BYTES: usize = 80 << 20;
 
 /// The per-layer tables of block-sparse attention on devices.
 struct SparseInputs {
@@ -295,6 +331,17 @@ enum KeyMask {
     Flash(Tensor),
 }
 
+impl KeyMask {
+    /// The middle part's mask of `count` sequences from `first`, of `rows` (head, block)
+    /// rows each.
+    fn sequences(&self, first: usize, count: usize, rows: usize) -> candle_core::Result<Self> {
+        Ok(match self {
+            Self::Penalty(bias) => Self::Penalty(bias.narrow(0, first, count)?),
+            Self::Flash(mask) => Self::Flash(mask.narrow(0, first * rows, count * rows)?),
+        })
+    }
+}
+
 /// What the backward pass of block-sparse attention keeps: each part's query rows and softmax
 /// state. The key and value heads are split again from the op's inputs, and the middle blocks'
 /// gathered again, rather than kept (the gathered ones are 5 + r times the size).
@@ -302,7 +349,8 @@ struct SparseSaved {
     geometry: SparseGeometry,
     inputs: SparseInputs,
     global: AttentionPart,
-    middle: AttentionPart,
+    /// The middle part by chunk of sequences ([`SparseGeometry::middle_chunks`]).
+    middle: Vec<((usize, usize), AttentionPart)>,
 }
 
 /// One softmax(q·kᵀ·scale + bias)·v: its query rows and what its backward pass needs.
@@ -426,8 +474,18 @@ fn sparse_forward(
     let (ctx_global, global) = AttentionPart::forward(global_rows(&q, g.wm, g.n)?, &k, &v, g.scale, &inputs.global)?;
     // Query blocks 1..nb−2 attend to their gathered key blocks.
     let q_mid = q.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
-    let (k_mid, v_mid) = (g.gather(&k, &inputs.index)?, g.gather(&v, &inputs.index)?);
-    let (ctx_mid, middle) = AttentionPart::forward(q_mid, &k_mid, &v_mid, g.scale, &inputs.middle)?;
+    let rows = g.h * (g.nb - 2);
+    let mut middle = Vec::new();
+    let mut ctx_mid = Vec::new();
+    for (first, count) in g.middle_chunks(q.dtype()) {
+        let chunk = |t: &Tensor| t.narrow(0, first, count);
+        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &inputs.index)?, g.gather(&chunk(&v)?, &inputs.index)?);
+        let keys = inputs.middle.sequences(first, count, rows)?;
+        let (ctx, part) = AttentionPart::forward(chunk(&q_mid)?, &k_mid, &v_mid, g.scale, &keys)?;
+        ctx_mid.push(ctx);
+        middle.push(((first, count), part));
+    }
+    let ctx_mid = if ctx_mid.len() == 1 { ctx_mid.remove(0) } else { Tensor::cat(&ctx_mid, 0)? };
     let ctx = assemble_rows(&ctx_global, &ctx_mid, g)?.broadcast_mul(&inputs.query_mask)?;
     Ok((ctx.transpose(1, 2)?, SparseSaved { geometry: g, inputs, global, middle }))
 }
@@ -443,16 +501,25 @@ fn sparse_backward(
     let g = s.geometry;
     let (k, v) = (split_heads(k, g.h)?, split_heads(v, g.h)?);
     let grad = grad.transpose(1, 2)?.contiguous()?.broadcast_mul(&s.inputs.query_mask)?;
-    let (k_mid, v_mid) = (g.gather(&k, &s.inputs.index)?, g.gather(&v, &s.inputs.index)?);
-    let (dq_global, dk, dv) = s.global.backward(k, v, &global_rows(&grad, g.wm, g.n)?, g.scale)?;
+    let (dq_global, dk, dv) = s.global.backward(k.clone(), v.clone(), &global_rows(&grad, g.wm, g.n)?, g.scale)?;
     let grad_mid = grad.narrow(2, g.wm, g.n - 2 * g.wm)?.reshape((g.b, g.h * (g.nb - 2), g.wm, g.d))?;
-    let (dq_mid, dk_gathered, dv_gathered) = s.middle.backward(k_mid, v_mid, &grad_mid, g.scale)?;
-    let scatter = |full: Tensor, gathered: Tensor| -> candle_core::Result<Tensor> {
-        let blocks = (g.b, g.h * g.nb, g.wm, g.d);
-        let gathered = gathered.reshape((g.b, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
-        full.reshape(blocks)?.index_add(&s.inputs.index, &gathered, 1)
+    // Each chunk's gathered gradients are added back into its sequences' key and value blocks.
+    let scatter = |full: &Tensor, gathered: Tensor| -> candle_core::Result<Tensor> {
+        let count = full.dim(0)?;
+        let gathered = gathered.reshape((count, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
+        full.reshape((count, g.h * g.nb, g.wm, g.d))?.index_add(&s.inputs.index, &gathered, 1)
     };
-    let (dk, dv) = (scatter(dk, dk_gathered)?, scatter(dv, dv_gathered)?);
+    let (mut dq_mid, mut dk_chunks, mut dv_chunks) = (Vec::new(), Vec::new(), Vec::new());
+    for ((first, count), part) in &s.middle {
+        let chunk = |t: &Tensor| t.narrow(0, *first, *count);
+        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &s.inputs.index)?, g.gather(&chunk(&v)?, &s.inputs.index)?);
+        let (dq, dk_gathered, dv_gathered) = part.backward(k_mid, v_mid, &chunk(&grad_mid)?, g.scale)?;
+        dq_mid.push(dq);
+        dk_chunks.push(scatter(&chunk(&dk)?, dk_gathered)?);
+        dv_chunks.push(scatter(&chunk(&dv)?, dv_gathered)?);
+    }
+    let joined = |parts: Vec<Tensor>| if parts.len() == 1 { Ok(parts[0].clone()) } else { Tensor::cat(&parts, 0) };
+    let (dk, dv, dq_mid) = (joined(dk_chunks)?, joined(dv_chunks)?, joined(dq_mid)?);
     let dq = assemble_rows(&dq_global, &dq_mid, g)?;
     let hd = g.h * g.d;
     let merge = |t: Tensor| -> candle_core::Result<Tensor> {
