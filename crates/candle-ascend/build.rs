@@ -1,5 +1,5 @@
 //! Builds the emulated CANN toolkit: `csrc/*.c` become `libascendcl.so`, `libnnopbase.so`,
-//! `libopapi.so` and `libhccl.so` in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
+//! `libopapi.so`, `libhccl.so` and (the driver's) `libdcmi.so` in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
 //! crate loads through the same libloading path as real CANN. Two tables are generated once for both
 //! sides: `soc/acl_dtypes.tsv` (the aclDataType values) and `soc/op_support.tsv` (per-SoC op
 //! support) become the Rust dtype constants and `AclnnOp` table, and the emulator's C headers.
@@ -553,6 +553,8 @@ fn main() {
     link(&lib64, &out, "nnopbase", "nnopbase.c", &["ascendcl"]);
     link(&lib64, &out, "opapi", "opapi.c", &["ascendcl", "nnopbase"]);
     link(&lib64, &out, "hccl", "hccl.c", &["ascendcl", "rt"]);
+    // The driver's DCMI, emulated beside the toolkit (a real one lives with the driver).
+    link(&lib64, &out, "dcmi", "dcmi.c", &["ascendcl"]);
     // The emulator reports the toolkit version whose vendor files its tables come from.
     let stamp = prototype_tsv
         .lines()
@@ -585,6 +587,7 @@ fn main() {
         "csrc/nnopbase.c",
         "csrc/opapi.c",
         "csrc/hccl.c",
+        "csrc/dcmi.c",
     ] {
         println!("cargo:rerun-if-changed={f}");
     }

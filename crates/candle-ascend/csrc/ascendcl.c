@@ -1,7 +1,12 @@
 /* Emulated libascendcl.so: init, devices, one worker thread per stream, device memory that the
  * host cannot dereference, copies, error messages, counters and fault injection. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +107,75 @@ static int read_devices(void) {
 
 SIM_EXPORT int aclsimDeviceCount(void) { return g_device_count; }
 
+/* The part and device count from the environment without aclInit (the emulated DCMI, which a
+ * monitoring process loads without ACL): 1, or 0 with the error set. */
+SIM_EXPORT int aclsimReadConfig(void) {
+    pthread_mutex_lock(&g_lock);
+    int ok = g_initialized || (read_soc() && read_devices());
+    pthread_mutex_unlock(&g_lock);
+    return ok;
+}
+
+SIM_EXPORT uint64_t aclsimSocHbm(void) { return g_soc->hbm; }
+SIM_EXPORT int aclsimSocIndex(void) { return (int)(g_soc - g_socs); }
+SIM_EXPORT const char *aclsimSocName(int index) {
+    return index >= 0 && (size_t)index < sizeof g_socs / sizeof *g_socs ? g_socs[index].name : NULL;
+}
+
+/* ---- the monitor files the emulated DCMI reads ------------------------------------------ */
+
+/* CANDLE_ASCEND_SIM_MONITOR_DIR, else $TMPDIR (or /tmp)/candle-ascend-sim-<uid>. */
+SIM_EXPORT void aclsimMonitorDir(char *out, size_t len) {
+    const char *dir = getenv("CANDLE_ASCEND_SIM_MONITOR_DIR");
+    if (dir && *dir) {
+        snprintf(out, len, "%s", dir);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, len, "%s/candle-ascend-sim-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)getuid());
+}
+
+static SimMonitor *g_monitor[MAX_DEVICES];
+
+/* This process's monitor record of `device`, created on first use (NULL when the folder cannot
+ * be written: monitoring is then off, nothing else changes). Called with g_lock held. */
+static SimMonitor *monitor(int device) {
+    if (device < 0 || device >= MAX_DEVICES) return NULL;
+    if (g_monitor[device]) return g_monitor[device];
+    static int failed;
+    if (failed) return NULL;
+    char dir[512], path[600];
+    aclsimMonitorDir(dir, sizeof dir);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/dev%d.%d", dir, device, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ftruncate(fd, sizeof(SimMonitor)) != 0) {
+        if (fd >= 0) close(fd);
+        failed = 1;
+        return NULL;
+    }
+    SimMonitor *m = mmap(NULL, sizeof(SimMonitor), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        failed = 1;
+        return NULL;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    *m = (SimMonitor){0, (int32_t)getpid(), device, (int32_t)(g_soc - g_socs), 0, 0, 0, now.tv_sec + now.tv_nsec * 1e-9};
+    __atomic_store_n(&m->magic, SIM_MONITOR_MAGIC, __ATOMIC_RELEASE);
+    g_monitor[device] = m;
+    return m;
+}
+
+/* The backend's modelled device time of a launch it made on this thread's device. */
+SIM_EXPORT void aclsimAddBusyUs(double us) {
+    pthread_mutex_lock(&g_lock);
+    SimMonitor *m = monitor(t_device);
+    if (m) m->busy_us += us;
+    pthread_mutex_unlock(&g_lock);
+}
+
 static void read_faults(void) {
     const char *a = getenv("CANDLE_ASCEND_SIM_FAIL_ALLOC");
     const char *o = getenv("CANDLE_ASCEND_SIM_FAIL_OP");
@@ -122,6 +196,8 @@ SIM_EXPORT void aclsimCountLaunch(const char *op, int aicpu) {
         g_ops[i].count++;
         g_ops[i].aicpu += aicpu != 0;
     }
+    SimMonitor *m = monitor(t_device);
+    if (m) m->launches++;
     pthread_mutex_unlock(&g_lock);
 }
 
@@ -283,6 +359,8 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
     g_current += rounded;
     g_device_bytes[t_device] += rounded;
     if (g_current > g_peak) g_peak = g_current;
+    SimMonitor *m = monitor(t_device);
+    if (m) m->hbm_used = g_device_bytes[t_device];
     pthread_mutex_unlock(&g_lock);
     *ptr = (void *)((uintptr_t)host | DEVICE_TAG);
     return ACL_SUCCESS;
@@ -300,6 +378,7 @@ SIM_EXPORT aclError aclrtFree(void *ptr) {
         if (g_blocks[i].host == host) {
             g_current -= g_blocks[i].size;
             g_device_bytes[g_blocks[i].device] -= g_blocks[i].size;
+            if (g_monitor[g_blocks[i].device]) g_monitor[g_blocks[i].device]->hbm_used = g_device_bytes[g_blocks[i].device];
             g_frees++;
             g_blocks[i] = g_blocks[--g_nblocks];
             pthread_mutex_unlock(&g_lock);

@@ -55,6 +55,21 @@ typedef struct aclIntArray { uint32_t magic; uint64_t size; int64_t values[SIM_M
 typedef struct aclBoolArray { uint32_t magic; uint64_t size; bool values[SIM_MAX_DIMS * 4]; } aclBoolArray;
 typedef struct aclTensorList { uint32_t magic; uint64_t size; aclTensor **values; } aclTensorList;
 
+/* What the emulated runtime of one process publishes about one device, for the emulated DCMI
+ * (libdcmi.so) of any process: a file per (device, process) in the monitor folder, mapped
+ * shared. */
+#define SIM_MONITOR_MAGIC 0x4d4f4e31u
+typedef struct {
+    uint32_t magic;
+    int32_t pid;
+    int32_t device;
+    int32_t soc; /* index into the emulated parts */
+    uint64_t hbm_used;  /* bytes this process holds on the device */
+    uint64_t launches;  /* kernel launches this process made on the device */
+    double busy_us;     /* the backend's modelled device time of those launches */
+    double start_s;     /* CLOCK_REALTIME when the process first used the device */
+} SimMonitor;
+
 #define SIM_TENSOR_MAGIC 0x7e45011u
 #define SIM_SCALAR_MAGIC 0x5ca1a40u
 #define SIM_ARRAY_MAGIC 0xa7a7a70u

@@ -104,6 +104,25 @@ pub enum AscendError {
         refused: Vec<String>,
     },
     /// An HCCL call failed.
+    /// A DCMI call failed (device monitoring).
+    #[error("{call} failed{} with DCMI code {code}", .device.as_ref().map(|d| format!(" for {d}")).unwrap_or_default())]
+    Dcmi {
+        /// The DCMI function.
+        call: &'static str,
+        /// Its return code (`DCMI_ERR_CODE_*`).
+        code: i32,
+        /// The device asked about, if any.
+        device: Option<String>,
+    },
+    /// Device monitoring is unavailable: DCMI is missing or did not initialise.
+    #[error("device monitoring is off: {0}")]
+    MonitoringOff(String),
+    /// No `libdcmi.so` was found (device monitoring is off).
+    #[error("no libdcmi.so (the driver's DCMI) among {}: device monitoring is off", .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    DcmiNotFound {
+        /// The files tried.
+        searched: Vec<std::path::PathBuf>,
+    },
     #[error("{call} failed on rank {rank} of {ranks} ({device}) with HcclResult {code} ({text}){}", message_suffix(.message))]
     Hccl {
         /// The HCCL function.

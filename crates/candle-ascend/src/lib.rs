@@ -32,7 +32,10 @@ pub mod toolkit_check;
 pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
-pub use runtime::{AscendDevice, Communicator, DeviceCounters, HcclTimeouts, ReduceOp, RootInfo, SimCounters};
+pub use runtime::{
+    AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, HcclTimeouts, Health, ReduceOp, RootInfo,
+    SimCounters,
+};
 pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use libloading::Library;
 
+use super::dcmi::DcmiApi;
 use super::hccl::HcclApi;
 use super::types::*;
 use crate::error::{AscendError, Result};
@@ -112,6 +113,7 @@ pub struct Toolkit {
     op_libs: Vec<Library>,
     ops: Mutex<HashMap<&'static str, Option<(usize, usize)>>>,
     hccl: Mutex<Option<Arc<HcclApi>>>,
+    dcmi: OnceLock<std::result::Result<Arc<DcmiApi>, String>>,
 }
 
 impl std::fmt::Debug for Toolkit {
@@ -270,6 +272,7 @@ impl Toolkit {
             op_libs,
             ops: Mutex::default(),
             hccl: Mutex::default(),
+            dcmi: OnceLock::new(),
         })
     }
 
@@ -291,6 +294,24 @@ impl Toolkit {
         let api = Arc::new(HcclApi::load(&path)?);
         *slot = Some(api.clone());
         Ok(api)
+    }
+
+    /// The driver's DCMI, loaded and initialised on first use: the emulated one beside the
+    /// emulated toolkit, else the first `libdcmi.so` of [`super::dcmi::driver_candidates`]. The
+    /// error says why monitoring is off.
+    pub fn dcmi(&self) -> std::result::Result<Arc<DcmiApi>, String> {
+        self.dcmi
+            .get_or_init(|| {
+                let candidates = match self.kind {
+                    ToolkitKind::Emulated => find_lib(&self.root, "libdcmi.so").into_iter().collect(),
+                    ToolkitKind::Cann => super::dcmi::driver_candidates(),
+                };
+                let Some(path) = candidates.iter().find(|p| p.is_file()) else {
+                    return Err(AscendError::DcmiNotFound { searched: candidates }.to_string());
+                };
+                DcmiApi::load(path).map(Arc::new).map_err(|e| e.to_string())
+            })
+            .clone()
     }
 
     /// The two phases of aclnn op `name` (e.g. `"aclnnAdd"`), as raw function addresses.

@@ -324,7 +324,10 @@ fn launch_with(
         (_, Some(cube)) => Work::Cube { cube, bytes },
         _ => Work::Vector { bytes },
     };
-    dev.counters.launched_work(op, work);
+    if let (Some(us), Some(busy)) = (dev.counters.launched_work(op, work), dev.sim_busy) {
+        // SAFETY: the emulator's `void aclsimAddBusyUs(double)`, on this device's thread.
+        unsafe { busy(us) };
+    }
     Ok(())
 }
 

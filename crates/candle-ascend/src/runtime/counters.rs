@@ -32,12 +32,13 @@ impl Counters {
         Self { model: TimeModel::for_soc(soc), ..Self::default() }
     }
 
-    /// A launch of `op`, of `work`, counted and placed on the modelled timeline.
-    pub(crate) fn launched_work(&self, op: &'static str, work: Work) {
+    /// A launch of `op`, of `work`, counted and placed on the modelled timeline; its modelled
+    /// device time in µs, where the part has a model.
+    pub(crate) fn launched_work(&self, op: &'static str, work: Work) -> Option<f64> {
         self.launched(op, matches!(work, Work::AiCpu { .. }));
-        if let Some(model) = &self.model {
-            self.timeline().launch(op, model.launch(work));
-        }
+        let cost = self.model.as_ref()?.launch(work);
+        self.timeline().launch(op, cost);
+        Some(cost.device_us)
     }
 
     fn timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {

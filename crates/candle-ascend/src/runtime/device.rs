@@ -44,6 +44,9 @@ pub struct DeviceInner {
     seed: AtomicU64,
     /// Advances with every random op, so each draws fresh numbers (as torch_npu's offset).
     random_offset: AtomicU64,
+    /// The emulator's `aclsimAddBusyUs`, which feeds its DCMI the modelled busy time; `None` on
+    /// a real toolkit.
+    pub(crate) sim_busy: Option<unsafe extern "C" fn(f64)>,
 }
 
 thread_local! {
@@ -292,6 +295,7 @@ impl AscendDevice {
         let soc =
             if soc.is_null() { String::new() } else { unsafe { CStr::from_ptr(soc) }.to_string_lossy().into_owned() };
         let allow_hf32 = std::env::var("CANDLE_ASCEND_ALLOW_HF32").is_ok_and(|v| v == "1");
+        let sim_busy = toolkit_busy_hook(&toolkit);
         let inner = Arc::new(DeviceInner {
             id,
             toolkit,
@@ -305,6 +309,7 @@ impl AscendDevice {
             // A fixed stream until `set_seed`: any constant does (this one is c in m/s).
             seed: AtomicU64::new(299_792_458),
             random_offset: AtomicU64::new(0),
+            sim_busy,
         });
         devices.insert((kind, id), inner.clone());
         Ok(Self { inner })
@@ -406,6 +411,25 @@ impl AscendDevice {
         unsafe { f() != 0 }
     }
 
+    /// What the driver's DCMI reports of this device now, as `npu-smi info` shows it. An error
+    /// ([`AscendError::MonitoringOff`]) where the toolkit has no DCMI.
+    pub fn status(&self) -> Result<super::monitor::DeviceStatus> {
+        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
+        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).status()
+    }
+
+    /// The device's health and current error codes, from DCMI.
+    pub fn health(&self) -> Result<(super::monitor::Health, Vec<u32>)> {
+        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
+        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).health()
+    }
+
+    /// The processes using this device, from DCMI.
+    pub fn processes(&self) -> Result<Vec<super::monitor::DeviceProcess>> {
+        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
+        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).processes()
+    }
+
     /// The emulator's counters; `None` on a real toolkit.
     pub fn sim_counters(&self) -> Option<SimCounters> {
         let tk = &self.inner.toolkit;
@@ -460,4 +484,11 @@ impl AscendDevice {
     pub(crate) fn seed(&self) -> u64 {
         self.inner.seed.load(Ordering::Relaxed)
     }
+}
+
+/// The emulator's hook for the modelled busy time of each launch, if the toolkit has it.
+fn toolkit_busy_hook(toolkit: &Toolkit) -> Option<unsafe extern "C" fn(f64)> {
+    let f = toolkit.optional_symbol("aclsimAddBusyUs")?;
+    // SAFETY: `void aclsimAddBusyUs(double)` from csrc/ascendcl.c.
+    Some(unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(f64)>(f) })
 }

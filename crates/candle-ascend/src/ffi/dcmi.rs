@@ -1,0 +1,115 @@
+//! DCMI, the driver's device management interface (`libdcmi.so`, what `npu-smi` is built on),
+//! loaded at run time. Declarations follow the driver's `dcmi_interface_api.h` (CANN 8.1.RC1
+//! mirror, `Ascend/driver/include`); `tests/vendor_facts.rs` compares them with
+//! `soc/cann/runtime_prototypes.tsv`, which `tools/cann_facts.py` reads from that header.
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+
+use libloading::Library;
+
+use crate::error::{AscendError, Result};
+
+/// `DCMI_OK`.
+pub const DCMI_OK: c_int = 0;
+/// `DCMI_UTILIZATION_RATE_AICORE`: AI Core utilisation, what `npu-smi info` shows as AICore(%).
+pub const DCMI_UTILIZATION_RATE_AICORE: c_int = 2;
+
+/// `struct dcmi_hbm_info`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DcmiHbmInfo {
+    /// Total HBM, MB.
+    pub memory_size: u64,
+    /// HBM clock.
+    pub freq: u32,
+    /// HBM in use, MB.
+    pub memory_usage: u64,
+    /// HBM temperature.
+    pub temp: i32,
+    /// HBM bandwidth utilisation.
+    pub bandwith_util_rate: u32,
+}
+
+/// `struct dcmi_proc_mem_info`: a process using a device, and its device memory in bytes.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DcmiProcMemInfo {
+    /// Process id.
+    pub proc_id: c_int,
+    /// Device memory the process holds, bytes.
+    pub proc_mem_usage: std::ffi::c_ulong,
+}
+
+macro_rules! dcmi_api {
+    ($($name:ident : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        /// The DCMI entry points we call, resolved when the library loads.
+        #[allow(non_snake_case, missing_docs)]
+        pub struct DcmiApi {
+            _lib: Library,
+            /// The library file.
+            pub path: PathBuf,
+            $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+        }
+
+        impl DcmiApi {
+            /// The entry points' names.
+            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+            /// Each entry point's Rust parameter and return types as declared here, which
+            /// tests/vendor_facts.rs compares with the driver's `dcmi_interface_api.h`
+            /// (`soc/cann/runtime_prototypes.tsv`).
+            pub const SIGNATURES: &[crate::ffi::abi::RustSignature] =
+                &[$((stringify!($name), &[$(stringify!($arg)),*], stringify!($($ret)?))),*];
+
+            /// Load `path`, resolve every entry point and call `dcmi_init`.
+            #[allow(non_snake_case)]
+            pub fn load(path: &Path) -> Result<Self> {
+                // SAFETY: loading DCMI runs its initialisers, which have no preconditions.
+                let lib = unsafe { Library::new(path) }
+                    .map_err(|source| AscendError::Library { path: path.to_path_buf(), source })?;
+                $(
+                    // SAFETY: the symbol's type is the C prototype declared in `dcmi_api!`.
+                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(stringify!($name).as_bytes()) }
+                        .map_err(|_| AscendError::MissingSymbol { library: path.display().to_string(), symbol: stringify!($name).into() })?;
+                )*
+                let api = Self { _lib: lib, path: path.to_path_buf(), $($name,)* };
+                // SAFETY: `int dcmi_init(void)`.
+                let code = unsafe { (api.dcmi_init)() };
+                if code != DCMI_OK {
+                    return Err(AscendError::Dcmi { call: "dcmi_init", code, device: None });
+                }
+                Ok(api)
+            }
+        }
+    };
+}
+
+dcmi_api! {
+    dcmi_init: fn() -> c_int;
+    dcmi_get_card_num_list: fn(*mut c_int, *mut c_int, c_int) -> c_int;
+    dcmi_get_card_id_device_id_from_logicid: fn(*mut c_int, *mut c_int, u32) -> c_int;
+    dcmi_get_device_utilization_rate: fn(c_int, c_int, c_int, *mut u32) -> c_int;
+    dcmi_get_device_hbm_info: fn(c_int, c_int, *mut DcmiHbmInfo) -> c_int;
+    dcmi_get_device_temperature: fn(c_int, c_int, *mut c_int) -> c_int;
+    dcmi_get_device_power_info: fn(c_int, c_int, *mut c_int) -> c_int;
+    dcmi_get_device_health: fn(c_int, c_int, *mut u32) -> c_int;
+    dcmi_get_device_errorcode_v2: fn(c_int, c_int, *mut c_int, *mut u32, u32) -> c_int;
+    dcmi_get_device_resource_info: fn(c_int, c_int, *mut DcmiProcMemInfo, *mut c_int) -> c_int;
+}
+
+/// Where a real driver's `libdcmi.so` may be: `CANDLE_ASCEND_DCMI_LIB`, the DCMI package's
+/// folder, the driver's library folders, then the loader's own search path.
+pub fn driver_candidates() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    if let Some(p) = std::env::var_os("CANDLE_ASCEND_DCMI_LIB") {
+        found.push(PathBuf::from(p));
+    }
+    for p in [
+        "/usr/local/dcmi/libdcmi.so",
+        "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",
+        "/usr/local/Ascend/driver/lib64/libdcmi.so",
+    ] {
+        found.push(PathBuf::from(p));
+    }
+    found
+}
