@@ -80,6 +80,13 @@ pub struct AscendProbe {
     flops_per_token: Option<f64>,
     /// Whether a step has begun: the peak is reset once, before the first.
     started: bool,
+    /// The devices whose DCMI figures and health the run follows (the data-parallel ranks').
+    monitored: Vec<AscendDevice>,
+    /// Whether monitoring works; `None` until first asked.
+    monitoring: Option<bool>,
+    /// Devices already warned of a minor alarm.
+    warned: Vec<String>,
+    warnings: Vec<String>,
 }
 
 /// Training FLOPs per token of a BigBird encoder with `parameters` parameters: 6 per parameter,
@@ -104,7 +111,17 @@ impl AscendProbe {
     /// Watch `device`.
     pub fn new(device: AscendDevice) -> Self {
         let start = device.counters();
-        Self { device, start, last: Arc::default(), flops_per_token: None, started: false }
+        Self {
+            monitored: vec![device.clone()],
+            device,
+            start,
+            last: Arc::default(),
+            flops_per_token: None,
+            started: false,
+            monitoring: None,
+            warned: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 
     /// Report `modelled_mfu` too, for a model of `flops` training FLOPs per token
@@ -112,6 +129,31 @@ impl AscendProbe {
     pub fn with_flops_per_token(mut self, flops: f64) -> Self {
         self.flops_per_token = Some(flops);
         self
+    }
+
+    /// Follow the DCMI figures and health of `devices` (every rank's device of a data-parallel
+    /// run, in rank order) instead of the probed device's alone.
+    pub fn monitoring(mut self, devices: Vec<AscendDevice>) -> Self {
+        if !devices.is_empty() {
+            self.monitored = devices;
+        }
+        self
+    }
+
+    /// Whether DCMI answers; the first time it does not, one warning says why.
+    fn monitoring_works(&mut self) -> bool {
+        if let Some(works) = self.monitoring {
+            return works;
+        }
+        let works = match self.device.health() {
+            Ok(_) => true,
+            Err(e) => {
+                self.warnings.push(format!("{e}; training goes on without device monitoring"));
+                false
+            }
+        };
+        self.monitoring = Some(works);
+        works
     }
 
     /// A handle on the full counters (launches by op included) of the latest step, which stays
@@ -154,5 +196,48 @@ impl DeviceProbe for AscendProbe {
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = step;
         stats
+    }
+
+    fn sample(&mut self) -> Vec<codon_train::DeviceSample> {
+        if !self.monitoring_works() {
+            return Vec::new();
+        }
+        // A device whose DCMI call fails this once is left out of the row.
+        self.monitored
+            .iter()
+            .filter_map(|d| {
+                let s = d.status().ok()?;
+                Some(codon_train::DeviceSample {
+                    device: d.name(),
+                    npu_util: f64::from(s.utilization_pct),
+                    hbm_used_mb: s.hbm_used_mb,
+                    temp_c: f64::from(s.temperature_c),
+                    power_w: s.power_w,
+                })
+            })
+            .collect()
+    }
+
+    fn check_health(&mut self) -> std::result::Result<(), String> {
+        if !self.monitoring_works() {
+            return Ok(());
+        }
+        for d in &self.monitored {
+            let Ok((health, codes)) = d.health() else { continue };
+            let codes = codes.iter().map(|c| format!("{c:#010x}")).collect::<Vec<_>>().join(", ");
+            let codes = if codes.is_empty() { "no error code".to_string() } else { format!("error code {codes}") };
+            if health.is_fault() {
+                return Err(format!("{} reports a fault: health {health}, {codes} (DCMI)", d.name()));
+            }
+            if health != candle_ascend::Health::Ok && !self.warned.contains(&d.name()) {
+                self.warned.push(d.name());
+                self.warnings.push(format!("{} reports health {health}, {codes} (DCMI); training goes on", d.name()));
+            }
+        }
+        Ok(())
+    }
+
+    fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 }

@@ -376,7 +376,10 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .quiet(args.quiet);
     let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
         Some(ascend) => trainer_config.device_probe(Box::new(
-            codon_ascend::ascend_training::AscendProbe::new(ascend.clone()).with_flops_per_token(flops_per_token),
+            codon_ascend::ascend_training::AscendProbe::new(ascend.clone())
+                .with_flops_per_token(flops_per_token)
+                // Every device of an in-process data-parallel run (one per process otherwise).
+                .monitoring(devices.iter().filter_map(|d| codon_ascend::ascend::ascend_device(d).cloned()).collect()),
         )),
         None => trainer_config,
     }

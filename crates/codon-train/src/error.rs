@@ -5,6 +5,14 @@ use std::path::PathBuf;
 /// Everything that can stop training.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// A device reported a fault before a step: the run stopped without running it.
+    #[error("{fault}; training stopped before step {step}, and the last checkpoint is as it was")]
+    DeviceFault {
+        /// The step that did not run.
+        step: usize,
+        /// The device and its vendor error codes.
+        fault: String,
+    },
     /// An invalid setting.
     #[error("invalid training configuration: {0}")]
     Config(String),

@@ -33,7 +33,7 @@ pub use malloc_tuning::retain_freed_memory;
 pub use model::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use precision::Precision;
-pub use progress::{DeviceProbe, DeviceStepStats, StepMetrics, TrainReport};
+pub use progress::{DeviceProbe, DeviceSample, DeviceStepStats, StepMetrics, TrainReport};
 pub use run_folder::RunIdentity;
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
 pub use status::RunStatus;

@@ -37,6 +37,26 @@ pub struct StepMetrics {
     /// What the device did during the step, when a [`DeviceProbe`] watches it.
     #[serde(flatten, skip_serializing_if = "Option::is_none", default)]
     pub device: Option<DeviceStepStats>,
+    /// What each device's management interface reported after the step (`npu-smi`'s figures),
+    /// one entry per device of the run in rank order, when a [`DeviceProbe`] monitors them.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub npu: Vec<DeviceSample>,
+}
+
+/// One device's figures from its management interface (DCMI on Ascend), as `npu-smi info`
+/// shows them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeviceSample {
+    /// The device (`npu:0`).
+    pub device: String,
+    /// AI Core utilisation, percent.
+    pub npu_util: f64,
+    /// HBM in use on the device (by every process), MiB.
+    pub hbm_used_mb: u64,
+    /// Chip temperature, °C.
+    pub temp_c: f64,
+    /// Power, W.
+    pub power_w: f64,
 }
 
 /// What the device did during one optimizer step.
@@ -88,6 +108,19 @@ pub trait DeviceProbe: Send {
     /// Called after it, with the tokens this rank's device processed in the step: what the
     /// device did since [`DeviceProbe::begin_step`].
     fn end_step(&mut self, tokens: usize) -> DeviceStepStats;
+    /// The monitored devices' figures after a step ([`StepMetrics::npu`]); none by default.
+    fn sample(&mut self) -> Vec<DeviceSample> {
+        Vec::new()
+    }
+    /// Before each optimizer step (and so before the first): a description of the fault of a
+    /// device that must stop the run, naming the device and the vendor's error codes.
+    fn check_health(&mut self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+    /// What the probe has to warn of once (monitoring unavailable, a minor alarm), taken.
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a run did.
@@ -188,7 +221,10 @@ impl Progress {
     /// Report a finished step: the metrics line (flushed, so a crash keeps it), the bar or a log line.
     pub(crate) fn step(&mut self, metric: &StepMetrics) -> Result<()> {
         self.bar.set_position(metric.step as u64);
-        let memory = metric.device.map(|d| format!(" {:.0} MiB device", d.device_peak_mb)).unwrap_or_default();
+        let mut memory = metric.device.map(|d| format!(" {:.0} MiB device", d.device_peak_mb)).unwrap_or_default();
+        for s in &metric.npu {
+            memory.push_str(&format!(" | {} {:.0}% {} MiB HBM", s.device, s.npu_util, s.hbm_used_mb));
+        }
         self.bar.set_message(format!(
             "loss {:.4} lr {:.2e} {:.0} tok/s{memory}",
             metric.loss, metric.lr, metric.tokens_per_s

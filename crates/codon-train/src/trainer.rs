@@ -344,7 +344,18 @@ impl<M: TrainableModel> RankRun<'_, M> {
                 }
                 let started = Instant::now();
                 if let Some(p) = c.device_probe.as_ref().filter(|_| self.lead()) {
-                    p.lock().unwrap_or_else(|e| e.into_inner()).begin_step();
+                    let mut probe = p.lock().unwrap_or_else(|e| e.into_inner());
+                    let health = probe.check_health();
+                    for w in probe.take_warnings() {
+                        self.progress.warn(w);
+                    }
+                    if let Err(fault) = health {
+                        drop(probe);
+                        // Stop before the step: the last checkpoint stays as it was.
+                        self.failure.fail(TrainError::DeviceFault { step: self.state.step + 1, fault })?;
+                        continue;
+                    }
+                    probe.begin_step();
                 }
                 let (micro, taken) = self.take_micro_batches(&mut batches)?;
                 if taken == 0 {
@@ -399,6 +410,10 @@ impl<M: TrainableModel> RankRun<'_, M> {
             .as_ref()
             .filter(|_| self.lead())
             .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()).end_step(tokens / self.ranks.max(1)));
+        let npu = match self.config.device_probe.as_ref().filter(|_| self.lead()) {
+            Some(p) => p.lock().unwrap_or_else(|e| e.into_inner()).sample(),
+            None => Vec::new(),
+        };
         let secs = started.elapsed().as_secs_f64();
         let metric = StepMetrics {
             step: self.state.step,
@@ -412,6 +427,7 @@ impl<M: TrainableModel> RankRun<'_, M> {
             loss_scale: self.opt.scaler.map(|s| s.scale),
             overlapped_buckets: outcome.overlapped_buckets,
             device,
+            npu,
         };
         if let Some(w) = &outcome.warning {
             self.progress.warn(w.clone());
