@@ -32,6 +32,11 @@ struct Args {
     /// with the CPU, print a pass/fail table and write `--report`; exits 1 if any case fails.
     #[arg(long)]
     selftest: bool,
+    /// Print an `npu-smi info`-like table of every device (health, power, temperature, HBM,
+    /// utilisation and the processes using it) every second, for SECONDS or until interrupted;
+    /// the toolkit of `--device` (npu or npu-sim) is used, no device is opened.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "0")]
+    watch: Option<u64>,
     /// Where `--selftest` writes its JSON report (for a bug report).
     #[arg(long, default_value = "npu-selftest.json")]
     report: std::path::PathBuf,
@@ -45,6 +50,9 @@ fn run() -> anyhow::Result<()> {
     }
     if let Some(root) = &args.check_toolkit {
         return check_toolkit(root);
+    }
+    if let Some(seconds) = args.watch {
+        return watch(&args.device, seconds);
     }
     let device = args.device.open()?;
     if args.selftest {
@@ -142,6 +150,49 @@ fn check_toolkit(root: &std::path::Path) -> anyhow::Result<()> {
     }
     outln!("all {} functions, ops and prototypes this backend needs are there", report.checked);
     Ok(())
+}
+
+/// `--watch`: the device table every second, for `seconds` (0: until interrupted).
+fn watch(device: &codon_ascend::cli::DeviceSpec, seconds: u64) -> anyhow::Result<()> {
+    let codon_ascend::cli::DeviceSpec::Ascend { kind, .. } = device else {
+        anyhow::bail!("--watch follows Ascend devices: give --device npu:N or npu-sim:N for the toolkit");
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let rows = ascend::survey(*kind)?;
+        outln!("{}", clock_heading());
+        outln!("{:<11} {:<13} {:<9} {:>8} {:>7} {:>19} {:>9}", "NPU", "Part", "Health", "Power(W)", "Temp(C)", "HBM-Usage(MB)", "AICore(%)");
+        for row in &rows {
+            let s = &row.status;
+            outln!(
+                "{:<11} {:<13} {:<9} {:>8.1} {:>7} {:>19} {:>9}",
+                format!("{}:{}", kind.device_prefix(), row.logical),
+                s.part,
+                s.health.to_string(),
+                s.power_w,
+                s.temperature_c,
+                format!("{} / {}", s.hbm_used_mb, s.hbm_total_mb),
+                s.utilization_pct
+            );
+            if !s.error_codes.is_empty() {
+                outln!("      error codes: {}", s.error_codes_hex());
+            }
+            for p in &row.processes {
+                let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid)).unwrap_or_default();
+                outln!("      process {:>8} {:<16} {:>8} MB", p.pid, name.trim(), p.memory_bytes >> 20);
+            }
+        }
+        if seconds > 0 && started.elapsed().as_secs() >= seconds {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// The time of day (UTC), as a heading for each table.
+fn clock_heading() -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!("-- {:02}:{:02}:{:02} UTC", t / 3600 % 24, t / 60 % 60, t % 60)
 }
 
 /// `--selftest`: the table on stdout, the JSON report at `report`.

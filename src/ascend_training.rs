@@ -148,7 +148,7 @@ impl AscendProbe {
         let works = match self.device.health() {
             Ok(_) => true,
             Err(e) => {
-                self.warnings.push(format!("{e}; training goes on without device monitoring"));
+                self.warnings.push(format!("{e}; training goes on without it"));
                 false
             }
         };

@@ -87,3 +87,45 @@ fn training_reports_each_device_and_stops_on_a_device_fault() {
     assert!(warnings[0].contains("libdcmi.so"), "{stderr}");
     assert!(rows("bare.jsonl").iter().all(|r| r.get("npu").is_none()));
 }
+
+/// `npu_env --watch` lists every emulated device like `npu-smi info`, with an injected fault's
+/// health and error code, and the processes using a device.
+#[test]
+fn npu_env_watch_lists_the_devices_their_faults_and_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    // A training run on npu-sim:0 that lasts until killed.
+    let mut trainer = Command::new(example("finetune"))
+        .args(["--dataset_dir", &p("train.jsonl"), "--config", &bigbird_fixture("config.json")])
+        .args(["--device", "npu-sim:0", "--max_steps", "100000", "--batch_size", "2", "--num_workers", "1", "--quiet"])
+        .args(["--metrics", &p("m.jsonl")])
+        .env("CANDLE_ASCEND_SIM_MONITOR_DIR", p("monitor"))
+        .env_remove("CANDLE_ASCEND_SIM_DEVICE_FAULT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(p("m.jsonl")).map_or(true, |m| m.lines().count() < 1) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120), "the trainer never finished a step");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = Command::new(example("npu_env"))
+        .args(["--device", "npu-sim:0", "--watch", "1"])
+        .env("CANDLE_ASCEND_SIM_MONITOR_DIR", p("monitor"))
+        .env("CANDLE_ASCEND_SIM_DEVICE_FAULT", "2:0x80E18402")
+        .output()
+        .unwrap();
+    let _ = trainer.kill();
+    let _ = trainer.wait();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    let table: Vec<&str> = stdout.lines().take_while(|l| !l.starts_with("-- ") || l == &stdout.lines().next().unwrap()).collect();
+    let device_rows: Vec<&&str> = table.iter().filter(|l| l.starts_with("npu-sim:")).collect();
+    assert_eq!(device_rows.len(), 8, "{stdout}");
+    assert!(device_rows[2].contains("Critical") && device_rows[0].contains(" OK "), "{stdout}");
+    assert!(table.iter().any(|l| l.contains("error codes: 0x80E18402")), "{stdout}");
+    let trainer_line = format!("process {:>8} finetune", trainer.id());
+    assert!(table.iter().any(|l| l.contains(&trainer_line)), "{trainer_line:?} not in {stdout}");
+}

@@ -117,6 +117,7 @@ SIM_EXPORT int aclsimReadConfig(void) {
 }
 
 SIM_EXPORT uint64_t aclsimSocHbm(void) { return g_soc->hbm; }
+SIM_EXPORT uint32_t aclsimSocAiCores(void) { return g_soc->ai_core_cnt; }
 SIM_EXPORT int aclsimSocIndex(void) { return (int)(g_soc - g_socs); }
 SIM_EXPORT const char *aclsimSocName(int index) {
     return index >= 0 && (size_t)index < sizeof g_socs / sizeof *g_socs ? g_socs[index].name : NULL;
@@ -136,6 +137,13 @@ SIM_EXPORT void aclsimMonitorDir(char *out, size_t len) {
 }
 
 static SimMonitor *g_monitor[MAX_DEVICES];
+static char g_monitor_path[MAX_DEVICES][600];
+
+/* A process's records go with it (a monitor also drops those of processes that died). */
+__attribute__((destructor)) static void remove_monitor_files(void) {
+    for (int d = 0; d < MAX_DEVICES; d++)
+        if (g_monitor[d]) unlink(g_monitor_path[d]);
+}
 
 /* This process's monitor record of `device`, created on first use (NULL when the folder cannot
  * be written: monitoring is then off, nothing else changes). Called with g_lock held. */
@@ -164,6 +172,7 @@ static SimMonitor *monitor(int device) {
     clock_gettime(CLOCK_REALTIME, &now);
     *m = (SimMonitor){0, (int32_t)getpid(), device, (int32_t)(g_soc - g_socs), 0, 0, 0, now.tv_sec + now.tv_nsec * 1e-9};
     __atomic_store_n(&m->magic, SIM_MONITOR_MAGIC, __ATOMIC_RELEASE);
+    snprintf(g_monitor_path[device], sizeof g_monitor_path[device], "%s", path);
     g_monitor[device] = m;
     return m;
 }

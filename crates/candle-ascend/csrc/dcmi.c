@@ -47,6 +47,14 @@ struct dcmi_hbm_info {
     unsigned int bandwith_util_rate;
 };
 
+#define MAX_CHIP_NAME_LEN 32
+struct dcmi_chip_info {
+    unsigned char chip_type[MAX_CHIP_NAME_LEN];
+    unsigned char chip_name[MAX_CHIP_NAME_LEN];
+    unsigned char chip_ver[MAX_CHIP_NAME_LEN];
+    unsigned int aicore_cnt;
+};
+
 struct dcmi_proc_mem_info {
     int proc_id;
     unsigned long proc_mem_usage; /* bytes */
@@ -56,6 +64,9 @@ struct dcmi_proc_mem_info {
 int aclsimReadConfig(void);
 int aclsimDeviceCount(void);
 uint64_t aclsimSocHbm(void);
+uint32_t aclsimSocAiCores(void);
+int aclsimSocIndex(void);
+const char *aclsimSocName(int index);
 void aclsimMonitorDir(char *out, size_t len);
 
 static int g_ready;
@@ -175,6 +186,20 @@ SIM_EXPORT int dcmi_get_card_id_device_id_from_logicid(int *card_id, int *device
     if (device_logic_id >= (unsigned int)aclsimDeviceCount()) return DCMI_ERR_CODE_DEVICE_NOT_EXIST;
     *card_id = (int)device_logic_id;
     *device_id = 0;
+    return DCMI_OK;
+}
+
+/* The part as npu-smi names it: chip_type "Ascend", chip_name "910B3". */
+SIM_EXPORT int dcmi_get_device_chip_info(int card_id, int device_id, struct dcmi_chip_info *chip_info) {
+    int dev = device_of(card_id, device_id);
+    if (dev < 0) return dev;
+    if (!chip_info) return DCMI_ERR_CODE_INVALID_PARAMETER;
+    memset(chip_info, 0, sizeof *chip_info);
+    const char *soc = aclsimSocName(aclsimSocIndex());
+    snprintf((char *)chip_info->chip_type, MAX_CHIP_NAME_LEN, "Ascend");
+    snprintf((char *)chip_info->chip_name, MAX_CHIP_NAME_LEN, "%s", strncmp(soc, "Ascend", 6) == 0 ? soc + 6 : soc);
+    snprintf((char *)chip_info->chip_ver, MAX_CHIP_NAME_LEN, "V1");
+    chip_info->aicore_cnt = aclsimSocAiCores();
     return DCMI_OK;
 }
 

@@ -118,7 +118,7 @@ pub enum AscendError {
     #[error("device monitoring is off: {0}")]
     MonitoringOff(String),
     /// No `libdcmi.so` was found (device monitoring is off).
-    #[error("no libdcmi.so (the driver's DCMI) among {}: device monitoring is off", .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    #[error("no libdcmi.so (the driver's DCMI) at {}", .searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
     DcmiNotFound {
         /// The files tried.
         searched: Vec<std::path::PathBuf>,

@@ -33,8 +33,8 @@ pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
 pub use runtime::{
-    AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, HcclTimeouts, Health, ReduceOp, RootInfo,
-    SimCounters,
+    survey, AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, HcclTimeouts, Health, ReduceOp,
+    RootInfo, SimCounters, SurveyRow,
 };
 pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;

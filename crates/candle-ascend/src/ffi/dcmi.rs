@@ -30,6 +30,29 @@ pub struct DcmiHbmInfo {
     pub bandwith_util_rate: u32,
 }
 
+/// `MAX_CHIP_NAME_LEN`.
+pub const MAX_CHIP_NAME_LEN: usize = 32;
+
+/// `struct dcmi_chip_info`: the part, as `npu-smi` names it (`Ascend` and `910B3`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DcmiChipInfo {
+    /// `Ascend`.
+    pub chip_type: [u8; MAX_CHIP_NAME_LEN],
+    /// `910B3`.
+    pub chip_name: [u8; MAX_CHIP_NAME_LEN],
+    /// The chip revision.
+    pub chip_ver: [u8; MAX_CHIP_NAME_LEN],
+    /// AI Cores.
+    pub aicore_cnt: u32,
+}
+
+impl Default for DcmiChipInfo {
+    fn default() -> Self {
+        Self { chip_type: [0; MAX_CHIP_NAME_LEN], chip_name: [0; MAX_CHIP_NAME_LEN], chip_ver: [0; MAX_CHIP_NAME_LEN], aicore_cnt: 0 }
+    }
+}
+
 /// `struct dcmi_proc_mem_info`: a process using a device, and its device memory in bytes.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -88,6 +111,7 @@ dcmi_api! {
     dcmi_init: fn() -> c_int;
     dcmi_get_card_num_list: fn(*mut c_int, *mut c_int, c_int) -> c_int;
     dcmi_get_card_id_device_id_from_logicid: fn(*mut c_int, *mut c_int, u32) -> c_int;
+    dcmi_get_device_chip_info: fn(c_int, c_int, *mut DcmiChipInfo) -> c_int;
     dcmi_get_device_utilization_rate: fn(c_int, c_int, c_int, *mut u32) -> c_int;
     dcmi_get_device_hbm_info: fn(c_int, c_int, *mut DcmiHbmInfo) -> c_int;
     dcmi_get_device_temperature: fn(c_int, c_int, *mut c_int) -> c_int;

@@ -303,7 +303,8 @@ impl Toolkit {
         self.dcmi
             .get_or_init(|| {
                 let candidates = match self.kind {
-                    ToolkitKind::Emulated => find_lib(&self.root, "libdcmi.so").into_iter().collect(),
+                    ToolkitKind::Emulated => vec![find_lib(&self.root, "libdcmi.so")
+                        .unwrap_or_else(|| self.root.join("lib64").join("libdcmi.so"))],
                     ToolkitKind::Cann => super::dcmi::driver_candidates(),
                 };
                 let Some(path) = candidates.iter().find(|p| p.is_file()) else {

@@ -14,4 +14,4 @@ pub use allocator::DeviceBuffer;
 pub use communicator::{Communicator, HcclTimeouts, ReduceOp, RootInfo};
 pub use counters::DeviceCounters;
 pub use device::{AscendDevice, SimCounters};
-pub use monitor::{DeviceProcess, DeviceStatus, Health};
+pub use monitor::{survey, DeviceProcess, DeviceStatus, Health, SurveyRow};

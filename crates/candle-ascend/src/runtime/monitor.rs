@@ -4,7 +4,7 @@
 use std::ffi::c_int;
 
 use crate::error::{AscendError, Result};
-use crate::ffi::dcmi::{DcmiApi, DcmiHbmInfo, DcmiProcMemInfo, DCMI_OK, DCMI_UTILIZATION_RATE_AICORE};
+use crate::ffi::dcmi::{DcmiApi, DcmiChipInfo, DcmiHbmInfo, DcmiProcMemInfo, DCMI_OK, DCMI_UTILIZATION_RATE_AICORE};
 
 /// A device's health as DCMI grades it (`dcmi_get_device_health`: 0 normal, 1 minor, 2 major,
 /// 3 critical alarm, in the DCMI API reference).
@@ -59,6 +59,8 @@ pub struct DeviceStatus {
     pub card: i32,
     /// The chip on the card.
     pub chip: i32,
+    /// The part (`Ascend910B3`: DCMI's chip type and name).
+    pub part: String,
     /// AI Core utilisation, percent.
     pub utilization_pct: u32,
     /// HBM in use, MiB (DCMI's MB).
@@ -160,9 +162,15 @@ impl<'a> Monitor<'a> {
         let code = unsafe { (self.api.dcmi_get_device_power_info)(card, chip, &mut power) };
         self.check("dcmi_get_device_power_info", code)?;
         let (health, error_codes) = self.health()?;
+        let mut info = DcmiChipInfo::default();
+        // SAFETY: a valid out-pointer to a `struct dcmi_chip_info`.
+        let code = unsafe { (self.api.dcmi_get_device_chip_info)(card, chip, &mut info) };
+        self.check("dcmi_get_device_chip_info", code)?;
+        let text = |b: &[u8]| String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or_default()).into_owned();
         Ok(DeviceStatus {
             card,
             chip,
+            part: format!("{}{}", text(&info.chip_type), text(&info.chip_name)),
             utilization_pct: util,
             hbm_used_mb: hbm.memory_usage,
             hbm_total_mb: hbm.memory_size,
@@ -198,4 +206,28 @@ pub fn device_count(api: &DcmiApi) -> Result<usize> {
         return Err(AscendError::Dcmi { call: "dcmi_get_card_num_list", code, device: None });
     }
     Ok(count.max(0) as usize)
+}
+
+/// One device of a [`survey`]: its logical id, its status and the processes using it.
+#[derive(Debug, Clone)]
+pub struct SurveyRow {
+    /// The logical device (`npu:N`).
+    pub logical: u32,
+    /// What DCMI reports.
+    pub status: DeviceStatus,
+    /// The processes using it.
+    pub processes: Vec<DeviceProcess>,
+}
+
+/// Every device DCMI knows, through `kind`'s toolkit, without opening any of them (what
+/// `npu-smi info` lists).
+pub fn survey(kind: crate::ToolkitKind) -> Result<Vec<SurveyRow>> {
+    let toolkit = crate::ffi::Toolkit::get(kind)?;
+    let api = toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
+    (0..device_count(&api)? as u32)
+        .map(|logical| {
+            let monitor = Monitor::new(&api, logical, format!("{}:{logical}", kind.device_prefix()));
+            Ok(SurveyRow { logical, status: monitor.status()?, processes: monitor.processes()? })
+        })
+        .collect()
 }
