@@ -161,7 +161,16 @@ fn watch(device: &codon_ascend::cli::DeviceSpec, seconds: u64) -> anyhow::Result
     loop {
         let rows = ascend::survey(*kind)?;
         outln!("{}", clock_heading());
-        outln!("{:<11} {:<13} {:<9} {:>8} {:>7} {:>19} {:>9}", "NPU", "Part", "Health", "Power(W)", "Temp(C)", "HBM-Usage(MB)", "AICore(%)");
+        outln!(
+            "{:<11} {:<13} {:<9} {:>8} {:>7} {:>19} {:>9}",
+            "NPU",
+            "Part",
+            "Health",
+            "Power(W)",
+            "Temp(C)",
+            "HBM-Usage(MB)",
+            "AICore(%)"
+        );
         for row in &rows {
             let s = &row.status;
             outln!(

@@ -65,7 +65,8 @@ fn training_reports_each_device_and_stops_on_a_device_fault() {
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
         .collect();
     assert_eq!(saved.iter().max(), Some(&done), "{saved:?}");
-    let resumed = finetune("6", "resumed.jsonl", "1").args(["--resume", &p(&format!("ck/step-{done}"))]).output().unwrap();
+    let resumed =
+        finetune("6", "resumed.jsonl", "1").args(["--resume", &p(&format!("ck/step-{done}"))]).output().unwrap();
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     assert_eq!(rows("resumed.jsonl")[0]["step"].as_u64(), Some(done as u64 + 1));
 
@@ -121,7 +122,8 @@ fn npu_env_watch_lists_the_devices_their_faults_and_processes() {
     let _ = trainer.wait();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
-    let table: Vec<&str> = stdout.lines().take_while(|l| !l.starts_with("-- ") || l == &stdout.lines().next().unwrap()).collect();
+    let table: Vec<&str> =
+        stdout.lines().take_while(|l| !l.starts_with("-- ") || l == &stdout.lines().next().unwrap()).collect();
     let device_rows: Vec<&&str> = table.iter().filter(|l| l.starts_with("npu-sim:")).collect();
     assert_eq!(device_rows.len(), 8, "{stdout}");
     assert!(device_rows[2].contains("Critical") && device_rows[0].contains(" OK "), "{stdout}");

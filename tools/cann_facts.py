@@ -40,6 +40,8 @@ CRATE = Path(__file__).resolve().parent.parent / "crates" / "candle-ascend"
 INCLUDE = "opp/built-in/op_impl/ai_core/tbe/op_api/include/aclnnop"
 PLATFORMS = "aarch64-linux/data/platform_config"
 RUNTIME_HEADERS = ["aarch64-linux/include/acl", "aarch64-linux/include/aclnn", "aarch64-linux/include/hccl"]
+# The driver's DCMI header, beside the toolkit in the mirror (Ascend/driver/include).
+DCMI_HEADER = "../../driver/include/dcmi_interface_api.h"
 KERNELS = "opp/built-in/op_impl/ai_core/tbe/config/{soc}/aic-{soc}-ops-info.json"
 # The AI CPU engine's kernel tables: its own kernels and its TensorFlow kernels.
 AICPU_KERNELS = ["opp/built-in/op_impl/aicpu/aicpu_kernel/config/aicpu_kernel.json",
@@ -107,7 +109,8 @@ def our_runtime_functions():
     """(name, library) of each function the backend's loader macros resolve."""
     found = []
     for file, macro, library in [("loader.rs", "runtime_api! {", "libascendcl/libnnopbase"),
-                                 ("hccl.rs", "hccl_api! {", "libhccl")]:
+                                 ("hccl.rs", "hccl_api! {", "libhccl"),
+                                 ("dcmi.rs", "dcmi_api! {", "libdcmi")]:
         text = (CRATE / "src" / "ffi" / file).read_text()
         block = text[text.index(macro):]
         block = block[:block.index("\n}")]
@@ -118,17 +121,21 @@ def our_runtime_functions():
 # C scalar types by ABI class; anything with a `*` is a pointer, and an enum is an int.
 C_CLASSES = {"void": "void", "int": "i32", "int32_t": "i32", "uint32_t": "u32", "int64_t": "i64",
              "uint64_t": "u64", "size_t": "usize", "bool": "bool", "float": "f32", "double": "f64",
-             "char": "i8", "int8_t": "i8", "uint8_t": "u8", "int16_t": "i16", "uint16_t": "u16"}
+             "char": "i8", "int8_t": "i8", "uint8_t": "u8", "int16_t": "i16", "uint16_t": "u16",
+             "unsigned int": "u32", "unsigned char": "u8", "unsigned long long": "u64"}
 
 
 def runtime_headers(root):
     """All declarations and typedefs of the runtime headers, comments stripped, as one text."""
     texts = []
-    for folder in RUNTIME_HEADERS:
-        for header in sorted((root / folder).glob("*.h")):
-            text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(errors="replace"), flags=re.S)
-            # Preprocessor lines (with their continuations) are not declarations.
-            texts.append((header.name, re.sub(r"^\s*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)))
+    headers = [(root / folder).glob("*.h") for folder in RUNTIME_HEADERS]
+    dcmi = root / DCMI_HEADER
+    if not dcmi.is_file():
+        sys.exit(f"{dcmi}: missing (the mirror's Ascend/driver/include)")
+    for header in [h for found in headers for h in sorted(found)] + [dcmi]:
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", header.read_text(errors="replace"), flags=re.S)
+        # Preprocessor lines (with their continuations) are not declarations.
+        texts.append((header.name, re.sub(r"^\s*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)))
     return texts
 
 
@@ -164,11 +171,11 @@ def abi_class(c_type, aliases):
 
 def declaration(texts, name):
     """(header, return type, [parameter types]) of `name`'s declaration, or None."""
-    pattern = re.compile(r"(?:ACL_FUNC_VISIBILITY|extern|HCCL_API)?\s*([\w\s\*]+?)\s*\b" + name + r"\s*\(([^)]*)\)\s*;")
+    pattern = re.compile(r"(?:ACL_FUNC_VISIBILITY|extern|HCCL_API|DCMIDLLEXPORT)?\s*([\w\s\*]+?)\s*\b" + name + r"\s*\(([^)]*)\)\s*;")
     for header, text in texts:
         m = pattern.search(text)
         if m:
-            ret = " ".join(w for w in m.group(1).split() if w not in {"ACL_FUNC_VISIBILITY", "extern", "HCCL_API"})
+            ret = " ".join(w for w in m.group(1).split() if w not in {"ACL_FUNC_VISIBILITY", "extern", "HCCL_API", "DCMIDLLEXPORT"})
             params = [normalise(p) for p in m.group(2).split(",") if p.strip() and p.strip() != "void"]
             return header, normalise(ret + " r"), params
     return None
@@ -265,8 +272,9 @@ def main():
         runtime_rows.append(f"{name} | {library} | {header} | {abi_class(ret, aliases)} | {classes} | "
                             f"{ret} ({', '.join(params)})")
     write_table(args.out / "runtime_prototypes.tsv", [
-        f"CANN {stamp}: the ABI of each runtime, tensor-object and HCCL function the backend resolves, and of",
-        "each aclnn op's phase 2, read from aarch64-linux/include/{acl,aclnn,hccl}/*.h and the aclnn headers",
+        f"CANN {stamp}: the ABI of each runtime, tensor-object, HCCL and DCMI function the backend resolves, and",
+        "of each aclnn op's phase 2, read from aarch64-linux/include/{acl,aclnn,hccl}/*.h, the aclnn headers and the",
+        "driver's dcmi_interface_api.h (the mirror's Ascend/driver/include)",
         "by tools/cann_facts.py, typedefs resolved (an enum is i32; every pointer is ptr). \"-\": not declared.",
         "function | library | header | return class | parameter classes | declared types",
     ], runtime_rows)

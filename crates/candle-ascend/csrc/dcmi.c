@@ -60,6 +60,9 @@ struct dcmi_proc_mem_info {
     unsigned long proc_mem_usage; /* bytes */
 };
 
+/* The driver header's declarations of what follows (generated from soc/cann/runtime_prototypes.tsv). */
+#include "dcmi_prototypes.h"
+
 /* From the emulated libascendcl.so. */
 int aclsimReadConfig(void);
 int aclsimDeviceCount(void);

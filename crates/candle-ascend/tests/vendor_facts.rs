@@ -109,9 +109,9 @@ fn runtime_prototypes() -> Vec<(String, String, Vec<String>)> {
 }
 
 #[test]
-fn every_runtime_hccl_and_phase_two_declaration_has_the_vendors_abi() {
+fn every_runtime_hccl_dcmi_and_phase_two_declaration_has_the_vendors_abi() {
     use candle_ascend::ffi::abi::{runtime_class, RustSignature};
-    use candle_ascend::ffi::{hccl::HcclApi, loader::RuntimeApi, types::PHASE2_SIGNATURE};
+    use candle_ascend::ffi::{dcmi::DcmiApi, hccl::HcclApi, loader::RuntimeApi, types::PHASE2_SIGNATURE};
     let table = runtime_prototypes();
     let classes = |sig: &RustSignature| {
         let params: Vec<String> = sig
@@ -122,7 +122,7 @@ fn every_runtime_hccl_and_phase_two_declaration_has_the_vendors_abi() {
         (runtime_class(sig.2).unwrap_or_else(|| panic!("{}: unknown type {}", sig.0, sig.2)).to_string(), params)
     };
     let mut checked = 0;
-    for sig in RuntimeApi::SIGNATURES.iter().chain(HcclApi::SIGNATURES) {
+    for sig in RuntimeApi::SIGNATURES.iter().chain(HcclApi::SIGNATURES).chain(DcmiApi::SIGNATURES) {
         let row = table.iter().find(|r| r.0 == sig.0).unwrap_or_else(|| panic!("{} is not in the table", sig.0));
         assert_eq!(classes(sig), (row.1.clone(), row.2.clone()), "{} differs from the vendor's header", sig.0);
         checked += 1;
@@ -139,7 +139,10 @@ fn every_runtime_hccl_and_phase_two_declaration_has_the_vendors_abi() {
         assert_eq!(phase2, (row.1.clone(), row.2.clone()), "{}'s phase 2 differs from Phase2", op.name());
         checked += 1;
     }
-    assert_eq!(checked, RuntimeApi::SIGNATURES.len() + HcclApi::SIGNATURES.len() + AclnnOp::ALL.len() - 1);
+    assert_eq!(
+        checked,
+        RuntimeApi::SIGNATURES.len() + HcclApi::SIGNATURES.len() + DcmiApi::SIGNATURES.len() + AclnnOp::ALL.len() - 1
+    );
 }
 
 #[test]

@@ -96,7 +96,7 @@ pub fn runtime_class(spelling: &str) -> Option<&'static str> {
         "" | "()" => "void",
         "AclrtStream" | "AclrtEvent" | "AclTensorPtr" | "AclScalarPtr" | "AclIntArrayPtr" | "AclBoolArrayPtr"
         | "AclExecutorPtr" | "HcclComm" => "ptr",
-        "AclError" | "AclnnStatus" | "i32" => "i32",
+        "AclError" | "AclnnStatus" | "i32" | "c_int" => "i32",
         "u32" => "u32",
         "i64" => "i64",
         "u64" => "u64",

@@ -49,7 +49,12 @@ pub struct DcmiChipInfo {
 
 impl Default for DcmiChipInfo {
     fn default() -> Self {
-        Self { chip_type: [0; MAX_CHIP_NAME_LEN], chip_name: [0; MAX_CHIP_NAME_LEN], chip_ver: [0; MAX_CHIP_NAME_LEN], aicore_cnt: 0 }
+        Self {
+            chip_type: [0; MAX_CHIP_NAME_LEN],
+            chip_name: [0; MAX_CHIP_NAME_LEN],
+            chip_ver: [0; MAX_CHIP_NAME_LEN],
+            aicore_cnt: 0,
+        }
     }
 }
 

@@ -147,9 +147,8 @@ impl<'a> Monitor<'a> {
         let (card, chip) = self.card_chip()?;
         let mut util = 0u32;
         // SAFETY: a valid out-pointer.
-        let code = unsafe {
-            (self.api.dcmi_get_device_utilization_rate)(card, chip, DCMI_UTILIZATION_RATE_AICORE, &mut util)
-        };
+        let code =
+            unsafe { (self.api.dcmi_get_device_utilization_rate)(card, chip, DCMI_UTILIZATION_RATE_AICORE, &mut util) };
         self.check("dcmi_get_device_utilization_rate", code)?;
         let mut hbm = DcmiHbmInfo::default();
         // SAFETY: a valid out-pointer to a `struct dcmi_hbm_info`.
@@ -191,7 +190,10 @@ impl<'a> Monitor<'a> {
         let code = unsafe { (self.api.dcmi_get_device_resource_info)(card, chip, procs.as_mut_ptr(), &mut count) };
         self.check("dcmi_get_device_resource_info", code)?;
         let count = (count.max(0) as usize).min(MAX_PROCESSES);
-        Ok(procs[..count].iter().map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: p.proc_mem_usage as u64 }).collect())
+        Ok(procs[..count]
+            .iter()
+            .map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: p.proc_mem_usage as u64 })
+            .collect())
     }
 }
 
