@@ -192,7 +192,7 @@ impl<'a> Monitor<'a> {
         let count = (count.max(0) as usize).min(MAX_PROCESSES);
         Ok(procs[..count]
             .iter()
-            .map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: p.proc_mem_usage as u64 })
+            .map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: u64::from(p.proc_mem_usage) })
             .collect())
     }
 }
