@@ -192,7 +192,7 @@ impl<'a> Monitor<'a> {
         let count = (count.max(0) as usize).min(MAX_PROCESSES);
         Ok(procs[..count]
             .iter()
-            .map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: u64::from(p.proc_mem_usage) })
+            .map(|p| DeviceProcess { pid: p.proc_id, memory_bytes: widen(p.proc_mem_usage) })
             .collect())
     }
 }
@@ -232,4 +232,10 @@ pub fn survey(kind: crate::ToolkitKind) -> Result<Vec<SurveyRow>> {
             Ok(SurveyRow { logical, status: monitor.status()?, processes: monitor.processes()? })
         })
         .collect()
+}
+
+/// `unsigned long` as u64: the same type on 64-bit Linux, narrower elsewhere.
+#[allow(clippy::useless_conversion)]
+fn widen(bytes: std::ffi::c_ulong) -> u64 {
+    u64::from(bytes)
 }
