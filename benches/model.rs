@@ -6,6 +6,10 @@
 //! Ascend one call's counters are printed. The CPU also runs the 502-token full and 2048-token
 //! block-sparse workloads in bf16, beside f32.
 //!
+//! `forward_modelled` reports, beside them, the modelled time of the same CodonTransformer
+//! workloads on each emulated part (Ascend910A in f16, Ascend910B3 in bf16) through the
+//! [`modelled::ModelledTime`] measurement: the time model's figure, not a measurement.
+//!
 //! ```text
 //! cargo bench --bench model
 //! python3 benches/compare_transformers.py   # the same shapes in transformers, when torch is installed
@@ -16,7 +20,10 @@ use codon_ascend::bench::{devices, print_counters};
 use codon_ascend::model::bigbird::{
     init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
+
+#[path = "common/modelled.rs"]
+mod modelled;
 
 fn input(len: usize, device: &Device) -> ModelInput {
     let ids: Vec<u32> = (0..len)
@@ -80,5 +87,41 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// The CodonTransformer forwards on the emulated part, in its half precision, by modelled time.
+fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
+    let part = modelled::ModelledTime::emulated().part();
+    let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let dtype = if device.supports_bf16() { DType::BF16 } else { DType::F16 };
+    let full = BigBirdConfig::default();
+    let mut group = c.benchmark_group("forward_modelled");
+    group.sampling_mode(modelled::MODELLED_SAMPLING);
+    for (name, attention, len) in [
+        ("full-502", AttentionType::OriginalFull, 502),
+        ("full-2048", AttentionType::OriginalFull, 2048),
+        ("block-sparse-2048", AttentionType::BlockSparse, 2048),
+    ] {
+        let weights = init_weights(&full, 0, &device, dtype).expect("init");
+        let model = BigBirdForMaskedLM::from_named(full.clone(), weights).expect("model");
+        let x = input(len, &device);
+        let forward = || {
+            let logits = model.forward(&x, ForwardMode::eval(attention)).expect("forward");
+            logits.sum_all().and_then(|s| s.to_dtype(DType::F32)?.to_scalar::<f32>()).expect("logits")
+        };
+        group.bench_with_input(BenchmarkId::new(format!("{name}-{dtype:?}"), &part), &(), |b, _| b.iter(forward));
+    }
+    group.finish();
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::var_os(modelled::CHILD).is_some() {
+        let mut c = modelled::modelled_criterion();
+        bench_modelled(&mut c);
+        c.final_summary();
+        return;
+    }
+    benches();
+    modelled::run_modelled_children();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -5,6 +5,11 @@
 //! (the demo model, batch 2 × 128, f32), which the CPU runs too. On Ascend one step's counters are
 //! printed.
 //!
+//! `train_step_modelled` reports, beside them, the modelled time of a CodonTransformer step
+//! (2 × 1024 and 6 × 2048, block-sparse) on each emulated part, Ascend910A in f16 and
+//! Ascend910B3 in bf16, through the [`modelled::ModelledTime`] measurement: the time model's
+//! figure, not a measurement.
+//!
 //! ```text
 //! cargo bench --bench train_step
 //! ```
@@ -16,7 +21,10 @@ use codon_ascend::bench::{devices, print_counters};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use codon_ascend::model::training::MaskedLmModel;
 use codon_ascend::train::{Precision, Trainer, TrainerConfig};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode};
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
+
+#[path = "common/modelled.rs"]
+mod modelled;
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("train_step");
@@ -64,5 +72,48 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// One optimizer step of the CodonTransformer configuration on the emulated part, in its half
+/// precision, by modelled time.
+fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
+    let part = modelled::ModelledTime::emulated().part();
+    let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let precision = if device.supports_bf16() { Precision::Bf16 } else { Precision::F16 };
+    let full = BigBirdConfig::default();
+    let mut group = c.benchmark_group("train_step_modelled");
+    group.sampling_mode(modelled::MODELLED_SAMPLING);
+    for (batch, len) in [(2, 1024), (6, 2048)] {
+        let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(batch, len));
+        let weights = init_weights(&full, 0, &device, DType::F32).expect("init");
+        let model = BigBirdForMaskedLM::from_named(full.clone(), weights).expect("model");
+        let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");
+        let step = || {
+            let config = TrainerConfig::builder()
+                .max_steps(Some(1))
+                .max_epochs(1)
+                .precision(precision)
+                .retain_freed_memory(true)
+                .values_are_meaningless(true)
+                .quiet(true)
+                .build()
+                .expect("config");
+            Trainer::new(config).fit(&model, &data, None::<&Path>).expect("step")
+        };
+        let id = BenchmarkId::new(format!("{precision:?}-{batch}x{len}"), &part);
+        group.bench_with_input(id, &(), |b, _| b.iter(step));
+    }
+    group.finish();
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if std::env::var_os(modelled::CHILD).is_some() {
+        let mut c = modelled::modelled_criterion();
+        bench_modelled(&mut c);
+        c.final_summary();
+        return;
+    }
+    benches();
+    modelled::run_modelled_children();
+    Criterion::default().configure_from_args().final_summary();
+}
