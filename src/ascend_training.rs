@@ -84,9 +84,11 @@ pub struct AscendProbe {
     monitored: Vec<AscendDevice>,
     /// Whether monitoring works; `None` until first asked.
     monitoring: Option<bool>,
-    /// Devices already warned of a minor alarm.
+    /// Devices already warned of (a minor alarm, a failed DCMI call).
     warned: Vec<String>,
     warnings: Vec<String>,
+    /// When DCMI was last asked for the figures, and what it said.
+    last_sample: Option<(std::time::Instant, Vec<codon_train::DeviceSample>)>,
 }
 
 /// Training FLOPs per token of a BigBird encoder with `parameters` parameters: 6 per parameter,
@@ -121,6 +123,7 @@ impl AscendProbe {
             monitoring: None,
             warned: Vec::new(),
             warnings: Vec::new(),
+            last_sample: None,
         }
     }
 
@@ -202,20 +205,32 @@ impl DeviceProbe for AscendProbe {
         if !self.monitoring_works() {
             return Vec::new();
         }
-        // A device whose DCMI call fails this once is left out of the row.
-        self.monitored
-            .iter()
-            .filter_map(|d| {
-                let s = d.status().ok()?;
-                Some(codon_train::DeviceSample {
+        // DCMI is asked at most once a second; steps in between repeat the last figures.
+        if let Some((at, last)) = &self.last_sample {
+            if at.elapsed() < std::time::Duration::from_secs(1) {
+                return last.clone();
+            }
+        }
+        let mut samples = Vec::new();
+        for d in &self.monitored {
+            match d.status() {
+                Ok(s) => samples.push(codon_train::DeviceSample {
                     device: d.name(),
                     npu_util: f64::from(s.utilization_pct),
                     hbm_used_mb: s.hbm_used_mb,
                     temp_c: f64::from(s.temperature_c),
                     power_w: s.power_w,
-                })
-            })
-            .collect()
+                }),
+                // A device whose DCMI call fails is left out of the row, with one warning.
+                Err(e) if !self.warned.contains(&d.name()) => {
+                    self.warned.push(d.name());
+                    self.warnings.push(format!("{e}; its figures are left out of the metrics"));
+                }
+                Err(_) => {}
+            }
+        }
+        self.last_sample = Some((std::time::Instant::now(), samples.clone()));
+        samples
     }
 
     fn check_health(&mut self) -> std::result::Result<(), String> {
@@ -224,7 +239,7 @@ impl DeviceProbe for AscendProbe {
         }
         for d in &self.monitored {
             let Ok((health, codes)) = d.health() else { continue };
-            let codes = codes.iter().map(|c| format!("{c:#010x}")).collect::<Vec<_>>().join(", ");
+            let codes = candle_ascend::runtime::monitor::hex_codes(&codes);
             let codes = if codes.is_empty() { "no error code".to_string() } else { format!("error code {codes}") };
             if health.is_fault() {
                 return Err(format!("{} reports a fault: health {health}, {codes} (DCMI)", d.name()));

@@ -38,37 +38,41 @@ fn training_reports_each_device_and_stops_on_a_device_fault() {
             let util = d["npu_util"].as_f64().unwrap();
             assert!((0.0..=100.0).contains(&util), "{d}");
             assert!(d["hbm_used_mb"].as_u64().unwrap() > 0, "the model's weights are on the device: {d}");
-            assert!(d["temp_c"].as_f64().unwrap() >= 40.0 && d["power_w"].as_f64().unwrap() >= 70.0, "{d}");
+            // The modelled busy time of the work shows as power above the idle 70 W.
+            assert!(d["temp_c"].as_f64().unwrap() >= 40.0 && d["power_w"].as_f64().unwrap() > 70.0, "{d}");
         }
     }
 
-    // One device, a checkpoint every step; the launches of two steps (and what runs before the
-    // first) bring the device to its injected fault, so the run stops before step 2 or 3.
+    // One device, a checkpoint every step; the launches of three steps (and what runs before the
+    // first) bring the device to its injected fault during step 2 or 3, or the save after it.
+    // The run stops there, saving nothing after the fault, and the last checkpoint resumes.
     let o = finetune("6", "clean.jsonl", "1").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let two_steps: u64 = rows("clean.jsonl")[..2].iter().map(|r| r["device_launches"].as_u64().unwrap()).sum();
+    let three_steps: u64 = rows("clean.jsonl")[..3].iter().map(|r| r["device_launches"].as_u64().unwrap()).sum();
     let o = finetune("6", "fault.jsonl", "1")
         .args(["--checkpoint_dir", &p("ck"), "--save_every_n_steps", "1"])
-        .env("CANDLE_ASCEND_SIM_DEVICE_FAULT", format!("0:0x80E18402:{two_steps}"))
+        .env("CANDLE_ASCEND_SIM_DEVICE_FAULT", format!("0:0x80E18402:{three_steps}"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("npu-sim:0") && stderr.contains("0x80e18402") && stderr.contains("Critical"), "{stderr}");
+    assert!(stderr.contains("npu-sim:0") && stderr.contains("0x80E18402") && stderr.contains("Critical"), "{stderr}");
     let done = rows("fault.jsonl").len();
-    assert!((1..=2).contains(&done), "{done} steps ran: {stderr}");
-    assert!(stderr.contains(&format!("stopped before step {}", done + 1)), "{stderr}");
-    // The last checkpoint is the last step that ran, and a run resumes from it.
+    assert!((2..=3).contains(&done), "{done} steps ran: {stderr}");
+    assert!(stderr.contains(&format!("stopped after step {done}, saving nothing since the fault")), "{stderr}");
     let saved: Vec<usize> = std::fs::read_dir(p("ck"))
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
         .collect();
-    assert_eq!(saved.iter().max(), Some(&done), "{saved:?}");
+    // The fault appears during a step (whose weights are then not saved) or during the save
+    // after it (the save before the fault stands).
+    let last = *saved.iter().max().expect("a checkpoint before the fault");
+    assert!(last == done - 1 || last == done, "saved {saved:?} after {done} steps");
     let resumed =
-        finetune("6", "resumed.jsonl", "1").args(["--resume", &p(&format!("ck/step-{done}"))]).output().unwrap();
+        finetune("6", "resumed.jsonl", "1").args(["--resume", &p(&format!("ck/step-{last}"))]).output().unwrap();
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
-    assert_eq!(rows("resumed.jsonl")[0]["step"].as_u64(), Some(done as u64 + 1));
+    assert_eq!(rows("resumed.jsonl")[0]["step"].as_u64(), Some(last as u64 + 1));
 
     // A toolkit without the driver's DCMI: training works, with one warning and no figures.
     let sim = codon_ascend::ascend::emulated_root();

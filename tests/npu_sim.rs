@@ -594,7 +594,7 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<u
         assert!(rel_diff(g, w) < tolerance, "{dtype:?}: gradient of {name} differs by {}", rel_diff(g, w));
     }
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
-    // The keys and values are gathered once per chunk each way.
+    // The gathered keys' and values' gradients go back once per chunk.
     let chunks = chunk_bytes.map_or(1, |_| b as u64);
     assert_eq!(count("aclnnIndexAdd"), 2 * chunks, "{launched:?}");
     let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();

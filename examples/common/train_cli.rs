@@ -378,7 +378,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         Some(ascend) => trainer_config.device_probe(Box::new(
             codon_ascend::ascend_training::AscendProbe::new(ascend.clone())
                 .with_flops_per_token(flops_per_token)
-                // Every device of an in-process data-parallel run (one per process otherwise).
+                // Every device of an in-process data-parallel run; a multi-process run's rank 0 follows its own.
                 .monitoring(devices.iter().filter_map(|d| codon_ascend::ascend::ascend_device(d).cloned()).collect()),
         )),
         None => trainer_config,

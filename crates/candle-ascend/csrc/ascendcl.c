@@ -1,8 +1,10 @@
 /* Emulated libascendcl.so: init, devices, one worker thread per stream, device memory that the
  * host cannot dereference, copies, error messages, counters and fault injection. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -138,41 +140,55 @@ SIM_EXPORT void aclsimMonitorDir(char *out, size_t len) {
 
 static SimMonitor *g_monitor[MAX_DEVICES];
 static char g_monitor_path[MAX_DEVICES][600];
+static pid_t g_monitor_owner;
 
-/* A process's records go with it (a monitor also drops those of processes that died). */
+/* A process's records go with it (a monitor also drops those nobody holds any more); a forked
+ * child that exits leaves its parent's. */
 __attribute__((destructor)) static void remove_monitor_files(void) {
+    if (getpid() != g_monitor_owner) return;
     for (int d = 0; d < MAX_DEVICES; d++)
         if (g_monitor[d]) unlink(g_monitor_path[d]);
 }
 
 /* This process's monitor record of `device`, created on first use (NULL when the folder cannot
- * be written: monitoring is then off, nothing else changes). Called with g_lock held. */
+ * be written: monitoring is then off, nothing else changes). Called with g_lock held. The record
+ * is written whole under a temporary name and renamed into place, so a reader never sees a short
+ * file; its descriptor stays open with a shared lock, which tells readers the process is alive
+ * (a pid can be reused, or belong to another namespace). */
 static SimMonitor *monitor(int device) {
     if (device < 0 || device >= MAX_DEVICES) return NULL;
     if (g_monitor[device]) return g_monitor[device];
     static int failed;
     if (failed) return NULL;
-    char dir[512], path[600];
+    char dir[512], path[600], tmp[640];
     aclsimMonitorDir(dir, sizeof dir);
-    mkdir(dir, 0700);
+    struct stat st;
+    /* The folder must be ours and private: a shared /tmp is no place to follow someone's link. */
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != getuid()) {
+        failed = 1;
+        return NULL;
+    }
     snprintf(path, sizeof path, "%s/dev%d.%d", dir, device, (int)getpid());
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || ftruncate(fd, sizeof(SimMonitor)) != 0) {
-        if (fd >= 0) close(fd);
-        failed = 1;
-        return NULL;
-    }
-    SimMonitor *m = mmap(NULL, sizeof(SimMonitor), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED) {
-        failed = 1;
-        return NULL;
-    }
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    *m = (SimMonitor){0, (int32_t)getpid(), device, (int32_t)(g_soc - g_socs), 0, 0, 0, now.tv_sec + now.tv_nsec * 1e-9};
-    __atomic_store_n(&m->magic, SIM_MONITOR_MAGIC, __ATOMIC_RELEASE);
+    SimMonitor init = {.magic = SIM_MONITOR_MAGIC, .pid = (int32_t)getpid(), .device = device,
+                       .start_s = now.tv_sec + now.tv_nsec * 1e-9};
+    SimMonitor *m = MAP_FAILED;
+    if (fd >= 0 && pwrite(fd, &init, sizeof init, 0) == (ssize_t)sizeof init && flock(fd, LOCK_SH) == 0)
+        m = mmap(NULL, sizeof(SimMonitor), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED || rename(tmp, path) != 0) {
+        if (m != MAP_FAILED) munmap(m, sizeof(SimMonitor));
+        if (fd >= 0) close(fd);
+        unlink(tmp);
+        failed = 1;
+        return NULL;
+    }
+    /* fd stays open for the process's life: it holds the lock. */
     snprintf(g_monitor_path[device], sizeof g_monitor_path[device], "%s", path);
+    g_monitor_owner = getpid();
     g_monitor[device] = m;
     return m;
 }

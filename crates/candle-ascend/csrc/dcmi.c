@@ -6,7 +6,7 @@
  *
  * What the emulator makes up (docs/ascend.md, "Device monitoring"):
  * - utilisation: the backend's modelled busy time over wall time, since this process last asked;
- * - temperature 40 + 35·u °C and power 70 + 240·u W for utilisation u in [0, 1];
+ * - temperature 40 + 35·u °C and power 70 + 240·u W, u the utilisation over the device's life;
  * - health and error codes: healthy (0), unless CANDLE_ASCEND_SIM_DEVICE_FAULT=DEVICE:CODE[:LAUNCHES]
  *   names the device: from its LAUNCHES-th kernel launch on (0: from the start) it reports
  *   health 3 (critical) and the one error code CODE (hex or decimal). */
@@ -14,11 +14,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,8 +95,8 @@ static int device_of(int card_id, int device_id) {
     return card_id;
 }
 
-/* Read every live process's record of `device`; records of processes that have exited are
- * removed. */
+/* Read every live process's record of `device`. A record whose lock nobody holds is left over
+ * from a process that has ended, and is removed. */
 static void view(int device, DeviceView *v) {
     memset(v, 0, sizeof *v);
     v->start_s = now_s();
@@ -109,27 +109,28 @@ static void view(int device, DeviceView *v) {
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+        char *end;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (pid <= 0 || *end) continue; /* "dev0.123.new": a record being written */
         char path[800];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        int pid = atoi(e->d_name + plen);
-        if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+        int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             unlink(path);
+            close(fd);
             continue;
         }
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) continue;
-        SimMonitor *m = mmap(NULL, sizeof(SimMonitor), PROT_READ, MAP_SHARED, fd, 0);
-        close(fd);
-        if (m == MAP_FAILED) continue;
-        if (__atomic_load_n(&m->magic, __ATOMIC_ACQUIRE) == SIM_MONITOR_MAGIC && m->device == device) {
-            v->hbm_used += m->hbm_used;
-            v->launches += m->launches;
-            v->busy_us += m->busy_us;
-            if (m->start_s < v->start_s) v->start_s = m->start_s;
+        SimMonitor m;
+        if (pread(fd, &m, sizeof m, 0) == (ssize_t)sizeof m && m.magic == SIM_MONITOR_MAGIC && m.device == device) {
+            v->hbm_used += m.hbm_used;
+            v->launches += m.launches;
+            v->busy_us += m.busy_us;
+            if (m.start_s < v->start_s) v->start_s = m.start_s;
             if (v->nprocs < SIM_MAX_PROCS)
-                v->procs[v->nprocs++] = (struct dcmi_proc_mem_info){m->pid, (unsigned long)m->hbm_used};
+                v->procs[v->nprocs++] = (struct dcmi_proc_mem_info){m.pid, (unsigned long)m.hbm_used};
         }
-        munmap(m, sizeof(SimMonitor));
+        close(fd);
     }
     closedir(d);
 }
@@ -138,13 +139,16 @@ static void view(int device, DeviceView *v) {
  * first used). */
 static double utilisation(int device) {
     static double last_busy[64], last_wall[64];
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     DeviceView v;
     view(device, &v);
+    pthread_mutex_lock(&lock);
     double wall = now_s();
     double since = last_wall[device] > 0 ? last_wall[device] : v.start_s;
     double busy = v.busy_us - (last_wall[device] > 0 ? last_busy[device] : 0);
     last_busy[device] = v.busy_us;
     last_wall[device] = wall;
+    pthread_mutex_unlock(&lock);
     double span_us = (wall - since) * 1e6;
     if (span_us <= 0 || busy <= 0) return 0;
     return busy >= span_us ? 1.0 : busy / span_us;

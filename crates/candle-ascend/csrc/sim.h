@@ -63,7 +63,7 @@ typedef struct {
     uint32_t magic;
     int32_t pid;
     int32_t device;
-    int32_t soc; /* index into the emulated parts */
+    int32_t reserved;
     uint64_t hbm_used;  /* bytes this process holds on the device */
     uint64_t launches;  /* kernel launches this process made on the device */
     double busy_us;     /* the backend's modelled device time of those launches */

@@ -103,7 +103,6 @@ pub enum AscendError {
         /// Each refused op with its operands and the reason.
         refused: Vec<String>,
     },
-    /// An HCCL call failed.
     /// A DCMI call failed (device monitoring).
     #[error("{call} failed{} with DCMI code {code}", .device.as_ref().map(|d| format!(" for {d}")).unwrap_or_default())]
     Dcmi {
@@ -123,6 +122,7 @@ pub enum AscendError {
         /// The files tried.
         searched: Vec<std::path::PathBuf>,
     },
+    /// An HCCL call failed.
     #[error("{call} failed on rank {rank} of {ranks} ({device}) with HcclResult {code} ({text}){}", message_suffix(.message))]
     Hccl {
         /// The HCCL function.

@@ -32,13 +32,14 @@ fn dcmi_reports_memory_utilisation_and_an_injected_fault() {
     let busy = ascend.status().unwrap();
     assert!(busy.hbm_used_mb >= before.hbm_used_mb + 64, "{} then {} MiB", before.hbm_used_mb, busy.hbm_used_mb);
     assert!(busy.utilization_pct <= 100);
-    assert!(busy.power_w >= 70.0 && busy.temperature_c >= 40, "{busy:?}");
+    // The work's modelled busy time shows as power above the idle 70 W.
+    assert!(busy.power_w > 70.0 && busy.temperature_c >= 40, "{busy:?}");
     let me = std::process::id() as i32;
     let procs = ascend.processes().unwrap();
     assert!(procs.iter().any(|p| p.pid == me && p.memory_bytes >= 64 << 20), "{procs:?}");
     drop((x, y));
 
-    // A fault from this process's 3rd launch on the device onwards (it has made more already).
+    // A fault from the device's 3rd launch onwards (this process has made more already).
     unsafe { std::env::set_var("CANDLE_ASCEND_SIM_DEVICE_FAULT", "1:0x80E18402:3") };
     let (health, codes) = ascend.health().unwrap();
     assert_eq!(health, Health::Critical);

@@ -561,3 +561,55 @@ fn any_collective_trains_data_parallel() {
         assert!((x - y).abs() < 1e-5 * x.abs().max(1.0), "{a:?} vs {b:?}");
     }
 }
+
+/// A device probe whose device turns faulty at its `fault_at`-th health check (checks come
+/// before each step and after each step, before its checkpoint).
+struct FaultyProbe {
+    checks: usize,
+    fault_at: usize,
+}
+
+impl codon_train::DeviceProbe for FaultyProbe {
+    fn begin_step(&mut self) {}
+    fn end_step(&mut self, _tokens: usize) -> codon_train::DeviceStepStats {
+        codon_train::DeviceStepStats::default()
+    }
+    fn check_health(&mut self) -> std::result::Result<(), String> {
+        self.checks += 1;
+        if self.checks >= self.fault_at {
+            return Err("npu:0 reports a fault: health Critical, error code 0x80E18402 (DCMI)".into());
+        }
+        Ok(())
+    }
+}
+
+/// A fault found after a step keeps that step out of the checkpoints; one found before a step
+/// stops the run before it; either way the message names the device and the error code.
+#[test]
+fn a_device_fault_stops_training_without_saving_after_it() {
+    let data = Batches(vec![(1.0, false); 6]);
+    // Checks: before step 1 (1), after it (2), before step 2 (3), after it (4), ...
+    for (fault_at, steps_run, last_saved) in [(4, 2, Some(1)), (3, 1, Some(1)), (1, 0, None)] {
+        let dir = tempfile::tempdir().unwrap();
+        let model =
+            Linear { w: Var::new(&[0.5f32], &Device::Cpu).unwrap(), b: Var::new(&[0.0f32], &Device::Cpu).unwrap() };
+        let config = TrainerConfig::builder()
+            .precision(Precision::F32)
+            .max_epochs(1)
+            .scheduler(Box::new(Constant(0.1)))
+            .checkpoint_dir(Some(dir.path().join("ck")))
+            .save_every_n_steps(Some(1))
+            .device_probe(Box::new(FaultyProbe { checks: 0, fault_at }))
+            .quiet(true)
+            .build()
+            .unwrap();
+        let err = Trainer::new(config).fit(&model, &data, None).unwrap_err();
+        assert!(matches!(err, TrainError::DeviceFault { after_step, .. } if after_step == steps_run), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("npu:0") && text.contains("0x80E18402"), "{text}");
+        let saved: Vec<usize> = std::fs::read_dir(dir.path().join("ck"))
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok()).collect())
+            .unwrap_or_default();
+        assert_eq!(saved.iter().max().copied(), last_saved, "fault at check {fault_at}: saved {saved:?}");
+    }
+}

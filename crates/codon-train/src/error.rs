@@ -5,11 +5,12 @@ use std::path::PathBuf;
 /// Everything that can stop training.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
-    /// A device reported a fault before a step: the run stopped without running it.
-    #[error("{fault}; training stopped before step {step}, and the last checkpoint is as it was")]
+    /// A watched device reported a fault: the run stopped before its next step, and saved
+    /// nothing after the fault appeared.
+    #[error("{fault}; training stopped after step {after_step}, saving nothing since the fault")]
     DeviceFault {
-        /// The step that did not run.
-        step: usize,
+        /// The last step that ran (0: none).
+        after_step: usize,
         /// The device and its vendor error codes.
         fault: String,
     },

@@ -343,19 +343,13 @@ impl<M: TrainableModel> RankRun<'_, M> {
                     return Ok(());
                 }
                 let started = Instant::now();
+                // A device fault stops the run before the step (the first included).
+                if let Some(fault) = self.device_fault() {
+                    self.failure.fail(fault)?;
+                    continue;
+                }
                 if let Some(p) = c.device_probe.as_ref().filter(|_| self.lead()) {
-                    let mut probe = p.lock().unwrap_or_else(|e| e.into_inner());
-                    let health = probe.check_health();
-                    for w in probe.take_warnings() {
-                        self.progress.warn(w);
-                    }
-                    if let Err(fault) = health {
-                        drop(probe);
-                        // Stop before the step: the last checkpoint stays as it was.
-                        self.failure.fail(TrainError::DeviceFault { step: self.state.step + 1, fault })?;
-                        continue;
-                    }
-                    probe.begin_step();
+                    p.lock().unwrap_or_else(|e| e.into_inner()).begin_step();
                 }
                 let (micro, taken) = self.take_micro_batches(&mut batches)?;
                 if taken == 0 {
@@ -375,12 +369,30 @@ impl<M: TrainableModel> RankRun<'_, M> {
                     return Err(TrainError::TooManySkippedSteps { skipped: skipped_in_a_row, step: self.state.step });
                 }
                 self.state.loss_scaler = self.opt.scaler;
+                // A fault that appeared during the step keeps its weights out of the checkpoints.
+                if let Some(fault) = self.device_fault() {
+                    self.failure.fail(fault)?;
+                    continue;
+                }
                 self.save_if_due()?;
             }
             self.state.epoch += 1;
             self.state.batch_in_epoch = 0;
         }
         self.failure.pending.take().map_or(Ok(()), Err)
+    }
+
+    /// The fault of a watched device, if one reports one ([`crate::DeviceProbe::check_health`],
+    /// on the lead rank); the probe's warnings go out on the way.
+    fn device_fault(&mut self) -> Option<TrainError> {
+        let probe = self.config.device_probe.as_ref().filter(|_| self.lead())?;
+        let mut probe = probe.lock().unwrap_or_else(|e| e.into_inner());
+        let health = probe.check_health();
+        for w in probe.take_warnings() {
+            self.progress.warn(w);
+        }
+        let fault = health.err()?;
+        Some(TrainError::DeviceFault { after_step: self.state.step, fault })
     }
 
     /// The step's micro-batches, numbered across ranks: this rank takes every ranks-th, from its

@@ -127,7 +127,8 @@ dcmi_api! {
 }
 
 /// Where a real driver's `libdcmi.so` may be: `CANDLE_ASCEND_DCMI_LIB`, the DCMI package's
-/// folder, the driver's library folders, then the loader's own search path.
+/// folder, then the driver's library folders (the toolkit tries the loader's own search path
+/// after them).
 pub fn driver_candidates() -> Vec<PathBuf> {
     let mut found = Vec::new();
     if let Some(p) = std::env::var_os("CANDLE_ASCEND_DCMI_LIB") {

@@ -307,10 +307,14 @@ impl Toolkit {
                         .unwrap_or_else(|| self.root.join("lib64").join("libdcmi.so"))],
                     ToolkitKind::Cann => super::dcmi::driver_candidates(),
                 };
-                let Some(path) = candidates.iter().find(|p| p.is_file()) else {
-                    return Err(AscendError::DcmiNotFound { searched: candidates }.to_string());
-                };
-                DcmiApi::load(path).map(Arc::new).map_err(|e| e.to_string())
+                match candidates.iter().find(|p| p.is_file()) {
+                    Some(path) => DcmiApi::load(path).map(Arc::new).map_err(|e| e.to_string()),
+                    // A real driver's DCMI may also be on the loader's own search path.
+                    None if self.kind == ToolkitKind::Cann => DcmiApi::load(Path::new("libdcmi.so"))
+                        .map(Arc::new)
+                        .map_err(|_| AscendError::DcmiNotFound { searched: candidates }.to_string()),
+                    None => Err(AscendError::DcmiNotFound { searched: candidates }.to_string()),
+                }
             })
             .clone()
     }

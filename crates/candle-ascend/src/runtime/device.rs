@@ -415,19 +415,28 @@ impl AscendDevice {
     /// ([`AscendError::MonitoringOff`]) where the toolkit has no DCMI.
     pub fn status(&self) -> Result<super::monitor::DeviceStatus> {
         let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).status()
+        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).status()
     }
 
     /// The device's health and current error codes, from DCMI.
     pub fn health(&self) -> Result<(super::monitor::Health, Vec<u32>)> {
         let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).health()
+        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).health()
     }
 
     /// The processes using this device, from DCMI.
     pub fn processes(&self) -> Result<Vec<super::monitor::DeviceProcess>> {
         let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.inner.id as u32, self.name()).processes()
+        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).processes()
+    }
+
+    /// The device's DCMI logic id: ACL numbers the devices that `ASCEND_RT_VISIBLE_DEVICES`
+    /// leaves visible from 0, DCMI numbers them all, so `npu:0` under `ASCEND_RT_VISIBLE_DEVICES=4,5`
+    /// is DCMI's 4.
+    fn dcmi_logic_id(&self) -> u32 {
+        let visible = std::env::var("ASCEND_RT_VISIBLE_DEVICES").unwrap_or_default();
+        let ids: Vec<u32> = visible.split(',').filter_map(|v| v.trim().parse().ok()).collect();
+        ids.get(self.inner.id).copied().unwrap_or(self.inner.id as u32)
     }
 
     /// The emulator's counters; `None` on a real toolkit.

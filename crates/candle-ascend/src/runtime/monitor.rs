@@ -80,8 +80,13 @@ pub struct DeviceStatus {
 impl DeviceStatus {
     /// The error codes as the vendor writes them (`0x80E18402`), comma-separated.
     pub fn error_codes_hex(&self) -> String {
-        self.error_codes.iter().map(|c| format!("{c:#010X}").replace("0X", "0x")).collect::<Vec<_>>().join(", ")
+        hex_codes(&self.error_codes)
     }
+}
+
+/// Error codes as the vendor writes them (`0x80E18402`), comma-separated.
+pub fn hex_codes(codes: &[u32]) -> String {
+    codes.iter().map(|c| format!("0x{c:08X}")).collect::<Vec<_>>().join(", ")
 }
 
 /// A process using a device, with the device memory it holds.

@@ -177,7 +177,7 @@ fn gpu_probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) 
     candle_nn::ops::softmax_last_dim(&scores.contiguous()?)
 }
 
-/// softmax(q·kᵀ·scale + bias)·v over heads, the softmax in f32, with the probabilities'
+/// softmax(q·kᵀ·scale + bias)·v over heads (the softmax as [`probabilities`] runs it), with the probabilities'
 /// dropout: the CPU inference kernel when nothing needs a gradient, composed ops otherwise.
 /// `bias` broadcasts against the scores and holds the (finite) mask penalties.
 fn composed(
