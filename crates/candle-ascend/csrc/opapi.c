@@ -2017,14 +2017,22 @@ static int fa_masked(Flat *m, const aclTensor *mt, const FaGeom *g, int64_t b, i
     return ld_flat(m, ((bb * nd + nn) * g->s1 + i) * g->s2 + j) != 0;
 }
 
-/* Scores of query row i of (b, n) against every key: scale·q·kᵀ, masked keys −FLT_MAX (FA's
- * replacement value, not −inf). */
-static void fa_scores(Flat *q, Flat *k, Flat *m, const aclTensor *mt, const FaGeom *g, double scale, int64_t b,
-                      int64_t n, int64_t i, float *s) {
+/* pse (realShiftOptional) of (b, n, i, j): shape [B,N,S1,S2], [B,N,1,S2] or [1,N,S1,S2]; 0 without. */
+static double fa_pse(Flat *p, const aclTensor *pt, const FaGeom *g, int64_t b, int64_t n, int64_t i, int64_t j) {
+    if (!pt) return 0;
+    int64_t bb = pt->dims[0] > 1 ? b : 0, ii = pt->dims[2] > 1 ? i : 0;
+    return ld_flat(p, ((bb * g->n + n) * pt->dims[2] + ii) * g->s2 + j);
+}
+
+/* Scores of query row i of (b, n) against every key: scale·(pse + q·kᵀ) (the documented
+ * formula), masked keys −FLT_MAX (FA's replacement value, not −inf). */
+static void fa_scores(Flat *q, Flat *k, Flat *m, const aclTensor *mt, Flat *p, const aclTensor *pt, const FaGeom *g,
+                      double scale, int64_t b, int64_t n, int64_t i, float *s) {
     for (int64_t j = 0; j < g->s2; j++) {
         double acc = 0;
         for (int64_t d = 0; d < g->d; d++)
             acc += ld_flat(q, fa_index(g, b, n, i, g->s1, d)) * ld_flat(k, fa_index(g, b, n, j, g->s2, d));
+        acc += fa_pse(p, pt, g, b, n, i, j);
         s[j] = fa_masked(m, mt, g, b, n, i, j) ? -3.4028234663852886e38f : (float)(acc * scale);
     }
 }
@@ -2038,7 +2046,8 @@ static double fa_drop(const uint8_t *mask, const FaGeom *g, double keep, int64_t
 }
 
 /* Forward. t[0] = out, t[1] = q, t[2] = k, t[3] = v, t[4] = softmaxMax, t[5] = softmaxSum,
- * t[6] = attenMask (ndim 0: none), t[7] = dropMask (ndim 0: none); dims[0..5] = the geometry;
+ * t[6] = attenMask (ndim 0: none), t[7] = dropMask (ndim 0: none), t[8] = pse (ndim 0: none);
+ * dims[0..5] = the geometry;
  * f[0] = scale, f[1] = keepProb; i[0] = innerPrecise. */
 static void fa_geom_load(const aclOpExecutor *e, FaGeom *g) {
     g->b = e->dims[0], g->n = e->dims[1], g->s1 = e->dims[2], g->s2 = e->dims[3], g->d = e->dims[4];
@@ -2049,15 +2058,15 @@ static void run_flash_attention(aclOpExecutor *e) {
     FaGeom g;
     fa_geom_load(e, &g);
     Flat out = flat_of(&e->t[0]), q = flat_of(&e->t[1]), k = flat_of(&e->t[2]), v = flat_of(&e->t[3]);
-    Flat mx = flat_of(&e->t[4]), sm = flat_of(&e->t[5]), m = flat_of(&e->t[6]);
-    const aclTensor *mt = e->t[6].ndim ? &e->t[6] : NULL;
+    Flat mx = flat_of(&e->t[4]), sm = flat_of(&e->t[5]), m = flat_of(&e->t[6]), p = flat_of(&e->t[8]);
+    const aclTensor *mt = e->t[6].ndim ? &e->t[6] : NULL, *pt = e->t[8].ndim ? &e->t[8] : NULL;
     const uint8_t *drop = e->t[7].ndim ? (const uint8_t *)host_base(&e->t[7]) + e->t[7].offset : NULL;
     float *s = malloc(sizeof(float) * (size_t)g.s2);
     if (!s) { aclsimKernelFault("aclnnFlashAttentionScore: out of host memory"); return; }
     for (int64_t b = 0; b < g.b; b++)
         for (int64_t n = 0; n < g.n; n++)
             for (int64_t i = 0; i < g.s1; i++) {
-                fa_scores(&q, &k, &m, mt, &g, e->f[0], b, n, i, s);
+                fa_scores(&q, &k, &m, mt, &p, pt, &g, e->f[0], b, n, i, s);
                 float max = -3.4028234663852886e38f;
                 int all_masked = 1;
                 for (int64_t j = 0; j < g.s2; j++) {
@@ -2084,8 +2093,8 @@ static void run_flash_attention(aclOpExecutor *e) {
 }
 
 /* Layout, shapes and the arguments both ops share (FA L2 AnalysisAxis, tiling AnalyzeAttrs,
- * attenMask and dropMask analysis). Only what the emulator runs is accepted: no pse, padding
- * mask or prefix, sparseMode 0 without a band, Dv = Dk. */
+ * attenMask and dropMask analysis). Only what the emulator runs is accepted: no padding mask or
+ * prefix, sparseMode 0 without a band, Dv = Dk. */
 static int fa_check(const char *op, const aclTensor *q, const aclTensor *k, const aclTensor *v, const aclTensor *pse,
                     const aclTensor *drop, const aclTensor *pad, const aclTensor *mask, const aclIntArray *prefix,
                     double keep, int64_t pre, int64_t next, int64_t heads, const char *layout, int64_t sparse,
@@ -2094,7 +2103,7 @@ static int fa_check(const char *op, const aclTensor *q, const aclTensor *k, cons
     if (!layout) return bad(ACLNN_ERR_PARAM_NULLPTR, op, "inputLayout is null");
     if ((r = check(op, q, "query")) || (r = check(op, k, "key")) || (r = check(op, v, "value"))) return r;
     if (q->dtype != k->dtype || q->dtype != v->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "query, key and value must share a dtype");
-    if (pse || pad || prefix) return bad(ACLNN_ERR_PARAM_INVALID, op, "pse, paddingMask and prefix are not emulated");
+    if (pad || prefix) return bad(ACLNN_ERR_PARAM_INVALID, op, "paddingMask and prefix are not emulated");
     if (heads <= 0) return bad(ACLNN_ERR_PARAM_INVALID, op, "head_num must > 0");
     int code = !strcmp(layout, "BSH") ? FA_BSH : !strcmp(layout, "SBH") ? FA_SBH : !strcmp(layout, "BSND") ? FA_BSND
              : !strcmp(layout, "BNSD") ? FA_BNSD : -1;
@@ -2136,6 +2145,16 @@ static int fa_check(const char *op, const aclTensor *q, const aclTensor *k, cons
                      mask->dims[2] == g->s1 && mask->dims[3] == g->s2;
         if (!ok) return bad(ACLNN_ERR_INNER_TILING_ERROR, op, "atten_mask must be [B,N,Sq,Skv], [B,1,Sq,Skv], [1,1,Sq,Skv] or [Sq,Skv]");
     }
+    if (pse) {
+        /* aclnnFlashAttentionScore.md: realShiftOptional has query's dtype and the shape
+         * [B,N,S,S], [B,N,1,Skv] or [1,N,S,S]. */
+        if ((r = check(op, pse, "realShiftOptional"))) return r;
+        if (pse->dtype != q->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "realShiftOptional must have query's dtype");
+        int ok = pse->ndim == 4 && pse->dims[1] == g->n && pse->dims[3] == g->s2 &&
+                 ((pse->dims[0] == g->b && (pse->dims[2] == g->s1 || pse->dims[2] == 1)) ||
+                  (pse->dims[0] == 1 && pse->dims[2] == g->s1));
+        if (!ok) return bad(ACLNN_ERR_PARAM_INVALID, op, "realShiftOptional must be [B,N,S,S], [B,N,1,Skv] or [1,N,S,S]");
+    }
     if (drop) {
         if ((r = check(op, drop, "dropMask"))) return r;
         if (drop->dtype != ACL_UINT8 || drop->ndim != 1 || drop->strides[0] != 1)
@@ -2152,7 +2171,8 @@ static int fa_stats_ok(const aclTensor *t, const FaGeom *g) {
            t->dims[3] == 8;
 }
 
-static void fa_store(aclOpExecutor *e, const FaGeom *g, const aclTensor *mask, const aclTensor *drop) {
+static void fa_store(aclOpExecutor *e, const FaGeom *g, const aclTensor *mask, const aclTensor *drop,
+                     const aclTensor *pse) {
     int64_t dims[6] = {g->b, g->n, g->s1, g->s2, g->d, g->layout};
     memcpy(e->dims, dims, sizeof dims);
     e->ndims = 6;
@@ -2160,6 +2180,8 @@ static void fa_store(aclOpExecutor *e, const FaGeom *g, const aclTensor *mask, c
     else e->t[6].ndim = 0;
     if (drop) e->t[7] = *drop;
     else e->t[7].ndim = 0;
+    if (pse) e->t[8] = *pse;
+    else e->t[8].ndim = 0;
 }
 
 SIM_EXPORT aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(
@@ -2183,7 +2205,7 @@ SIM_EXPORT aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(
     if (s) return s;
     const aclTensor *ts[6] = {out, q, k, v, softmax_max, softmax_sum};
     for (int c = 0; c < 6; c++) (*e)->t[c] = *ts[c];
-    fa_store(*e, &g, mask, drop);
+    fa_store(*e, &g, mask, drop, pse);
     (*e)->f[0] = scale;
     (*e)->f[1] = keep;
     (*e)->i[0] = inner_precise;
@@ -2201,9 +2223,9 @@ static void run_flash_attention_grad(aclOpExecutor *e) {
     fa_geom_load(e, &g);
     FaGradExtra *x = (FaGradExtra *)(intptr_t)e->i[1];
     Flat dq = flat_of(&e->t[0]), q = flat_of(&e->t[1]), k = flat_of(&e->t[2]), v = flat_of(&e->t[3]);
-    Flat mx = flat_of(&e->t[4]), sm = flat_of(&e->t[5]), m = flat_of(&e->t[6]);
+    Flat mx = flat_of(&e->t[4]), sm = flat_of(&e->t[5]), m = flat_of(&e->t[6]), p = flat_of(&e->t[8]);
     Flat dy = flat_of(&x->dy), out = flat_of(&x->out), dk = flat_of(&x->dk), dv = flat_of(&x->dv);
-    const aclTensor *mt = e->t[6].ndim ? &e->t[6] : NULL;
+    const aclTensor *mt = e->t[6].ndim ? &e->t[6] : NULL, *pt = e->t[8].ndim ? &e->t[8] : NULL;
     const uint8_t *drop = e->t[7].ndim ? (const uint8_t *)host_base(&e->t[7]) + e->t[7].offset : NULL;
     size_t kv = (size_t)(g.s2 * g.d);
     float *s = malloc(sizeof(float) * (size_t)g.s2);
@@ -2217,7 +2239,7 @@ static void run_flash_attention_grad(aclOpExecutor *e) {
             memset(acc_k, 0, sizeof(double) * kv);
             memset(acc_v, 0, sizeof(double) * kv);
             for (int64_t i = 0; i < g.s1; i++) {
-                fa_scores(&q, &k, &m, mt, &g, e->f[0], b, n, i, s);
+                fa_scores(&q, &k, &m, mt, &p, pt, &g, e->f[0], b, n, i, s);
                 double max = ld_flat(&mx, ((b * g.n + n) * g.s1 + i) * 8), sum = ld_flat(&sm, ((b * g.n + n) * g.s1 + i) * 8);
                 double row = 0; /* D_i = dy_i · out_i */
                 for (int64_t d = 0; d < g.d; d++)
@@ -2288,7 +2310,7 @@ SIM_EXPORT aclnnStatus aclnnFlashAttentionScoreGradGetWorkspaceSize(
     x->dy = *dy, x->out = *attention_in, x->dk = *dk, x->dv = *dv;
     const aclTensor *ts[6] = {dq, q, k, v, softmax_max, softmax_sum};
     for (int c = 0; c < 6; c++) (*e)->t[c] = *ts[c];
-    fa_store(*e, &g, mask, drop);
+    fa_store(*e, &g, mask, drop, pse);
     (*e)->f[0] = scale;
     (*e)->f[1] = keep;
     (*e)->i[1] = (int64_t)(intptr_t)x;

@@ -84,7 +84,7 @@ typedef struct aclOpExecutor {
     uint64_t workspace_size;
     void *workspace; /* host view of the workspace, set by phase 2 */
     int aicpu;       /* the kernel runs on the AI CPU (op_support.h's aicpu mask) */
-    aclTensor t[8];
+    aclTensor t[9];
     int nt;
     double f[6];
     int64_t i[4];

@@ -330,9 +330,29 @@ fn flash_geometry(layout: FlashLayout, heads: usize, ql: &Layout, kl: &Layout) -
     }
 }
 
+/// How flash attention leaves keys out.
+#[derive(Debug, Clone)]
+pub enum FlashKeys {
+    /// `attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked.
+    Mask(Tensor),
+    /// `realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype, added to q·kᵀ before
+    /// the scale (a penalty divided by the scale masks a key).
+    Bias(Tensor),
+}
+
+impl FlashKeys {
+    /// (mask, pse) views.
+    fn views(&self) -> candle_core::Result<(Option<View>, Option<View>)> {
+        Ok(match self {
+            Self::Mask(m) => (Some(tensor_view(m)?.1), None),
+            Self::Bias(b) => (None, Some(tensor_view(b)?.1)),
+        })
+    }
+}
+
 /// The Ascend body of attention over q, k, v in `layout` (`heads` heads for BSH; BNSD
-/// operands carry theirs): `softmax(scale·q·kᵀ, masked)·v` in one `aclnnFlashAttentionScore`.
-/// `atten_mask` is (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked. With
+/// operands carry theirs): `softmax(scale·(q·kᵀ + bias), masked)·v` in one
+/// `aclnnFlashAttentionScore`, the keys left out as `keys` says. With
 /// `dropout` = (p, seed, offset), one `aclnnDropoutGenMaskV2` draws the (B, N, S1, S2) bits
 /// first, as torch_npu's `npu_fusion_attention` does.
 #[allow(clippy::too_many_arguments)]
@@ -343,7 +363,7 @@ pub fn flash_attention(
     kl: &Layout,
     v: &dyn DynBackendStorage,
     vl: &Layout,
-    atten_mask: &Tensor,
+    keys: &FlashKeys,
     layout: FlashLayout,
     heads: usize,
     scale: f64,
@@ -352,7 +372,7 @@ pub fn flash_attention(
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
     let [b, heads, s1, s2] = flash_geometry(layout, heads, ql, kl)?;
     let dev = &qs.device;
-    let (_, mv) = tensor_view(atten_mask)?;
+    let (mask, pse) = keys.views()?;
     let drop_mask = match dropout {
         Some((p, seed, offset)) => {
             let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s1 * s2);
@@ -383,7 +403,8 @@ pub fn flash_attention(
     let keep = dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
     let args = crate::ops::attention::FlashArgs {
         layout,
-        atten_mask: &mv,
+        atten_mask: mask.as_ref(),
+        pse: pse.as_ref(),
         drop_mask: drop.as_ref(),
         keep,
         heads: heads as i64,
@@ -409,13 +430,14 @@ pub fn flash_attention_grad(
     vl: &Layout,
     dy: &Tensor,
     out: &Tensor,
-    atten_mask: &Tensor,
+    keys: &FlashKeys,
     saved: &FlashSaved,
     scale: f64,
     keep: f64,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
-    let ((_, dyv), (_, ov), (_, mv)) = (tensor_view(dy)?, tensor_view(out)?, tensor_view(atten_mask)?);
+    let ((_, dyv), (_, ov)) = (tensor_view(dy)?, tensor_view(out)?);
+    let (mask, pse) = keys.views()?;
     let (nq, nk, nv) = (ql.shape().elem_count(), kl.shape().elem_count(), vl.shape().elem_count());
     let packed = AscendStorage::empty(&qs.device, nq + nk + nv, qs.dtype)?;
     let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
@@ -427,7 +449,8 @@ pub fn flash_attention_grad(
     let drop = saved.drop_view()?;
     let args = crate::ops::attention::FlashArgs {
         layout: saved.layout,
-        atten_mask: &mv,
+        atten_mask: mask.as_ref(),
+        pse: pse.as_ref(),
         drop_mask: drop.as_ref(),
         keep,
         heads: saved.dims[1] as i64,

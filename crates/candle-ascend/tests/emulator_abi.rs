@@ -361,7 +361,8 @@ fn embedding_dropout_and_add_layer_norm_refuse_what_the_vendor_refuses() {
 }
 
 /// aclnnFlashAttentionScore (ops-transformer c29bc10) exists on the A2 only, takes no
-/// (B, 1, 1, S) key mask, needs keepProb in (0, 1] and at most 256 heads.
+/// (B, 1, 1, S) key mask, needs keepProb in (0, 1] and at most 256 heads, and takes a bias
+/// (realShiftOptional) only in query's dtype and the shapes [B,N,S,S], [B,N,1,Skv], [1,N,S,S].
 #[test]
 fn flash_attention_refuses_what_ops_transformer_refuses() {
     type Fa = unsafe extern "C" fn(
@@ -394,14 +395,14 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
     let (q, stats) = (f(&[2, 4, 6]), f(&[2, 3, 4, 8]));
     let mask = |dims: &[i64]| env.tensor(buf, dims, dtype::UINT8);
     let fa: Fa = unsafe { std::mem::transmute(env.tk.op("aclnnFlashAttentionScore").unwrap().0) };
-    let call_with = |q: T, stats: T, heads: i64, m: T, keep: f64, layout: &std::ffi::CStr| unsafe {
+    let call_with_pse = |q: T, stats: T, heads: i64, m: T, pse: T, keep: f64, layout: &std::ffi::CStr| unsafe {
         let (mut ws, mut exec) = (0u64, null_mut());
         let n = null_mut();
         fa(
             q,
             q,
             q,
-            n,
+            pse,
             n,
             n,
             m,
@@ -422,6 +423,9 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
             &mut exec,
         )
     };
+    let call_with = |q: T, stats: T, heads: i64, m: T, keep: f64, layout: &std::ffi::CStr| {
+        call_with_pse(q, stats, heads, m, null_mut(), keep, layout)
+    };
     let call = |m: T, keep: f64, layout: &std::ffi::CStr| call_with(q, stats, 3, m, keep, layout);
     let soc = unsafe { CStr::from_ptr((env.tk.api.aclrtGetSocName)()) }.to_string_lossy().into_owned();
     if !soc.starts_with("Ascend910B") {
@@ -432,6 +436,14 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
     assert_eq!(call(mask(&[2, 1, 1, 4]), 1.0, c"BSH"), 561_002, "a (B, 1, 1, S) mask");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 0.0, c"BSH"), 561_002, "keepProb 0");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 1.0, c"BNSD"), 161_002, "a 3-D query in BNSD");
+    // A bias per (B, N) row of keys, in query's dtype, with or without a mask.
+    let pse = |dims: &[i64], dt: i32| env.tensor(buf, dims, dt);
+    let with_pse = |p: T, m: T| call_with_pse(q, stats, 3, m, p, 1.0, c"BSH");
+    assert_eq!(with_pse(pse(&[2, 3, 1, 4], dtype::FLOAT), null_mut()), 0);
+    assert_eq!(with_pse(pse(&[2, 3, 4, 4], dtype::FLOAT), mask(&[2, 1, 4, 4])), 0);
+    assert_eq!(with_pse(pse(&[2, 1, 1, 4], dtype::FLOAT), null_mut()), 161_002, "a bias without its N");
+    assert_eq!(with_pse(pse(&[1, 3, 1, 4], dtype::FLOAT), null_mut()), 161_002, "[1,N,1,Skv]");
+    assert_eq!(with_pse(pse(&[2, 3, 1, 4], dtype::FLOAT16), null_mut()), 161_002, "a bias in another dtype");
     // N is 1~256 (the doc's 约束说明): 257 heads of dim 1 are refused, 256 run.
     for (heads, code) in [(256, 0), (257, 161_002)] {
         let (q, stats) = (f(&[1, 2, heads]), f(&[1, heads, 2, 8]));

@@ -1,6 +1,7 @@
 //! Fused attention: `aclnnFlashAttentionScore` and its gradient (ops-transformer
 //! `attention/flash_attention_score[_grad]`), in the BSH or BNSD layout, sparseMode 0 with no
-//! band, without pse, as torch_npu's `npu_fusion_attention` calls them.
+//! band, as torch_npu's `npu_fusion_attention` calls them; the keys are masked by a UINT8 mask, or
+//! by a per-key bias (`realShiftOptional`, added to q·kᵀ before the scale).
 use crate::soc::AclnnOp;
 use std::sync::Arc;
 
@@ -33,11 +34,13 @@ impl FlashLayout {
 }
 
 /// What forward and backward share: the mask of masked (1) positions, (B, 1, S1, S2) or
-/// (B, N, S1, S2) UINT8; the dropout bits with their keep probability (1 without); the layout,
-/// the head count and the score scale.
+/// (B, N, S1, S2) UINT8, or the bias `pse` added to the scores before the scale, (B, N, 1, S2)
+/// or (B, N, S1, S2) in q's dtype (either or both); the dropout bits with their keep
+/// probability (1 without); the layout, the head count and the score scale.
 pub struct FlashArgs<'a> {
     pub layout: FlashLayout,
-    pub atten_mask: &'a View,
+    pub atten_mask: Option<&'a View>,
+    pub pse: Option<&'a View>,
     pub drop_mask: Option<&'a View>,
     pub keep: f64,
     pub heads: i64,
@@ -62,6 +65,20 @@ impl FlashArgs<'_> {
     fn drop_ptr(&self, dev: &Arc<DeviceInner>) -> Result<Option<super::AclObject>> {
         self.drop_mask.map(|m| m.acl(dev)).transpose()
     }
+
+    /// The optional operands' aclTensors: (mask, pse).
+    fn keys(&self, dev: &Arc<DeviceInner>) -> Result<(Option<super::AclObject>, Option<super::AclObject>)> {
+        Ok((self.atten_mask.map(|m| m.acl(dev)).transpose()?, self.pse.map(|p| p.acl(dev)).transpose()?))
+    }
+
+    /// The mask and pse among the operands (for the launch's bytes).
+    fn key_views(&self) -> impl Iterator<Item = &View> {
+        self.atten_mask.into_iter().chain(self.pse)
+    }
+}
+
+fn ptr_or_null(t: &Option<super::AclObject>) -> T {
+    t.as_ref().map_or(std::ptr::null_mut(), |t| t.ptr())
 }
 
 /// `out = softmax(scale·q·kᵀ, masked)·(dropout / keep)·v`, with the row maxima and sums
@@ -73,7 +90,8 @@ pub fn flash_attention(
     (softmax_max, softmax_sum): (&View, &View),
     out: &View,
 ) -> Result<()> {
-    let (tq, tk, tv, tm) = (q.acl(dev)?, k.acl(dev)?, v.acl(dev)?, args.atten_mask.acl(dev)?);
+    let (tq, tk, tv) = (q.acl(dev)?, k.acl(dev)?, v.acl(dev)?);
+    let (tm, tp) = args.keys(dev)?;
     let (tmax, tsum, to) = (softmax_max.acl(dev)?, softmax_sum.acl(dev)?, out.acl(dev)?);
     let drop = args.drop_ptr(dev)?;
     let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
@@ -81,40 +99,36 @@ pub fn flash_attention(
     let layout = args.layout.name();
     // q·kᵀ and p·v.
     let work = args.cube(q, k, 2);
-    launch_cube(
-        dev,
-        AclnnOp::FlashAttentionScore,
-        &[q, k, v, args.atten_mask, softmax_max, softmax_sum, out],
-        work,
-        |addr, ws, ex| {
-            phase1!(
-                addr,
-                ws,
-                ex,
-                fn(T, T, T, T, T, T, T, AclIntArrayPtr, f64, f64, i64, i64, i64, C, i64, i64, T, T, T, T),
-                tq.ptr(),
-                tk.ptr(),
-                tv.ptr(),
-                null,
-                td,
-                null,
-                tm.ptr(),
-                std::ptr::null_mut(),
-                args.scale,
-                args.keep,
-                NO_BAND,
-                NO_BAND,
-                args.heads,
-                layout.as_ptr(),
-                0i64,
-                0i64,
-                tmax.ptr(),
-                tsum.ptr(),
-                null,
-                to.ptr()
-            )
-        },
-    )
+    let views: Vec<&View> =
+        [q, k, v].into_iter().chain(args.key_views()).chain([softmax_max, softmax_sum, out]).collect();
+    launch_cube(dev, AclnnOp::FlashAttentionScore, &views, work, |addr, ws, ex| {
+        phase1!(
+            addr,
+            ws,
+            ex,
+            fn(T, T, T, T, T, T, T, AclIntArrayPtr, f64, f64, i64, i64, i64, C, i64, i64, T, T, T, T),
+            tq.ptr(),
+            tk.ptr(),
+            tv.ptr(),
+            ptr_or_null(&tp),
+            td,
+            null,
+            ptr_or_null(&tm),
+            std::ptr::null_mut(),
+            args.scale,
+            args.keep,
+            NO_BAND,
+            NO_BAND,
+            args.heads,
+            layout.as_ptr(),
+            0i64,
+            0i64,
+            tmax.ptr(),
+            tsum.ptr(),
+            null,
+            to.ptr()
+        )
+    })
 }
 
 /// dq, dk, dv of [`flash_attention`] from the output's gradient `dy`, the forward's output and
@@ -130,13 +144,15 @@ pub fn flash_attention_grad(
     (dq, dk, dv): (&View, &View, &View),
 ) -> Result<()> {
     let (tq, tk, tv, tdy, to) = (q.acl(dev)?, k.acl(dev)?, v.acl(dev)?, dy.acl(dev)?, out.acl(dev)?);
-    let (tm, tmax, tsum) = (args.atten_mask.acl(dev)?, softmax_max.acl(dev)?, softmax_sum.acl(dev)?);
+    let (tm, tp) = args.keys(dev)?;
+    let (tmax, tsum) = (softmax_max.acl(dev)?, softmax_sum.acl(dev)?);
     let (tdq, tdk, tdv) = (dq.acl(dev)?, dk.acl(dev)?, dv.acl(dev)?);
     let drop = args.drop_ptr(dev)?;
     let td = drop.as_ref().map_or(std::ptr::null_mut(), |d| d.ptr());
     let null: T = std::ptr::null_mut();
     let layout = args.layout.name();
-    let views = [q, k, v, dy, out, args.atten_mask, softmax_max, softmax_sum, dq, dk, dv];
+    let views: Vec<&View> =
+        [q, k, v, dy, out].into_iter().chain(args.key_views()).chain([softmax_max, softmax_sum, dq, dk, dv]).collect();
     // q·kᵀ recomputed, then dv, dp, dq and dk.
     let work = args.cube(q, k, 5);
     launch_cube(dev, AclnnOp::FlashAttentionScoreGrad, &views, work, |addr, ws, ex| {
@@ -149,10 +165,10 @@ pub fn flash_attention_grad(
             tk.ptr(),
             tv.ptr(),
             tdy.ptr(),
-            null,
+            ptr_or_null(&tp),
             td,
             null,
-            tm.ptr(),
+            ptr_or_null(&tm),
             tmax.ptr(),
             tsum.ptr(),
             null,

@@ -5,8 +5,9 @@
 //! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
 //! - other devices: an op with its own backward pass that gathers the key blocks with one
-//!   index-select. Each part (global rows, middle blocks) is one `aclnnFlashAttentionScore`
-//!   where the part has it (the penalties become its UINT8 mask, the heads fold into the
+//!   index-select (per chunk of sequences when they are many). Each part (global rows, middle
+//!   blocks) is one `aclnnFlashAttentionScore` where the part has it (the global rows' masked
+//!   keys as its UINT8 mask, the middle blocks' penalties as its bias; the heads fold into the
 //!   batch for the middle blocks: it takes at most 256 heads), composed matmuls and softmax
 //!   elsewhere. The backward pass splits and gathers the keys and values again instead of
 //!   keeping copies.
@@ -18,6 +19,7 @@ use candle_core::{DType, Tensor};
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 use super::flash::{flash_attention_heads, FlashState};
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
+use candle_ascend::fused::FlashKeys;
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
 /// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16
@@ -39,18 +41,8 @@ pub struct BlockSparseMask {
     /// The most gathered key bytes a launch of the middle part takes on devices
     /// ([`MIDDLE_CHUNK_BYTES`] unless set).
     middle_chunk_bytes: usize,
-    /// The flash attention masks, built by the first layer that needs them.
-    flash: OnceLock<FlashMasks>,
-}
-
-/// The UINT8 masks (1 = masked) that flash attention takes in place of penalties.
-struct FlashMasks {
-    /// The global query rows' keys, (b, 1, 2·wm, n).
-    global: Tensor,
-    /// Masked keys by block, (b, nb, wm).
-    key_blocks: Tensor,
-    /// The absent slots of the middle query blocks, (nb − 2, slots·wm).
-    absent: Tensor,
+    /// The global query rows' flash attention mask, built by the first layer that needs it.
+    flash: OnceLock<Tensor>,
 }
 
 impl BlockSparseMask {
@@ -79,20 +71,14 @@ impl BlockSparseMask {
         self
     }
 
-    /// The flash attention masks for `keys`.
-    fn flash_masks(&self, keys: &KeyBlocks) -> candle_core::Result<&FlashMasks> {
-        if let Some(masks) = self.flash.get() {
-            return Ok(masks);
+    /// The global query rows' UINT8 mask (1 = masked) for flash attention, (b, 1, 2·wm, n).
+    fn flash_masks(&self) -> candle_core::Result<&Tensor> {
+        if let Some(mask) = self.flash.get() {
+            return Ok(mask);
         }
         let (b, n) = self.mask.dims2()?;
-        let wm = self.block_size;
         let masked = self.mask.eq(0.0)?;
-        let absent: Vec<u8> = keys.absent.iter().flat_map(|&a| std::iter::repeat_n(u8::from(a), wm)).collect();
-        let built = FlashMasks {
-            global: masked.reshape((b, 1, 1, n))?.broadcast_as((b, 1, 2 * wm, n))?.contiguous()?,
-            key_blocks: masked.reshape((b, n / wm, wm))?,
-            absent: Tensor::from_vec(absent, (keys.blocks - 2, keys.slots * wm), self.mask.device())?,
-        };
+        let built = masked.reshape((b, 1, 1, n))?.broadcast_as((b, 1, 2 * self.block_size, n))?.contiguous()?;
         Ok(self.flash.get_or_init(|| built))
     }
 }
@@ -186,30 +172,25 @@ pub fn block_sparse_attention(
         .collect();
     let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
     let local = Tensor::from_vec(keys.table.clone(), h * (nb - 2) * slots, device)?;
+    // Penalties per key of the middle blocks: the masked keys' (gathered from the per-token
+    // penalties) plus the absent slots' (the same for every sequence and head).
+    let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
+    let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
+    // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
+    let bias = masks
+        .key_penalty
+        .reshape((b, nb, wm))?
+        .index_select(&local, 1)?
+        .reshape((b, h, nb - 2, slots * wm))?
+        .broadcast_add(&absent)?
+        .reshape((b, h * (nb - 2), 1, slots * wm))?;
     let (global, middle) = if fused_attention_runs(q) {
-        // The middle blocks' masks: the masked keys gathered by block, or-ed with the absent
-        // slots, one row per (sequence, head, block), spread over the query rows when used.
-        let fm = masks.flash_masks(keys)?;
-        let middle = fm
-            .key_blocks
-            .index_select(&local, 1)?
-            .reshape((b, h, nb - 2, slots * wm))?
-            .broadcast_maximum(&fm.absent)?
-            .reshape((b * h * (nb - 2), 1, 1, slots * wm))?;
-        (KeyMask::Flash(fm.global.clone()), KeyMask::Flash(middle))
+        // Flash attention takes the middle blocks' penalties as its bias (realShiftOptional),
+        // one row per (sequence, head, block): it adds them to q·kᵀ before the scale, so they
+        // go in divided by it. The global rows take the key mask, spread over their rows.
+        let middle = (bias.reshape((b * h * (nb - 2), 1, 1, slots * wm))? / scale)?.to_dtype(q.dtype())?;
+        (KeyMask::Flash(masks.flash_masks()?.clone()), KeyMask::FlashBias(middle))
     } else {
-        // Penalties per key: the masked keys' (gathered from the per-token penalties) plus the
-        // absent slots' (the same for every sequence and head).
-        let absent: Vec<f32> = absent.iter().flat_map(|&a| std::iter::repeat_n(a, wm)).collect();
-        let absent = Tensor::from_vec(absent, (nb - 2, slots * wm), device)?;
-        // candle's batched matmul takes at most two batch dimensions: fold (h, nb − 2) into one.
-        let bias = masks
-            .key_penalty
-            .reshape((b, nb, wm))?
-            .index_select(&local, 1)?
-            .reshape((b, h, nb - 2, slots * wm))?
-            .broadcast_add(&absent)?
-            .reshape((b, h * (nb - 2), 1, slots * wm))?;
         (KeyMask::Penalty(masks.key_penalty.clone()), KeyMask::Penalty(bias))
     };
     let inputs = SparseInputs { index, global, middle, query_mask: masks.query_mask.clone() };
@@ -302,12 +283,13 @@ impl SparseGeometry {
     }
 }
 
-/// The most gathered key (or value) bytes one launch of the middle part takes by default. At
-/// CodonTransformer's 6 × 2048 a sequence's are 24 MB in bf16 and f16: chunks of 3 sequences
-/// keep the backward pass's gathered keys, values and their gradients (each 5 + r times the
-/// size of k) under the 8 GiB the step needs otherwise (7,800 MiB against 8,074 and 7,910 on the
-/// emulated 910B3 and 910A), for 2 % more modelled time. Batches of 2 × 1024 run in one chunk.
-const MIDDLE_CHUNK_BYTES: usize = 80 << 20;
+/// The most gathered key (or value) bytes one launch of the middle part takes by default. A
+/// sequence's are 24 MB at 2048 tokens in bf16 and f16 (CodonTransformer's 12 heads, 8 key
+/// blocks of 64): batches up to 6 × 2048, the published configuration, run in one chunk (the
+/// step's peak then stays under 7,936 MiB on the emulated 910B3 and 910A, `tests/npu_budgets.rs`);
+/// larger ones in chunks of this size, which bound the backward pass's gathered keys, values and
+/// their gradients (each 5 + r times the size of k) for a few more launches.
+const MIDDLE_CHUNK_BYTES: usize = 160 << 20;
 
 /// The per-layer tables of block-sparse attention on devices.
 struct SparseInputs {
@@ -316,19 +298,22 @@ struct SparseInputs {
     /// The global query rows' masked keys: penalties (b, 1, 1, n) or a mask (b, 1, 2·wm, n).
     global: KeyMask,
     /// The middle query blocks' masked keys among their gathered ones: penalties
-    /// (b, h·(nb − 2), 1, slots·wm) or a mask (b·h·(nb − 2), 1, 1, slots·wm).
+    /// (b, h·(nb − 2), 1, slots·wm) or flash attention's bias (b·h·(nb − 2), 1, 1, slots·wm).
     middle: KeyMask,
     /// Zeroes padded query rows, (b, 1, n, 1).
     query_mask: Tensor,
 }
 
-/// How a part's keys are masked: additive penalties for the composed softmax, or flash
-/// attention's UINT8 mask (1 = masked; one row per query row or one for all). They agree: every penalty here underflows exp to
-/// exactly 0, as masking does, and no query row that reaches the output has all its keys
-/// masked (a real token sees its own block).
+/// How a part's keys are masked: additive penalties for the composed softmax; flash
+/// attention's UINT8 mask (1 = masked; one row per query row or one for all, spread over the
+/// rows when used); or flash attention's bias, the penalties over the scale in q's dtype, one
+/// row per (sequence, head, block). They agree: every penalty here underflows exp to exactly 0,
+/// as masking does, and no query row that reaches the output has all its keys masked (a real
+/// token sees its own block).
 enum KeyMask {
     Penalty(Tensor),
     Flash(Tensor),
+    FlashBias(Tensor),
 }
 
 impl KeyMask {
@@ -338,6 +323,7 @@ impl KeyMask {
         Ok(match self {
             Self::Penalty(bias) => Self::Penalty(bias.narrow(0, first, count)?),
             Self::Flash(mask) => Self::Flash(mask.narrow(0, first * rows, count * rows)?),
+            Self::FlashBias(bias) => Self::FlashBias(bias.narrow(0, first * rows, count * rows)?),
         })
     }
 }
@@ -364,27 +350,38 @@ enum PartSoftmax {
     /// Composed: the penalties. The backward pass computes the probabilities again
     /// (five launches) rather than keep them: they are the largest activation of a layer.
     Composed(Tensor),
-    /// One flash attention launch: its output, row statistics and mask (before it is spread
-    /// over the query rows); no probabilities.
-    Flash { out: Tensor, state: FlashState, mask: Tensor },
+    /// One flash attention launch: its output, row statistics and keys (a mask before it is
+    /// spread over the query rows, or the bias); no probabilities.
+    Flash { out: Tensor, state: Box<FlashState>, keys: FlashParts },
+}
+
+/// A flash part's keys as kept for its backward pass.
+enum FlashParts {
+    /// (batch, 1, 1 or rows, keys) UINT8, spread over the rows at each launch.
+    Mask(Tensor),
+    /// (batch, 1, 1, keys) in q's dtype.
+    Bias(Tensor),
+}
+
+impl FlashParts {
+    /// The launch's keys for `rows` query rows.
+    fn keys(&self, rows: usize) -> candle_core::Result<FlashKeys> {
+        Ok(match self {
+            Self::Mask(mask) => FlashKeys::Mask(spread_rows(mask, rows)?),
+            Self::Bias(bias) => FlashKeys::Bias(bias.clone()),
+        })
+    }
 }
 
 impl AttentionPart {
-    /// The part over (batch, heads, rows, d) q and (batch, heads, keys, d) k, v. A flash mask
-    /// of one row per (sequence, head) folds the heads into the batch: flash attention takes
-    /// at most 256 heads, and a mask per batch row but not per head and batch row at once.
+    /// The part over (batch, heads, rows, d) q and (batch, heads, keys, d) k, v. Flash keys of
+    /// one row per (sequence, head) fold the heads into the batch: flash attention takes at
+    /// most 256 heads, and a mask or bias per batch row but not per head and batch row at once.
     fn forward(q: Tensor, k: &Tensor, v: &Tensor, scale: f64, keys: &KeyMask) -> candle_core::Result<(Tensor, Self)> {
         let bias = match keys {
-            KeyMask::Flash(mask) => {
-                let (b, h, _, _) = q.dims4()?;
-                let outer = (mask.dim(0)?, b * h / mask.dim(0)?);
-                let fold = |t: &Tensor| fold_heads(t, outer);
-                let spread = spread_rows(mask, q.dim(2)?)?;
-                let (out, state) = flash_attention_heads(&fold(&q)?, &fold(k)?, &fold(v)?, &spread, scale)?;
-                let ctx = out.reshape(q.shape())?;
-                return Ok((ctx, Self { q, softmax: PartSoftmax::Flash { out, state, mask: mask.clone() } }));
-            }
             KeyMask::Penalty(bias) => bias,
+            KeyMask::Flash(mask) => return Self::flash(q, k, v, scale, FlashParts::Mask(mask.clone())),
+            KeyMask::FlashBias(bias) => return Self::flash(q, k, v, scale, FlashParts::Bias(bias.clone())),
         };
         let mut probs = probabilities(&q, k, Some(bias), scale)?;
         probs = probs.to_dtype(v.dtype())?;
@@ -392,7 +389,19 @@ impl AttentionPart {
         Ok((out, Self { q, softmax: PartSoftmax::Composed(bias.clone()) }))
     }
 
-    /// (dq, dk, dv) from the output's gradient, with the forward's keys and values.
+    /// The part in one flash attention launch, its heads folded into the batch as its keys'
+    /// rows say.
+    fn flash(q: Tensor, k: &Tensor, v: &Tensor, scale: f64, parts: FlashParts) -> candle_core::Result<(Tensor, Self)> {
+        let (b, h, rows, _) = q.dims4()?;
+        let batch = match &parts {
+            FlashParts::Mask(t) | FlashParts::Bias(t) => t.dim(0)?,
+        };
+        let fold = |t: &Tensor| fold_heads(t, (batch, b * h / batch));
+        let (out, state) = flash_attention_heads(&fold(&q)?, &fold(k)?, &fold(v)?, &parts.keys(rows)?, scale)?;
+        let ctx = out.reshape(q.shape())?;
+        Ok((ctx, Self { q, softmax: PartSoftmax::Flash { out, state: Box::new(state), keys: parts } }))
+    }
+
     /// (dq, dk, dv) from the output's gradient, with the forward's keys and values (taken, so
     /// that they can be dropped as soon as they have been used).
     fn backward(
@@ -405,11 +414,11 @@ impl AttentionPart {
         let q = &self.q;
         let (k, v) = (&k, v);
         match &self.softmax {
-            PartSoftmax::Flash { out, state, mask } => {
+            PartSoftmax::Flash { out, state, keys } => {
                 let (b, h, _, _) = out.dims4()?;
                 let fold = |t: &Tensor| fold_heads(t, (b, h));
-                let mask = spread_rows(mask, q.dim(2)?)?;
-                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(&v)?, &mask, out, &fold(grad)?)?;
+                let keys = keys.keys(q.dim(2)?)?;
+                let (dq, dk, dv) = state.backward(&fold(q)?, &fold(k)?, &fold(&v)?, &keys, out, &fold(grad)?)?;
                 Ok((dq.reshape(q.shape())?, dk.reshape(k.shape())?, dv.reshape(v.shape())?))
             }
             PartSoftmax::Composed(bias) => {

@@ -5,7 +5,7 @@
 //! seq, d) heads with any mask for ops that write their own backward pass.
 use std::sync::Mutex;
 
-use candle_ascend::fused::{self, FlashLayout};
+use candle_ascend::fused::{self, FlashKeys, FlashLayout};
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
@@ -36,19 +36,27 @@ pub fn flash_attention(
         }
         _ => None,
     };
-    let op = FlashAttention { layout: FlashLayout::Bsh, heads, scale, mask, dropout, saved: Mutex::default() };
+    let op = FlashAttention {
+        layout: FlashLayout::Bsh,
+        heads,
+        scale,
+        keys: FlashKeys::Mask(mask),
+        dropout,
+        saved: Mutex::default(),
+    };
     q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
 }
 
 /// Attention over (batch, heads, seq, d) heads outside autograd, for ops with their own
-/// backward pass: `softmax(q·kᵀ·scale, masked)·v` with `mask` (batch, 1 or heads, q seq,
-/// k seq) UINT8, 1 where masked; the output and what [`FlashState::backward`] needs besides
-/// the mask. Runs where [`super::fused_attention_runs`].
+/// backward pass: `softmax((q·kᵀ + bias)·scale, masked)·v` with the keys left out as `keys`
+/// says (a mask (batch, 1 or heads, q seq, k seq) UINT8, 1 where masked; or a bias (batch,
+/// heads, 1 or q seq, k seq) in q's dtype); the output and what [`FlashState::backward`] needs
+/// besides the keys. Runs where [`super::fused_attention_runs`].
 pub fn flash_attention_heads(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: &Tensor,
+    keys: &FlashKeys,
     scale: f64,
 ) -> candle_core::Result<(Tensor, FlashState)> {
     let heads = q.dims4()?.1;
@@ -56,7 +64,7 @@ pub fn flash_attention_heads(
         layout: FlashLayout::Bnsd,
         heads,
         scale,
-        mask: mask.clone(),
+        keys: keys.clone(),
         dropout: None,
         saved: Mutex::default(),
     };
@@ -70,8 +78,8 @@ struct FlashAttention {
     layout: FlashLayout,
     heads: usize,
     scale: f64,
-    /// (B, 1 or N, S1, S2) UINT8, 1 where masked.
-    mask: Tensor,
+    /// Which keys are left out.
+    keys: FlashKeys,
     /// (p, seed, offset) of the probabilities' dropout.
     dropout: Option<(f64, u64, u64)>,
     saved: Mutex<Option<fused::FlashSaved>>,
@@ -122,7 +130,7 @@ impl CustomOp3 for FlashAttention {
             l2,
             s3,
             l3,
-            &self.mask,
+            &self.keys,
             self.layout,
             self.heads,
             self.scale,
@@ -140,7 +148,7 @@ impl CustomOp3 for FlashAttention {
         res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let (dq, dk, dv) = self.state()?.backward(q, k, v, &self.mask, res, grad)?;
+        let (dq, dk, dv) = self.state()?.backward(q, k, v, &self.keys, res, grad)?;
         Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
@@ -153,18 +161,18 @@ pub struct FlashState {
 }
 
 impl FlashState {
-    /// (dq, dk, dv) from the forward's operands `q`, `k`, `v` and `mask`, its output `out` and
+    /// (dq, dk, dv) from the forward's operands `q`, `k`, `v` and `keys`, its output `out` and
     /// the output's gradient, in one `aclnnFlashAttentionScoreGrad`.
     pub fn backward(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        mask: &Tensor,
+        keys: &FlashKeys,
         out: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
-        let op = FlashAttentionGrad { state: self, mask, dy: grad.contiguous()?, out: out.clone() };
+        let op = FlashAttentionGrad { state: self, keys, dy: grad.contiguous()?, out: out.clone() };
         let packed = q.apply_op3_no_bwd(k, v, &op)?;
         let (nq, nk) = (q.elem_count(), k.elem_count());
         let piece = |start: usize, like: &Tensor| packed.narrow(0, start, like.elem_count())?.reshape(like.shape());
@@ -175,7 +183,7 @@ impl FlashState {
 /// `[dq | dk | dv]` of [`FlashAttention`] (Ascend only).
 struct FlashAttentionGrad<'a> {
     state: &'a FlashState,
-    mask: &'a Tensor,
+    keys: &'a FlashKeys,
     dy: Tensor,
     out: Tensor,
 }
@@ -209,7 +217,7 @@ impl CustomOp3 for FlashAttentionGrad<'_> {
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         let st = self.state;
         fused::flash_attention_grad(
-            s1, l1, s2, l2, s3, l3, &self.dy, &self.out, self.mask, &st.saved, st.scale, st.keep,
+            s1, l1, s2, l2, s3, l3, &self.dy, &self.out, self.keys, &st.saved, st.scale, st.keep,
         )
     }
 }
