@@ -107,13 +107,5 @@ fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
 criterion_group!(benches, bench);
 
 fn main() {
-    if std::env::var_os(modelled::CHILD).is_some() {
-        let mut c = modelled::modelled_criterion();
-        bench_modelled(&mut c);
-        c.final_summary();
-        return;
-    }
-    benches();
-    modelled::run_modelled_children();
-    Criterion::default().configure_from_args().final_summary();
+    modelled::main_with(benches, bench_modelled);
 }

@@ -128,3 +128,17 @@ pub fn run_modelled_children() {
         assert!(status.success(), "the modelled bench of {part} failed");
     }
 }
+
+/// A bench's `main`: in the modelled child of a part, `modelled` alone with modelled time;
+/// otherwise the wall-clock `benches`, then a modelled child per part.
+pub fn main_with(benches: fn(), modelled: fn(&mut Criterion<ModelledTime>)) {
+    if std::env::var_os(CHILD).is_some() {
+        let mut c = modelled_criterion();
+        modelled(&mut c);
+        c.final_summary();
+        return;
+    }
+    benches();
+    run_modelled_children();
+    Criterion::default().configure_from_args().final_summary();
+}

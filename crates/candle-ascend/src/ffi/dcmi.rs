@@ -5,8 +5,6 @@
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 
-use libloading::Library;
-
 use crate::error::{AscendError, Result};
 
 /// `DCMI_OK`.
@@ -69,45 +67,10 @@ pub struct DcmiProcMemInfo {
 }
 
 macro_rules! dcmi_api {
-    ($($name:ident : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
-        /// The DCMI entry points we call, resolved when the library loads.
-        #[allow(non_snake_case, missing_docs)]
-        pub struct DcmiApi {
-            _lib: Library,
-            /// The library file.
-            pub path: PathBuf,
-            $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
-        }
-
-        impl DcmiApi {
-            /// The entry points' names.
-            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
-
-            /// Each entry point's Rust parameter and return types as declared here, which
-            /// tests/vendor_facts.rs compares with the driver's `dcmi_interface_api.h`
-            /// (`soc/cann/runtime_prototypes.tsv`).
-            pub const SIGNATURES: &[crate::ffi::abi::RustSignature] =
-                &[$((stringify!($name), &[$(stringify!($arg)),*], stringify!($($ret)?))),*];
-
-            /// Load `path`, resolve every entry point and call `dcmi_init`.
-            #[allow(non_snake_case)]
-            pub fn load(path: &Path) -> Result<Self> {
-                // SAFETY: loading DCMI runs its initialisers, which have no preconditions.
-                let lib = unsafe { Library::new(path) }
-                    .map_err(|source| AscendError::Library { path: path.to_path_buf(), source })?;
-                $(
-                    // SAFETY: the symbol's type is the C prototype declared in `dcmi_api!`.
-                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(stringify!($name).as_bytes()) }
-                        .map_err(|_| AscendError::MissingSymbol { library: path.display().to_string(), symbol: stringify!($name).into() })?;
-                )*
-                let api = Self { _lib: lib, path: path.to_path_buf(), $($name,)* };
-                // SAFETY: `int dcmi_init(void)`.
-                let code = unsafe { (api.dcmi_init)() };
-                if code != DCMI_OK {
-                    return Err(AscendError::Dcmi { call: "dcmi_init", code, device: None });
-                }
-                Ok(api)
-            }
+    ($($entry:tt)*) => {
+        super::library::library_api! {
+            /// The DCMI entry points we call, resolved when the library loads.
+            DcmiApi { $($entry)* }
         }
     };
 }
@@ -124,6 +87,19 @@ dcmi_api! {
     dcmi_get_device_health: fn(c_int, c_int, *mut u32) -> c_int;
     dcmi_get_device_errorcode_v2: fn(c_int, c_int, *mut c_int, *mut u32, u32) -> c_int;
     dcmi_get_device_resource_info: fn(c_int, c_int, *mut DcmiProcMemInfo, *mut c_int) -> c_int;
+}
+
+impl DcmiApi {
+    /// Load `path`, resolve every entry point and initialise DCMI (`dcmi_init`).
+    pub fn open(path: &Path) -> Result<Self> {
+        let api = Self::load(path)?;
+        // SAFETY: `int dcmi_init(void)`.
+        let code = unsafe { (api.dcmi_init)() };
+        if code != DCMI_OK {
+            return Err(AscendError::Dcmi { call: "dcmi_init", code, device: None });
+        }
+        Ok(api)
+    }
 }
 
 /// Where a real driver's `libdcmi.so` may be: `CANDLE_ASCEND_DCMI_LIB`, the DCMI package's

@@ -2,12 +2,8 @@
 //! root as ACL. Declarations follow the vendor's `hccl.h` and `hccl_types.h` (torch-npu 2.14.0
 //! wheel); `tools/check_vendor_abi.py` compares them with the headers.
 use std::ffi::{c_char, c_void};
-use std::path::Path;
-
-use libloading::Library;
 
 use super::types::AclrtStream;
-use crate::error::{AscendError, Result};
 
 /// `HcclComm` (`void*`).
 pub type HcclComm = *mut c_void;
@@ -68,36 +64,10 @@ pub mod reduce_op {
 }
 
 macro_rules! hccl_api {
-    ($($name:ident : fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
-        /// The HCCL entry points we call, resolved when the library loads.
-        #[allow(non_snake_case, missing_docs)]
-        pub struct HcclApi {
-            _lib: Library,
-            $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
-        }
-
-        impl HcclApi {
-            /// The entry points' names.
-            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
-
-            /// Each entry point's Rust parameter and return types as declared here, which
-            /// tests/vendor_facts.rs compares with the vendor's `hccl.h` (`soc/cann/runtime_prototypes.tsv`).
-            pub const SIGNATURES: &[crate::ffi::abi::RustSignature] =
-                &[$((stringify!($name), &[$(stringify!($arg)),*], stringify!($($ret)?))),*];
-
-            /// Load `path` and resolve every entry point.
-            #[allow(non_snake_case)]
-            pub fn load(path: &Path) -> Result<Self> {
-                // SAFETY: loading HCCL runs its initialisers, which have no preconditions.
-                let lib = unsafe { Library::new(path) }
-                    .map_err(|source| AscendError::Library { path: path.to_path_buf(), source })?;
-                $(
-                    // SAFETY: the symbol's type is the C prototype declared in `hccl_api!`.
-                    let $name = *unsafe { lib.get::<unsafe extern "C" fn($($arg),*) $(-> $ret)?>(stringify!($name).as_bytes()) }
-                        .map_err(|_| AscendError::MissingSymbol { library: path.display().to_string(), symbol: stringify!($name).into() })?;
-                )*
-                Ok(Self { _lib: lib, $($name,)* })
-            }
+    ($($entry:tt)*) => {
+        super::library::library_api! {
+            /// The HCCL entry points we call, resolved when the library loads.
+            HcclApi { $($entry)* }
         }
     };
 }

@@ -308,9 +308,9 @@ impl Toolkit {
                     ToolkitKind::Cann => super::dcmi::driver_candidates(),
                 };
                 match candidates.iter().find(|p| p.is_file()) {
-                    Some(path) => DcmiApi::load(path).map(Arc::new).map_err(|e| e.to_string()),
+                    Some(path) => DcmiApi::open(path).map(Arc::new).map_err(|e| e.to_string()),
                     // A real driver's DCMI may also be on the loader's own search path.
-                    None if self.kind == ToolkitKind::Cann => DcmiApi::load(Path::new("libdcmi.so"))
+                    None if self.kind == ToolkitKind::Cann => DcmiApi::open(Path::new("libdcmi.so"))
                         .map(Arc::new)
                         .map_err(|_| AscendError::DcmiNotFound { searched: candidates }.to_string()),
                     None => Err(AscendError::DcmiNotFound { searched: candidates }.to_string()),

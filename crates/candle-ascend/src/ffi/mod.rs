@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod dcmi;
 pub mod hccl;
+mod library;
 pub mod loader;
 pub mod types;
 
