@@ -172,10 +172,17 @@ fn watch(device: &codon_ascend::cli::DeviceSpec, seconds: u64) -> anyhow::Result
             "AICore(%)"
         );
         for row in &rows {
-            let s = &row.status;
+            let name = format!("{}:{}", kind.device_prefix(), row.logical);
+            let s = match &row.status {
+                Ok(s) => s,
+                Err(e) => {
+                    outln!("{name:<11} {e}");
+                    continue;
+                }
+            };
             outln!(
                 "{:<11} {:<13} {:<9} {:>8.1} {:>7} {:>19} {:>9}",
-                format!("{}:{}", kind.device_prefix(), row.logical),
+                name,
                 s.part,
                 s.health.to_string(),
                 s.power_w,

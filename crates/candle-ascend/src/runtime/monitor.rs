@@ -220,9 +220,9 @@ pub fn device_count(api: &DcmiApi) -> Result<usize> {
 pub struct SurveyRow {
     /// The logical device (`npu:N`).
     pub logical: u32,
-    /// What DCMI reports.
-    pub status: DeviceStatus,
-    /// The processes using it.
+    /// What DCMI reports, or why it could not (one device's failure leaves the others).
+    pub status: std::result::Result<DeviceStatus, String>,
+    /// The processes using it (none when DCMI could not say).
     pub processes: Vec<DeviceProcess>,
 }
 
@@ -231,12 +231,14 @@ pub struct SurveyRow {
 pub fn survey(kind: crate::ToolkitKind) -> Result<Vec<SurveyRow>> {
     let toolkit = crate::ffi::Toolkit::get(kind)?;
     let api = toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-    (0..device_count(&api)? as u32)
+    Ok((0..device_count(&api)? as u32)
         .map(|logical| {
             let monitor = Monitor::new(&api, logical, format!("{}:{logical}", kind.device_prefix()));
-            Ok(SurveyRow { logical, status: monitor.status()?, processes: monitor.processes()? })
+            let status = monitor.status().map_err(|e| e.to_string());
+            let processes = status.as_ref().ok().and_then(|_| monitor.processes().ok()).unwrap_or_default();
+            SurveyRow { logical, status, processes }
         })
-        .collect()
+        .collect())
 }
 
 /// `unsigned long` as u64: the same type on 64-bit Linux, narrower elsewhere.
