@@ -89,8 +89,8 @@ fn bench(c: &mut Criterion) {
 
 /// The CodonTransformer forwards on the emulated part, in its half precision, by modelled time.
 fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
-    let part = modelled::ModelledTime::emulated().part();
     let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let part = codon_ascend::ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
     let dtype = if device.supports_bf16() { DType::BF16 } else { DType::F16 };
     let full = BigBirdConfig::default();
     let mut group = c.benchmark_group("forward_modelled");

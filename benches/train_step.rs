@@ -75,8 +75,8 @@ fn bench(c: &mut Criterion) {
 /// One optimizer step of the CodonTransformer configuration on the emulated part, in its half
 /// precision, by modelled time.
 fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
-    let part = modelled::ModelledTime::emulated().part();
     let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let part = codon_ascend::ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
     let precision = if device.supports_bf16() { Precision::Bf16 } else { Precision::F16 };
     let full = BigBirdConfig::default();
     let mut group = c.benchmark_group("train_step_modelled");

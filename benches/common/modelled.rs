@@ -29,11 +29,6 @@ impl ModelledTime {
         Self { device }
     }
 
-    /// The part being modelled.
-    pub fn part(&self) -> String {
-        self.device.soc().name.clone()
-    }
-
     fn clock_us(&self) -> f64 {
         self.device.counters().modelled.map_or(0.0, |t| t.host_us)
     }

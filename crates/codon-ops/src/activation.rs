@@ -30,9 +30,9 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     softmax_reference(&x)
 }
 
-/// Whether `t`'s device runs softmax over the last dimension in `t`'s own half dtype
-/// ([`softmax_last_dim_native`]): an NPU part whose `aclnnSoftmax` and `aclnnSoftmaxBackward`
-/// take it.
+/// Whether `t`'s device runs softmax over the last dimension in `t`'s own half dtype: an NPU
+/// part whose `aclnnSoftmax` and `aclnnSoftmaxBackward` take it ([`Softmax`] then runs there in
+/// that dtype, accumulating in f32 and rounding once).
 pub fn native_half_softmax_runs(t: &Tensor) -> bool {
     let dtype = t.dtype();
     dtype != DType::F32
@@ -40,16 +40,6 @@ pub fn native_half_softmax_runs(t: &Tensor) -> bool {
         && !t.device().is_cuda()
         && fused::runs_natively(t, AclnnOp::Softmax, dtype)
         && fused::runs_natively(t, AclnnOp::SoftmaxBackward, dtype)
-}
-
-/// Softmax over the last dimension in x's dtype, where [`native_half_softmax_runs`]: the
-/// kernels accumulate in f32 and round once, so the result is the f32 softmax of x rounded to
-/// x's dtype, without two casts around it.
-pub fn softmax_last_dim_native(x: &Tensor) -> candle_core::Result<Tensor> {
-    if !native_half_softmax_runs(x) {
-        candle_core::bail!("softmax_last_dim_native: {:?} on {:?} has no native softmax", x.dtype(), x.device())
-    }
-    x.contiguous()?.apply_op1(Softmax)
 }
 
 /// The composed softmax over the last dimension.
@@ -60,7 +50,7 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from softmax output `y`
-/// (f32 on the CPU; on devices f32 or the dtype [`softmax_last_dim_native`] ran in) and
+/// (f32 on the CPU; on devices f32, or the half dtype where [`native_half_softmax_runs`]) and
 /// incoming gradient `g`, for ops that write their own backward pass: one pass on the
 /// CPU, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {

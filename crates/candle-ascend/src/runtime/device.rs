@@ -414,20 +414,23 @@ impl AscendDevice {
     /// What the driver's DCMI reports of this device now, as `npu-smi info` shows it. An error
     /// ([`AscendError::MonitoringOff`]) where the toolkit has no DCMI.
     pub fn status(&self) -> Result<super::monitor::DeviceStatus> {
-        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).status()
+        self.with_monitor(|m| m.status())
     }
 
     /// The device's health and current error codes, from DCMI.
     pub fn health(&self) -> Result<(super::monitor::Health, Vec<u32>)> {
-        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).health()
+        self.with_monitor(|m| m.health())
     }
 
     /// The processes using this device, from DCMI.
     pub fn processes(&self) -> Result<Vec<super::monitor::DeviceProcess>> {
+        self.with_monitor(|m| m.processes())
+    }
+
+    /// `f` of DCMI's view of this device.
+    fn with_monitor<T>(&self, f: impl FnOnce(&super::monitor::Monitor) -> Result<T>) -> Result<T> {
         let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()).processes()
+        f(&super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()))
     }
 
     /// The device's DCMI logic id: ACL numbers the devices that `ASCEND_RT_VISIBLE_DEVICES`

@@ -133,6 +133,11 @@ impl<'a> Monitor<'a> {
     /// The device's health and current error codes.
     pub fn health(&self) -> Result<(Health, Vec<u32>)> {
         let (card, chip) = self.card_chip()?;
+        self.health_of(card, chip)
+    }
+
+    /// Health and error codes of the device at (card, chip).
+    fn health_of(&self, card: c_int, chip: c_int) -> Result<(Health, Vec<u32>)> {
         let mut health = 0u32;
         // SAFETY: a valid out-pointer.
         self.check("dcmi_get_device_health", unsafe { (self.api.dcmi_get_device_health)(card, chip, &mut health) })?;
@@ -165,7 +170,7 @@ impl<'a> Monitor<'a> {
         // SAFETY: a valid out-pointer.
         let code = unsafe { (self.api.dcmi_get_device_power_info)(card, chip, &mut power) };
         self.check("dcmi_get_device_power_info", code)?;
-        let (health, error_codes) = self.health()?;
+        let (health, error_codes) = self.health_of(card, chip)?;
         let mut info = DcmiChipInfo::default();
         // SAFETY: a valid out-pointer to a `struct dcmi_chip_info`.
         let code = unsafe { (self.api.dcmi_get_device_chip_info)(card, chip, &mut info) };

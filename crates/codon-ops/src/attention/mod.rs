@@ -117,7 +117,7 @@ fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> c
 }
 
 /// softmax(q·kᵀ·scale + bias) in q's half dtype where the device's softmax kernels take it
-/// ([`crate::activation::softmax_last_dim_native`], which accumulates in f32 and rounds once).
+/// (its [`crate::activation::Softmax`] op accumulates in f32 and rounds once).
 /// The scores leave the cube in that dtype anyway, so widening them first adds two casts and
 /// twice the bytes to each pass over them; the scale goes into q (exact for power-of-two
 /// scales; q is 1/keys the size of the scores). `None` elsewhere.
@@ -134,7 +134,7 @@ fn half_probabilities(
     if let Some(b) = bias {
         scores = scores.broadcast_add(&b.to_dtype(q.dtype())?)?;
     }
-    crate::activation::softmax_last_dim_native(&scores).map(Some)
+    scores.contiguous()?.apply_op1(crate::activation::Softmax).map(Some)
 }
 
 /// Width the GEMM's operands are padded to when a key bias rides in them: 16-byte rows, which
