@@ -13,19 +13,7 @@ set -uo pipefail
 bin=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-# Binaries carried xz-compressed (the CUDA kernels are most of their size) are unpacked first.
-if compgen -G "$bin/*.xz" >/dev/null; then
-    mkdir -p /tmp/codon-bin
-    for f in "$bin"/*.xz; do
-        python3 -c 'import lzma, sys; open(sys.argv[2], "wb").write(lzma.open(sys.argv[1]).read())' "$f" "/tmp/codon-bin/$(basename "$f" .xz)"
-    done
-    chmod +x /tmp/codon-bin/*
-    bin=/tmp/codon-bin
-fi
-# cudarc loads cuBLAS, cuRAND and NVRTC at run time: use the copies PyTorch ships.
-libs=$(python3 -c 'import glob, os, site
-print(":".join(sorted({os.path.dirname(f) for r in site.getsitepackages() for f in glob.glob(os.path.join(r, "nvidia", "**", "lib*.so*"), recursive=True)})))')
-export LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-}
+. benches/gpu_env.sh "$bin"
 
 log() { echo "== $*" | tee -a "$out/log.txt"; }
 run() { timeout "$1" "${@:2}" 2>>"$out/log.txt" | tee -a "$out/results.jsonl"; }

@@ -89,6 +89,7 @@ fn open_cuda(id: usize) -> Result<candle_core::Device, DeviceError> {
         Ok(device) => {
             let device = device.map_err(|source| DeviceError::Cuda { id, source })?;
             keep_freed_memory(&device);
+            single_stream(&device);
             Ok(device)
         }
         Err(panic) => {
@@ -140,6 +141,22 @@ fn keep_freed_memory(device: &candle_core::Device) {
 
 #[cfg(not(feature = "cuda"))]
 fn keep_freed_memory(_: &candle_core::Device) {}
+
+/// Turn off cudarc's per-buffer event tracking. candle opens each device on a stream of its own,
+/// which puts cudarc in multi-stream mode: every kernel argument then records a CUDA event and
+/// waits on the last one, host work that a launch-bound step pays thousands of times over. One
+/// stream orders everything a device does here, so the events order nothing.
+#[cfg(feature = "cuda")]
+fn single_stream(device: &candle_core::Device) {
+    let candle_core::Device::Cuda(gpu) = device else { return };
+    // SAFETY: every tensor of this device is created, used and freed on its one stream (candle
+    // launches all its work there), which is the condition cudarc states; nothing was allocated
+    // on the device yet.
+    unsafe { gpu.disable_event_tracking() };
+}
+
+#[cfg(not(feature = "cuda"))]
+fn single_stream(_: &candle_core::Device) {}
 
 impl std::str::FromStr for DeviceSpec {
     type Err = DeviceError;

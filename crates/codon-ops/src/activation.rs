@@ -1,26 +1,24 @@
 //! The activations as ops with a fused backward pass: `gelu_new` and the last-dimension softmax.
 //! Composed from tensor ops, their backward passes take a dozen element-wise passes over the
-//! largest activations of a training step; fused, one. CPU bodies are parallel kernels; Ascend
-//! bodies are `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
+//! largest activations of a training step; fused, one. CPU bodies are parallel kernels; CUDA
+//! bodies are this crate's kernels (`kernels/codon_ops.cu`); Ascend bodies are
+//! `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
 use candle_ascend::fused;
 use candle_ascend::soc::AclnnOp;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use crate::f32_views::{contiguous, pair_f32, store_like};
 use crate::fast_math;
 
-/// Softmax over the last dimension, computed in f32; the result is f32. The CPU and parts with
-/// aclnnSoftmax and its backward run [`Softmax`]; a CUDA GPU candle-nn's kernel when nothing
-/// needs a gradient; other devices the composed [`softmax_reference`].
+/// Softmax over the last dimension, computed in f32; the result is f32. The CPU, CUDA GPUs and
+/// parts with aclnnSoftmax and its backward run [`Softmax`]; other devices the composed
+/// [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if x.device().is_cpu() {
+    if x.device().is_cpu() || x.device().is_cuda() {
         return x.contiguous()?.apply_op1(Softmax);
-    }
-    if x.device().is_cuda() && !x.track_op() {
-        return candle_nn::ops::softmax_last_dim(&x.contiguous()?);
     }
     if fused::runs_natively(&x, AclnnOp::Softmax, DType::F32)
         && fused::runs_natively(&x, AclnnOp::SoftmaxBackward, DType::F32)
@@ -50,23 +48,23 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from softmax output `y`
-/// (f32 on the CPU; on devices f32, or the half dtype where [`native_half_softmax_runs`]) and
-/// incoming gradient `g`, for ops that write their own backward pass: one pass on the
-/// CPU, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
+/// (f32 on the CPU; on devices f32, or the half dtype where [`native_half_softmax_runs`] or on a
+/// CUDA GPU) and incoming gradient `g`, for ops that write their own backward pass: one pass on
+/// the CPU and CUDA GPUs, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if y.device().is_cpu() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
-        return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad);
+    if y.device().is_cpu() || y.device().is_cuda() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
+        return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
 }
 
-/// `gelu_new`, the tanh approximation of GELU. The CPU and parts with aclnnGeluV2 and
-/// aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the same
-/// function, with a composed backward).
+/// `gelu_new`, the tanh approximation of GELU. The CPU, CUDA GPUs and parts with aclnnGeluV2
+/// and aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the
+/// same function, with a composed backward).
 pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
-    if x.device().is_cpu() {
+    if x.device().is_cpu() || x.device().is_cuda() {
         return x.contiguous()?.apply_op1(GeluNew);
     }
     if fused::runs_natively(x, AclnnOp::GeluV2, x.dtype())
@@ -117,6 +115,11 @@ impl CustomOp1 for GeluNew {
         Ok((out, l.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new(s, l, None)?, l.shape().clone()))
+    }
+
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::gelu_tanh(s, l)
     }
@@ -146,6 +149,17 @@ impl CustomOp2 for GeluNewGrad {
         Ok((store_like(s2, g), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new_grad(s1, l1, None, s2, l2)?, l1.shape().clone()))
+    }
+
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -154,6 +168,72 @@ impl CustomOp2 for GeluNewGrad {
         l2: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::gelu_tanh_grad(s1, l1, s2, l2)
+    }
+}
+
+/// `gelu_new(x + bias)`, the bias along the last dimension: a linear layer's bias and its
+/// activation in one pass each way on a CUDA GPU (the bias's gradient is the column sums of the
+/// activation's). CUDA body only: other devices add, then apply [`GeluNew`].
+pub struct BiasGeluNew;
+
+impl CustomOp2 for BiasGeluNew {
+    fn name(&self) -> &'static str {
+        "bias_gelu_new"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("bias_gelu_new is the CUDA body; the CPU fuses the bias into its GEMM")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = x.apply_op3_no_bwd(bias, &grad.contiguous()?, &BiasGeluNewGrad)?;
+        let db = crate::linear::bias_grad(&d)?.to_dtype(bias.dtype())?;
+        Ok((Some(d), Some(db)))
+    }
+}
+
+/// `grad · gelu_new'(x + bias)` in one pass.
+struct BiasGeluNewGrad;
+
+impl CustomOp3 for BiasGeluNewGrad {
+    fn name(&self) -> &'static str {
+        "bias_gelu_new_grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("bias_gelu_new_grad is the CUDA body")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new_grad(s1, l1, Some((s2, l2)), s3, l3)?, l1.shape().clone()))
     }
 }
 
@@ -175,6 +255,11 @@ impl CustomOp1 for Softmax {
         Ok((out, l.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::softmax(s, l, 1.0, None)?, l.shape().clone()))
+    }
+
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::softmax_last_dim(s, l)
     }
@@ -184,8 +269,11 @@ impl CustomOp1 for Softmax {
     }
 }
 
-/// `y ⊙ (g − Σ g⊙y)` per row, from the softmax output `y` and the incoming gradient `g`.
-struct SoftmaxGrad;
+/// `scale · y ⊙ (g − Σ g⊙y)` per row, from the softmax output `y` and the incoming gradient `g`
+/// (Ascend's body takes no scale: [`ScaledSoftmax`] does not run there).
+struct SoftmaxGrad {
+    scale: f32,
+}
 
 impl CustomOp2 for SoftmaxGrad {
     fn name(&self) -> &'static str {
@@ -205,10 +293,21 @@ impl CustomOp2 for SoftmaxGrad {
         g.par_chunks_mut(rows_per_task).zip(y.par_chunks(rows_per_task)).for_each(|(g, y)| {
             for (g, y) in g.chunks_mut(width).zip(y.chunks(width)) {
                 let dot: f32 = g.iter().zip(y).map(|(a, b)| a * b).sum();
-                g.iter_mut().zip(y).for_each(|(g, y)| *g = y * (*g - dot));
+                g.iter_mut().zip(y).for_each(|(g, y)| *g = self.scale * y * (*g - dot));
             }
         });
         Ok((store_like(s2, g), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::softmax_grad(s1, l1, s2, l2, self.scale)?, l1.shape().clone()))
     }
 
     fn custom_fwd(
@@ -218,7 +317,98 @@ impl CustomOp2 for SoftmaxGrad {
         s2: &dyn DynBackendStorage,
         l2: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
+        if self.scale != 1.0 {
+            candle_core::bail!("softmax_last_dim_grad: the Ascend body takes no scale")
+        }
         fused::softmax_last_dim_grad(s1, l1, s2, l2)
+    }
+}
+
+/// softmax(x·scale + bias) over the last dimension, in x's dtype with f32 accumulation: the
+/// attention probabilities in one pass over the scores, and their gradient in one more (the
+/// scale folded in). The bias, a key mask that needs no gradient, is one f32 row per group of
+/// consecutive score rows; [`ScaledSoftmax::bias_groups`] says whether a bias fits. CPU and CUDA
+/// bodies.
+pub struct ScaledSoftmax {
+    scale: f32,
+    /// The bias (contiguous f32, rows × last dimension) and the score rows each of its rows serves.
+    bias: Option<(Tensor, usize)>,
+}
+
+impl ScaledSoftmax {
+    /// softmax(x·scale).
+    pub fn new(scale: f64) -> Self {
+        Self { scale: scale as f32, bias: None }
+    }
+
+    /// softmax(x·scale + bias) for scores shaped `scores`; `None` when the bias does not fit
+    /// ([`Self::bias_groups`]).
+    pub fn with_key_bias(scale: f64, bias: &Tensor, scores: &[usize]) -> candle_core::Result<Option<Self>> {
+        let Some(rows) = Self::bias_groups(bias.dims(), scores) else { return Ok(None) };
+        Ok(Some(Self { scale: scale as f32, bias: Some((bias.to_dtype(DType::F32)?.contiguous()?, rows)) }))
+    }
+
+    /// The score rows that share one bias row, when `bias` broadcasts against `scores` that way:
+    /// the same leading dimensions, then ones, then the same last dimension ((b, 1, 1, keys)
+    /// against (b, heads, rows, keys) gives heads·rows).
+    pub fn bias_groups(bias: &[usize], scores: &[usize]) -> Option<usize> {
+        let rank = scores.len();
+        if rank == 0 || bias.len() != rank || bias[rank - 1] != scores[rank - 1] {
+            return None;
+        }
+        let lead = bias[..rank - 1].iter().rposition(|&d| d != 1).map_or(0, |i| i + 1);
+        (bias[..lead] == scores[..lead]).then(|| scores[lead..rank - 1].iter().product())
+    }
+
+    /// The bias row of score row `row`, from the host copy of the bias.
+    fn bias_row<'a>(&self, bias: &'a [f32], row: usize, width: usize) -> Option<&'a [f32]> {
+        let (_, rows) = self.bias.as_ref()?;
+        let start = row / rows * width;
+        bias.get(start..start + width)
+    }
+}
+
+impl CustomOp1 for ScaledSoftmax {
+    fn name(&self) -> &'static str {
+        "scaled_softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let width = l.dims().last().copied().unwrap_or(1).max(1);
+        let bias = match &self.bias {
+            Some((b, _)) => b.flatten_all()?.to_vec1::<f32>()?,
+            None => Vec::new(),
+        };
+        let zeros = vec![0f32; width];
+        let out = map_f32(s, l, "scaled_softmax", |x| {
+            x.par_chunks_mut(width).enumerate().for_each(|(row, values)| {
+                let bias = self.bias_row(&bias, row, width).unwrap_or(&zeros);
+                values.iter_mut().for_each(|v| *v *= self.scale);
+                fast_math::softmax_rows(values, width, bias);
+            })
+        })?;
+        Ok((out, l.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let out = match &self.bias {
+            Some((bias, rows_per_bias)) => {
+                let (storage, layout) = bias.storage_and_layout();
+                let candle_core::Storage::Cuda(storage) = &*storage else {
+                    candle_core::bail!("scaled_softmax: the bias is not on the GPU")
+                };
+                let bias = crate::cuda::RowBias { storage, layout: &layout, rows_per_bias: *rows_per_bias };
+                crate::cuda::softmax(s, l, self.scale, Some(bias))?
+            }
+            None => crate::cuda::softmax(s, l, self.scale, None)?,
+        };
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let grad = grad.to_dtype(res.dtype())?.contiguous()?;
+        Ok(Some(res.contiguous()?.apply_op2_no_bwd(&grad, &SoftmaxGrad { scale: self.scale })?))
     }
 }
 
@@ -259,5 +449,29 @@ mod tests {
         // A strided input.
         let m = x.reshape((40, 40)).unwrap().t().unwrap();
         assert!(max_diff(&crate::gelu_new(&m).unwrap(), &m.gelu().unwrap()) < 2e-6);
+    }
+
+    #[test]
+    fn scaled_softmax_with_a_grouped_key_bias_matches_the_composed_ops() {
+        let dev = &Device::Cpu;
+        let (b, h, rows, keys) = (2, 3, 5, 19);
+        let x = Var::from_tensor(&Tensor::randn(0f32, 3.0, (b, h, rows, keys), dev).unwrap()).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (b, h, rows, keys), dev).unwrap();
+        // Sequence 1 masks its last 4 keys.
+        let penalty: Vec<f32> = (0..b * keys).map(|i| if i >= 2 * keys - 4 { f32::MIN } else { 0.0 }).collect();
+        let bias = Tensor::from_vec(penalty, (b, 1, 1, keys), dev).unwrap();
+        assert_eq!(super::ScaledSoftmax::bias_groups(bias.dims(), x.dims()), Some(h * rows));
+        assert_eq!(super::ScaledSoftmax::bias_groups(&[b, h, 1, keys], x.dims()), Some(rows));
+        assert_eq!(super::ScaledSoftmax::bias_groups(&[1, 1, rows, keys], x.dims()), None);
+        assert_eq!(super::ScaledSoftmax::bias_groups(&[b, 1, rows, keys], x.dims()), None);
+        let op = super::ScaledSoftmax::with_key_bias(0.125, &bias, x.dims()).unwrap().unwrap();
+        let ours = x.as_tensor().apply_op1(op).unwrap();
+        let reference = super::softmax_reference(&(x.as_tensor() * 0.125).unwrap().broadcast_add(&bias).unwrap()).unwrap();
+        assert!(max_diff(&ours, &reference) < 1e-6);
+        let masked = ours.narrow(0, 1, 1).unwrap().narrow(3, keys - 4, 4).unwrap();
+        assert_eq!(masked.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        let g_ours = (ours * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let g_ref = (reference * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        assert!(max_diff(g_ours.get(&x).unwrap(), g_ref.get(&x).unwrap()) < 1e-6);
     }
 }

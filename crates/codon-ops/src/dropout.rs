@@ -3,8 +3,9 @@
 //! `aclnnDropoutDoMask` forward and `aclnnDropoutDoMask` of the kept mask backward, as torch_npu
 //! runs it: the mask never leaves the device. On the CPU (and devices without the two
 //! operators) the mask multiplies the input, one pass each way; the CPU's fused kernels take the
-//! same mask as multipliers ([`DropoutStream::multipliers`]). A CUDA GPU draws its masks with
-//! cuRAND on the device.
+//! same mask as multipliers ([`DropoutStream::multipliers`]). A CUDA GPU draws the same mask
+//! inside its dropout kernel ([`PhiloxDropout`]), and again for the backward pass: bit for bit
+//! the CPU's, never stored.
 //!
 //! Mask layout: draw (seed, offset) keeps element i when `(w + ½)/2³²` is below the FLOAT keep
 //! probability 1 − p, where w is word i % 4 of Philox4x32-10 keyed by the seed at the counter
@@ -102,21 +103,62 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
         return x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() });
     }
     if x.device().is_cuda() {
-        return on_device_generator(x, p, seed, offset);
+        return x.contiguous()?.apply_op1(PhiloxDropout { p, seed, offset });
     }
     reference(x, p, seed, offset)
 }
 
-/// Dropout with a mask drawn on the device by candle's generator (cuRAND on a CUDA GPU), seeded
-/// from (seed, offset): reproducible on that device, other bits than the Philox layout. The mask
-/// of a pass the size of the attention probabilities never crosses the host.
-fn on_device_generator(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_core::Result<Tensor> {
-    let (keep, scale) = ((1.0 - p) as f32, 1.0 / keep_probability(p, x.dtype()));
-    // One generator state per draw: a SplitMix64-style mix keeps (seed, k) and (seed + 1, k − 1) apart.
-    x.device().set_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ offset.rotate_left(32))?;
-    let uniform = Tensor::rand(0f32, 1f32, x.shape(), x.device())?;
-    let multipliers = uniform.lt(f64::from(keep))?.to_dtype(x.dtype())?.affine(f64::from(scale), 0.0)?;
-    x * multipliers
+/// The Philox words that keep an element: w keeps when (w + ½)/2³² < 1 − p (the FLOAT keep
+/// probability), that is when w is below the returned bound.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn keep_threshold(p: f64) -> u64 {
+    let keep = f64::from((1.0 - p) as f32);
+    // keep·2³² is exact in f64 (keep has 24 significant bits), and so is the half subtracted.
+    (keep * 4_294_967_296.0 - 0.5).ceil() as u64
+}
+
+/// The kept elements' multiplier, 1/(1 − p) as [`multipliers`] gives it, rounded to `dtype` as
+/// the product's operand is.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn kept_scale(p: f64, dtype: DType) -> f32 {
+    let scale = 1.0 / keep_probability(p, dtype);
+    match dtype {
+        DType::F16 => half::f16::from_f32(scale).to_f32(),
+        DType::BF16 => half::bf16::from_f32(scale).to_f32(),
+        _ => scale,
+    }
+}
+
+/// Dropout of draw (seed, offset) on a CUDA GPU: the kernel draws the mask of the layout above
+/// for each element and multiplies, in one pass; the backward pass is the same op on the
+/// gradient, so the mask is drawn again rather than kept.
+struct PhiloxDropout {
+    p: f64,
+    seed: u64,
+    offset: u64,
+}
+
+impl CustomOp1 for PhiloxDropout {
+    fn name(&self) -> &'static str {
+        "philox_dropout"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("philox_dropout is the CUDA body; the CPU multiplies by the mask")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        use candle_core::backend::BackendStorage;
+        let scale = kept_scale(self.p, s.dtype());
+        let out = crate::cuda::dropout(s, l, self.seed, self.offset, keep_threshold(self.p), scale)?;
+        Ok((out, l.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let again = Self { p: self.p, seed: self.seed, offset: self.offset };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&again)?))
+    }
 }
 
 /// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.
@@ -210,6 +252,23 @@ mod tests {
         // bf16 scales by 1/bf16(0.9), as the device's DoMask.
         let b = multipliers(9, 0, 1000, 0.1, DType::BF16);
         assert!(b.iter().any(|&v| v == 1.0 / half::bf16::from_f32(0.9).to_f32()));
+    }
+
+    #[test]
+    fn the_kernels_integer_threshold_keeps_the_same_words() {
+        for p in [0.1, 0.25, 0.5, 1e-7, 0.999] {
+            let (t, keep) = (super::keep_threshold(p), f64::from((1.0 - p) as f32));
+            for w in [t.saturating_sub(2), t.saturating_sub(1), t, t + 1].into_iter().filter(|&w| w <= u64::from(u32::MAX)) {
+                let kept = (w as f64 + 0.5) / 4_294_967_296.0 < keep;
+                assert_eq!(kept, w < t, "p = {p}, w = {w}");
+            }
+        }
+        // The multiplier as the CPU's mask gives it after rounding to the dtype.
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let m = multipliers(3, 0, 400, 0.1, dtype).into_iter().find(|&m| m > 0.0).unwrap();
+            let rounded = Tensor::new(&[m], &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
+            assert_eq!(rounded.to_vec1::<f32>().unwrap()[0], super::kept_scale(0.1, dtype), "{dtype:?}");
+        }
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! device: on the CPU a fused forward pass and a backward pass that gives the input gradient in
 //! one pass per row and the weight and bias gradients in one reduction; on an Ascend part that
 //! has them, `aclnnLayerNorm` (keeping the row statistics) and `aclnnLayerNormBackward`; on a
-//! CUDA GPU candle-nn's kernel for inference; elsewhere the composed reference. Everything is computed in f32; results take each operand's
-//! dtype.
+//! CUDA GPU this crate's kernels, shaped like the CPU body (one pass forward; the input gradient
+//! in one pass per row, the weight and bias gradients in one reduction); elsewhere the composed
+//! reference. Everything is computed in f32; results take each operand's dtype.
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use std::sync::Mutex;
 
@@ -93,14 +94,19 @@ impl CustomOp2 for ResidualSum {
     }
 }
 
-/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU and
-/// CUDA GPUs inference takes candle-nn's kernel; on the CPU training takes the fused
-/// [`LayerNorm`] op; other devices, and training on a GPU, run the composed [`reference()`].
+/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU
+/// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; a CUDA GPU runs
+/// [`LayerNorm`] (weight and bias in x's dtype); parts with the operators their Ascend body;
+/// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
-    let candle_nn_kernel = x.device().is_cpu() || x.device().is_cuda();
-    if candle_nn_kernel && !training && x.is_contiguous() && weight.dtype() == x.dtype() && bias.dtype() == x.dtype() {
+    let same_dtype = weight.dtype() == x.dtype() && bias.dtype() == x.dtype();
+    if x.device().is_cpu() && !training && x.is_contiguous() && same_dtype {
         return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
+    }
+    if x.device().is_cuda() {
+        let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
+        return x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32));
     }
     if x.device().is_cpu() {
         return x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32));
@@ -189,6 +195,19 @@ impl CustomOp3 for LayerNorm {
         Ok((store_like(s1, x), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::layer_norm(s1, l1, s2, l2, s3, l3, self.eps)?, l1.shape().clone()))
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn custom_fwd(
         &self,
@@ -222,7 +241,7 @@ impl CustomOp3 for LayerNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        if !x.device().is_cpu() {
+        if !x.device().is_cpu() && !x.device().is_cuda() {
             let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
             let Some(stats) = stats else {
                 candle_core::bail!("layer_norm: backward pass of a forward without statistics")
@@ -295,6 +314,19 @@ impl CustomOp3 for LayerNormInputGrad {
         "layer_norm_input_grad"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::layer_norm_input_grad(s1, l1, s2, l2, s3, l3, self.eps)?, l1.shape().clone()))
+    }
+
     fn cpu_fwd(
         &self,
         s1: &CpuStorage,
@@ -334,6 +366,18 @@ struct LayerNormParamGrad {
 impl CustomOp2 for LayerNormParamGrad {
     fn name(&self) -> &'static str {
         "layer_norm_param_grad"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let hidden = l1.dims().last().copied().unwrap_or(1).max(1);
+        Ok((crate::cuda::layer_norm_param_grad(s1, l1, s2, l2, self.eps)?, Shape::from((2, hidden))))
     }
 
     fn cpu_fwd(

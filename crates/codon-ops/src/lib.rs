@@ -10,6 +10,8 @@ pub mod attention;
 pub mod cpu_bf16;
 pub mod cpu_gemm;
 pub mod cross_entropy;
+#[cfg(feature = "cuda")]
+mod cuda;
 pub mod dropout;
 pub mod embedding;
 pub mod f32_views;

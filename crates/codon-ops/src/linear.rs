@@ -16,7 +16,7 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use candle_ascend::fused;
@@ -42,7 +42,33 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
     if x.device().is_cpu() || ascend_has_body(x, weight, bias) {
         return x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
     }
+    if x.device().is_cuda() {
+        return cuda_linear(x, weight, Some(bias), None);
+    }
     reference(x, weight, bias)
+}
+
+/// A CUDA GPU's linear layer: cuBLAS's `x·Wᵀ`, then the bias (and a residual) added in one
+/// pass by [`AddBias`] or [`AddBiasResidual`].
+fn cuda_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, residual: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    let y = product(x, weight)?;
+    match (bias, residual) {
+        (Some(b), Some(r)) => y.apply_op3(&b.to_dtype(y.dtype())?, &r.contiguous()?, AddBiasResidual),
+        (Some(b), None) => y.apply_op2(&b.to_dtype(y.dtype())?, AddBias),
+        (None, Some(r)) => y + r,
+        (None, None) => Ok(y),
+    }
+}
+
+/// `x·Wᵀ` for x (…, in) and W (out, in), shaped (…, out).
+fn product(x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let (rows, inner) = (dims[..dims.len().saturating_sub(1)].iter().product::<usize>(), x.dim(D::Minus1)?);
+    let mut out_dims = dims;
+    if let Some(last) = out_dims.last_mut() {
+        *last = weight.dim(0)?;
+    }
+    x.reshape((rows, inner))?.matmul(&weight.t()?)?.reshape(out_dims)
 }
 
 /// `x·Wᵀ + b + residual`: a linear layer followed by a residual connection (no bias: zeros).
@@ -60,6 +86,9 @@ pub fn linear_residual(
         if let Some(y) = fused_linear(x, weight, bias, residual, None)? {
             return Ok(y);
         }
+    }
+    if x.device().is_cuda() {
+        return cuda_linear(x, weight, bias, residual);
     }
     let y = linear(x, weight, &bias_or_zeros(weight, bias)?)?;
     match residual {
@@ -79,9 +108,116 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
             return Ok(y);
         }
     }
+    if let (true, Some(b)) = (x.device().is_cuda(), bias) {
+        let y = product(x, weight)?;
+        return y.apply_op2(&b.to_dtype(y.dtype())?, crate::activation::BiasGeluNew);
+    }
     match cpu_linear_op(x, weight, bias, Epilogue::GeluNew)? {
         Some(y) => Ok(y),
         None => crate::gelu_new(&linear(x, weight, &bias_or_zeros(weight, bias)?)?),
+    }
+}
+
+/// The sums over every row of `t`'s last dimension, f32 (cols,): one deterministic reduction on a
+/// CUDA GPU (a bias's gradient), candle's sum elsewhere.
+pub fn bias_grad(t: &Tensor) -> candle_core::Result<Tensor> {
+    let cols = t.dim(D::Minus1)?;
+    if t.device().is_cuda() {
+        return t.contiguous()?.apply_op1_no_bwd(&ColumnSums);
+    }
+    t.reshape(((), cols))?.to_dtype(DType::F32)?.sum(0)
+}
+
+/// [`bias_grad`]'s CUDA body.
+struct ColumnSums;
+
+impl CustomOp1 for ColumnSums {
+    fn name(&self) -> &'static str {
+        "column_sums"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("column_sums: the CPU sums with candle")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let cols = l.dims().last().copied().unwrap_or(1);
+        Ok((crate::cuda::sum_rows(s, l)?, Shape::from(cols)))
+    }
+}
+
+/// `x + bias` along the last dimension in one pass (CUDA body); the bias's gradient is the
+/// column sums of the output's.
+struct AddBias;
+
+impl CustomOp2 for AddBias {
+    fn name(&self) -> &'static str {
+        "add_bias"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("add_bias is the CUDA body; the CPU adds the bias in its GEMM")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::add_bias(s1, l1, (s2, l2), None)?, l1.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(grad.clone()), Some(bias_grad(grad)?.to_dtype(b.dtype())?)))
+    }
+}
+
+/// `x + bias + residual` in one pass (CUDA body).
+struct AddBiasResidual;
+
+impl CustomOp3 for AddBiasResidual {
+    fn name(&self) -> &'static str {
+        "add_bias_residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("add_bias_residual is the CUDA body; the CPU adds both in its GEMM")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::add_bias(s1, l1, (s2, l2), Some((s3, l3)))?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        b: &Tensor,
+        _r: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(grad.clone()), Some(bias_grad(grad)?.to_dtype(b.dtype())?), Some(grad.clone())))
     }
 }
 

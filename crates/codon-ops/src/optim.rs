@@ -3,7 +3,7 @@
 //! norm.
 //! - CPU: in place, three passes over the group instead of a dozen tensor ops that each
 //!   allocate a group-sized temporary; the norm reads the gradients without squaring them
-//!   into a copy.
+//!   into a copy. A CUDA GPU runs the same three passes as kernels.
 //! - Ascend, where the part has it (A2 and later): one `aclnnApplyAdamWV2` in place per group.
 //! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
 use std::sync::OnceLock;
@@ -75,7 +75,7 @@ impl AdamWStep {
         let step_size = self.lr / (1.0 - beta1.powi(self.t));
         let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
         let decay = 1.0 - self.lr * self.weight_decay;
-        if theta.device().is_cpu() {
+        if theta.device().is_cpu() || theta.device().is_cuda() {
             let g = g.contiguous()?;
             m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
             v.inplace_op2(&g, &MomentUpdate { beta: beta2, squared: true })?;
@@ -114,9 +114,12 @@ pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
     Ok((t * 0.0)?.sum_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()? == 0.0)
 }
 
-/// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU, a square
-/// and a sum elsewhere.
+/// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU and on a CUDA
+/// GPU (any float dtype, accumulated in f32, in a fixed order), a square and a sum elsewhere.
 pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
+    if g.device().is_cuda() {
+        return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
+    }
     let g = g.to_dtype(DType::F32)?;
     if g.device().is_cpu() {
         return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
@@ -139,6 +142,17 @@ struct MomentUpdate {
 impl InplaceOp2 for MomentUpdate {
     fn name(&self) -> &'static str {
         "adamw_moment"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        dst: &mut candle_core::CudaStorage,
+        dst_l: &Layout,
+        g: &candle_core::CudaStorage,
+        gl: &Layout,
+    ) -> candle_core::Result<()> {
+        crate::cuda::adamw_moment(dst, dst_l, g, gl, [self.beta as f32, (1.0 - self.beta) as f32], self.squared)
     }
 
     fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, g: &CpuStorage, gl: &Layout) -> candle_core::Result<()> {
@@ -176,6 +190,20 @@ impl InplaceOp3 for ParameterUpdate {
         "adamw_parameter"
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        dst: &mut candle_core::CudaStorage,
+        dst_l: &Layout,
+        m: &candle_core::CudaStorage,
+        ml: &Layout,
+        v: &candle_core::CudaStorage,
+        vl: &Layout,
+    ) -> candle_core::Result<()> {
+        let constants = [self.decay as f32, self.step_size as f32, self.bias2_sqrt as f32, self.eps as f32];
+        crate::cuda::adamw_parameter(dst, dst_l, m, ml, v, vl, constants)
+    }
+
     fn cpu_fwd(
         &self,
         dst: &mut CpuStorage,
@@ -207,6 +235,11 @@ struct SumOfSquares;
 impl CustomOp1 for SumOfSquares {
     fn name(&self) -> &'static str {
         "sum_of_squares"
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::sum_of_squares(s, l)?, Shape::from(())))
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {

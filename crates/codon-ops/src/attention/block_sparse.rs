@@ -5,7 +5,8 @@
 //! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
 //! - other devices: an op with its own backward pass that gathers the key blocks with one
-//!   index-select (per chunk of sequences when they are many). Each part (global rows, middle
+//!   index-select, or on a CUDA GPU one block copy (per chunk of sequences when they are many;
+//!   [`super::block_table`]). Each part (global rows, middle
 //!   blocks) is one `aclnnFlashAttentionScore` where the part has it (the global rows' masked
 //!   keys as its UINT8 mask, the middle blocks' penalties as its bias; the heads fold into the
 //!   batch for the middle blocks: it takes at most 256 heads), composed matmuls and softmax
@@ -18,6 +19,7 @@ use candle_core::{DType, Tensor};
 
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 use super::flash::{flash_attention_heads, FlashState};
+use super::block_table::BlockTable;
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 use candle_ascend::fused::FlashKeys;
 
@@ -170,7 +172,7 @@ pub fn block_sparse_attention(
         .enumerate()
         .flat_map(|(head, rows)| rows.iter().map(move |&blk| (head * nb) as u32 + blk))
         .collect();
-    let index = Tensor::from_vec(index, h * (nb - 2) * slots, device)?;
+    let index = BlockTable::new(index, h * nb, device)?;
     let local = Tensor::from_vec(keys.table.clone(), h * (nb - 2) * slots, device)?;
     // Penalties per key of the middle blocks: the masked keys' (gathered from the per-token
     // penalties) plus the absent slots' (the same for every sequence and head).
@@ -193,7 +195,7 @@ pub fn block_sparse_attention(
     } else {
         (KeyMask::Penalty(masks.key_penalty.clone()), KeyMask::Penalty(bias))
     };
-    let inputs = SparseInputs { index, global, middle, query_mask: masks.query_mask.clone() };
+    let inputs = SparseInputs { table: index, global, middle, query_mask: masks.query_mask.clone() };
     let heads = if needs_grad {
         let forward = |q: &Tensor, k: &Tensor, v: &Tensor| sparse_forward(q, k, v, geometry, inputs);
         crate::function::function3(q, k, v, forward, sparse_backward)?
@@ -263,9 +265,9 @@ struct SparseGeometry {
 impl SparseGeometry {
     /// The middle query blocks' gathered key or value blocks, (s, h·(nb − 2), slots·wm, d),
     /// from (s, h, n, d) heads of s sequences.
-    fn gather(&self, t: &Tensor, index: &Tensor) -> candle_core::Result<Tensor> {
+    fn gather(&self, t: &Tensor, table: &BlockTable) -> candle_core::Result<Tensor> {
         let s = t.dim(0)?;
-        t.reshape((s, self.h * self.nb, self.wm, self.d))?.index_select(index, 1)?.reshape((
+        table.gather(&t.reshape((s, self.h * self.nb, self.wm, self.d))?)?.reshape((
             s,
             self.h * (self.nb - 2),
             self.slots * self.wm,
@@ -294,7 +296,7 @@ const MIDDLE_CHUNK_BYTES: usize = 160 << 20;
 /// The per-layer tables of block-sparse attention on devices.
 struct SparseInputs {
     /// The key block of every (head, query block, slot), into (b, h·nb, wm, d).
-    index: Tensor,
+    table: BlockTable,
     /// The global query rows' masked keys: penalties (b, 1, 1, n) or a mask (b, 1, 2·wm, n).
     global: KeyMask,
     /// The middle query blocks' masked keys among their gathered ones: penalties
@@ -488,7 +490,7 @@ fn sparse_forward(
     let mut ctx_mid = Vec::new();
     for (first, count) in g.middle_chunks(q.dtype()) {
         let chunk = |t: &Tensor| t.narrow(0, first, count);
-        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &inputs.index)?, g.gather(&chunk(&v)?, &inputs.index)?);
+        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &inputs.table)?, g.gather(&chunk(&v)?, &inputs.table)?);
         let keys = inputs.middle.sequences(first, count, rows)?;
         let (ctx, part) = AttentionPart::forward(chunk(&q_mid)?, &k_mid, &v_mid, g.scale, &keys)?;
         ctx_mid.push(ctx);
@@ -516,12 +518,12 @@ fn sparse_backward(
     let scatter = |full: &Tensor, gathered: Tensor| -> candle_core::Result<Tensor> {
         let count = full.dim(0)?;
         let gathered = gathered.reshape((count, g.h * (g.nb - 2) * g.slots, g.wm, g.d))?;
-        full.reshape((count, g.h * g.nb, g.wm, g.d))?.index_add(&s.inputs.index, &gathered, 1)
+        s.inputs.table.scatter_add(&full.reshape((count, g.h * g.nb, g.wm, g.d))?, &gathered)
     };
     let (mut dq_mid, mut dk_chunks, mut dv_chunks) = (Vec::new(), Vec::new(), Vec::new());
     for ((first, count), part) in &s.middle {
         let chunk = |t: &Tensor| t.narrow(0, *first, *count);
-        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &s.inputs.index)?, g.gather(&chunk(&v)?, &s.inputs.index)?);
+        let (k_mid, v_mid) = (g.gather(&chunk(&k)?, &s.inputs.table)?, g.gather(&chunk(&v)?, &s.inputs.table)?);
         let (dq, dk_gathered, dv_gathered) = part.backward(k_mid, v_mid, &chunk(&grad_mid)?, g.scale)?;
         dq_mid.push(dq);
         dk_chunks.push(scatter(&chunk(&dk)?, dk_gathered)?);

@@ -6,6 +6,7 @@
 //! [`block_sparse`] holds block-sparse attention's own device path. [`reference()`] is the
 //! composed computation, for tests.
 pub mod block_sparse;
+mod block_table;
 pub mod cpu_inference;
 pub mod cpu_training;
 pub mod flash;
@@ -17,6 +18,7 @@ use candle_core::{DType, Tensor, D};
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
 pub use flash::{flash_attention, flash_attention_heads, FlashState};
 
+use crate::activation::ScaledSoftmax;
 use crate::dropout::DropoutStream;
 use cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 
@@ -97,12 +99,12 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// softmax(q·kᵀ·scale + bias) in f32; on a CUDA GPU in the scores' dtype, see
-/// [`gpu_probabilities`]; on an NPU whose softmax kernels take the half dtype, in it, see
+/// [`cuda_probabilities`]; on an NPU whose softmax kernels take the half dtype, in it, see
 /// [`half_probabilities`]. Callers cast. Each step replaces the last, so one (rows × keys)
 /// temporary is alive besides the result.
 fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
-    if q.device().is_cuda() && !q.track_op() && !k.track_op() {
-        return gpu_probabilities(q, k, bias, scale);
+    if q.device().is_cuda() {
+        return cuda_probabilities(q, k, bias, scale);
     }
     if let Some(probs) = half_probabilities(q, k, bias, scale)? {
         return Ok(probs);
@@ -137,44 +139,18 @@ fn half_probabilities(
     scores.contiguous()?.apply_op1(crate::activation::Softmax).map(Some)
 }
 
-/// Width the GEMM's operands are padded to when a key bias rides in them: 16-byte rows, which
-/// the tensor-core kernels need.
-const GEMM_ALIGN: usize = 8;
-
-/// softmax(q·kᵀ·scale + bias) with the scale and a key bias (…, 1, keys) folded into the
-/// one GEMM, `[q·scale, 1, 0…]·[k, biasᵀ, 0…]ᵀ`, and candle-nn's softmax, which accumulates in
-/// f32, on the scores in their dtype: on a GPU a pass over the (rows × keys) scores costs as
-/// much as the GEMM (H200, 8 × 2048 tokens, f32, per layer: q·kᵀ 1.5 ms, scale 1.5 ms, broadcast
-/// bias 8.2 ms; `op_timing`). The scale (1/8 for 64-wide heads) is a power of two, so q·scale is
-/// exact. Other bias shapes are added after the GEMM.
-fn gpu_probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
-    let q = (q * scale)?;
-    // The bias as one more column of k, where it is a key bias that broadcasts over k's rows.
-    let key_column = bias.filter(|b| b.rank() == k.rank() && b.dim(D::Minus2).ok() == Some(1)).and_then(|b| {
-        let mut dims = k.dims().to_vec();
-        dims[k.rank() - 1] = 1;
-        b.transpose(D::Minus1, D::Minus2).and_then(|c| c.broadcast_as(dims.as_slice())?.contiguous()).ok()
-    });
-    let scores = match &key_column {
-        Some(column) => {
-            let tail = GEMM_ALIGN - (q.dim(D::Minus1)? + 1) % GEMM_ALIGN;
-            let widen = |t: &Tensor, column: &Tensor| -> candle_core::Result<Tensor> {
-                let mut dims = t.dims().to_vec();
-                dims[t.rank() - 1] = tail;
-                let zeros = Tensor::zeros(dims.as_slice(), t.dtype(), t.device())?;
-                Tensor::cat(&[t, &column.to_dtype(t.dtype())?, &zeros], D::Minus1)
-            };
-            let mut ones = q.dims().to_vec();
-            ones[q.rank() - 1] = 1;
-            let ones = Tensor::ones(ones.as_slice(), q.dtype(), q.device())?;
-            widen(&q, &ones)?.matmul(&widen(k, column)?.t()?)?
-        }
-        None => match bias {
-            Some(b) => q.matmul(&k.t()?)?.broadcast_add(&b.to_dtype(q.dtype())?)?,
-            None => q.matmul(&k.t()?)?,
-        },
-    };
-    candle_nn::ops::softmax_last_dim(&scores.contiguous()?)
+/// softmax(q·kᵀ·scale + bias) on a CUDA GPU: the plain GEMM, then [`ScaledSoftmax`], which
+/// adds the scale and a key bias in the one pass it makes over the scores, in their dtype with
+/// f32 accumulation (on a GPU each pass over the scores costs about as much as the GEMM that
+/// made them). A bias of another shape is added to the scaled scores first.
+fn cuda_probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
+    let scores = q.matmul(&k.t()?)?.contiguous()?;
+    let Some(bias) = bias else { return scores.apply_op1(ScaledSoftmax::new(scale)) };
+    if let Some(op) = ScaledSoftmax::with_key_bias(scale, bias, scores.dims())? {
+        return scores.apply_op1(op);
+    }
+    let scores = (&scores * scale)?.broadcast_add(&bias.to_dtype(scores.dtype())?)?;
+    scores.contiguous()?.apply_op1(ScaledSoftmax::new(1.0))
 }
 
 /// softmax(q·kᵀ·scale + bias)·v over heads (the softmax as [`probabilities`] runs it), with the probabilities'
@@ -239,41 +215,4 @@ pub fn reference_dropout(
     let (b, h, n) = dims;
     Tensor::from_vec(stream.multipliers(b * h * n * n, p, dtype)?, (b, h, n, n), &candle_core::Device::Cpu)?
         .to_dtype(dtype)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::Device;
-
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar().unwrap()
-    }
-
-    /// The GPU body's folding (scale into q, the key bias into the GEMM as one more column)
-    /// gives the probabilities of the f32 path; run here on the CPU, where candle-nn's softmax
-    /// also runs.
-    #[test]
-    fn folding_the_scale_and_key_bias_into_the_gemm_keeps_the_probabilities() {
-        let dev = &Device::Cpu;
-        for d in [64, 12] {
-            let (b, h, n) = (2, 3, 40);
-            let q = Tensor::randn(0f32, 1.0, (b, h, n, d), dev).unwrap();
-            let k = Tensor::randn(0f32, 1.0, (b, h, n, d), dev).unwrap();
-            let scale = 1.0 / (d as f64).sqrt();
-            // Sequence 1 masks its last 9 keys.
-            let penalty: Vec<f32> = (0..b * n).map(|i| if i >= n + 31 { -10000.0 } else { 0.0 }).collect();
-            let key_bias = Tensor::from_vec(penalty, (b, 1, 1, n), dev).unwrap();
-            let want = probabilities(&q, &k, Some(&key_bias), scale).unwrap();
-            let got = gpu_probabilities(&q, &k, Some(&key_bias), scale).unwrap();
-            assert!(max_diff(&got, &want) < 1e-6, "d = {d}: {}", max_diff(&got, &want));
-            let masked = got.narrow(0, 1, 1).unwrap().narrow(3, 31, 9).unwrap();
-            assert_eq!(masked.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
-            // A bias per query row is added after the GEMM.
-            let row_bias = Tensor::randn(0f32, 1.0, (b, 1, n, n), dev).unwrap();
-            let want = probabilities(&q, &k, Some(&row_bias), scale).unwrap();
-            let got = gpu_probabilities(&q, &k, Some(&row_bias), scale).unwrap();
-            assert!(max_diff(&got, &want) < 1e-6, "d = {d}, row bias: {}", max_diff(&got, &want));
-        }
-    }
 }

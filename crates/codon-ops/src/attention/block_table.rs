@@ -1,0 +1,159 @@
+//! Block-sparse attention's key and value blocks moved on a device: gathered into each middle
+//! query block's key set, and their gradients added back into the blocks they came from. On a
+//! CUDA GPU one kernel each ([`BlockGather`], [`BlockScatterAdd`]: whole blocks in 16-byte
+//! vectors, and per destination block a fixed-order sum of its copies' gradients, from the
+//! table's inverse); elsewhere candle's `index_select` and `index_add`.
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Tensor};
+
+/// Which block each gathered block copies, and on a CUDA GPU the inverse for the gradients.
+pub(super) struct BlockTable {
+    /// The source block of every gathered block, on the device.
+    index: Tensor,
+    /// Blocks per sequence of the source, and of the gathered tensor.
+    blocks: usize,
+    gathered: usize,
+    /// CUDA: each source block's gathered copies, as CSR offsets (blocks + 1) and sources.
+    inverse: Option<(Tensor, Tensor)>,
+}
+
+impl BlockTable {
+    /// The table of `index` (every entry below `blocks`) on `device`.
+    pub(super) fn new(index: Vec<u32>, blocks: usize, device: &Device) -> candle_core::Result<Self> {
+        if index.iter().any(|&i| i as usize >= blocks) {
+            candle_core::bail!("block table: an entry points past {blocks} blocks")
+        }
+        let inverse = if device.is_cuda() {
+            let (offsets, sources) = inverse(&index, blocks);
+            let (o, s) = (offsets.len(), sources.len());
+            Some((Tensor::from_vec(offsets, o, device)?, Tensor::from_vec(sources, s, device)?))
+        } else {
+            None
+        };
+        let gathered = index.len();
+        Ok(Self { index: Tensor::from_vec(index, gathered, device)?, blocks, gathered, inverse })
+    }
+
+    /// (s, blocks, …) blocks into (s, gathered, …): the table's blocks of each sequence.
+    pub(super) fn gather(&self, t: &Tensor) -> candle_core::Result<Tensor> {
+        let mut dims = t.dims().to_vec();
+        dims[1] = self.gathered;
+        let block_bytes = t.dims()[2..].iter().product::<usize>() * t.dtype().size_in_bytes();
+        let aligned = block_bytes % 16 == 0 && (t.layout().start_offset() * t.dtype().size_in_bytes()) % 16 == 0;
+        if t.device().is_cuda() && t.is_contiguous() && aligned {
+            let op = BlockGather { index: self.index.clone(), blocks: self.blocks };
+            return t.apply_op1_no_bwd(&op)?.reshape(dims);
+        }
+        t.index_select(&self.index, 1)
+    }
+
+    /// `full` (s, blocks, …) plus each gathered block of `gathered` (s, gathered, …) added into
+    /// the block it was copied from.
+    pub(super) fn scatter_add(&self, full: &Tensor, gathered: &Tensor) -> candle_core::Result<Tensor> {
+        match &self.inverse {
+            Some((offsets, sources)) if full.device().is_cuda() => {
+                let op = BlockScatterAdd { offsets: offsets.clone(), sources: sources.clone(), gathered: self.gathered };
+                full.contiguous()?.apply_op2_no_bwd(&gathered.contiguous()?, &op)
+            }
+            _ => full.index_add(&self.index, gathered, 1),
+        }
+    }
+}
+
+/// Each block's gathered copies, ascending: CSR offsets (blocks + 1) into the sources.
+fn inverse(index: &[u32], blocks: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut offsets = vec![0u32; blocks + 1];
+    for &i in index {
+        offsets[i as usize + 1] += 1;
+    }
+    for b in 0..blocks {
+        offsets[b + 1] += offsets[b];
+    }
+    let mut next = offsets.clone();
+    let mut sources = vec![0u32; index.len()];
+    for (j, &i) in index.iter().enumerate() {
+        sources[next[i as usize] as usize] = j as u32;
+        next[i as usize] += 1;
+    }
+    (offsets, sources)
+}
+
+/// [`BlockTable::gather`]'s CUDA body.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct BlockGather {
+    index: Tensor,
+    blocks: usize,
+}
+
+impl CustomOp1 for BlockGather {
+    fn name(&self) -> &'static str {
+        "gather_blocks"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("gather_blocks is the CUDA body; the CPU selects with index_select")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (index, il) = self.index.storage_and_layout();
+        let candle_core::Storage::Cuda(index) = &*index else { candle_core::bail!("gather_blocks: the table is not on the GPU") };
+        let block_elems = l.dims()[2..].iter().product::<usize>();
+        let out = crate::cuda::gather_blocks(s, l, index, il, block_elems, self.blocks)?
+            .ok_or_else(|| candle_core::Error::msg("gather_blocks: blocks are not whole aligned 16-byte vectors"))?;
+        let mut dims = l.dims().to_vec();
+        dims[1] = il.shape().elem_count();
+        Ok((out, Shape::from(dims)))
+    }
+}
+
+/// [`BlockTable::scatter_add`]'s CUDA body.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+struct BlockScatterAdd {
+    offsets: Tensor,
+    sources: Tensor,
+    gathered: usize,
+}
+
+impl CustomOp2 for BlockScatterAdd {
+    fn name(&self) -> &'static str {
+        "scatter_add_blocks"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("scatter_add_blocks is the CUDA body; the CPU adds with index_add")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (offsets, ol) = self.offsets.storage_and_layout();
+        let (sources, sl) = self.sources.storage_and_layout();
+        let (candle_core::Storage::Cuda(offsets), candle_core::Storage::Cuda(sources)) = (&*offsets, &*sources) else {
+            candle_core::bail!("scatter_add_blocks: the table is not on the GPU")
+        };
+        let block_elems = l1.dims()[2..].iter().product::<usize>();
+        let out = crate::cuda::scatter_add_blocks(s1, l1, s2, l2, (offsets, ol), (sources, sl), block_elems, self.gathered)?;
+        Ok((out, l1.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_inverse_lists_every_copy_of_each_block_in_order() {
+        let index = [3u32, 0, 3, 1, 3, 0];
+        let (offsets, sources) = super::inverse(&index, 5);
+        assert_eq!(offsets, [0, 2, 3, 3, 6, 6]);
+        assert_eq!(sources, [1, 5, 3, 0, 2, 4]);
+        for b in 0..5 {
+            for &j in &sources[offsets[b] as usize..offsets[b + 1] as usize] {
+                assert_eq!(index[j as usize] as usize, b);
+            }
+        }
+    }
+}
