@@ -6,8 +6,8 @@
 #   benches/gpu_compare.sh BIN OUT
 #
 # BIN holds x86-64 builds with `--features cuda` (docs/cuda.md): the examples forward_timing,
-# train_step_timing and predict (and op_timing, optional), and codon-model's test binary
-# bigbird_parity. The GPU machine
+# train_step_timing and predict (predict_timing and op_timing optional), and codon-model's test
+# binary bigbird_parity. The GPU machine
 # needs the NVIDIA driver, PyTorch and transformers; no Rust. Results land in OUT as JSON lines.
 set -uo pipefail
 bin=$(cd "$1" && pwd) out=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -54,6 +54,14 @@ predict() {
 predict f32 predictions.csv
 run 180 python3 benches/gpu_torch.py predict-loop "$model" "$out/predictions.csv"
 predict bf16 predictions_bf16.csv
+# The batch with the model loaded once: its first call, and the median of three after it (the
+# torch loop above is timed after a warm-up protein).
+if [ -x "$bin/predict_timing" ]; then
+    for dtype in f32 bf16; do
+        log "predict_timing $dtype"
+        run 180 "$bin/predict_timing" --device cuda:0 --dtype "$dtype" --model "$model" --input "$model/proteins.csv" --repeats 3
+    done
+fi
 grep "proteins/s" "$out/predict.txt"
 python3 - "$out/predictions.csv" "$out/predictions_bf16.csv" <<'PY' | tee -a "$out/results.jsonl"
 import csv, json, sys

@@ -3,8 +3,9 @@
 # workloads in PyTorch, each run under the CUPTI kernel profiler of tools/cuda_profile (kernels by
 # total device time, copies, and the share of the run the GPU was busy).
 #
-#   benches/gpu_profile.sh BIN OUT
+#   benches/gpu_profile.sh BIN OUT [WORKLOAD...]
 #
+# WORKLOADs (all by default): train_ours train_torch predict_ours predict_torch forward_full_ours.
 # BIN holds the binaries of benches/gpu_compare.sh and libkprof.so (tools/cuda_profile/kprof.c,
 # built against CUPTI 13.0). One report per workload lands in OUT.
 set -uo pipefail
@@ -15,10 +16,12 @@ cd "$repo"
 model=/tmp/codon-gpu-model
 [ -d "$model" ] || python3 benches/gpu_torch.py make "$model" 2>>"$out/log.txt"
 
+want=" ${*:3} "
 # profile NAME TIMEOUT COMMAND...: the command's output to OUT/NAME.log, its kernel report to OUT/NAME.prof.
 profile() {
     local name=$1 limit=$2
     shift 2
+    [ "$want" = "  " ] || [[ "$want" == *" $name "* ]] || return 0
     echo "== $name" | tee -a "$out/log.txt"
     CUDA_INJECTION64_PATH=$kprof KPROF_OUT=$out/$name.prof KPROF_TIMELINE=$out/$name.timeline timeout "$limit" "$@" >"$out/$name.log" 2>&1
     echo "exit $?" >>"$out/$name.log"

@@ -2,8 +2,10 @@
 //! ids, and a backward pass that sums each output row's gradient into its id's row, leaving the
 //! padding row without gradient. Composed from tensor ops (an index_select, a detached copy and
 //! a mask to stop the padding row's gradient), it is eight launches forward and a dozen backward;
-//! the op is one pass each way on the CPU, and `aclnnEmbedding` forward and
-//! `aclnnEmbeddingDenseBackward` backward on an Ascend part.
+//! the op is one pass each way on the CPU, `aclnnEmbedding` forward and
+//! `aclnnEmbeddingDenseBackward` backward on an Ascend part, and on a CUDA GPU candle's
+//! index-select forward and one GEMM backward (the ids' one-hot rows, the padding id's left
+//! empty, times the rows' gradient: candle's index-add loops over every id in each thread).
 use candle_ascend::fused;
 use candle_ascend::soc::AclnnOp;
 use candle_core::backend::BackendStorage;
@@ -25,7 +27,7 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
     let mut dims = ids.dims().to_vec();
     dims.push(dim);
     let flat = ids.flatten_all()?;
-    let rows = if weight.device().is_cpu() || ascend_has_body(weight, &flat) {
+    let rows = if weight.device().is_cpu() || weight.device().is_cuda() || ascend_has_body(weight, &flat) {
         weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx })?
     } else {
         reference(weight, &flat, padding_idx)?
@@ -119,13 +121,32 @@ impl CustomOp2 for Embedding {
         Ok((out, Shape::from_dims(&[l2.shape().elem_count(), l1.dims()[1]])))
     }
 
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let out = s1.index_select(s2, l1, l2, 0)?;
+        Ok((out, Shape::from_dims(&[l2.shape().elem_count(), l1.dims()[1]])))
+    }
+
     fn bwd(
         &self,
-        _weight: &Tensor,
+        weight: &Tensor,
         ids: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        if weight.device().is_cuda() {
+            // One-hot rows (tokens, vocab) against targets where the padding id matches nothing.
+            let targets: Vec<u32> =
+                (0..self.vocab).map(|v| if Some(v) == self.padding_idx { u32::MAX } else { v as u32 }).collect();
+            let targets = Tensor::from_vec(targets, (1, self.vocab), weight.device())?;
+            let one_hot = ids.to_dtype(DType::U32)?.unsqueeze(1)?.broadcast_eq(&targets)?.to_dtype(grad.dtype())?;
+            return Ok((Some(one_hot.t()?.matmul(&grad.contiguous()?)?.to_dtype(weight.dtype())?), None));
+        }
         let op = EmbeddingGrad { vocab: self.vocab, padding_idx: self.padding_idx };
         Ok((Some(ids.apply_op2_no_bwd(&grad.contiguous()?, &op)?), None))
     }

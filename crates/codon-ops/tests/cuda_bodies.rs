@@ -211,14 +211,36 @@ fn linear_layers_with_their_bias_activation_and_residual() {
 }
 
 #[test]
-fn sum_of_squares_matches_the_cpu() {
+fn sum_of_squares_is_the_exact_sum_to_f32_rounding() {
     let g = randn(&[1_000_003], 0.01, 19);
-    for (dtype, bound) in [(DType::F32, 1e-5), (DType::BF16, 1e-5)] {
+    for dtype in [DType::F32, DType::BF16] {
+        let values = g.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+        let exact: f64 = values.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let t = codon_ops::optim::sum_of_squares(&g.to_dtype(dtype).unwrap().to_device(&gpu()).unwrap()).unwrap();
+        let got = f64::from(t.to_device(&Device::Cpu).unwrap().to_scalar::<f32>().unwrap());
+        println!("sum_of_squares {dtype:?}: {got} against {exact}");
+        assert!(((got - exact) / exact).abs() <= 2e-6, "{dtype:?}: {got} against {exact}");
+    }
+}
+
+#[test]
+fn embedding_rows_and_their_gradient_skip_the_padding_row() {
+    let table = randn(&[90, 64], 1.0, 20);
+    let ids: Vec<u32> = (0..777).map(|i| (i * 37 % 90) as u32).collect();
+    let ids = Tensor::from_vec(ids, (7, 111), &Device::Cpu).unwrap();
+    let up = randn(&[7, 111, 64], 1.0, 21);
+    for (dtype, bound) in [(DType::F32, 1e-5), (DType::BF16, 0.1)] {
         let [cpu, gpu] = [Device::Cpu, gpu()].map(|dev| {
-            let t = codon_ops::optim::sum_of_squares(&g.to_dtype(dtype).unwrap().to_device(&dev).unwrap()).unwrap();
-            t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap()
+            let w = Var::from_tensor(&table.to_dtype(dtype).unwrap().to_device(&dev).unwrap()).unwrap();
+            let rows = codon_ops::embedding(w.as_tensor(), &ids.to_device(&dev).unwrap(), Some(3)).unwrap();
+            let loss = (rows.to_dtype(DType::F32).unwrap() * up.to_device(&dev).unwrap()).unwrap().sum_all().unwrap();
+            (rows, loss.backward().unwrap().get(w.as_tensor()).unwrap().clone())
         });
-        println!("sum_of_squares {dtype:?}: {cpu} and {gpu}");
-        assert!(((cpu - gpu) / cpu).abs() <= bound, "{dtype:?}: {cpu} against {gpu}");
+        assert_eq!(max_diff(&cpu.0, &gpu.0), 0.0, "{dtype:?}: the rows differ");
+        let d = max_diff(&cpu.1, &gpu.1);
+        println!("embedding {dtype:?}: gradient {d:.3e}");
+        assert!(d <= bound, "{dtype:?}: gradients differ by {d}");
+        let pad = gpu.1.to_device(&Device::Cpu).unwrap().get(3).unwrap().abs().unwrap().sum_all().unwrap();
+        assert_eq!(pad.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(), 0.0, "the padding row got a gradient");
     }
 }

@@ -1,0 +1,88 @@
+//! Time batch prediction of a protein file with the model loaded once: the first call (which
+//! also pays the device's one-time costs: kernel modules, cuBLAS's first use) and the median of
+//! the calls after it, as a server or a second run sees them. Used by `benches/gpu_compare.sh`
+//! beside PyTorch's per-protein loop, which is timed after a warm-up protein.
+//!
+//! ```text
+//! cargo run --release --example predict_timing -- --model DIR --input proteins.csv --repeats 3
+//! ```
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Parser;
+use codon_ascend::cli::{DTypeChoice, DeviceSpec};
+use codon_ascend::model::bigbird::load_model;
+use codon_ascend::model::predict::{max_batch_tokens_on, max_padding_fraction_on};
+use codon_ascend::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+use codon_ascend::outln;
+
+// CSV input only: the FASTA reader and row locations go unused here.
+#[allow(dead_code)]
+#[path = "common/csv_table.rs"]
+mod csv_table;
+
+/// Batch-prediction timing.
+#[derive(Parser)]
+struct Args {
+    /// The model folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// CSV with `protein_sequence` (or `protein`) and `organism` columns.
+    #[arg(long)]
+    input: PathBuf,
+    /// cpu, npu:N, npu-sim:N or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
+    /// Timed calls after the first.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args: Args = codon_ascend::cli::parse_args();
+    let device = args.device.open()?;
+    codon_ascend::train::retain_freed_memory();
+    let table = csv_table::CsvTable::read(&args.input)?;
+    let (protein, organism) = (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
+    let items: Vec<ProteinInput> = table
+        .rows
+        .iter()
+        .map(|r| ProteinInput {
+            protein: r.get(protein).unwrap_or("").to_string(),
+            organism: OrganismRef::parse(r.get(organism).unwrap_or("")),
+            known_dna: None,
+        })
+        .collect();
+    let model = load_model(&args.model, None, &device, args.dtype.into())?;
+    let predictor = Predictor::with_organisms(model, OrganismTable::for_model(&args.model)?)?;
+    let options = PredictOptions {
+        max_batch_tokens: max_batch_tokens_on(&device),
+        max_padding_fraction: max_padding_fraction_on(&device),
+        ..Default::default()
+    };
+    let mut seconds = Vec::with_capacity(args.repeats + 1);
+    for _ in 0..=args.repeats {
+        let start = Instant::now();
+        for result in predictor.predict_batch_with_progress(&items, &options, &mut |_| {})? {
+            result?;
+        }
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    let first = seconds.remove(0);
+    seconds.sort_by(f64::total_cmp);
+    let median = seconds.get(seconds.len() / 2).copied().unwrap_or(first);
+    outln!(
+        "{{\"side\": \"ours\", \"what\": \"predict_batch\", \"device\": \"{}\", \"dtype\": \"{}\", \"proteins\": {}, \"first_s\": {first:.4}, \"median_s\": {median:.4}}}",
+        args.device,
+        args.dtype,
+        items.len()
+    );
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(run);
+}
