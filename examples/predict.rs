@@ -139,10 +139,9 @@ struct Args {
     #[arg(long, alias = "allow_failures")]
     allow_failures: bool,
     /// Most tokens per forward pass of a batch (rows × padded length); proteins of similar
-    /// length share a pass. Larger batches need more memory. Default: 8192 on the CPU, 32768 on
-    /// an accelerator.
-    #[arg(long, alias = "batch_tokens", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    batch_tokens: Option<usize>,
+    /// length share a pass. Larger batches need more memory.
+    #[arg(long, alias = "batch_tokens", default_value_t = PredictOptions::default().max_batch_tokens, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    batch_tokens: usize,
     /// Sampling seed (the model's sampler, and the random baselines).
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -602,7 +601,7 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
         match_protein: args.match_protein,
         seed: args.seed,
         keep_codon_scores,
-        max_batch_tokens: args.batch_tokens.unwrap_or_else(|| codon_ascend::model::predict::max_batch_tokens_on(&device)),
+        max_batch_tokens: args.batch_tokens,
         max_padding_fraction: codon_ascend::model::predict::max_padding_fraction_on(&device),
         ..Default::default()
     };

@@ -12,7 +12,7 @@ use std::time::Instant;
 use clap::Parser;
 use codon_ascend::cli::{DTypeChoice, DeviceSpec};
 use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::predict::{max_batch_tokens_on, max_padding_fraction_on};
+use codon_ascend::model::predict::max_padding_fraction_on;
 use codon_ascend::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use codon_ascend::outln;
 
@@ -39,6 +39,12 @@ struct Args {
     /// Timed calls after the first.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
+    /// Most tokens per forward pass (`predict --batch-tokens`).
+    #[arg(long, default_value_t = PredictOptions::default().max_batch_tokens)]
+    batch_tokens: usize,
+    /// Most padding per batch as a fraction of its tokens (default: the device's, as `predict`).
+    #[arg(long)]
+    max_padding: Option<f64>,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -59,8 +65,8 @@ fn run() -> anyhow::Result<()> {
     let model = load_model(&args.model, None, &device, args.dtype.into())?;
     let predictor = Predictor::with_organisms(model, OrganismTable::for_model(&args.model)?)?;
     let options = PredictOptions {
-        max_batch_tokens: max_batch_tokens_on(&device),
-        max_padding_fraction: max_padding_fraction_on(&device),
+        max_batch_tokens: args.batch_tokens,
+        max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
         ..Default::default()
     };
     let mut seconds = Vec::with_capacity(args.repeats + 1);
@@ -75,10 +81,12 @@ fn run() -> anyhow::Result<()> {
     seconds.sort_by(f64::total_cmp);
     let median = seconds.get(seconds.len() / 2).copied().unwrap_or(first);
     outln!(
-        "{{\"side\": \"ours\", \"what\": \"predict_batch\", \"device\": \"{}\", \"dtype\": \"{}\", \"proteins\": {}, \"first_s\": {first:.4}, \"median_s\": {median:.4}}}",
+        "{{\"side\": \"ours\", \"what\": \"predict_batch\", \"device\": \"{}\", \"dtype\": \"{}\", \"proteins\": {}, \"batch_tokens\": {}, \"max_padding\": {}, \"first_s\": {first:.4}, \"median_s\": {median:.4}}}",
         args.device,
         args.dtype,
-        items.len()
+        items.len(),
+        options.max_batch_tokens,
+        options.max_padding_fraction
     );
     Ok(())
 }

@@ -116,7 +116,11 @@ impl CustomOp1 for GeluNew {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         Ok((crate::cuda::gelu_new(s, l, None)?, l.shape().clone()))
     }
 
@@ -181,7 +185,13 @@ impl CustomOp2 for BiasGeluNew {
         "bias_gelu_new"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         candle_core::bail!("bias_gelu_new is the CUDA body; the CPU fuses the bias into its GEMM")
     }
 
@@ -196,7 +206,13 @@ impl CustomOp2 for BiasGeluNew {
         Ok((crate::cuda::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, bias: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let d = x.apply_op3_no_bwd(bias, &grad.contiguous()?, &BiasGeluNewGrad)?;
         let db = crate::linear::bias_grad(&d)?.to_dtype(bias.dtype())?;
         Ok((Some(d), Some(db)))
@@ -256,7 +272,11 @@ impl CustomOp1 for Softmax {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         Ok((crate::cuda::softmax(s, l, 1.0, None)?, l.shape().clone()))
     }
 
@@ -391,14 +411,18 @@ impl CustomOp1 for ScaledSoftmax {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let out = match &self.bias {
             Some((bias, rows_per_bias)) => {
                 let (storage, layout) = bias.storage_and_layout();
                 let candle_core::Storage::Cuda(storage) = &*storage else {
                     candle_core::bail!("scaled_softmax: the bias is not on the GPU")
                 };
-                let bias = crate::cuda::RowBias { storage, layout: &layout, rows_per_bias: *rows_per_bias };
+                let bias = crate::cuda::RowBias { storage, layout, rows_per_bias: *rows_per_bias };
                 crate::cuda::softmax(s, l, self.scale, Some(bias))?
             }
             None => crate::cuda::softmax(s, l, self.scale, None)?,
@@ -466,7 +490,8 @@ mod tests {
         assert_eq!(super::ScaledSoftmax::bias_groups(&[b, 1, rows, keys], x.dims()), None);
         let op = super::ScaledSoftmax::with_key_bias(0.125, &bias, x.dims()).unwrap().unwrap();
         let ours = x.as_tensor().apply_op1(op).unwrap();
-        let reference = super::softmax_reference(&(x.as_tensor() * 0.125).unwrap().broadcast_add(&bias).unwrap()).unwrap();
+        let reference =
+            super::softmax_reference(&(x.as_tensor() * 0.125).unwrap().broadcast_add(&bias).unwrap()).unwrap();
         assert!(max_diff(&ours, &reference) < 1e-6);
         let masked = ours.narrow(0, 1, 1).unwrap().narrow(3, keys - 4, 4).unwrap();
         assert_eq!(masked.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);

@@ -1,9 +1,9 @@
 //! The CUDA bodies' kernels (`kernels/codon_ops.cu`, compiled to PTX by `build.rs`) and their
 //! launches, one function per kernel over candle's CUDA storage. Each op module calls these from
 //! its `cuda_fwd`; inputs are contiguous (the callers make them so) and outputs fresh.
+use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDType, WrapErr};
-use candle_core::backend::BackendStorage;
 use candle_core::{CudaStorage, DType, Layout, Result};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/codon_ops.ptx"));
@@ -33,7 +33,8 @@ fn elementwise_config(n: usize) -> LaunchConfig {
 }
 
 fn rows_config(rows: usize) -> Result<LaunchConfig> {
-    let rows = u32::try_from(rows).map_err(|_| candle_core::Error::msg(format!("{rows} rows: too many for one launch")))?;
+    let rows =
+        u32::try_from(rows).map_err(|_| candle_core::Error::msg(format!("{rows} rows: too many for one launch")))?;
     Ok(LaunchConfig { grid_dim: (rows.max(1), 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 })
 }
 
@@ -184,7 +185,12 @@ const REDUCE_BLOCKS: usize = 256;
 
 /// Adds the `parts` rows of `partial` (parts × width, f32) in a fixed order into a new f32
 /// storage of `width`.
-fn sum_partials(dev: &candle_core::CudaDevice, partial: &candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>, parts: usize, width: usize) -> Result<CudaStorage> {
+fn sum_partials(
+    dev: &candle_core::CudaDevice,
+    partial: &candle_core::cuda_backend::cudarc::driver::CudaSlice<f32>,
+    parts: usize,
+    width: usize,
+) -> Result<CudaStorage> {
     // SAFETY: every element is written by the kernel.
     let out = unsafe { dev.alloc::<f32>(width)? };
     let sum = dev.get_or_load_custom_func("column_sum_f32", MODULE, PTX)?;
@@ -250,7 +256,11 @@ pub fn gather_blocks(
     let dev = &src.device;
     let size = src.dtype().size_in_bytes();
     let Some((start, end)) = sl.contiguous_offsets() else { return Ok(None) };
-    if (block_elems * size) % 16 != 0 || (start * size) % 16 != 0 || block_elems == 0 || src_blocks == 0 {
+    if !(block_elems * size).is_multiple_of(16)
+        || !(start * size).is_multiple_of(16)
+        || block_elems == 0
+        || src_blocks == 0
+    {
         return Ok(None);
     }
     let sequences = (end - start) / (block_elems * src_blocks);
@@ -301,8 +311,10 @@ pub fn scatter_add_blocks(
     same_dtype(base, gathered, "scatter_add_blocks")?;
     let n = bl.shape().elem_count();
     let blocks = ol.shape().elem_count().saturating_sub(1);
-    if block_elems == 0 || blocks == 0 || n % (block_elems * blocks) != 0 {
-        candle_core::bail!("scatter_add_blocks: {n} elements are not whole sequences of {blocks} blocks of {block_elems}")
+    if block_elems == 0 || blocks == 0 || !n.is_multiple_of(block_elems * blocks) {
+        candle_core::bail!(
+            "scatter_add_blocks: {n} elements are not whole sequences of {blocks} blocks of {block_elems}"
+        )
     }
     let sequences = n / (block_elems * blocks);
     if gl.shape().elem_count() != sequences * gathered_blocks * block_elems {
@@ -418,7 +430,15 @@ pub fn softmax_grad(y: &CudaStorage, yl: &Layout, g: &CudaStorage, gl: &Layout, 
 }
 
 /// Layer norm over the last dimension; weight and bias take x's dtype.
-pub fn layer_norm(x: &CudaStorage, xl: &Layout, w: &CudaStorage, wl: &Layout, b: &CudaStorage, bl: &Layout, eps: f32) -> Result<CudaStorage> {
+pub fn layer_norm(
+    x: &CudaStorage,
+    xl: &Layout,
+    w: &CudaStorage,
+    wl: &Layout,
+    b: &CudaStorage,
+    bl: &Layout,
+    eps: f32,
+) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
@@ -472,7 +492,13 @@ const LAYER_NORM_GRAD_BLOCKS: usize = 256;
 
 /// [Σ dy⊙x̂ ; Σ dy] over all rows, as f32 (2, cols): per-block sums, then one sum of them in a
 /// fixed order (deterministic).
-pub fn layer_norm_param_grad(x: &CudaStorage, xl: &Layout, dy: &CudaStorage, dyl: &Layout, eps: f32) -> Result<CudaStorage> {
+pub fn layer_norm_param_grad(
+    x: &CudaStorage,
+    xl: &Layout,
+    dy: &CudaStorage,
+    dyl: &Layout,
+    eps: f32,
+) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
@@ -488,10 +514,15 @@ pub fn layer_norm_param_grad(x: &CudaStorage, xl: &Layout, dy: &CudaStorage, dyl
     }
     let blocks = rows.min(LAYER_NORM_GRAD_BLOCKS);
     let func = function!(dev, "layer_norm_param_grad", x.dtype());
-    let (rows32, cols32) = (u32::try_from(rows).w_msg("layer_norm_param_grad")?, u32::try_from(cols).w_msg("layer_norm_param_grad")?);
+    let (rows32, cols32) =
+        (u32::try_from(rows).w_msg("layer_norm_param_grad")?, u32::try_from(cols).w_msg("layer_norm_param_grad")?);
     // SAFETY: every partial sum is written by the kernel.
     let partial = unsafe { dev.alloc::<f32>(blocks * 2 * cols)? };
-    let cfg = LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: shared as u32 };
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (ROW_THREADS, 1, 1),
+        shared_mem_bytes: shared as u32,
+    };
     with_float_type!(x.dtype(), "layer_norm_param_grad", T => {
         let (xv, gv) = (view::<T>(x, xl, "layer_norm_param_grad")?, view::<T>(dy, dyl, "layer_norm_param_grad")?);
         let mut launch = func.builder();
@@ -519,7 +550,14 @@ fn check_params(x: &CudaStorage, p: &CudaStorage, pl: &Layout, cols: usize, op: 
 
 /// `m ← m + (1 − β)(g − m)`, or with `squared`, `m ← β·m + (1 − β)·g²`, in place (f32);
 /// `rest` is 1 − β as the CPU body rounds it.
-pub fn adamw_moment(m: &mut CudaStorage, ml: &Layout, g: &CudaStorage, gl: &Layout, [beta, rest]: [f32; 2], squared: bool) -> Result<()> {
+pub fn adamw_moment(
+    m: &mut CudaStorage,
+    ml: &Layout,
+    g: &CudaStorage,
+    gl: &Layout,
+    [beta, rest]: [f32; 2],
+    squared: bool,
+) -> Result<()> {
     let dev = m.device.clone();
     let n = ml.shape().elem_count();
     let (Some((start, end)), true) = (ml.contiguous_offsets(), gl.shape().elem_count() == n) else {
@@ -549,7 +587,8 @@ pub fn adamw_parameter(
 ) -> Result<()> {
     let dev = theta.device.clone();
     let n = tl.shape().elem_count();
-    let (Some((start, end)), true) = (tl.contiguous_offsets(), ml.shape().elem_count() == n && vl.shape().elem_count() == n)
+    let (Some((start, end)), true) =
+        (tl.contiguous_offsets(), ml.shape().elem_count() == n && vl.shape().elem_count() == n)
     else {
         candle_core::bail!("adamw_parameter: {n} contiguous weights need as many moments")
     };

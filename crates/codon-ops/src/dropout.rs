@@ -148,7 +148,11 @@ impl CustomOp1 for PhiloxDropout {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         use candle_core::backend::BackendStorage;
         let scale = kept_scale(self.p, s.dtype());
         let out = crate::cuda::dropout(s, l, self.seed, self.offset, keep_threshold(self.p), scale)?;
@@ -258,7 +262,9 @@ mod tests {
     fn the_kernels_integer_threshold_keeps_the_same_words() {
         for p in [0.1, 0.25, 0.5, 1e-7, 0.999] {
             let (t, keep) = (super::keep_threshold(p), f64::from((1.0 - p) as f32));
-            for w in [t.saturating_sub(2), t.saturating_sub(1), t, t + 1].into_iter().filter(|&w| w <= u64::from(u32::MAX)) {
+            for w in
+                [t.saturating_sub(2), t.saturating_sub(1), t, t + 1].into_iter().filter(|&w| w <= u64::from(u32::MAX))
+            {
                 let kept = (w as f64 + 0.5) / 4_294_967_296.0 < keep;
                 assert_eq!(kept, w < t, "p = {p}, w = {w}");
             }
@@ -266,7 +272,8 @@ mod tests {
         // The multiplier as the CPU's mask gives it after rounding to the dtype.
         for dtype in [DType::F32, DType::BF16, DType::F16] {
             let m = multipliers(3, 0, 400, 0.1, dtype).into_iter().find(|&m| m > 0.0).unwrap();
-            let rounded = Tensor::new(&[m], &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
+            let rounded =
+                Tensor::new(&[m], &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
             assert_eq!(rounded.to_vec1::<f32>().unwrap()[0], super::kept_scale(0.1, dtype), "{dtype:?}");
         }
     }

@@ -50,7 +50,12 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
 
 /// A CUDA GPU's linear layer: cuBLAS's `x·Wᵀ`, then the bias (and a residual) added in one
 /// pass by [`AddBias`] or [`AddBiasResidual`].
-fn cuda_linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, residual: Option<&Tensor>) -> candle_core::Result<Tensor> {
+fn cuda_linear(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
     let y = product(x, weight)?;
     match (bias, residual) {
         (Some(b), Some(r)) => y.apply_op3(&b.to_dtype(y.dtype())?, &r.contiguous()?, AddBiasResidual),
@@ -141,7 +146,11 @@ impl CustomOp1 for ColumnSums {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let cols = l.dims().last().copied().unwrap_or(1);
         Ok((crate::cuda::sum_rows(s, l)?, Shape::from(cols)))
     }
@@ -156,7 +165,13 @@ impl CustomOp2 for AddBias {
         "add_bias"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         candle_core::bail!("add_bias is the CUDA body; the CPU adds the bias in its GEMM")
     }
 
@@ -171,7 +186,13 @@ impl CustomOp2 for AddBias {
         Ok((crate::cuda::add_bias(s1, l1, (s2, l2), None)?, l1.shape().clone()))
     }
 
-    fn bwd(&self, _x: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         Ok((Some(grad.clone()), Some(bias_grad(grad)?.to_dtype(b.dtype())?)))
     }
 }

@@ -15,7 +15,8 @@ use codon_ops::DropoutStream;
 /// The GPU `CODON_TEST_DEVICE` names (`cuda:N`; `cuda:0` without it).
 fn gpu() -> Device {
     let name = std::env::var("CODON_TEST_DEVICE").unwrap_or_else(|_| "cuda:0".into());
-    let id = name.strip_prefix("cuda:").and_then(|i| i.parse().ok()).unwrap_or_else(|| panic!("CODON_TEST_DEVICE={name}"));
+    let id =
+        name.strip_prefix("cuda:").and_then(|i| i.parse().ok()).unwrap_or_else(|| panic!("CODON_TEST_DEVICE={name}"));
     Device::new_cuda(id).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -117,7 +118,12 @@ fn layer_norm_and_its_three_gradients() {
             let y = codon_ops::layer_norm(xv.as_tensor(), wv.as_tensor(), bv.as_tensor(), 1e-12).unwrap();
             let up = upstream.to_device(&dev).unwrap();
             let g = (y.to_dtype(DType::F32).unwrap() * up).unwrap().sum_all().unwrap().backward().unwrap();
-            [y, g.get(xv.as_tensor()).unwrap().clone(), g.get(wv.as_tensor()).unwrap().clone(), g.get(bv.as_tensor()).unwrap().clone()]
+            [
+                y,
+                g.get(xv.as_tensor()).unwrap().clone(),
+                g.get(wv.as_tensor()).unwrap().clone(),
+                g.get(bv.as_tensor()).unwrap().clone(),
+            ]
         });
         for (i, name) in ["value", "dx", "dw", "db"].iter().enumerate() {
             let d = max_diff(&grads[0][i], &grads[1][i]);
@@ -181,17 +187,27 @@ fn full_attention_trains_as_on_the_cpu() {
 
 #[test]
 fn linear_layers_with_their_bias_activation_and_residual() {
-    let (x, w, b, r) = (randn(&[4, 37, 96], 1.0, 14), randn(&[200, 96], 0.1, 15), randn(&[200], 0.5, 16), randn(&[4, 37, 200], 1.0, 17));
+    let (x, w, b, r) = (
+        randn(&[4, 37, 96], 1.0, 14),
+        randn(&[200, 96], 0.1, 15),
+        randn(&[200], 0.5, 16),
+        randn(&[4, 37, 200], 1.0, 17),
+    );
     for (dtype, bound) in [(DType::F32, 1e-4), (DType::BF16, 6e-2)] {
         let up = randn(&[4, 37, 200], 1.0, 18);
         let results = [Device::Cpu, gpu()].map(|dev| {
             let on = |t: &Tensor| Var::from_tensor(&t.to_dtype(dtype).unwrap().to_device(&dev).unwrap()).unwrap();
             let (xv, wv, bv, rv) = (on(&x), on(&w), on(&b), on(&r));
-            let gelu = codon_ops::linear::linear_gelu_new(xv.as_tensor(), wv.as_tensor(), Some(bv.as_tensor())).unwrap();
+            let gelu =
+                codon_ops::linear::linear_gelu_new(xv.as_tensor(), wv.as_tensor(), Some(bv.as_tensor())).unwrap();
             let plain = codon_ops::linear(xv.as_tensor(), wv.as_tensor(), bv.as_tensor()).unwrap();
-            let residual =
-                codon_ops::linear::linear_residual(xv.as_tensor(), wv.as_tensor(), Some(bv.as_tensor()), Some(rv.as_tensor()))
-                    .unwrap();
+            let residual = codon_ops::linear::linear_residual(
+                xv.as_tensor(),
+                wv.as_tensor(),
+                Some(bv.as_tensor()),
+                Some(rv.as_tensor()),
+            )
+            .unwrap();
             let up = up.to_device(&dev).unwrap();
             let total = [&gelu, &plain, &residual]
                 .iter()
@@ -203,7 +219,10 @@ fn linear_layers_with_their_bias_activation_and_residual() {
             [gelu, plain, residual, grad(&xv), grad(&wv), grad(&bv), grad(&rv)]
         });
         for (i, name) in ["gelu", "plain", "residual", "dx", "dw", "db", "dr"].iter().enumerate() {
-            let (d, scale) = (max_diff(&results[0][i], &results[1][i]), max_diff(&results[0][i], &results[0][i].zeros_like().unwrap()));
+            let (d, scale) = (
+                max_diff(&results[0][i], &results[1][i]),
+                max_diff(&results[0][i], &results[0][i].zeros_like().unwrap()),
+            );
             println!("linear {dtype:?} {name}: {d:.3e} of {scale:.3e}");
             assert!(d <= bound * scale.max(1.0), "linear {dtype:?} {name}: differs by {d} (largest {scale})");
         }
@@ -241,6 +260,10 @@ fn embedding_rows_and_their_gradient_skip_the_padding_row() {
         println!("embedding {dtype:?}: gradient {d:.3e}");
         assert!(d <= bound, "{dtype:?}: gradients differ by {d}");
         let pad = gpu.1.to_device(&Device::Cpu).unwrap().get(3).unwrap().abs().unwrap().sum_all().unwrap();
-        assert_eq!(pad.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(), 0.0, "the padding row got a gradient");
+        assert_eq!(
+            pad.to_dtype(DType::F32).unwrap().to_scalar::<f32>().unwrap(),
+            0.0,
+            "the padding row got a gradient"
+        );
     }
 }

@@ -17,9 +17,9 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Tensor};
 
+use super::block_table::BlockTable;
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 use super::flash::{flash_attention_heads, FlashState};
-use super::block_table::BlockTable;
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 use candle_ascend::fused::FlashKeys;
 

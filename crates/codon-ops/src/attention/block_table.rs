@@ -38,7 +38,8 @@ impl BlockTable {
         let mut dims = t.dims().to_vec();
         dims[1] = self.gathered;
         let block_bytes = t.dims()[2..].iter().product::<usize>() * t.dtype().size_in_bytes();
-        let aligned = block_bytes % 16 == 0 && (t.layout().start_offset() * t.dtype().size_in_bytes()) % 16 == 0;
+        let aligned = block_bytes.is_multiple_of(16)
+            && (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
         if t.device().is_cuda() && t.is_contiguous() && aligned {
             let op = BlockGather { index: self.index.clone(), blocks: self.blocks };
             return t.apply_op1_no_bwd(&op)?.reshape(dims);
@@ -51,7 +52,8 @@ impl BlockTable {
     pub(super) fn scatter_add(&self, full: &Tensor, gathered: &Tensor) -> candle_core::Result<Tensor> {
         match &self.inverse {
             Some((offsets, sources)) if full.device().is_cuda() => {
-                let op = BlockScatterAdd { offsets: offsets.clone(), sources: sources.clone(), gathered: self.gathered };
+                let op =
+                    BlockScatterAdd { offsets: offsets.clone(), sources: sources.clone(), gathered: self.gathered };
                 full.contiguous()?.apply_op2_no_bwd(&gathered.contiguous()?, &op)
             }
             _ => full.index_add(&self.index, gathered, 1),
@@ -94,9 +96,15 @@ impl CustomOp1 for BlockGather {
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let (index, il) = self.index.storage_and_layout();
-        let candle_core::Storage::Cuda(index) = &*index else { candle_core::bail!("gather_blocks: the table is not on the GPU") };
+        let candle_core::Storage::Cuda(index) = &*index else {
+            candle_core::bail!("gather_blocks: the table is not on the GPU")
+        };
         let block_elems = l.dims()[2..].iter().product::<usize>();
         let out = crate::cuda::gather_blocks(s, l, index, il, block_elems, self.blocks)?
             .ok_or_else(|| candle_core::Error::msg("gather_blocks: blocks are not whole aligned 16-byte vectors"))?;
@@ -119,7 +127,13 @@ impl CustomOp2 for BlockScatterAdd {
         "scatter_add_blocks"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         candle_core::bail!("scatter_add_blocks is the CUDA body; the CPU adds with index_add")
     }
 
@@ -137,7 +151,8 @@ impl CustomOp2 for BlockScatterAdd {
             candle_core::bail!("scatter_add_blocks: the table is not on the GPU")
         };
         let block_elems = l1.dims()[2..].iter().product::<usize>();
-        let out = crate::cuda::scatter_add_blocks(s1, l1, s2, l2, (offsets, ol), (sources, sl), block_elems, self.gathered)?;
+        let out =
+            crate::cuda::scatter_add_blocks(s1, l1, s2, l2, (offsets, ol), (sources, sl), block_elems, self.gathered)?;
         Ok((out, l1.shape().clone()))
     }
 }
