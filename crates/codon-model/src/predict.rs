@@ -486,42 +486,74 @@ impl Predictor {
 
     fn predict_prepared(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<DnaPrediction>>> {
         let logits = self.residue_logits(batch, options)?;
-        let mut out = Vec::with_capacity(batch.len());
-        for (prepared, logits) in batch.iter().zip(logits) {
-            // One generator per protein, so a protein's samples do not depend on its batch.
-            let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-            let allowed = allowed_codons(prepared, options.match_protein);
-            let log_probs = codon_log_probs(&logits, &allowed);
-            let scores = options.keep_codon_scores.then(|| log_probs.clone());
-            let mut predictions = Vec::with_capacity(options.num_sequences);
-            for _ in 0..options.num_sequences {
-                let mut dna = String::with_capacity(3 * logits.len());
-                for (row, allowed) in logits.iter().zip(&allowed) {
-                    let id = if allowed.len() == 1 {
-                        allowed[0]
-                    } else if options.deterministic {
-                        argmax(row, allowed)
-                    } else {
-                        sample_top_p(row, allowed, options.temperature, options.top_p, &mut rng)
-                    };
-                    let codon = codon_of(id).unwrap_or(*b"NNN");
-                    dna.push_str(std::str::from_utf8(&codon).unwrap_or("NNN"));
-                }
-                predictions.push(DnaPrediction {
-                    organism: prepared.organism.clone(),
-                    protein: prepared.protein.clone(),
-                    processed_input: prepared.merged.clone(),
-                    score: SequenceScore::of(&log_probs, &dna)?,
-                    predicted_dna: dna,
-                    codon_log_probs: scores.clone(),
-                });
-            }
-            // Samples best first (a stable sort: equal scores keep their draw order).
-            predictions.sort_by(|a, b| b.score.log_likelihood.total_cmp(&a.score.log_likelihood));
-            out.push(predictions);
-        }
-        Ok(out)
+        batch.iter().zip(logits).map(|(prepared, logits)| decode(prepared, &logits, options)).collect()
     }
+
+    /// Predict the proteins of several requests in shared forward passes, each decoded with its
+    /// own options (sampling, seed, `match_protein`, sequences, codon scores): what a server that
+    /// batches concurrent requests runs. A protein's result is the one
+    /// [`Predictor::predict_batch_with_progress`] gives it under its own options (its samples
+    /// come from its own seed, never from its batch). The forward passes take `forward`'s
+    /// attention, token budget and padding limit; an item whose options are invalid gets that
+    /// error alone.
+    pub fn predict_each(
+        &self,
+        items: &[(ProteinInput, PredictOptions)],
+        forward: &PredictOptions,
+    ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
+        forward.validate()?;
+        let checked: Vec<Result<()>> = items.iter().map(|(_, o)| o.validate()).collect();
+        let inputs: Vec<ProteinInput> = items
+            .iter()
+            .zip(&checked)
+            .map(|((input, _), ok)| match ok {
+                Ok(()) => input.clone(),
+                // Refused before any forward pass; its own error replaces the result below.
+                Err(_) => ProteinInput { protein: String::new(), ..input.clone() },
+            })
+            .collect();
+        let predicted = self.in_batches(&inputs, forward, &mut |_| {}, |indices, prepared| {
+            let logits = self.residue_logits(prepared, forward)?;
+            indices.iter().zip(prepared).zip(logits).map(|((&i, p), l)| decode(p, &l, &items[i].1)).collect()
+        })?;
+        Ok(checked.into_iter().zip(predicted).map(|(ok, result)| ok.and(result)).collect())
+    }
+}
+
+/// A prepared protein's predictions from its residues' logits under `options`: argmax, or
+/// `num_sequences` samples from a generator seeded by `options.seed` alone (so a protein's samples
+/// do not depend on its batch), best first.
+fn decode(prepared: &Prepared, logits: &[Vec<f32>], options: &PredictOptions) -> Result<Vec<DnaPrediction>> {
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+    let allowed = allowed_codons(prepared, options.match_protein);
+    let log_probs = codon_log_probs(logits, &allowed);
+    let scores = options.keep_codon_scores.then(|| log_probs.clone());
+    let mut predictions = Vec::with_capacity(options.num_sequences);
+    for _ in 0..options.num_sequences {
+        let mut dna = String::with_capacity(3 * logits.len());
+        for (row, allowed) in logits.iter().zip(&allowed) {
+            let id = if allowed.len() == 1 {
+                allowed[0]
+            } else if options.deterministic {
+                argmax(row, allowed)
+            } else {
+                sample_top_p(row, allowed, options.temperature, options.top_p, &mut rng)
+            };
+            let codon = codon_of(id).unwrap_or(*b"NNN");
+            dna.push_str(std::str::from_utf8(&codon).unwrap_or("NNN"));
+        }
+        predictions.push(DnaPrediction {
+            organism: prepared.organism.clone(),
+            protein: prepared.protein.clone(),
+            processed_input: prepared.merged.clone(),
+            score: SequenceScore::of(&log_probs, &dna)?,
+            predicted_dna: dna,
+            codon_log_probs: scores.clone(),
+        });
+    }
+    // Samples best first (a stable sort: equal scores keep their draw order).
+    predictions.sort_by(|a, b| b.score.log_likelihood.total_cmp(&a.score.log_likelihood));
+    Ok(predictions)
 }
 
 /// The sizes of consecutive batches of rows of `lengths` tokens (sorted ascending): each batch

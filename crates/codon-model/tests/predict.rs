@@ -169,6 +169,66 @@ fn batches_keep_order_and_equal_single_predictions() {
 }
 
 #[test]
+fn requests_with_their_own_options_share_passes_and_equal_their_single_predictions() {
+    let p = predictor();
+    let argmax = PredictOptions::default();
+    let scored = PredictOptions { keep_codon_scores: true, match_protein: true, ..Default::default() };
+    let two_samples = PredictOptions { num_sequences: 2, ..sampling(1.0, 3) };
+    let other_seed = PredictOptions { num_sequences: 2, ..sampling(1.0, 4) };
+    let invalid = PredictOptions { top_p: 0.0, ..sampling(1.0, 5) };
+    let requests = [
+        ("MALWMRLLPLLALLALWGPDPAAA", "Homo sapiens", &argmax),
+        ("MKVLA", "Escherichia coli general", &two_samples),
+        ("MKVLA", "Escherichia coli general", &other_seed),
+        ("MFWYMFWYKK", "Homo sapiens", &scored),
+        ("MKV", "Homo sapiens", &invalid),
+        ("MK?", "Homo sapiens", &argmax),
+    ];
+    let items: Vec<(codon_model::ProteinInput, PredictOptions)> = requests
+        .iter()
+        .map(|(protein, organism, options)| {
+            let input = codon_model::ProteinInput {
+                protein: protein.to_string(),
+                organism: OrganismRef::parse(organism),
+                known_dna: None,
+            };
+            (input, (*options).clone())
+        })
+        .collect();
+    // A budget that puts several requests in each pass.
+    let forward = PredictOptions { max_batch_tokens: 64, ..Default::default() };
+    let batched = p.predict_each(&items, &forward).unwrap();
+    // The same DNA; scores within 1e-5 (another batch pads the rows differently, which moves
+    // the f32 sums in their last bits).
+    let close = |a: &codon_model::DnaPrediction, b: &codon_model::DnaPrediction| {
+        let near = |x: f64, y: f64| x == y || (x - y).abs() <= 1e-5;
+        let scores = match (&a.codon_log_probs, &b.codon_log_probs) {
+            (Some(x), Some(y)) => {
+                x.iter().flatten().zip(y.iter().flatten()).all(|(u, v)| near(f64::from(*u), f64::from(*v)))
+            }
+            (x, y) => x.is_none() && y.is_none(),
+        };
+        a.predicted_dna == b.predicted_dna && near(a.score.log_likelihood, b.score.log_likelihood) && scores
+    };
+    for (i, (protein, organism, options)) in requests.iter().enumerate() {
+        match (&batched[i], p.predict(protein, *organism, options)) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(a.len(), b.len(), "request {i}");
+                assert!(a.iter().zip(&b).all(|(x, y)| close(x, y)), "request {i}: {a:?} vs {b:?}");
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "request {i}"),
+            (a, b) => panic!("request {i}: batched {a:?} vs single {b:?}"),
+        }
+    }
+    // Each request's samples come from its own seed, whatever shares its pass.
+    let dna = |i: usize| batched[i].as_ref().unwrap().iter().map(|d| d.predicted_dna.clone()).collect::<Vec<_>>();
+    assert_ne!(dna(1), dna(2));
+    assert_eq!(batched[1].as_ref().unwrap().len(), 2);
+    assert!(batched[3].as_ref().unwrap()[0].codon_log_probs.is_some());
+    assert!(batched[4].is_err() && batched[5].is_err());
+}
+
+#[test]
 fn models_without_the_codontransformer_vocabulary_are_rejected() {
     use codon_model::bigbird::{init_weights, BigBirdConfig, BigBirdForMaskedLM};
     let config = BigBirdConfig::from_json(

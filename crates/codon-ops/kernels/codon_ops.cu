@@ -152,7 +152,8 @@ __device__ void dropout(uint64_t n, const T *x, T *y, uint64_t seed, uint64_t of
         const uint32_t words[4] = {w.x, w.y, w.z, w.w};
         for (int j = 0; j < 4; j++) {
             const uint64_t i = group * 4 + j;
-            if (i < n) y[i] = from_f32<T>((uint64_t)words[j] < threshold ? to_f32(x[i]) * scale : 0.0f);
+            // x·0 as the CPU's multipliers give it: a dropped NaN or infinity stays NaN.
+            if (i < n) y[i] = from_f32<T>(to_f32(x[i]) * ((uint64_t)words[j] < threshold ? scale : 0.0f));
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::fast_math;
 /// [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if x.device().is_cpu() || x.device().is_cuda() {
+    if x.device().is_cpu() || crate::cuda_kernels_take(&x) {
         return x.contiguous()?.apply_op1(Softmax);
     }
     if fused::runs_natively(&x, AclnnOp::Softmax, DType::F32)
@@ -54,7 +54,7 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if y.device().is_cpu() || y.device().is_cuda() || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
+    if y.device().is_cpu() || crate::cuda_kernels_take(y) || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -64,7 +64,7 @@ pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tens
 /// and aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the
 /// same function, with a composed backward).
 pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
-    if x.device().is_cpu() || x.device().is_cuda() {
+    if x.device().is_cpu() || crate::cuda_kernels_take(x) {
         return x.contiguous()?.apply_op1(GeluNew);
     }
     if fused::runs_natively(x, AclnnOp::GeluV2, x.dtype())
@@ -346,8 +346,8 @@ impl CustomOp2 for SoftmaxGrad {
 
 /// softmax(x·scale + bias) over the last dimension, in x's dtype with f32 accumulation: the
 /// attention probabilities in one pass over the scores, and their gradient in one more (the
-/// scale folded in). The bias, a key mask that needs no gradient, is one f32 row per group of
-/// consecutive score rows; [`ScaledSoftmax::bias_groups`] says whether a bias fits. CPU and CUDA
+/// scale folded in). The bias, a key mask kept as a constant (it gets no gradient), is one f32
+/// row per group of consecutive score rows; [`ScaledSoftmax::bias_groups`] says whether a bias fits. CPU and CUDA
 /// bodies.
 pub struct ScaledSoftmax {
     scale: f32,

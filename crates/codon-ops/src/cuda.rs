@@ -32,10 +32,25 @@ fn elementwise_config(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// One block per row (callers return early for no rows).
 fn rows_config(rows: usize) -> Result<LaunchConfig> {
-    let rows =
-        u32::try_from(rows).map_err(|_| candle_core::Error::msg(format!("{rows} rows: too many for one launch")))?;
-    Ok(LaunchConfig { grid_dim: (rows.max(1), 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 })
+    Ok(LaunchConfig { grid_dim: (grid(rows)?, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 })
+}
+
+/// A grid of `blocks` blocks: CUDA takes at most 2³¹ − 1 in x.
+fn grid(blocks: usize) -> Result<u32> {
+    match i32::try_from(blocks) {
+        Ok(b) if b > 0 => Ok(b as u32),
+        _ => candle_core::bail!("{blocks} blocks: outside one launch's grid (1 to 2^31 - 1)"),
+    }
+}
+
+/// `other` holds as many elements as `first`.
+fn same_count(first: &Layout, other: &Layout, op: &str) -> Result<()> {
+    if first.shape().elem_count() != other.shape().elem_count() {
+        candle_core::bail!("{op}: operands of {:?} and {:?}", first.shape(), other.shape())
+    }
+    Ok(())
 }
 
 /// The contiguous elements of `s` under `l`.
@@ -102,6 +117,9 @@ fn bias_view<'a, T: CudaDType + DeviceRepr>(
 pub fn gelu_new(s: &CudaStorage, l: &Layout, bias: Bias) -> Result<CudaStorage> {
     let dev = &s.device;
     let n = l.shape().elem_count();
+    if n == 0 {
+        return s.try_clone(l);
+    }
     let cols = l.dims().last().copied().unwrap_or(1).max(1);
     let func = function!(dev, "gelu_new_fwd", s.dtype());
     let cols32 = u32::try_from(cols).w_msg("gelu_new")?;
@@ -125,6 +143,10 @@ pub fn gelu_new(s: &CudaStorage, l: &Layout, bias: Bias) -> Result<CudaStorage> 
 pub fn gelu_new_grad(x: &CudaStorage, xl: &Layout, bias: Bias, g: &CudaStorage, gl: &Layout) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
+    same_count(xl, gl, "gelu_new_grad")?;
+    if n == 0 {
+        return x.try_clone(xl);
+    }
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
     same_dtype(x, g, "gelu_new_grad")?;
     let func = function!(dev, "gelu_new_bwd", x.dtype());
@@ -149,6 +171,9 @@ pub fn gelu_new_grad(x: &CudaStorage, xl: &Layout, bias: Bias, g: &CudaStorage, 
 pub fn add_bias(x: &CudaStorage, xl: &Layout, bias: (&CudaStorage, &Layout), residual: Bias) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
+    if n == 0 {
+        return x.try_clone(xl);
+    }
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
     let func = function!(dev, "add_bias", x.dtype());
     let cols32 = u32::try_from(cols).w_msg("add_bias")?;
@@ -265,7 +290,7 @@ pub fn gather_blocks(
     }
     let sequences = (end - start) / (block_elems * src_blocks);
     let out_blocks = il.shape().elem_count();
-    let grid = u32::try_from(sequences * out_blocks).w_msg("gather_blocks")?;
+    let grid = grid(sequences * out_blocks)?;
     let (vecs, src32, out32) = (
         u32::try_from(block_elems * size / 16).w_msg("gather_blocks")?,
         u32::try_from(src_blocks).w_msg("gather_blocks")?,
@@ -283,7 +308,7 @@ pub fn gather_blocks(
         let out = unsafe { dev.alloc::<T>(sequences * out_blocks * block_elems)? };
         let mut b = func.builder();
         b.arg(&vecs).arg(&src32).arg(&out32).arg(&iv).arg(&sv).arg(&out);
-        let cfg = LaunchConfig { grid_dim: (grid.max(1), 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the arguments match the kernel's signature; every index is below src_blocks (the
         // caller's table is checked when the op is built).
         unsafe { b.launch(cfg) }.w()?;
@@ -320,7 +345,7 @@ pub fn scatter_add_blocks(
     if gl.shape().elem_count() != sequences * gathered_blocks * block_elems {
         candle_core::bail!("scatter_add_blocks: the gathered blocks do not match {sequences} sequences")
     }
-    let grid = u32::try_from(sequences * blocks).w_msg("scatter_add_blocks")?;
+    let grid = grid(sequences * blocks)?;
     let (elems32, blocks32, gathered32) = (
         u32::try_from(block_elems).w_msg("scatter_add_blocks")?,
         u32::try_from(blocks).w_msg("scatter_add_blocks")?,
@@ -347,6 +372,9 @@ pub fn scatter_add_blocks(
 pub fn dropout(s: &CudaStorage, l: &Layout, seed: u64, offset: u64, threshold: u64, scale: f32) -> Result<CudaStorage> {
     let dev = &s.device;
     let n = l.shape().elem_count();
+    if n == 0 {
+        return s.try_clone(l);
+    }
     let func = function!(dev, "dropout", s.dtype());
     with_float_type!(s.dtype(), "dropout", T => {
         let x = view::<T>(s, l, "dropout")?;
@@ -376,6 +404,9 @@ pub struct RowBias<'a> {
 pub fn softmax(s: &CudaStorage, l: &Layout, scale: f32, bias: Option<RowBias>) -> Result<CudaStorage> {
     let dev = &s.device;
     let n = l.shape().elem_count();
+    if n == 0 {
+        return s.try_clone(l);
+    }
     let cols = l.dims().last().copied().unwrap_or(1).max(1);
     let rows = n / cols;
     let func = function!(dev, "softmax_fwd", s.dtype());
@@ -413,6 +444,10 @@ pub fn softmax(s: &CudaStorage, l: &Layout, scale: f32, bias: Option<RowBias>) -
 pub fn softmax_grad(y: &CudaStorage, yl: &Layout, g: &CudaStorage, gl: &Layout, scale: f32) -> Result<CudaStorage> {
     let dev = &y.device;
     let n = yl.shape().elem_count();
+    same_count(yl, gl, "softmax_grad")?;
+    if n == 0 {
+        return y.try_clone(yl);
+    }
     let cols = yl.dims().last().copied().unwrap_or(1).max(1);
     same_dtype(y, g, "softmax_grad")?;
     let func = function!(dev, "softmax_bwd", y.dtype());
@@ -441,6 +476,9 @@ pub fn layer_norm(
 ) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
+    if n == 0 {
+        return x.try_clone(xl);
+    }
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
     check_params(x, w, wl, cols, "layer_norm")?;
     check_params(x, b, bl, cols, "layer_norm")?;
@@ -470,6 +508,10 @@ pub fn layer_norm_input_grad(
 ) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
+    same_count(xl, dyl, "layer_norm_input_grad")?;
+    if n == 0 {
+        return x.try_clone(xl);
+    }
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
     check_params(x, w, wl, cols, "layer_norm_input_grad")?;
     same_dtype(x, dy, "layer_norm_input_grad")?;
@@ -501,11 +543,13 @@ pub fn layer_norm_param_grad(
 ) -> Result<CudaStorage> {
     let dev = &x.device;
     let n = xl.shape().elem_count();
+    same_count(xl, dyl, "layer_norm_param_grad")?;
     let cols = xl.dims().last().copied().unwrap_or(1).max(1);
     let rows = n / cols;
     same_dtype(x, dy, "layer_norm_param_grad")?;
     let shared = 2 * cols * std::mem::size_of::<f32>();
-    if shared > 48 * 1024 {
+    // 48 KiB of dynamic and static shared memory: the kernel's reduction scratch takes 128 bytes.
+    if shared > 48 * 1024 - 128 {
         candle_core::bail!("layer_norm_param_grad: {cols} columns do not fit the kernel's shared memory")
     }
     let out = dev.alloc_zeros::<f32>(2 * cols)?;

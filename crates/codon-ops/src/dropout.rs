@@ -102,7 +102,7 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
     if ascend_has_body(x) {
         return x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() });
     }
-    if x.device().is_cuda() {
+    if crate::cuda_kernels_take(x) {
         return x.contiguous()?.apply_op1(PhiloxDropout { p, seed, offset });
     }
     reference(x, p, seed, offset)

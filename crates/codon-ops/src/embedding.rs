@@ -121,6 +121,7 @@ impl CustomOp2 for Embedding {
         Ok((out, Shape::from_dims(&[l2.shape().elem_count(), l1.dims()[1]])))
     }
 
+    #[cfg(feature = "cuda")]
     fn cuda_fwd(
         &self,
         s1: &candle_core::CudaStorage,

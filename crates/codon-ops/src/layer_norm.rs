@@ -104,7 +104,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
     if x.device().is_cpu() && !training && x.is_contiguous() && same_dtype {
         return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
     }
-    if x.device().is_cuda() {
+    if crate::cuda_kernels_take(x) && x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN {
         let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
         return x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32));
     }
@@ -117,6 +117,10 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
     }
     reference(x, weight, bias, eps)
 }
+
+/// The widest rows the CUDA body takes: its weight-gradient kernel keeps two f32 sums per
+/// column in 48 KiB of shared memory beside a 128-byte scratch.
+const CUDA_MAX_HIDDEN: usize = (48 * 1024 - 128) / 8;
 
 /// Whether the part runs [`LayerNorm`]'s Ascend body for these operands: aclnnLayerNorm and
 /// aclnnLayerNormBackward for x's dtype, weight and bias in x's dtype or FLOAT, and one dtype
@@ -241,7 +245,7 @@ impl CustomOp3 for LayerNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        if !x.device().is_cpu() && !x.device().is_cuda() {
+        if !x.device().is_cpu() && !crate::cuda_kernels_take(x) {
             let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
             let Some(stats) = stats else {
                 candle_core::bail!("layer_norm: backward pass of a forward without statistics")

@@ -42,7 +42,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result
     if x.device().is_cpu() || ascend_has_body(x, weight, bias) {
         return x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
     }
-    if x.device().is_cuda() {
+    if crate::cuda_kernels_take(x) {
         return cuda_linear(x, weight, Some(bias), None);
     }
     reference(x, weight, bias)
@@ -92,7 +92,7 @@ pub fn linear_residual(
             return Ok(y);
         }
     }
-    if x.device().is_cuda() {
+    if crate::cuda_kernels_take(x) {
         return cuda_linear(x, weight, bias, residual);
     }
     let y = linear(x, weight, &bias_or_zeros(weight, bias)?)?;
@@ -113,7 +113,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
             return Ok(y);
         }
     }
-    if let (true, Some(b)) = (x.device().is_cuda(), bias) {
+    if let (true, Some(b)) = (crate::cuda_kernels_take(x), bias) {
         let y = product(x, weight)?;
         return y.apply_op2(&b.to_dtype(y.dtype())?, crate::activation::BiasGeluNew);
     }
@@ -127,7 +127,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
 /// CUDA GPU (a bias's gradient), candle's sum elsewhere.
 pub fn bias_grad(t: &Tensor) -> candle_core::Result<Tensor> {
     let cols = t.dim(D::Minus1)?;
-    if t.device().is_cuda() {
+    if crate::cuda_kernels_take(t) {
         return t.contiguous()?.apply_op1_no_bwd(&ColumnSums);
     }
     t.reshape(((), cols))?.to_dtype(DType::F32)?.sum(0)

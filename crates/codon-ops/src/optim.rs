@@ -75,7 +75,7 @@ impl AdamWStep {
         let step_size = self.lr / (1.0 - beta1.powi(self.t));
         let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
         let decay = 1.0 - self.lr * self.weight_decay;
-        if theta.device().is_cpu() || theta.device().is_cuda() {
+        if theta.device().is_cpu() || (theta.device().is_cuda() && theta.dtype() == DType::F32) {
             let g = g.contiguous()?;
             m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
             v.inplace_op2(&g, &MomentUpdate { beta: beta2, squared: true })?;
@@ -117,7 +117,7 @@ pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
 /// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU and on a CUDA
 /// GPU (any float dtype, accumulated in f32, in a fixed order), a square and a sum elsewhere.
 pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
-    if g.device().is_cuda() {
+    if crate::cuda_kernels_take(g) {
         return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
     }
     let g = g.to_dtype(DType::F32)?;

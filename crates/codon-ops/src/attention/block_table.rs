@@ -40,7 +40,7 @@ impl BlockTable {
         let block_bytes = t.dims()[2..].iter().product::<usize>() * t.dtype().size_in_bytes();
         let aligned = block_bytes.is_multiple_of(16)
             && (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-        if t.device().is_cuda() && t.is_contiguous() && aligned {
+        if crate::cuda_kernels_take(t) && t.is_contiguous() && aligned && t.elem_count() > 0 && self.gathered > 0 {
             let op = BlockGather { index: self.index.clone(), blocks: self.blocks };
             return t.apply_op1_no_bwd(&op)?.reshape(dims);
         }
@@ -51,7 +51,7 @@ impl BlockTable {
     /// the block it was copied from.
     pub(super) fn scatter_add(&self, full: &Tensor, gathered: &Tensor) -> candle_core::Result<Tensor> {
         match &self.inverse {
-            Some((offsets, sources)) if full.device().is_cuda() => {
+            Some((offsets, sources)) if crate::cuda_kernels_take(full) && full.elem_count() > 0 => {
                 let op =
                     BlockScatterAdd { offsets: offsets.clone(), sources: sources.clone(), gathered: self.gathered };
                 full.contiguous()?.apply_op2_no_bwd(&gathered.contiguous()?, &op)

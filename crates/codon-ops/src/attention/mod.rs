@@ -103,7 +103,7 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// [`half_probabilities`]. Callers cast. Each step replaces the last, so one (rows × keys)
 /// temporary is alive besides the result.
 fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
-    if q.device().is_cuda() {
+    if crate::cuda_kernels_take(q) {
         return cuda_probabilities(q, k, bias, scale);
     }
     if let Some(probs) = half_probabilities(q, k, bias, scale)? {
@@ -146,8 +146,11 @@ fn half_probabilities(
 fn cuda_probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
     let scores = q.matmul(&k.t()?)?.contiguous()?;
     let Some(bias) = bias else { return scores.apply_op1(ScaledSoftmax::new(scale)) };
-    if let Some(op) = ScaledSoftmax::with_key_bias(scale, bias, scores.dims())? {
-        return scores.apply_op1(op);
+    // The op keeps the bias as a constant: a bias that needs a gradient is added outside it.
+    if !bias.track_op() {
+        if let Some(op) = ScaledSoftmax::with_key_bias(scale, bias, scores.dims())? {
+            return scores.apply_op1(op);
+        }
     }
     let scores = (&scores * scale)?.broadcast_add(&bias.to_dtype(scores.dtype())?)?;
     scores.contiguous()?.apply_op1(ScaledSoftmax::new(1.0))
