@@ -1,0 +1,308 @@
+//! The HTTP side: routes, limits, the API key, and starting and stopping the server.
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use codon_model::{OrganismTable, PredictOptions, Predictor};
+use tokio::sync::oneshot;
+
+use crate::api::{ErrorBody, Organism, PredictRequest, PredictResponse, ProteinResult, Sequence};
+use crate::batcher::{self, BatchPolicy, Counters, Job, Queue, Refused};
+
+/// What the server listens on and what it accepts.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// The address to bind: 127.0.0.1 unless told otherwise.
+    pub host: IpAddr,
+    /// The port (0: any free one).
+    pub port: u16,
+    /// A bearer token every request but `/health` must carry.
+    pub api_key: Option<String>,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// Most proteins in one request.
+    pub max_proteins: usize,
+    /// Most residues in one protein.
+    pub max_residues: usize,
+    /// Most predict requests waiting; past it, 503 with `Retry-After`.
+    pub queue_capacity: usize,
+    /// How the model's worker gathers requests into batches.
+    pub batch: BatchPolicy,
+    /// How long a request may wait for its answer; a request still queued then is dropped unrun.
+    pub request_timeout: Duration,
+    /// The forward passes' attention, token budget and padding limit.
+    pub forward: PredictOptions,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8080,
+            api_key: None,
+            max_body_bytes: 1 << 20,
+            max_proteins: 256,
+            max_residues: 10_000,
+            queue_capacity: 64,
+            batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
+            request_timeout: Duration::from_secs(120),
+            forward: PredictOptions::default(),
+        }
+    }
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A thread or the async runtime could not start, or the server failed while running.
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What the handlers share.
+struct AppState {
+    queue: Queue,
+    counters: Arc<Counters>,
+    organisms: OrganismTable,
+    config: ServeConfig,
+}
+
+/// A server running on threads of its own.
+pub struct RunningServer {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+}
+
+impl RunningServer {
+    /// Bind `config`'s address and serve `predictor` until [`RunningServer::stop`] (or a signal the
+    /// caller turns into one).
+    pub fn start(predictor: Predictor, config: ServeConfig) -> Result<Self, ServeError> {
+        let addr = SocketAddr::new(config.host, config.port);
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let counters = Arc::new(Counters::default());
+        let organisms = predictor.organisms().clone();
+        let (queue, worker) =
+            batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
+        let state = Arc::new(AppState { queue, counters, organisms, config });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let served = runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                axum::serve(listener, router(state))
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            });
+            // The router, and with it the queue's last sender, is gone: the worker finishes.
+            let _ = worker.join();
+            served.map_err(ServeError::from)
+        })?;
+        Ok(Self { addr, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// Stop accepting connections, finish the requests in flight, then return.
+    pub fn stop(mut self) -> Result<(), ServeError> {
+        self.finish()
+    }
+
+    /// Serve until SIGINT or SIGTERM, then [`RunningServer::stop`].
+    pub fn stop_on_signal(self) -> Result<(), ServeError> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async {
+            #[cfg(unix)]
+            {
+                let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            #[cfg(not(unix))]
+            tokio::signal::ctrl_c().await?;
+            Ok::<(), std::io::Error>(())
+        })?;
+        self.stop()
+    }
+
+    fn finish(&mut self) -> Result<(), ServeError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.thread.take() {
+            Some(thread) => {
+                thread.join().unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread panicked").into()))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/organisms", get(organisms))
+        .route("/v1/predict", post(predict))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// A JSON error answer.
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(ErrorBody { error: message.into() })).into_response()
+}
+
+/// `Err(401)` unless the request carries the configured bearer token.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(key) = &state.config.api_key else { return Ok(()) };
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if given == Some(key.as_str()) {
+        return Ok(());
+    }
+    let mut response = error(StatusCode::UNAUTHORIZED, "this server needs an API key: Authorization: Bearer KEY");
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    Err(response)
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    Json(serde_json::json!({ "status": "ok", "organisms": state.organisms.len() })).into_response()
+}
+
+async fn organisms(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let list: Vec<Organism> = state
+        .organisms
+        .names()
+        .iter()
+        .enumerate()
+        .map(|(id, name)| Organism { id: id as u32, name: name.clone() })
+        .collect();
+    Json(list).into_response()
+}
+
+async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let request: PredictRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: {e}")),
+    };
+    let config = &state.config;
+    if request.proteins.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "proteins: give at least one");
+    }
+    if request.proteins.len() > config.max_proteins {
+        let n = request.proteins.len();
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("proteins: {n} in one request; at most {}", config.max_proteins),
+        );
+    }
+    let options = request.options.to_predict_options();
+    if let Err(e) = options.validate() {
+        return error(StatusCode::BAD_REQUEST, format!("options: {e}"));
+    }
+    let mut items = Vec::with_capacity(request.proteins.len());
+    for (i, item) in request.proteins.iter().enumerate() {
+        let residues = item.protein.chars().filter(|c| !c.is_whitespace()).count();
+        if residues > config.max_residues {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("proteins[{i}]: {residues} residues; at most {}", config.max_residues),
+            );
+        }
+        // The letters are checked as `predict` checks them, with its words.
+        if let Err(e) = codon_model::prediction_residues(&item.protein) {
+            return error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}"));
+        }
+        match item.to_input() {
+            Ok(input) => items.push((input, options.clone())),
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}")),
+        }
+    }
+    let (reply, answer) = oneshot::channel();
+    let deadline = Instant::now() + config.request_timeout;
+    match state.queue.submit(Job { items, reply, deadline }) {
+        Ok(()) => {}
+        Err(Refused::Full) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "the prediction queue is full; try again shortly");
+            busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return busy;
+        }
+        Err(Refused::Closed) => return error(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"),
+    }
+    let results = match tokio::time::timeout(config.request_timeout, answer).await {
+        Ok(Ok(results)) => results,
+        Ok(Err(_)) => return error(StatusCode::SERVICE_UNAVAILABLE, "the request waited past its time in the queue"),
+        Err(_) => {
+            return error(StatusCode::GATEWAY_TIMEOUT, "the prediction took longer than the request's time limit")
+        }
+    };
+    let results = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(predictions) => {
+                ProteinResult { sequences: predictions.iter().map(Sequence::from).collect(), error: None }
+            }
+            Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
+        })
+        .collect();
+    Json(PredictResponse { results }).into_response()
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let c = &state.counters;
+    let text = format!(
+        "# HELP codon_predict_requests_total Predict requests answered.\n# TYPE codon_predict_requests_total counter\n\
+         codon_predict_requests_total {}\n\
+         # HELP codon_forward_batches_total Forward batches run.\n# TYPE codon_forward_batches_total counter\n\
+         codon_forward_batches_total {}\n\
+         # HELP codon_proteins_total Proteins predicted.\n# TYPE codon_proteins_total counter\n\
+         codon_proteins_total {}\n\
+         # HELP codon_queue_depth Predict requests waiting.\n# TYPE codon_queue_depth gauge\n\
+         codon_queue_depth {}\n\
+         # HELP codon_expired_total Requests dropped unrun after their caller gave up.\n# TYPE codon_expired_total counter\n\
+         codon_expired_total {}\n",
+        c.jobs.load(Ordering::Relaxed),
+        c.batches.load(Ordering::Relaxed),
+        c.proteins.load(Ordering::Relaxed),
+        c.queued.load(Ordering::Relaxed),
+        c.expired.load(Ordering::Relaxed),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

@@ -1,0 +1,161 @@
+//! The API over 127.0.0.1 with the tiny fixture model: every endpoint, the limits, the API key,
+//! and concurrent requests sharing forward passes with the one-by-one answers.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use candle_core::{DType, Device};
+use codon_model::bigbird::load_model;
+use codon_model::{PredictOptions, Predictor};
+use codon_serve::api::{ErrorBody, Organism, PredictResponse, Sequence};
+use codon_serve::batcher::BatchPolicy;
+use codon_serve::{RunningServer, ServeConfig};
+
+fn predictor() -> Predictor {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
+}
+
+fn start(config: ServeConfig) -> RunningServer {
+    RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()
+}
+
+/// (status, body) of a request; `key` as a bearer token.
+fn call(server: &RunningServer, method: &str, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String) {
+    let mut request = ureq::request(method, &format!("http://{}{path}", server.addr)).timeout(Duration::from_secs(60));
+    if let Some(key) = key {
+        request = request.set("Authorization", &format!("Bearer {key}"));
+    }
+    let response = match body {
+        Some(b) => request.set("Content-Type", "application/json").send_string(b),
+        None => request.call(),
+    };
+    match response {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+fn error_of(body: &str) -> String {
+    serde_json::from_str::<ErrorBody>(body).unwrap_or_else(|e| panic!("{body}: {e}")).error
+}
+
+#[test]
+fn health_organisms_and_metrics_answer() {
+    let server = start(ServeConfig::default());
+    let (status, body) = call(&server, "GET", "/health", None, None);
+    assert_eq!(status, 200, "{body}");
+    let organisms: Vec<Organism> = serde_json::from_str(&call(&server, "GET", "/v1/organisms", None, None).1).unwrap();
+    assert_eq!(organisms.len(), codon_model::NUM_ORGANISMS);
+    assert_eq!(organisms[51].name, "Escherichia coli general");
+    let (status, text) = call(&server, "GET", "/metrics", None, None);
+    assert_eq!(status, 200);
+    assert!(text.contains("codon_forward_batches_total 0"), "{text}");
+    server.stop().unwrap();
+}
+
+#[test]
+fn a_prediction_is_the_predictors_and_translates_back() {
+    let server = start(ServeConfig::default());
+    let body = r#"{"proteins": [{"protein": "MALWMRLLPLLALL", "organism": "Homo sapiens"},
+                                {"protein": "MKV*", "organism": 51}],
+                   "options": {"match_protein": true}}"#;
+    let (status, text) = call(&server, "POST", "/v1/predict", Some(body), None);
+    assert_eq!(status, 200, "{text}");
+    let response: PredictResponse = serde_json::from_str(&text).unwrap();
+    let p = predictor();
+    let options = PredictOptions { match_protein: true, ..Default::default() };
+    for (result, (protein, organism)) in
+        response.results.iter().zip([("MALWMRLLPLLALL", "Homo sapiens"), ("MKV*", "51")])
+    {
+        let want: Vec<Sequence> = p
+            .predict(protein, codon_model::OrganismRef::parse(organism), &options)
+            .unwrap()
+            .iter()
+            .map(Sequence::from)
+            .collect();
+        assert_eq!(result.sequences, want, "{protein}");
+    }
+    assert_eq!(response.results[1].sequences[0].dna.len(), 12, "three residues and the stop");
+}
+
+#[test]
+fn bad_input_gets_400_with_the_clis_words_and_limits_get_413() {
+    let server = start(ServeConfig { max_proteins: 2, max_residues: 50, ..ServeConfig::default() });
+    let predict = |body: &str| call(&server, "POST", "/v1/predict", Some(body), None);
+    let (status, body) = predict(r#"{"proteins": [{"protein": "MK7", "organism": 51}]}"#);
+    assert_eq!(status, 400);
+    let cli = codon_model::prediction_residues("MK7").unwrap_err().to_string();
+    assert_eq!(error_of(&body), format!("proteins[0]: {cli}"));
+    let (status, body) = predict(r#"{"proteins": [{"protein": "MKV", "organism": 51, "colour": "red"}]}"#);
+    assert_eq!(status, 400);
+    assert!(error_of(&body).contains("unknown field `colour`"), "{body}");
+    let (status, body) = predict(r#"{"proteins": [{"protein": "MKV", "organism": 51}], "options": {"top_p": 2}}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = predict("{not json");
+    assert_eq!(status, 400);
+    let three = r#"{"proteins": [{"protein": "M", "organism": 1}, {"protein": "M", "organism": 1}, {"protein": "M", "organism": 1}]}"#;
+    assert_eq!(predict(three).0, 413);
+    let long = format!(r#"{{"proteins": [{{"protein": "{}", "organism": 1}}]}}"#, "M".repeat(51));
+    assert_eq!(predict(&long).0, 413);
+    // An unknown organism is that protein's error, not the request's.
+    let (status, body) =
+        predict(r#"{"proteins": [{"protein": "MKV", "organism": "Nowhere"}, {"protein": "MKV", "organism": 51}]}"#);
+    assert_eq!(status, 200, "{body}");
+    let response: PredictResponse = serde_json::from_str(&body).unwrap();
+    assert!(response.results[0].error.is_some() && response.results[1].error.is_none());
+}
+
+#[test]
+fn an_api_key_guards_everything_but_health() {
+    let server = start(ServeConfig { api_key: Some("s3cret".into()), ..ServeConfig::default() });
+    assert_eq!(call(&server, "GET", "/health", None, None).0, 200);
+    assert_eq!(call(&server, "GET", "/v1/organisms", None, None).0, 401);
+    assert_eq!(call(&server, "GET", "/v1/organisms", None, Some("wrong")).0, 401);
+    assert_eq!(call(&server, "GET", "/v1/organisms", None, Some("s3cret")).0, 200);
+    let body = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
+    assert_eq!(call(&server, "POST", "/v1/predict", Some(body), None).0, 401);
+    assert_eq!(call(&server, "POST", "/v1/predict", Some(body), Some("s3cret")).0, 200);
+}
+
+#[test]
+fn concurrent_requests_share_forward_passes_and_keep_their_own_answers() {
+    // A wide window, so that eight requests started together meet in it.
+    let batch = BatchPolicy { window: Duration::from_millis(400), max_proteins: 64 };
+    let server = start(ServeConfig { batch, ..ServeConfig::default() });
+    let requests: Vec<String> = (0..8)
+        .map(|i| {
+            let protein = ["MKVLA", "MALWMRLLPLL", "MWCH", "MFWYMFWYKK"][i % 4];
+            let options = if i % 2 == 0 {
+                r#"{}"#.to_string()
+            } else {
+                format!(r#"{{"temperature": 1.0, "seed": {i}, "num_sequences": 2}}"#)
+            };
+            format!(r#"{{"proteins": [{{"protein": "{protein}", "organism": 51}}], "options": {options}}}"#)
+        })
+        .collect();
+    let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            requests.iter().map(|r| scope.spawn(|| call(&server, "POST", "/v1/predict", Some(r), None))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (_, metrics) = call(&server, "GET", "/metrics", None, None);
+    let batches: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("codon_forward_batches_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(batches < 8, "8 requests ran in {batches} batches");
+    // Each answer is the one its request gets alone.
+    for (request, (status, body)) in requests.iter().zip(&answers) {
+        assert_eq!(*status, 200, "{body}");
+        let alone = call(&server, "POST", "/v1/predict", Some(request), None).1;
+        let (a, b): (PredictResponse, PredictResponse) =
+            (serde_json::from_str(body).unwrap(), serde_json::from_str(&alone).unwrap());
+        for (x, y) in a.results[0].sequences.iter().zip(&b.results[0].sequences) {
+            assert_eq!(x.dna, y.dna, "{request}");
+            assert!((x.log_likelihood - y.log_likelihood).abs() <= 1e-5, "{request}");
+        }
+        assert_eq!(a.results[0].sequences.len(), b.results[0].sequences.len());
+    }
+}

@@ -1,0 +1,87 @@
+//! CodonTransformer as an HTTP service: the model loaded once, a JSON API on 127.0.0.1, and
+//! concurrent predict requests batched into shared forward passes (crate `codon-serve`).
+//! SIGINT or SIGTERM stops it after the requests in flight.
+//!
+//! ```text
+//! cargo run --release --example serve -- --model adibvafa/CodonTransformer --port 8080
+//! curl -s localhost:8080/v1/predict -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
+//! ```
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use codon_ascend::cli::{DTypeChoice, DeviceSpec};
+use codon_ascend::model::bigbird::load_model;
+use codon_ascend::model::predict::max_padding_fraction_on;
+use codon_ascend::model::{OrganismTable, PredictOptions, Predictor};
+use codon_serve::batcher::BatchPolicy;
+use codon_serve::{RunningServer, ServeConfig};
+
+/// The design service.
+#[derive(Parser)]
+struct Args {
+    /// A model folder or Hugging Face Hub id (as `predict`); upstream's model by default.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// cpu, npu:N, npu-sim:N or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceSpec,
+    /// The dtype the model runs in.
+    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
+    dtype: DTypeChoice,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// The port.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// A bearer token every request but /health must carry (default: CODON_API_KEY, if set).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// How long a request waits for others to share its forward pass, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    batch_window_ms: u64,
+    /// Most requests waiting; past it the answer is 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Most proteins in one request.
+    #[arg(long, default_value_t = 256)]
+    max_proteins: usize,
+    /// Most residues in one protein.
+    #[arg(long, default_value_t = 10_000)]
+    max_residues: usize,
+}
+
+fn run() -> anyhow::Result<()> {
+    let args: Args = codon_ascend::cli::parse_args();
+    let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_ascend::hub::DEFAULT_MODEL));
+    let model = &codon_ascend::hub::resolve_model(&spec)?;
+    let device = args.device.open()?;
+    codon_ascend::train::retain_freed_memory();
+    let predictor = Predictor::with_organisms(
+        load_model(model, None, &device, args.dtype.into())?,
+        OrganismTable::for_model(model)?,
+    )?;
+    let defaults = ServeConfig::default();
+    let config = ServeConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key.or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
+        queue_capacity: args.queue,
+        max_proteins: args.max_proteins,
+        max_residues: args.max_residues,
+        batch: BatchPolicy { window: Duration::from_millis(args.batch_window_ms), ..defaults.batch },
+        forward: PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() },
+        ..defaults
+    };
+    let server = RunningServer::start(predictor, config)?;
+    codon_ascend::errln!("serving {} on http://{} (SIGINT or SIGTERM stops it)", spec.display(), server.addr);
+    server.stop_on_signal()?;
+    codon_ascend::errln!("stopped");
+    Ok(())
+}
+
+fn main() {
+    codon_ascend::run_main(run);
+}
