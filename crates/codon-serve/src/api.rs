@@ -23,7 +23,7 @@ pub struct ProteinItem {
     pub protein: String,
     /// The organism's name, or its id as a number.
     pub organism: serde_json::Value,
-    /// Known DNA for infill: codons kept, `NNN` (or `---`) where the model chooses.
+    /// Known DNA for infill: codons kept, `NNN` where the model chooses.
     #[serde(default)]
     pub dna: Option<String>,
 }
