@@ -159,3 +159,83 @@ fn concurrent_requests_share_forward_passes_and_keep_their_own_answers() {
         assert_eq!(a.results[0].sequences.len(), b.results[0].sequences.len());
     }
 }
+
+/// A request slow enough to keep the worker busy for a while: 100 proteins of 2,000 residues
+/// (about 2.6 s on 2 cores; the checks below wait on the queue, not on this time).
+fn slow_request() -> String {
+    let protein: String = (0..2000).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect();
+    let item = format!(r#"{{"protein": "M{protein}", "organism": 51}}"#);
+    format!(r#"{{"proteins": [{}]}}"#, vec![item; 100].join(", "))
+}
+
+/// The server's queue depth, from /metrics.
+fn queue_depth(server: &RunningServer) -> u64 {
+    let (_, text) = call(server, "GET", "/metrics", None, None);
+    text.lines().find_map(|l| l.strip_prefix("codon_queue_depth ")).and_then(|v| v.trim().parse().ok()).unwrap()
+}
+
+/// Wait until the queue holds `depth` requests.
+fn wait_for_queue(server: &RunningServer, depth: u64) {
+    for _ in 0..600 {
+        if queue_depth(server) == depth {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the queue never held {depth} requests");
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    // One request at a time, and room for one more in the queue.
+    let batch = BatchPolicy { window: Duration::ZERO, max_proteins: 1 };
+    let server = start(ServeConfig { batch, queue_capacity: 1, ..ServeConfig::default() });
+    let small = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
+    let slow = slow_request();
+    std::thread::scope(|scope| {
+        let busy = scope.spawn(|| call(&server, "POST", "/v1/predict", Some(&slow), None));
+        // The worker has taken the slow request once the queue is empty again.
+        std::thread::sleep(Duration::from_millis(200));
+        wait_for_queue(&server, 0);
+        let queued = scope.spawn(|| call(&server, "POST", "/v1/predict", Some(small), None));
+        wait_for_queue(&server, 1);
+        let url = format!("http://{}/v1/predict", server.addr);
+        match ureq::post(&url).set("Content-Type", "application/json").send_string(small) {
+            Err(ureq::Error::Status(503, response)) => {
+                assert_eq!(response.header("Retry-After"), Some("1"));
+                assert!(response.into_string().unwrap().contains("queue is full"));
+            }
+            other => panic!("expected 503, got {other:?}"),
+        }
+        assert_eq!(busy.join().unwrap().0, 200);
+        assert_eq!(queued.join().unwrap().0, 200);
+    });
+}
+
+#[test]
+fn stopping_finishes_the_request_in_flight_then_refuses_connections() {
+    let server = start(ServeConfig::default());
+    let addr = server.addr;
+    let slow = slow_request();
+    let (status, body) = std::thread::scope(|scope| {
+        let in_flight = scope.spawn(|| {
+            let response = ureq::post(&format!("http://{addr}/v1/predict"))
+                .timeout(Duration::from_secs(120))
+                .set("Content-Type", "application/json")
+                .send_string(&slow);
+            match response {
+                Ok(r) => (r.status(), r.into_string().unwrap()),
+                Err(e) => panic!("the request in flight failed: {e}"),
+            }
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        wait_for_queue(&server, 0);
+        server.stop().unwrap();
+        in_flight.join().unwrap()
+    });
+    assert_eq!(status, 200);
+    let response: PredictResponse = serde_json::from_str(&body).unwrap();
+    assert_eq!(response.results.len(), 100);
+    assert!(response.results.iter().all(|r| r.error.is_none() && r.sequences.len() == 1));
+    assert!(ureq::get(&format!("http://{addr}/health")).call().is_err(), "the stopped server still answers");
+}
