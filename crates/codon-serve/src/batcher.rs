@@ -129,10 +129,13 @@ fn run_batch(predictor: &Predictor, forward: &PredictOptions, jobs: Vec<Job>, co
     let items: Vec<(ProteinInput, PredictOptions)> = jobs.iter().flat_map(|j| j.items.iter().cloned()).collect();
     counters.batches.fetch_add(1, Ordering::Relaxed);
     counters.proteins.fetch_add(items.len() as u64, Ordering::Relaxed);
-    let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predictor.predict_each(&items, forward) {
-        Ok(results) => results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+    // A panic in the model must not take the worker, and every later request, with it.
+    let predicted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| predictor.predict_each(&items, forward)));
+    let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predicted {
+        Ok(Ok(results)) => results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
         // The whole pass failed (a device error): every protein gets it.
-        Err(e) => items.iter().map(|_| Err(e.to_string())).collect(),
+        Ok(Err(e)) => items.iter().map(|_| Err(e.to_string())).collect(),
+        Err(_) => items.iter().map(|_| Err("the prediction failed inside the model".to_string())).collect(),
     };
     for job in jobs {
         let rest = results.split_off(job.items.len().min(results.len()));

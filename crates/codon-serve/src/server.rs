@@ -1,4 +1,5 @@
 //! The HTTP side: routes, limits, the API key, and starting and stopping the server.
+use std::future::IntoFuture;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct ServeConfig {
     pub max_proteins: usize,
     /// Most residues in one protein.
     pub max_residues: usize,
+    /// Most sequences asked for one protein (`num_sequences`).
+    pub max_sequences: usize,
     /// Most predict requests waiting; past it, 503 with `Retry-After`.
     pub queue_capacity: usize,
     /// How the model's worker gathers requests into batches.
@@ -50,6 +53,7 @@ impl Default for ServeConfig {
             max_body_bytes: 1 << 20,
             max_proteins: 256,
             max_residues: 10_000,
+            max_sequences: 100,
             queue_capacity: 64,
             batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
             request_timeout: Duration::from_secs(120),
@@ -74,6 +78,9 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// How long a stop waits for the requests in flight before it closes their connections.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
 /// What the handlers share.
 struct AppState {
     queue: Queue,
@@ -86,7 +93,7 @@ struct AppState {
 pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
 }
 
@@ -103,18 +110,28 @@ impl RunningServer {
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
         let state = Arc::new(AppState { queue, counters, organisms, config });
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let served = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                axum::serve(listener, router(state))
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await
+                let (mut graceful, mut grace) = (stopped.clone(), stopped);
+                let serve = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+                    let _ = graceful.wait_for(|stop| *stop).await;
+                });
+                // A client that never finishes its request would hold a graceful stop forever.
+                let deadline = async move {
+                    let _ = grace.wait_for(|stop| *stop).await;
+                    tokio::time::sleep(STOP_GRACE).await;
+                };
+                tokio::select! {
+                    served = serve.into_future() => served,
+                    () = deadline => Ok(()),
+                }
             });
-            // The router, and with it the queue's last sender, is gone: the worker finishes.
+            // Connections still open past the grace period go with the runtime, and with them
+            // the router's last sender of the queue: the worker finishes its batch and exits.
+            runtime.shutdown_timeout(Duration::from_secs(1));
             let _ = worker.join();
             served.map_err(ServeError::from)
         })?;
@@ -147,7 +164,7 @@ impl RunningServer {
 
     fn finish(&mut self) -> Result<(), ServeError> {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         match self.thread.take() {
             Some(thread) => {
@@ -231,6 +248,13 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         );
     }
     let options = request.options.to_predict_options();
+    if options.num_sequences > config.max_sequences {
+        let n = options.num_sequences;
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("options: {n} sequences per protein; at most {}", config.max_sequences),
+        );
+    }
     if let Err(e) = options.validate() {
         return error(StatusCode::BAD_REQUEST, format!("options: {e}"));
     }

@@ -98,6 +98,9 @@ fn bad_input_gets_400_with_the_clis_words_and_limits_get_413() {
     assert_eq!(predict(three).0, 413);
     let long = format!(r#"{{"proteins": [{{"protein": "{}", "organism": 1}}]}}"#, "M".repeat(51));
     assert_eq!(predict(&long).0, 413);
+    // A request may not tie the model up with endless samples.
+    let many = r#"{"proteins": [{"protein": "MKV", "organism": 51}], "options": {"temperature": 1.0, "num_sequences": 18446744073709551615}}"#;
+    assert_eq!(predict(many).0, 413);
     // An unknown organism is that protein's error, not the request's.
     let (status, body) =
         predict(r#"{"proteins": [{"protein": "MKV", "organism": "Nowhere"}, {"protein": "MKV", "organism": 51}]}"#);
@@ -174,6 +177,23 @@ fn queue_depth(server: &RunningServer) -> u64 {
     text.lines().find_map(|l| l.strip_prefix("codon_queue_depth ")).and_then(|v| v.trim().parse().ok()).unwrap()
 }
 
+/// Wait until the worker has started `n` forward batches.
+fn wait_for_batches(server: &RunningServer, n: u64) {
+    for _ in 0..600 {
+        let (_, text) = call(server, "GET", "/metrics", None, None);
+        let started: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("codon_forward_batches_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        if started >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the worker never started batch {n}");
+}
+
 /// Wait until the queue holds `depth` requests.
 fn wait_for_queue(server: &RunningServer, depth: u64) {
     for _ in 0..600 {
@@ -194,9 +214,8 @@ fn a_full_queue_answers_503_with_retry_after() {
     let slow = slow_request();
     std::thread::scope(|scope| {
         let busy = scope.spawn(|| call(&server, "POST", "/v1/predict", Some(&slow), None));
-        // The worker has taken the slow request once the queue is empty again.
-        std::thread::sleep(Duration::from_millis(200));
-        wait_for_queue(&server, 0);
+        // The worker is running the slow request.
+        wait_for_batches(&server, 1);
         let queued = scope.spawn(|| call(&server, "POST", "/v1/predict", Some(small), None));
         wait_for_queue(&server, 1);
         let url = format!("http://{}/v1/predict", server.addr);
@@ -228,8 +247,7 @@ fn stopping_finishes_the_request_in_flight_then_refuses_connections() {
                 Err(e) => panic!("the request in flight failed: {e}"),
             }
         });
-        std::thread::sleep(Duration::from_millis(200));
-        wait_for_queue(&server, 0);
+        wait_for_batches(&server, 1);
         server.stop().unwrap();
         in_flight.join().unwrap()
     });
