@@ -531,8 +531,9 @@ fn block_sparse_attention_matches_the_cpu_in_f16_without_widening_the_scores() {
     block_sparse_attention_matches_the_cpu_in(DType::F16, None);
 }
 
-/// The middle query blocks run in chunks of sequences when their gathered keys exceed the
-/// budget: here one sequence per chunk.
+/// Where the key blocks are gathered (on a part with flash attention: batches whose block mask
+/// would pass its bound, here 0), the middle query blocks run in chunks of sequences when their
+/// gathered keys exceed the budget: here one sequence per chunk.
 #[test]
 fn block_sparse_attention_in_chunks_of_sequences_matches_the_cpu() {
     let _serial = serial();
@@ -541,7 +542,22 @@ fn block_sparse_attention_in_chunks_of_sequences_matches_the_cpu() {
     }
 }
 
+/// The eval table repeats block 0 as every random block, which counts its keys more than once:
+/// no mask can say that, so a part with flash attention gathers the key blocks.
+#[test]
+fn block_sparse_attention_with_repeated_key_blocks_matches_the_cpu() {
+    let _serial = serial();
+    block_sparse_attention_matches_the_cpu_with(DType::F32, None, true);
+}
+
 fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<usize>) {
+    block_sparse_attention_matches_the_cpu_with(dtype, chunk_bytes, false)
+}
+
+/// Block-sparse attention on the device against the CPU, values and gradients, and the launches
+/// it takes. `chunk_bytes` makes the device gather key blocks in chunks of that many bytes;
+/// `eval_table` takes the eval table, whose random blocks all repeat block 0.
+fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option<usize>, eval_table: bool) {
     use codon_ascend::model::bigbird::attention::{block_sparse_attention, block_sparse_masks};
     use codon_ascend::model::bigbird::{BlockGeometry, RandomBlocks};
     let dev = sim();
@@ -556,7 +572,7 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<u
         max_position_embeddings: 64,
     };
     let n = geometry.seq_len;
-    let rand = RandomBlocks::training(&geometry, 1);
+    let rand = if eval_table { RandomBlocks::zeros(&geometry) } else { RandomBlocks::training(&geometry, 1) };
     // Sequence 1 ends in 7 padding tokens.
     let mut mask = vec![1f32; b * n];
     mask[2 * n - 7..].iter_mut().for_each(|x| *x = 0.0);
@@ -570,7 +586,7 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<u
             .collect();
         let mut masks = block_sparse_masks(&mask.to_device(device).unwrap(), wm, dtype).unwrap();
         if let Some(bytes) = chunk_bytes {
-            masks = masks.with_middle_chunk_bytes(bytes);
+            masks = masks.with_middle_chunk_bytes(bytes).with_flash_mask_bytes(0);
         }
         let [q, k, v] = [0, 1, 2].map(|i| vars[i].as_tensor().clone());
         let out = block_sparse_attention(&q, &k, &v, &masks, &rand).unwrap();
@@ -594,10 +610,19 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<u
         assert!(rel_diff(g, w) < tolerance, "{dtype:?}: gradient of {name} differs by {}", rel_diff(g, w));
     }
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
+    let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();
+    if codon_ops::attention::fused_attention_runs(&q) && chunk_bytes.is_none() && !eval_table {
+        // One launch each way over the block mask: nothing gathered, split or merged. Of the
+        // copies, attention's are the mask spread over the tokens each way, the bias and the
+        // op's value; the inputs' three and the seed gradient's are the test's.
+        assert_eq!([count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")], [1, 1], "{launched:?}");
+        assert_eq!(count("aclnnIndexSelect") + count("aclnnIndexAdd"), 0, "{launched:?}");
+        assert!(count("aclnnInplaceCopy") <= 8, "{launched:?}");
+        return;
+    }
     // The gathered keys' and values' gradients go back once per chunk.
     let chunks = chunk_bytes.map_or(1, |_| b as u64);
     assert_eq!(count("aclnnIndexAdd"), 2 * chunks, "{launched:?}");
-    let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();
     if codon_ops::attention::fused_attention_runs(&q) {
         let parts = 1 + chunks;
         assert_eq!(

@@ -1353,6 +1353,13 @@ SIM_EXPORT aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(
     if ((w && (r = check(op, w, "weightOptional"))) || (b && (r = check(op, b, "biasOptional")))) return r;
     if (g->dtype != x->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "gradOut must have the input's dtype");
     if (w && !float_or(w->dtype, x->dtype)) return bad(ACLNN_ERR_PARAM_INVALID, op, "weight must have the input's dtype or FLOAT");
+    /* aclnnLayerNormBackward.md (ops-nn e5c3fa932 norm/layer_norm_grad_v3/docs): gradInputOut has the
+     * input's dtype, gradWeightOut and gradBiasOut the weight's (the input's without one). op_api
+     * casts other outputs, but the document is the contract: refused. */
+    if ((bits & 1) && dx->dtype != x->dtype) return bad(ACLNN_ERR_PARAM_INVALID, op, "gradInputOut must have the input's dtype");
+    for (int j = 1; j < 3; j++)
+        if ((bits >> j & 1) && outs[j]->dtype != (w ? w->dtype : x->dtype))
+            return bad(ACLNN_ERR_PARAM_INVALID, op, "gradWeightOut and gradBiasOut must have the weight's dtype");
     for (int j = 0; j < 3; j++)
         if ((bits >> j & 1) && (r = soc_dtype(op, names[j], outs[j]->dtype))) return r;
     if ((r = soc_dtype(op, "mean", mean->dtype)) || (r = soc_dtype(op, "rstd", rstd->dtype))) return r;

@@ -152,9 +152,10 @@ pub fn add_layer_norm(
     Ok((Box::new(sum), AddLayerNormOut { out, stats }))
 }
 
-/// The Ascend body of LayerNorm's backward: `[dx | dw | db]` as one f32 buffer of
-/// `numel(x) + 2·hidden` elements, from the forward pass's statistics, in one
-/// `aclnnLayerNormBackward` launch.
+/// The Ascend body of LayerNorm's backward: `[dx | dw | db]` as one buffer of
+/// `numel(x) + 2·hidden` elements in x's dtype, which w must share (aclnnLayerNormBackward.md:
+/// gradInputOut has the input's dtype, gradWeightOut and gradBiasOut the weight's), from the
+/// forward pass's statistics, in one `aclnnLayerNormBackward` launch.
 pub fn layer_norm_grads(
     x: &dyn DynBackendStorage,
     xl: &Layout,
@@ -165,11 +166,18 @@ pub fn layer_norm_grads(
     stats: &LayerNormStats,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
     let (xs, ws, gs) = (ascend_storage(x)?, ascend_storage(w)?, ascend_storage(grad)?);
+    if ws.dtype != xs.dtype {
+        candle_core::bail!(
+            "layer_norm_grads: a {:?} weight for a {:?} input (they share one buffer)",
+            ws.dtype,
+            xs.dtype
+        )
+    }
     let (n, hidden) = (xl.shape().elem_count(), hidden_of(xl));
     let rows_shape = Shape::from_dims(&[n / hidden, 1]);
     let (mean, rstd) = &*stats.0;
     let (mv, rv) = (mean.contiguous(&rows_shape)?, rstd.contiguous(&rows_shape)?);
-    let packed = AscendStorage::empty(&xs.device, n + 2 * hidden, DType::F32)?;
+    let packed = AscendStorage::empty(&xs.device, n + 2 * hidden, xs.dtype)?;
     let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
         let mut v = packed.contiguous(shape)?;
         v.offset = offset as i64;
@@ -338,6 +346,14 @@ pub enum FlashKeys {
     /// `realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype, added to q·kᵀ before
     /// the scale (a penalty divided by the scale masks a key).
     Bias(Tensor),
+    /// Both: the mask leaves keys out, the bias adds to the others (the documented formula
+    /// adds the bias, then masks).
+    MaskAndBias {
+        /// As [`FlashKeys::Mask`].
+        mask: Tensor,
+        /// As [`FlashKeys::Bias`].
+        bias: Tensor,
+    },
 }
 
 impl FlashKeys {
@@ -346,6 +362,7 @@ impl FlashKeys {
         Ok(match self {
             Self::Mask(m) => (Some(tensor_view(m)?.1), None),
             Self::Bias(b) => (None, Some(tensor_view(b)?.1)),
+            Self::MaskAndBias { mask, bias } => (Some(tensor_view(mask)?.1), Some(tensor_view(bias)?.1)),
         })
     }
 }

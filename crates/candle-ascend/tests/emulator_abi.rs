@@ -360,6 +360,45 @@ fn embedding_dropout_and_add_layer_norm_refuse_what_the_vendor_refuses() {
     }
 }
 
+/// aclnnLayerNormBackward.md (ops-nn e5c3fa932): gradInputOut has the input's dtype,
+/// gradWeightOut and gradBiasOut the weight's. op_api would cast other outputs; the emulator
+/// holds to the document and refuses them.
+#[test]
+fn layer_norm_backward_writes_the_documented_dtypes() {
+    type Backward = unsafe extern "C" fn(
+        T,
+        T,
+        AclIntArrayPtr,
+        T,
+        T,
+        T,
+        T,
+        AclBoolArrayPtr,
+        T,
+        T,
+        T,
+        *mut u64,
+        *mut AclExecutorPtr,
+    ) -> i32;
+    let env = Env::new();
+    let buf = env.malloc(4096);
+    let backward: Backward = unsafe { std::mem::transmute(env.tk.op("aclnnLayerNormBackward").unwrap().0) };
+    let half = |dims: &[i64]| env.tensor(buf, dims, dtype::FLOAT16);
+    let float = |dims: &[i64]| env.tensor(buf, dims, dtype::FLOAT);
+    let norm = [3i64];
+    let norm = unsafe { (env.tk.api.aclCreateIntArray)(norm.as_ptr(), 1) };
+    let mask = [true; 3];
+    let mask = unsafe { (env.tk.api.aclCreateBoolArray)(mask.as_ptr(), 3) };
+    let call = |dx: T, dw: T| unsafe {
+        let (mut ws, mut exec) = (0u64, null_mut());
+        let (x, stats, w) = (half(&[2, 3]), float(&[2, 1]), half(&[3]));
+        backward(x, x, norm, stats, stats, w, null_mut(), mask, dx, dw, dw, &mut ws, &mut exec)
+    };
+    assert_eq!(call(half(&[2, 3]), half(&[3])), 0);
+    assert_eq!(call(float(&[2, 3]), half(&[3])), 161_002, "an f32 gradInputOut for an f16 input");
+    assert_eq!(call(half(&[2, 3]), float(&[3])), 161_002, "f32 gradWeightOut and gradBiasOut for an f16 weight");
+}
+
 /// aclnnFlashAttentionScore (ops-transformer c29bc10) exists on the A2 only, takes no
 /// (B, 1, 1, S) key mask, needs keepProb in (0, 1] and at most 256 heads, and takes a bias
 /// (realShiftOptional) only in query's dtype and the shapes [B,N,S,S], [B,N,1,Skv], [1,N,S,S].

@@ -250,14 +250,13 @@ impl CustomOp3 for LayerNorm {
             let Some(stats) = stats else {
                 candle_core::bail!("layer_norm: backward pass of a forward without statistics")
             };
-            // One buffer [dx | dw | db] in f32 from aclnnLayerNormBackward, cast at once when the
-            // three share a dtype.
-            let mut packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { stats })?;
+            // One buffer [dx | dw | db] in x's dtype from aclnnLayerNormBackward, which writes
+            // dx in the input's dtype and dw, db in the weight's: a weight of another dtype (an
+            // f32 weight beside half activations) is rounded to x's for it.
+            let w = &w.to_dtype(x.dtype())?;
+            let packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { stats })?;
             let (n, hidden) = (x.elem_count(), w.elem_count());
-            if x.dtype() == w.dtype() && w.dtype() == b.dtype() {
-                packed = packed.to_dtype(x.dtype())?;
-            }
-            let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?.to_dtype(x.dtype())?;
+            let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
             let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w.dtype())?;
             let db = packed.narrow(0, n + hidden, hidden)?.reshape(b.shape())?.to_dtype(b.dtype())?;
             return Ok((Some(dx), Some(dw), Some(db)));
@@ -271,7 +270,7 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
-/// LayerNorm's three gradients on an accelerator, packed as f32 `[dx | dw | db]`; the CPU uses
+/// LayerNorm's three gradients on an accelerator, packed as `[dx | dw | db]` in x's dtype; the CPU uses
 /// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
 struct LayerNormGrads {
     stats: fused::LayerNormStats,

@@ -4,7 +4,10 @@
 //! [`block_sparse_attention`], picks the body:
 //! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
-//! - other devices: an op with its own backward pass that gathers the key blocks with one
+//! - a part with flash attention: one `aclnnFlashAttentionScore` each way over q, k, v as they
+//!   are, the blocks a query block does not see masked at their tokens ([`masked_flash`]), when
+//!   the (b, h, n, n) mask fits its bound and no key block is listed twice;
+//! - otherwise on devices: an op with its own backward pass that gathers the key blocks with one
 //!   index-select, or on a CUDA GPU one block copy (per chunk of sequences when they are many;
 //!   [`super::block_table`]). Each part (global rows, middle
 //!   blocks) is one `aclnnFlashAttentionScore` where the part has it (the global rows' masked
@@ -19,7 +22,7 @@ use candle_core::{DType, Tensor};
 
 use super::block_table::BlockTable;
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
-use super::flash::{flash_attention_heads, FlashState};
+use super::flash::{flash_attention_heads, flash_attention_packed, FlashState};
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 use candle_ascend::fused::FlashKeys;
 
@@ -27,6 +30,17 @@ use candle_ascend::fused::FlashKeys;
 /// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16
 /// with that penalty added (half-precision softmax takes the penalties in its own dtype).
 const ABSENT_SLOT_PENALTY: f32 = -3.0e4;
+
+/// Flash attention's bias on a masked key where the block mask runs the attention. It is
+/// added before the scale: finite in f16 and bf16, and times any scale of a head of up to
+/// 10⁴ dimensions still far enough below every score that exp underflows to exactly 0, as
+/// the CPU's −10⁴ after the scale does.
+const FLASH_MASKED_KEY_BIAS: f64 = -3.0e4;
+
+/// The largest (b, h, n, n) block mask built by default: CodonTransformer's 12 heads at 8 ×
+/// 2048 tokens, 384 MiB. One is alive at a time (the backward pass builds it again), so it
+/// replaces the gathered keys and values (and their gradients) of the middle blocks.
+const FLASH_MASK_BYTES: usize = 384 << 20;
 
 /// The per-pass masks of block-sparse attention, shared by its layers.
 pub struct BlockSparseMask {
@@ -43,8 +57,14 @@ pub struct BlockSparseMask {
     /// The most gathered key bytes a launch of the middle part takes on devices
     /// ([`MIDDLE_CHUNK_BYTES`] unless set).
     middle_chunk_bytes: usize,
+    /// The largest (b, h, n, n) block mask that attention builds where the part has flash
+    /// attention ([`FLASH_MASK_BYTES`] unless set); larger batches gather key blocks.
+    flash_mask_bytes: usize,
     /// The global query rows' flash attention mask, built by the first layer that needs it.
     flash: OnceLock<Tensor>,
+    /// The masked keys as flash attention's bias (b, h, 1, n), built by the first layer that
+    /// needs it.
+    flash_bias: OnceLock<Tensor>,
 }
 
 impl BlockSparseMask {
@@ -62,8 +82,35 @@ impl BlockSparseMask {
             query_mask,
             block_size,
             middle_chunk_bytes: MIDDLE_CHUNK_BYTES,
+            flash_mask_bytes: FLASH_MASK_BYTES,
             flash: OnceLock::new(),
+            flash_bias: OnceLock::new(),
         })
+    }
+
+    /// Bound the (b, h, n, n) UINT8 block mask that attention builds where the part has flash
+    /// attention; above it, and at 0, the key blocks are gathered instead.
+    pub fn with_flash_mask_bytes(mut self, bytes: usize) -> Self {
+        self.flash_mask_bytes = bytes;
+        self
+    }
+
+    /// The masked keys as flash attention's bias, (b, h, 1, n) in `dtype`:
+    /// [`FLASH_MASKED_KEY_BIAS`] where a key is masked, 0 elsewhere.
+    fn flash_key_bias(&self, heads: usize, dtype: DType) -> candle_core::Result<Tensor> {
+        let fits = |t: &&Tensor| t.dim(1).ok() == Some(heads) && t.dtype() == dtype;
+        if let Some(bias) = self.flash_bias.get().filter(fits) {
+            return Ok(bias.clone());
+        }
+        let (b, n) = self.mask.dims2()?;
+        let bias = ((1.0 - &self.mask)? * FLASH_MASKED_KEY_BIAS)?
+            .to_dtype(dtype)?
+            .reshape((b, 1, 1, n))?
+            .broadcast_as((b, heads, 1, n))?
+            .contiguous()?;
+        // The first head count and dtype stay cached (a model has one of each).
+        let _ = self.flash_bias.set(bias.clone());
+        Ok(bias)
     }
 
     /// Bound the gathered key (or value) bytes of each launch of the middle query blocks on
@@ -103,6 +150,33 @@ impl KeyBlocks {
     /// The absent slots as penalties, (blocks − 2, slots).
     fn absent_penalties(&self) -> Vec<f32> {
         self.absent.iter().map(|&a| if a { ABSENT_SLOT_PENALTY } else { 0.0 }).collect()
+    }
+
+    /// Which key blocks each query block leaves out, (heads, blocks, blocks), 1 where left
+    /// out: the global query blocks see every block. `None` when a row lists a block twice
+    /// (the eval table repeats block 0), which counts its keys twice in the softmax and a mask
+    /// cannot.
+    fn block_mask(&self) -> Option<Vec<u8>> {
+        let (nb, slots) = (self.blocks, self.slots);
+        let mut mask = vec![1u8; self.heads * nb * nb];
+        for (head, rows) in mask.chunks_mut(nb * nb).enumerate() {
+            for (j, row) in rows.chunks_mut(nb).enumerate() {
+                if j == 0 || j == nb - 1 {
+                    row.fill(0);
+                    continue;
+                }
+                let listed = &self.table[(head * (nb - 2) + j - 1) * slots..][..slots];
+                let absent = &self.absent[(j - 1) * slots..][..slots];
+                for (&blk, _) in listed.iter().zip(absent).filter(|(_, &a)| !a) {
+                    let seen = row.get_mut(blk as usize)?;
+                    if *seen == 0 {
+                        return None;
+                    }
+                    *seen = 0;
+                }
+            }
+        }
+        Some(mask)
     }
 }
 
@@ -162,6 +236,11 @@ pub fn block_sparse_attention(
         )? {
             let rows = assemble_rows(&global, &middle, geometry)?.to_dtype(dtype)?;
             return merge_heads(&rows.broadcast_mul(&masks.query_mask)?);
+        }
+    }
+    if fused_attention_runs(q) && b * h * n * n <= masks.flash_mask_bytes {
+        if let Some(blocks) = keys.block_mask() {
+            return masked_flash(q, k, v, masks, blocks, geometry);
         }
     }
     let device = q.device();
@@ -537,4 +616,71 @@ fn sparse_backward(
         t.reshape((g.b, g.h, g.n, g.d))?.transpose(1, 2)?.reshape((g.b, g.n, hd))
     };
     Ok((Some(merge(dq)?), Some(merge(dk)?), Some(merge(dv)?)))
+}
+
+/// What the backward pass of [`masked_flash`] keeps: the block mask at block granularity
+/// (the full mask is built again), the bias, and the launch's output and statistics.
+struct MaskedSaved {
+    geometry: SparseGeometry,
+    /// (1, h, nb, 1, nb, 1) UINT8.
+    blocks: Tensor,
+    bias: Tensor,
+    /// Zeroes padded query rows, (b, n, 1).
+    query_mask: Tensor,
+    out: Tensor,
+    state: FlashState,
+}
+
+impl MaskedSaved {
+    /// The (b, h, n, n) mask with the bias, as flash attention takes them.
+    fn keys(&self) -> candle_core::Result<FlashKeys> {
+        Ok(FlashKeys::MaskAndBias { mask: expand_blocks(&self.blocks, self.geometry)?, bias: self.bias.clone() })
+    }
+}
+
+/// The (1, h, nb, 1, nb, 1) block mask spread over the tokens of b sequences, (b, h, n, n).
+fn expand_blocks(blocks: &Tensor, g: SparseGeometry) -> candle_core::Result<Tensor> {
+    blocks.broadcast_as((g.b, g.h, g.nb, g.wm, g.nb, g.wm))?.contiguous()?.reshape((g.b, g.h, g.n, g.n))
+}
+
+/// Block-sparse attention as one flash attention launch each way over q, k, v as they are
+/// (b, n, h·d): the key blocks a query block does not see are masked at their tokens, the
+/// masked keys get a bias. Nothing is gathered, split or merged; the cube does the (n × n)
+/// products of full attention, and the mask, built again in the backward pass, is b·h·n²
+/// bytes (288 MiB at 6 × 2048 with 12 heads).
+fn masked_flash(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    masks: &BlockSparseMask,
+    blocks: Vec<u8>,
+    g: SparseGeometry,
+) -> candle_core::Result<Tensor> {
+    let blocks = Tensor::from_vec(blocks, (1, g.h, g.nb, 1, g.nb, 1), q.device())?;
+    let bias = masks.flash_key_bias(g.h, q.dtype())?;
+    let query_mask = masks.query_mask.reshape((g.b, g.n, 1))?;
+    let forward = |q: &Tensor, k: &Tensor, v: &Tensor| -> candle_core::Result<(Tensor, MaskedSaved)> {
+        let keys = FlashKeys::MaskAndBias { mask: expand_blocks(&blocks, g)?, bias: bias.clone() };
+        let (out, state) = flash_attention_packed(q, k, v, g.h, &keys, g.scale)?;
+        drop(keys);
+        let ctx = out.broadcast_mul(&query_mask)?;
+        Ok((ctx, MaskedSaved { geometry: g, blocks, bias, query_mask, out, state }))
+    };
+    if ![q, k, v].iter().any(|t| t.track_op()) {
+        return Ok(forward(q, k, v)?.0);
+    }
+    crate::function::function3(q, k, v, forward, masked_flash_backward)
+}
+
+/// (dq, dk, dv) of [`masked_flash`]: one flash attention gradient launch over the mask built
+/// again.
+fn masked_flash_backward(
+    s: &MaskedSaved,
+    [q, k, v]: [&Tensor; 3],
+    grad: &Tensor,
+) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let grad = grad.broadcast_mul(&s.query_mask)?;
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let (dq, dk, dv) = s.state.backward(&q, &k, &v, &s.keys()?, &s.out, &grad)?;
+    Ok((Some(dq), Some(dk), Some(dv)))
 }

@@ -60,14 +60,37 @@ pub fn flash_attention_heads(
     scale: f64,
 ) -> candle_core::Result<(Tensor, FlashState)> {
     let heads = q.dims4()?.1;
-    let op = FlashAttention {
-        layout: FlashLayout::Bnsd,
-        heads,
-        scale,
-        keys: keys.clone(),
-        dropout: None,
-        saved: Mutex::default(),
-    };
+    detached(q, k, v, FlashLayout::Bnsd, heads, keys, scale)
+}
+
+/// [`flash_attention_heads`] over (batch, seq, heads·d) projections as they are (the BSH
+/// layout: no head split or merge); the mask or bias is (batch, heads, …) as there.
+pub fn flash_attention_packed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    keys: &FlashKeys,
+    scale: f64,
+) -> candle_core::Result<(Tensor, FlashState)> {
+    let hidden = q.dims3()?.2;
+    if heads == 0 || hidden % heads != 0 {
+        candle_core::bail!("flash_attention_packed: hidden size {hidden} is not a multiple of {heads} heads")
+    }
+    detached(q, k, v, FlashLayout::Bsh, heads, keys, scale)
+}
+
+/// One flash attention launch outside autograd: the output and the backward pass's state.
+fn detached(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    layout: FlashLayout,
+    heads: usize,
+    keys: &FlashKeys,
+    scale: f64,
+) -> candle_core::Result<(Tensor, FlashState)> {
+    let op = FlashAttention { layout, heads, scale, keys: keys.clone(), dropout: None, saved: Mutex::default() };
     let out = q.contiguous()?.apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op)?;
     let state = op.state()?;
     Ok((out, state))

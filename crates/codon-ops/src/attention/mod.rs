@@ -16,7 +16,7 @@ use candle_ascend::soc::AclnnOp;
 use candle_core::{DType, Tensor, D};
 
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
-pub use flash::{flash_attention, flash_attention_heads, FlashState};
+pub use flash::{flash_attention, flash_attention_heads, flash_attention_packed, FlashState};
 
 use crate::activation::ScaledSoftmax;
 use crate::dropout::DropoutStream;
