@@ -4,7 +4,7 @@
 //! runs it: the mask never leaves the device. On the CPU (and devices without the two
 //! operators) the mask multiplies the input, one pass each way; the CPU's fused kernels take the
 //! same mask as multipliers ([`DropoutStream::multipliers`]). A CUDA GPU draws the same mask
-//! inside its dropout kernel ([`PhiloxDropout`]), and again for the backward pass: bit for bit
+//! inside its dropout kernel (`PhiloxDropout`), and again for the backward pass: bit for bit
 //! the CPU's, never stored.
 //!
 //! Mask layout: draw (seed, offset) keeps element i when `(w + ½)/2³²` is below the FLOAT keep

@@ -5,11 +5,11 @@
 //! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
 //! - a part with flash attention: one `aclnnFlashAttentionScore` each way over q, k, v as they
-//!   are, the blocks a query block does not see masked at their tokens ([`masked_flash`]), when
+//!   are, the blocks a query block does not see masked at their tokens (`masked_flash`), when
 //!   the (b, h, n, n) mask fits its bound and no key block is listed twice;
 //! - otherwise on devices: an op with its own backward pass that gathers the key blocks with one
 //!   index-select, or on a CUDA GPU one block copy (per chunk of sequences when they are many;
-//!   [`super::block_table`]). Each part (global rows, middle
+//!   `block_table`). Each part (global rows, middle
 //!   blocks) is one `aclnnFlashAttentionScore` where the part has it (the global rows' masked
 //!   keys as its UINT8 mask, the middle blocks' penalties as its bias; the heads fold into the
 //!   batch for the middle blocks: it takes at most 256 heads), composed matmuls and softmax
