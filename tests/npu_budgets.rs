@@ -50,15 +50,14 @@ fn a_training_step_stays_within_its_launch_budget_on_each_part() {
 }
 
 /// At CodonTransformer's training size, 6 × 2048, without gradient checkpointing and with f32
-/// optimizer state, a step fits 8 GiB with 256 MiB to spare on both parts; on the 910A its
-/// modelled time stays 30 % under the 216.9 ms it took with the softmax widened to f32.
+/// optimizer state, a step fits 8 GiB with 256 MiB to spare on both parts, and its modelled
+/// time stays 30 % under where issue 31 found it: 216.9 ms on the 910A (the softmax widened to
+/// f32), 75.0 ms on the 910B3 (key blocks gathered for flash attention).
 #[test]
 fn a_full_size_step_fits_under_8_gib_on_each_part() {
-    for (soc, precision) in [("Ascend910B3", "bf16"), ("Ascend910A", "f16")] {
+    for (soc, precision, before_ms) in [("Ascend910B3", "bf16", 75.0), ("Ascend910A", "f16", 216.9)] {
         let s = step(soc, precision, 6, 2048);
         assert!(s.peak_mib <= 7_936.0, "{soc} {precision}: peak {} MiB", s.peak_mib);
-        if soc == "Ascend910A" {
-            assert!(s.modelled_ms <= 0.7 * 216.9, "{soc} {precision}: modelled step {} ms", s.modelled_ms);
-        }
+        assert!(s.modelled_ms <= 0.7 * before_ms, "{soc} {precision}: modelled step {} ms", s.modelled_ms);
     }
 }

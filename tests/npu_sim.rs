@@ -612,10 +612,16 @@ fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
     let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();
     if codon_ops::attention::fused_attention_runs(&q) && chunk_bytes.is_none() && !eval_table {
-        // One launch each way over the block mask: nothing gathered, split or merged. Of the
-        // copies, attention's are the mask spread over the tokens each way, the bias and the
-        // op's value; the inputs' three and the seed gradient's are the test's.
-        assert_eq!([count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")], [1, 1], "{launched:?}");
+        // A launch per sequence each way over one sequence's block mask: nothing gathered,
+        // split or merged. Of the copies, attention's are the mask spread over the tokens each
+        // way, the bias and the op's value; the inputs' three and the seed gradient's are the
+        // test's.
+        let per_sequence = [b as u64; 2];
+        assert_eq!(
+            [count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")],
+            per_sequence,
+            "{launched:?}"
+        );
         assert_eq!(count("aclnnIndexSelect") + count("aclnnIndexAdd"), 0, "{launched:?}");
         assert!(count("aclnnInplaceCopy") <= 8, "{launched:?}");
         return;

@@ -2146,10 +2146,12 @@ static int fa_check(const char *op, const aclTensor *q, const aclTensor *k, cons
         if ((r = check(op, mask, "attenMask"))) return r;
         if (mask->dtype != ACL_BOOL && mask->dtype != ACL_UINT8)
             return bad(ACLNN_ERR_INNER_TILING_ERROR, op, "invalid attenMask dtype, only support bool or uint8");
+        /* The tiling's shape types in its order (flash_attention_score_tiling_general.cpp
+         * L1515-1530): [1,1,S1,S2], [B,1,S1,S2], [B,N,S1,S2]; so [1,N,S1,S2] only when B is 1. */
+        int64_t d0 = mask->ndim == 4 ? mask->dims[0] : 0, d1 = mask->ndim == 4 ? mask->dims[1] : 0;
         int ok = mask->ndim == 2 ? mask->dims[0] == g->s1 && mask->dims[1] == g->s2
-               : mask->ndim == 4 && (mask->dims[0] == g->b || mask->dims[0] == 1) &&
-                     (mask->dims[1] == g->n || mask->dims[1] == 1) && !(mask->dims[0] == 1 && mask->dims[1] > 1) &&
-                     mask->dims[2] == g->s1 && mask->dims[3] == g->s2;
+               : mask->ndim == 4 && mask->dims[2] == g->s1 && mask->dims[3] == g->s2 &&
+                     ((d0 == 1 && d1 == 1) || (d0 == g->b && d1 == 1) || (d0 == g->b && d1 == g->n));
         if (!ok) return bad(ACLNN_ERR_INNER_TILING_ERROR, op, "atten_mask must be [B,N,Sq,Skv], [B,1,Sq,Skv], [1,1,Sq,Skv] or [Sq,Skv]");
     }
     if (pse) {

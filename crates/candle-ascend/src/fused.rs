@@ -231,6 +231,28 @@ pub fn linear(
     Ok((Box::new(out), Shape::from(dims)))
 }
 
+/// The Ascend body of `acc + a·b` for acc (rows, n), a (rows, k) and b (k, n), all
+/// contiguous: one `aclnnAddmm` with acc as its self, so that a product adds into a sum (a
+/// gradient into the one already accumulated) without a pass of its own.
+pub fn matmul_add(
+    acc: &dyn DynBackendStorage,
+    accl: &Layout,
+    a: &dyn DynBackendStorage,
+    al: &Layout,
+    b: &dyn DynBackendStorage,
+    bl: &Layout,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (cs, as_, bs) = (ascend_storage(acc)?, ascend_storage(a)?, ascend_storage(b)?);
+    match (accl.dims(), al.dims(), bl.dims()) {
+        ([r, n], [ra, k], [kb, nb])
+            if r == ra && k == kb && n == nb && [accl, al, bl].iter().all(|l| l.is_contiguous()) => {}
+        (c, a, b) => candle_core::bail!("matmul_add: {c:?} + {a:?}·{b:?} do not fit, or are not contiguous"),
+    }
+    let (out, ov) = output_like(cs, accl.shape())?;
+    crate::ops::matmul::addmm(cs.dev(), &cs.view(accl)?, &as_.view(al)?, &bs.view(bl)?, 1.0, 1.0, &ov)?;
+    Ok((Box::new(out), accl.shape().clone()))
+}
+
 /// The Ascend body of an embedding lookup: the rows of the table `w` (vocab, dim) at the 1-D
 /// integer ids, (ids, dim) in the table's dtype (`aclnnEmbedding`).
 pub fn embedding(
@@ -341,7 +363,8 @@ fn flash_geometry(layout: FlashLayout, heads: usize, ql: &Layout, kl: &Layout) -
 /// How flash attention leaves keys out.
 #[derive(Debug, Clone)]
 pub enum FlashKeys {
-    /// `attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked.
+    /// `attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked; or
+    /// (1, N, S1, S2) for every sequence, which takes a launch per sequence.
     Mask(Tensor),
     /// `realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype, added to q·kᵀ before
     /// the scale (a penalty divided by the scale masks a key).

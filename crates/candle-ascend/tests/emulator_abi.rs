@@ -401,7 +401,8 @@ fn layer_norm_backward_writes_the_documented_dtypes() {
 
 /// aclnnFlashAttentionScore (ops-transformer c29bc10) exists on the A2 only, takes no
 /// (B, 1, 1, S) key mask, needs keepProb in (0, 1] and at most 256 heads, and takes a bias
-/// (realShiftOptional) only in query's dtype and the shapes [B,N,S,S], [B,N,1,Skv], [1,N,S,S].
+/// (realShiftOptional) only in query's dtype and the shapes [B,N,S,S], [B,N,1,Skv], [1,N,S,S];
+/// its mask is [1,1,S,S], [B,1,S,S] or [B,N,S,S].
 #[test]
 fn flash_attention_refuses_what_ops_transformer_refuses() {
     type Fa = unsafe extern "C" fn(
@@ -475,6 +476,13 @@ fn flash_attention_refuses_what_ops_transformer_refuses() {
     assert_eq!(call(mask(&[2, 1, 1, 4]), 1.0, c"BSH"), 561_002, "a (B, 1, 1, S) mask");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 0.0, c"BSH"), 561_002, "keepProb 0");
     assert_eq!(call(mask(&[2, 1, 4, 4]), 1.0, c"BNSD"), 161_002, "a 3-D query in BNSD");
+    // The tiling's mask shapes are [1,1,S,S], [B,1,S,S] and [B,N,S,S]: a per-head mask of one
+    // sequence is [B,N,S,S] for one sequence and refused for two.
+    assert_eq!(call(mask(&[2, 3, 4, 4]), 1.0, c"BSH"), 0);
+    assert_eq!(call(mask(&[1, 1, 4, 4]), 1.0, c"BSH"), 0);
+    assert_eq!(call(mask(&[1, 3, 4, 4]), 1.0, c"BSH"), 561_002, "[1,N,S,S] for two sequences");
+    let (q1, stats1) = (f(&[1, 4, 6]), f(&[1, 3, 4, 8]));
+    assert_eq!(call_with(q1, stats1, 3, mask(&[1, 3, 4, 4]), 1.0, c"BSH"), 0, "[1,N,S,S] for one sequence");
     // A bias per (B, N) row of keys, in query's dtype, with or without a mask.
     let pse = |dims: &[i64], dt: i32| env.tensor(buf, dims, dt);
     let with_pse = |p: T, m: T| call_with_pse(q, stats, 3, m, p, 1.0, c"BSH");

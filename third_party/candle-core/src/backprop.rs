@@ -693,8 +693,27 @@ impl Tensor {
                         }
                     }
                     Op::CustomOp3(arg1, arg2, arg3, c) => {
-                        let (arg_grad1, arg_grad2, arg_grad3) =
-                            c.bwd(arg1, arg2, arg3, node, &grad)?;
+                        let accumulated = match grads.get(arg1).cloned() {
+                            Some(acc) => c.bwd_accumulate(arg1, arg2, arg3, node, &grad, &acc)?,
+                            None => None,
+                        };
+                        let (arg_grad1, arg_grad2, arg_grad3) = match accumulated {
+                            Some((total, arg_grad2, arg_grad3)) => {
+                                if total.shape() != arg1.shape() || total.dtype() != arg1.dtype() {
+                                    crate::bail!(
+                                        "{}: accumulated gradient {:?} {:?} for an argument {:?} {:?}",
+                                        c.name(),
+                                        total.shape(),
+                                        total.dtype(),
+                                        arg1.shape(),
+                                        arg1.dtype()
+                                    )
+                                }
+                                grads.insert(arg1, total.contiguous()?);
+                                (None, arg_grad2, arg_grad3)
+                            }
+                            None => c.bwd(arg1, arg2, arg3, node, &grad)?,
+                        };
                         if let Some(arg_grad1) = arg_grad1 {
                             grads.accumulate(arg1, &arg_grad1)?
                         }

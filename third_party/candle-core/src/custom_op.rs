@@ -200,6 +200,23 @@ pub trait CustomOp3 {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         Err(crate::Error::BackwardNotSupported { op: self.name() })
     }
+
+    /// The first argument's gradient added to `acc`, the gradient already accumulated for
+    /// it, where the op folds that addition into its own computation (say a product that
+    /// accumulates into its output), with the other two arguments' gradients. `None` (the
+    /// default): [`Self::bwd`] runs and its first gradient is added to `acc`.
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_accumulate(
+        &self,
+        _arg1: &Tensor,
+        _arg2: &Tensor,
+        _arg3: &Tensor,
+        _res: &Tensor,
+        _grad_res: &Tensor,
+        _acc: &Tensor,
+    ) -> Result<Option<(Tensor, Option<Tensor>, Option<Tensor>)>> {
+        Ok(None)
+    }
 }
 
 impl Tensor {

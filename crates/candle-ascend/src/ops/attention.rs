@@ -37,6 +37,7 @@ impl FlashLayout {
 /// (B, N, S1, S2) UINT8, or the bias `pse` added to the scores before the scale, (B, N, 1, S2)
 /// or (B, N, S1, S2) in q's dtype (either or both); the dropout bits with their keep
 /// probability (1 without); the layout, the head count and the score scale.
+#[derive(Clone, Copy)]
 pub struct FlashArgs<'a> {
     pub layout: FlashLayout,
     pub atten_mask: Option<&'a View>,
@@ -75,6 +76,30 @@ impl FlashArgs<'_> {
     fn key_views(&self) -> impl Iterator<Item = &View> {
         self.atten_mask.into_iter().chain(self.pse)
     }
+
+    /// The batch size when a (1, N, S1, S2) mask with N > 1 serves a batch of several
+    /// sequences, which takes a launch per sequence; `None` for one launch. The dropout bits
+    /// are not split: a per-sequence mask with dropout is refused.
+    fn per_sequence(&self, q: &View) -> Result<Option<i64>> {
+        let batch = q.dims.first().copied().unwrap_or(1);
+        let split =
+            matches!(self.atten_mask, Some(m) if m.dims.len() == 4 && m.dims[0] == 1 && m.dims[1] > 1) && batch > 1;
+        if split && self.drop_mask.is_some() {
+            return Err(crate::error::AscendError::Unsupported {
+                op: "aclnnFlashAttentionScore",
+                detail: "a per-head mask of one sequence for a batch, with dropout".into(),
+            });
+        }
+        Ok(split.then_some(batch))
+    }
+}
+
+/// Batch entry `i` of `view`: its first dimension narrowed to one.
+fn batch_entry(view: &View, i: i64) -> View {
+    let mut entry = view.clone();
+    entry.offset += i * entry.strides[0];
+    entry.dims[0] = 1;
+    entry
 }
 
 fn ptr_or_null(t: &Option<super::AclObject>) -> T {
@@ -82,8 +107,29 @@ fn ptr_or_null(t: &Option<super::AclObject>) -> T {
 }
 
 /// `out = softmax(scale·q·kᵀ, masked)·(dropout / keep)·v`, with the row maxima and sums
-/// (B, N, S1, 8) FLOAT for the backward pass.
+/// (B, N, S1, 8) FLOAT for the backward pass. A per-head mask of one sequence, (1, N, S1, S2),
+/// serves every sequence: the documented mask shapes broadcast over the batch only without the
+/// heads ([1,1,S1,S2]), so each sequence gets its own launch with it.
 pub fn flash_attention(
+    dev: &Arc<DeviceInner>,
+    (q, k, v): (&View, &View, &View),
+    args: &FlashArgs,
+    (softmax_max, softmax_sum): (&View, &View),
+    out: &View,
+) -> Result<()> {
+    let Some(batch) = args.per_sequence(q)? else {
+        return flash_attention_launch(dev, (q, k, v), args, (softmax_max, softmax_sum), out);
+    };
+    for i in 0..batch {
+        let e = |v: &View| batch_entry(v, i);
+        let pse = args.pse.map(e);
+        let entry = FlashArgs { pse: pse.as_ref(), ..*args };
+        flash_attention_launch(dev, (&e(q), &e(k), &e(v)), &entry, (&e(softmax_max), &e(softmax_sum)), &e(out))?;
+    }
+    Ok(())
+}
+
+fn flash_attention_launch(
     dev: &Arc<DeviceInner>,
     (q, k, v): (&View, &View, &View),
     args: &FlashArgs,
@@ -132,9 +178,38 @@ pub fn flash_attention(
 }
 
 /// dq, dk, dv of [`flash_attention`] from the output's gradient `dy`, the forward's output and
-/// its row statistics.
-#[allow(clippy::too_many_arguments)]
+/// its row statistics (a launch per sequence as there).
 pub fn flash_attention_grad(
+    dev: &Arc<DeviceInner>,
+    (q, k, v): (&View, &View, &View),
+    dy: &View,
+    out: &View,
+    args: &FlashArgs,
+    (softmax_max, softmax_sum): (&View, &View),
+    (dq, dk, dv): (&View, &View, &View),
+) -> Result<()> {
+    let Some(batch) = args.per_sequence(q)? else {
+        return flash_attention_grad_launch(dev, (q, k, v), dy, out, args, (softmax_max, softmax_sum), (dq, dk, dv));
+    };
+    for i in 0..batch {
+        let e = |v: &View| batch_entry(v, i);
+        let pse = args.pse.map(e);
+        let entry = FlashArgs { pse: pse.as_ref(), ..*args };
+        flash_attention_grad_launch(
+            dev,
+            (&e(q), &e(k), &e(v)),
+            &e(dy),
+            &e(out),
+            &entry,
+            (&e(softmax_max), &e(softmax_sum)),
+            (&e(dq), &e(dk), &e(dv)),
+        )?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn flash_attention_grad_launch(
     dev: &Arc<DeviceInner>,
     (q, k, v): (&View, &View, &View),
     dy: &View,

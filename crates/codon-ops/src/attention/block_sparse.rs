@@ -6,7 +6,7 @@
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
 //! - a part with flash attention: one `aclnnFlashAttentionScore` each way over q, k, v as they
 //!   are, the blocks a query block does not see masked at their tokens (`masked_flash`), when
-//!   the (b, h, n, n) mask fits its bound and no key block is listed twice;
+//!   the (1, h, n, n) mask fits its bound and no key block is listed twice;
 //! - otherwise on devices: an op with its own backward pass that gathers the key blocks with one
 //!   index-select, or on a CUDA GPU one block copy (per chunk of sequences when they are many;
 //!   `block_table`). Each part (global rows, middle
@@ -37,9 +37,9 @@ const ABSENT_SLOT_PENALTY: f32 = -3.0e4;
 /// the CPU's −10⁴ after the scale does.
 const FLASH_MASKED_KEY_BIAS: f64 = -3.0e4;
 
-/// The largest (b, h, n, n) block mask built by default: CodonTransformer's 12 heads at 8 ×
-/// 2048 tokens, 384 MiB. One is alive at a time (the backward pass builds it again), so it
-/// replaces the gathered keys and values (and their gradients) of the middle blocks.
+/// The largest (1, h, n, n) block mask built by default, 384 MiB: CodonTransformer's 12 heads
+/// up to 5,792 tokens (48 MiB at 2048). Each layer keeps its own for the backward pass;
+/// longer sequences gather key blocks, whose memory grows linearly.
 const FLASH_MASK_BYTES: usize = 384 << 20;
 
 /// The per-pass masks of block-sparse attention, shared by its layers.
@@ -57,7 +57,7 @@ pub struct BlockSparseMask {
     /// The most gathered key bytes a launch of the middle part takes on devices
     /// ([`MIDDLE_CHUNK_BYTES`] unless set).
     middle_chunk_bytes: usize,
-    /// The largest (b, h, n, n) block mask that attention builds where the part has flash
+    /// The largest (1, h, n, n) block mask that attention builds where the part has flash
     /// attention ([`FLASH_MASK_BYTES`] unless set); larger batches gather key blocks.
     flash_mask_bytes: usize,
     /// The global query rows' flash attention mask, built by the first layer that needs it.
@@ -88,7 +88,7 @@ impl BlockSparseMask {
         })
     }
 
-    /// Bound the (b, h, n, n) UINT8 block mask that attention builds where the part has flash
+    /// Bound the (1, h, n, n) UINT8 block mask that attention builds where the part has flash
     /// attention; above it, and at 0, the key blocks are gathered instead.
     pub fn with_flash_mask_bytes(mut self, bytes: usize) -> Self {
         self.flash_mask_bytes = bytes;
@@ -238,7 +238,7 @@ pub fn block_sparse_attention(
             return merge_heads(&rows.broadcast_mul(&masks.query_mask)?);
         }
     }
-    if fused_attention_runs(q) && b * h * n * n <= masks.flash_mask_bytes {
+    if fused_attention_runs(q) && h * n * n <= masks.flash_mask_bytes {
         if let Some(blocks) = keys.block_mask() {
             return masked_flash(q, k, v, masks, blocks, geometry);
         }
@@ -618,36 +618,28 @@ fn sparse_backward(
     Ok((Some(merge(dq)?), Some(merge(dk)?), Some(merge(dv)?)))
 }
 
-/// What the backward pass of [`masked_flash`] keeps: the block mask at block granularity
-/// (the full mask is built again), the bias, and the launch's output and statistics.
+/// What the backward pass of [`masked_flash`] keeps: the mask with the bias, and the launch's
+/// output and statistics.
 struct MaskedSaved {
-    geometry: SparseGeometry,
-    /// (1, h, nb, 1, nb, 1) UINT8.
-    blocks: Tensor,
-    bias: Tensor,
+    keys: FlashKeys,
     /// Zeroes padded query rows, (b, n, 1).
     query_mask: Tensor,
     out: Tensor,
     state: FlashState,
 }
 
-impl MaskedSaved {
-    /// The (b, h, n, n) mask with the bias, as flash attention takes them.
-    fn keys(&self) -> candle_core::Result<FlashKeys> {
-        Ok(FlashKeys::MaskAndBias { mask: expand_blocks(&self.blocks, self.geometry)?, bias: self.bias.clone() })
-    }
-}
-
-/// The (1, h, nb, 1, nb, 1) block mask spread over the tokens of b sequences, (b, h, n, n).
+/// The (1, h, nb, 1, nb, 1) block mask spread over the tokens, (1, h, n, n): one sequence's,
+/// which flash attention applies to each sequence in turn.
 fn expand_blocks(blocks: &Tensor, g: SparseGeometry) -> candle_core::Result<Tensor> {
-    blocks.broadcast_as((g.b, g.h, g.nb, g.wm, g.nb, g.wm))?.contiguous()?.reshape((g.b, g.h, g.n, g.n))
+    blocks.broadcast_as((1, g.h, g.nb, g.wm, g.nb, g.wm))?.contiguous()?.reshape((1, g.h, g.n, g.n))
 }
 
-/// Block-sparse attention as one flash attention launch each way over q, k, v as they are
-/// (b, n, h·d): the key blocks a query block does not see are masked at their tokens, the
-/// masked keys get a bias. Nothing is gathered, split or merged; the cube does the (n × n)
-/// products of full attention, and the mask, built again in the backward pass, is b·h·n²
-/// bytes (288 MiB at 6 × 2048 with 12 heads).
+/// Block-sparse attention as flash attention over q, k, v as they are (b, n, h·d): the key
+/// blocks a query block does not see are masked at their tokens, the masked keys get a bias.
+/// Nothing is gathered, split or merged; the cube does the (n × n) products of full attention.
+/// The mask is one sequence's, h·n² bytes (48 MiB at 2048 tokens with 12 heads), applied to
+/// each sequence by a launch of its own, and kept for the backward pass (spreading it again
+/// would cost a pass over it).
 fn masked_flash(
     q: &Tensor,
     k: &Tensor,
@@ -657,14 +649,12 @@ fn masked_flash(
     g: SparseGeometry,
 ) -> candle_core::Result<Tensor> {
     let blocks = Tensor::from_vec(blocks, (1, g.h, g.nb, 1, g.nb, 1), q.device())?;
-    let bias = masks.flash_key_bias(g.h, q.dtype())?;
+    let keys = FlashKeys::MaskAndBias { mask: expand_blocks(&blocks, g)?, bias: masks.flash_key_bias(g.h, q.dtype())? };
     let query_mask = masks.query_mask.reshape((g.b, g.n, 1))?;
     let forward = |q: &Tensor, k: &Tensor, v: &Tensor| -> candle_core::Result<(Tensor, MaskedSaved)> {
-        let keys = FlashKeys::MaskAndBias { mask: expand_blocks(&blocks, g)?, bias: bias.clone() };
         let (out, state) = flash_attention_packed(q, k, v, g.h, &keys, g.scale)?;
-        drop(keys);
         let ctx = out.broadcast_mul(&query_mask)?;
-        Ok((ctx, MaskedSaved { geometry: g, blocks, bias, query_mask, out, state }))
+        Ok((ctx, MaskedSaved { keys, query_mask, out, state }))
     };
     if ![q, k, v].iter().any(|t| t.track_op()) {
         return Ok(forward(q, k, v)?.0);
@@ -672,8 +662,7 @@ fn masked_flash(
     crate::function::function3(q, k, v, forward, masked_flash_backward)
 }
 
-/// (dq, dk, dv) of [`masked_flash`]: one flash attention gradient launch over the mask built
-/// again.
+/// (dq, dk, dv) of [`masked_flash`]: a flash attention gradient launch per sequence.
 fn masked_flash_backward(
     s: &MaskedSaved,
     [q, k, v]: [&Tensor; 3],
@@ -681,6 +670,6 @@ fn masked_flash_backward(
 ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let grad = grad.broadcast_mul(&s.query_mask)?;
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
-    let (dq, dk, dv) = s.state.backward(&q, &k, &v, &s.keys()?, &s.out, &grad)?;
+    let (dq, dk, dv) = s.state.backward(&q, &k, &v, &s.keys, &s.out, &grad)?;
     Ok((Some(dq), Some(dk), Some(dv)))
 }
