@@ -613,9 +613,9 @@ fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option
     let q = qkv[0].to_dtype(dtype).unwrap().to_device(&dev).unwrap();
     if codon_ops::attention::fused_attention_runs(&q) && chunk_bytes.is_none() && !eval_table {
         // A launch per sequence each way over one sequence's block mask: nothing gathered,
-        // split or merged. Of the copies, attention's are the mask spread over the tokens each
-        // way, the bias and the op's value; the inputs' three and the seed gradient's are the
-        // test's.
+        // split or merged, and the op's value is handed over, not copied. Of the copies,
+        // attention's are the mask spread over the tokens (once: the backward pass keeps it)
+        // and the bias; the inputs' three and the seed gradient's are the test's.
         let per_sequence = [b as u64; 2];
         assert_eq!(
             [count("aclnnFlashAttentionScore"), count("aclnnFlashAttentionScoreGrad")],
@@ -623,7 +623,7 @@ fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option
             "{launched:?}"
         );
         assert_eq!(count("aclnnIndexSelect") + count("aclnnIndexAdd"), 0, "{launched:?}");
-        assert!(count("aclnnInplaceCopy") <= 8, "{launched:?}");
+        assert!(count("aclnnInplaceCopy") <= 6, "{launched:?}");
         return;
     }
     // The gathered keys' and values' gradients go back once per chunk.

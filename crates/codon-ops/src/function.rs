@@ -97,7 +97,17 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
         _: &dyn DynBackendStorage,
         _: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        fused::materialize(&self.value()?)
+        let mut value = self.value()?;
+        // The value's own storage when nothing else holds it and it is laid out as an op's
+        // result; a copy otherwise.
+        if value.is_contiguous() && value.layout().start_offset() == 0 {
+            match value.into_storage() {
+                Ok((candle_core::Storage::Custom(storage), layout)) => return Ok((storage, layout.shape().clone())),
+                Ok(_) => candle_core::bail!("function3: the forward value is not on the op's device"),
+                Err(shared) => value = shared,
+            }
+        }
+        fused::materialize(&value)
     }
 
     fn bwd(
@@ -109,5 +119,30 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         (self.backward)(&self.saved, [&a.detach(), &b.detach(), &c.detach()], grad)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    /// A tensor hands over its storage only when nothing else holds it: a clone or a view
+    /// sharing the storage keeps it, and the tensor comes back whole.
+    #[test]
+    fn into_storage_moves_only_an_unshared_storage() {
+        let t = Tensor::arange(0f32, 6.0, &Device::Cpu).unwrap();
+        let clone = t.clone();
+        let t = t.into_storage().expect_err("a clone holds the tensor");
+        drop(clone);
+        let view = t.narrow(0, 1, 2).unwrap();
+        let t = t.into_storage().expect_err("a view shares the storage");
+        assert_eq!(t.to_vec1::<f32>().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        drop(view);
+        let (storage, layout) = t.into_storage().expect("nothing else holds it");
+        assert_eq!(layout.dims(), [6]);
+        match storage {
+            candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => assert_eq!(v, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+            _ => panic!("not the f32 CPU storage"),
+        }
     }
 }

@@ -2805,6 +2805,17 @@ impl Tensor {
         (storage, &self.layout)
     }
 
+    /// The tensor's storage and layout, moved out when nothing else holds either (no clone of
+    /// the tensor, no view sharing its storage); the tensor back otherwise. An op that computed
+    /// its result with other tensor ops hands it over this way without a copy.
+    pub fn into_storage(self) -> std::result::Result<(Storage, Layout), Tensor> {
+        let inner = Arc::try_unwrap(self.0).map_err(Tensor)?;
+        match Arc::try_unwrap(inner.storage) {
+            Ok(storage) => Ok((storage.into_inner(), inner.layout)),
+            Err(storage) => Err(Tensor(Arc::new(Tensor_ { storage, ..inner }))),
+        }
+    }
+
     /// The storage used by this tensor, together with the layout to use to access it safely.
     pub fn storage_and_layout(&self) -> (StorageRef<'_>, &Layout) {
         let storage = self.storage.read();
