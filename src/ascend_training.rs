@@ -81,7 +81,7 @@ pub struct AscendProbe {
     /// Whether a step has begun: the peak is reset once, before the first.
     started: bool,
     /// The devices whose DCMI figures and health the run follows (the data-parallel ranks').
-    monitored: Vec<AscendDevice>,
+    monitored: Vec<candle_ascend::DeviceWatch>,
     /// Whether monitoring works; `None` until first asked.
     monitoring: Option<bool>,
     /// Devices already warned of (a minor alarm, a failed DCMI call).
@@ -114,7 +114,7 @@ impl AscendProbe {
     pub fn new(device: AscendDevice) -> Self {
         let start = device.counters();
         Self {
-            monitored: vec![device.clone()],
+            monitored: vec![device.watch()],
             device,
             start,
             last: Arc::default(),
@@ -135,8 +135,9 @@ impl AscendProbe {
     }
 
     /// Follow the DCMI figures and health of `devices` (every rank's device of a data-parallel
-    /// run, in rank order) instead of the probed device's alone.
-    pub fn monitoring(mut self, devices: Vec<AscendDevice>) -> Self {
+    /// run on this machine, in rank order, opened here or not) instead of the probed device's
+    /// alone.
+    pub fn monitoring(mut self, devices: Vec<candle_ascend::DeviceWatch>) -> Self {
         if !devices.is_empty() {
             self.monitored = devices;
         }

@@ -457,6 +457,13 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     assert_eq!(losses(&p("one.jsonl")).len(), 8);
     assert_eq!(losses(&p("one.jsonl")), losses(&p("two.jsonl")));
     assert!(!Path::new(&p("two-1.jsonl")).exists(), "rank 1 writes no metrics");
+    // Rank 0's rows carry both ranks' devices, as DCMI sees them (rank 1's is not opened here).
+    for line in std::fs::read_to_string(p("two.jsonl")).unwrap().lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        let npu = row["npu"].as_array().unwrap_or_else(|| panic!("no npu figures: {row}"));
+        let devices: Vec<&str> = npu.iter().map(|d| d["device"].as_str().unwrap()).collect();
+        assert_eq!(devices, ["npu-sim:0", "npu-sim:1"], "{row}");
+    }
     // The same through a rendezvous file instead of TCP.
     let spawn = |rank: &str, metrics: &str| {
         finetune("8", metrics)

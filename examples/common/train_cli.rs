@@ -378,8 +378,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         Some(ascend) => trainer_config.device_probe(Box::new(
             codon_ascend::ascend_training::AscendProbe::new(ascend.clone())
                 .with_flops_per_token(flops_per_token)
-                // Every device of an in-process data-parallel run; a multi-process run's rank 0 follows its own.
-                .monitoring(devices.iter().filter_map(|d| codon_ascend::ascend::ascend_device(d).cloned()).collect()),
+                .monitoring(monitored_devices(ascend, &devices, layout.as_ref(), args.device)?),
         )),
         None => trainer_config,
     }
@@ -484,6 +483,28 @@ fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
 
 /// The devices of `--num_gpus n` from `--device`'s: that one and the next n − 1 of its kind.
 /// Several devices train data-parallel over HCCL, which the CPU does not have.
+/// The devices whose DCMI figures and health the run follows: every device of an in-process
+/// data-parallel run; in a multi-process run, rank 0 (which writes the metrics) follows every
+/// rank's device on its machine, the others their own.
+fn monitored_devices(
+    ascend: &codon_ascend::ascend::AscendDevice,
+    devices: &[candle_core::Device],
+    layout: Option<&codon_ascend::ascend::rendezvous::RankLayout>,
+    base: DeviceSpec,
+) -> anyhow::Result<Vec<codon_ascend::ascend::DeviceWatch>> {
+    match layout {
+        Some(l) if l.rank == 0 => Ok(data_parallel_devices(base, l.local_world)?
+            .into_iter()
+            .filter_map(|spec| match spec {
+                DeviceSpec::Ascend { id, .. } => Some(ascend.watch_peer(id)),
+                _ => None,
+            })
+            .collect()),
+        Some(_) => Ok(vec![ascend.watch()]),
+        None => Ok(devices.iter().filter_map(|d| codon_ascend::ascend::ascend_device(d).map(|a| a.watch())).collect()),
+    }
+}
+
 fn data_parallel_devices(first: DeviceSpec, n: usize) -> anyhow::Result<Vec<DeviceSpec>> {
     match (n, first) {
         (0, _) => anyhow::bail!("--num_gpus must be at least 1"),

@@ -33,8 +33,8 @@ pub use candle_core::DType;
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
 pub use runtime::{
-    survey, AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, HcclTimeouts, Health, ReduceOp,
-    RootInfo, SimCounters, SurveyRow,
+    survey, AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, DeviceWatch, HcclTimeouts, Health,
+    ReduceOp, RootInfo, SimCounters, SurveyRow,
 };
 pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;

@@ -48,19 +48,28 @@ pub struct RankLayout {
     pub world: usize,
     /// This rank's device index on its machine.
     pub local_rank: usize,
+    /// The ranks on this machine (torchrun's `LOCAL_WORLD_SIZE`; without it, every rank when
+    /// `LOCAL_RANK` is unset too, as on one machine, else this rank alone).
+    pub local_world: usize,
 }
 
-fn env_number(name: &'static str) -> Result<Option<usize>, RendezvousError> {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().map(Some).map_err(|_| RendezvousError::Env { name, value: v, why: "not a number" }),
-        Err(_) => Ok(None),
+fn env_number(var: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<Option<usize>, RendezvousError> {
+    match var(name) {
+        Some(v) => v.trim().parse().map(Some).map_err(|_| RendezvousError::Env { name, value: v, why: "not a number" }),
+        None => Ok(None),
     }
 }
 
 impl RankLayout {
-    /// The layout from `WORLD_SIZE`, `RANK` and `LOCAL_RANK` (default: `RANK`); `None` when
-    /// `WORLD_SIZE` is unset or 1.
+    /// The layout from `WORLD_SIZE`, `RANK`, `LOCAL_RANK` (default: `RANK`) and
+    /// `LOCAL_WORLD_SIZE`; `None` when `WORLD_SIZE` is unset or 1.
     pub fn from_env() -> Result<Option<Self>, RendezvousError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Self::from_env`] over the variables `var` gives.
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Self>, RendezvousError> {
+        let env_number = |name| env_number(&var, name);
         let Some(world) = env_number("WORLD_SIZE")?.filter(|&w| w > 1) else { return Ok(None) };
         let rank = env_number("RANK")?.ok_or(RendezvousError::Env {
             name: "RANK",
@@ -74,8 +83,14 @@ impl RankLayout {
                 why: "must be below WORLD_SIZE",
             });
         }
-        let local_rank = env_number("LOCAL_RANK")?.unwrap_or(rank);
-        Ok(Some(Self { rank, world, local_rank }))
+        let local = env_number("LOCAL_RANK")?;
+        let local_rank = local.unwrap_or(rank);
+        let local_world = match env_number("LOCAL_WORLD_SIZE")? {
+            Some(n) => n.max(local_rank + 1),
+            None if local.is_none() => world,
+            None => local_rank + 1,
+        };
+        Ok(Some(Self { rank, world, local_rank, local_world }))
     }
 }
 
@@ -207,5 +222,28 @@ fn receive(how: &Rendezvous, timeout: Duration) -> Result<Vec<u8>, String> {
             }
             _ => std::thread::sleep(Duration::from_millis(50)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RankLayout;
+
+    fn layout(vars: &[(&str, &str)]) -> Option<RankLayout> {
+        RankLayout::from_vars(|name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())).unwrap()
+    }
+
+    /// torchrun sets LOCAL_WORLD_SIZE; without it a launch that sets no LOCAL_RANK is one
+    /// machine's, and one that sets it says nothing of the other local ranks.
+    #[test]
+    fn the_ranks_on_this_machine() {
+        assert_eq!(layout(&[("WORLD_SIZE", "1"), ("RANK", "0")]), None);
+        let l = layout(&[("WORLD_SIZE", "16"), ("RANK", "9"), ("LOCAL_RANK", "1"), ("LOCAL_WORLD_SIZE", "8")]).unwrap();
+        assert_eq!((l.rank, l.world, l.local_rank, l.local_world), (9, 16, 1, 8));
+        let l = layout(&[("WORLD_SIZE", "4"), ("RANK", "0")]).unwrap();
+        assert_eq!((l.local_rank, l.local_world), (0, 4));
+        let l = layout(&[("WORLD_SIZE", "4"), ("RANK", "2"), ("LOCAL_RANK", "2")]).unwrap();
+        assert_eq!((l.local_rank, l.local_world), (2, 3));
+        assert!(RankLayout::from_vars(|n| (n == "WORLD_SIZE").then(|| "2".into())).is_err(), "RANK unset");
     }
 }

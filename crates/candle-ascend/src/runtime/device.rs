@@ -414,32 +414,28 @@ impl AscendDevice {
     /// What the driver's DCMI reports of this device now, as `npu-smi info` shows it. An error
     /// ([`AscendError::MonitoringOff`]) where the toolkit has no DCMI.
     pub fn status(&self) -> Result<super::monitor::DeviceStatus> {
-        self.with_monitor(|m| m.status())
+        self.watch().status()
     }
 
     /// The device's health and current error codes, from DCMI.
     pub fn health(&self) -> Result<(super::monitor::Health, Vec<u32>)> {
-        self.with_monitor(|m| m.health())
+        self.watch().health()
     }
 
     /// The processes using this device, from DCMI.
     pub fn processes(&self) -> Result<Vec<super::monitor::DeviceProcess>> {
-        self.with_monitor(|m| m.processes())
+        self.watch().processes()
     }
 
-    /// `f` of DCMI's view of this device.
-    fn with_monitor<T>(&self, f: impl FnOnce(&super::monitor::Monitor) -> Result<T>) -> Result<T> {
-        let api = self.inner.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
-        f(&super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()))
+    /// DCMI's view of this device.
+    pub fn watch(&self) -> DeviceWatch {
+        self.watch_peer(self.inner.id)
     }
 
-    /// The device's DCMI logic id: ACL numbers the devices that `ASCEND_RT_VISIBLE_DEVICES`
-    /// leaves visible from 0, DCMI numbers them all, so `npu:0` under `ASCEND_RT_VISIBLE_DEVICES=4,5`
-    /// is DCMI's 4.
-    fn dcmi_logic_id(&self) -> u32 {
-        let visible = std::env::var("ASCEND_RT_VISIBLE_DEVICES").unwrap_or_default();
-        let ids: Vec<u32> = visible.split(',').filter_map(|v| v.trim().parse().ok()).collect();
-        ids.get(self.inner.id).copied().unwrap_or(self.inner.id as u32)
+    /// DCMI's view of device `id` of this device's toolkit, which this process need not have
+    /// opened: another rank's device on the same machine.
+    pub fn watch_peer(&self, id: usize) -> DeviceWatch {
+        DeviceWatch { toolkit: self.inner.toolkit.clone(), id }
     }
 
     /// The emulator's counters; `None` on a real toolkit.
@@ -503,4 +499,50 @@ fn toolkit_busy_hook(toolkit: &Toolkit) -> Option<unsafe extern "C" fn(f64)> {
     let f = toolkit.optional_symbol("aclsimAddBusyUs")?;
     // SAFETY: `void aclsimAddBusyUs(double)` from csrc/ascendcl.c.
     Some(unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(f64)>(f) })
+}
+
+/// A device as DCMI sees it, by ACL ordinal, without opening it: its figures, health and
+/// processes, as `npu-smi` shows them.
+#[derive(Clone)]
+pub struct DeviceWatch {
+    toolkit: Arc<Toolkit>,
+    id: usize,
+}
+
+impl DeviceWatch {
+    /// `npu:N` or `npu-sim:N`.
+    pub fn name(&self) -> String {
+        format!("{}:{}", self.toolkit.kind.device_prefix(), self.id)
+    }
+
+    /// What DCMI reports of the device now. An error ([`AscendError::MonitoringOff`]) where the
+    /// toolkit has no DCMI.
+    pub fn status(&self) -> Result<super::monitor::DeviceStatus> {
+        self.with_monitor(|m| m.status())
+    }
+
+    /// The device's health and current error codes.
+    pub fn health(&self) -> Result<(super::monitor::Health, Vec<u32>)> {
+        self.with_monitor(|m| m.health())
+    }
+
+    /// The processes using the device.
+    pub fn processes(&self) -> Result<Vec<super::monitor::DeviceProcess>> {
+        self.with_monitor(|m| m.processes())
+    }
+
+    /// `f` of DCMI's view of the device.
+    fn with_monitor<T>(&self, f: impl FnOnce(&super::monitor::Monitor) -> Result<T>) -> Result<T> {
+        let api = self.toolkit.dcmi().map_err(AscendError::MonitoringOff)?;
+        f(&super::monitor::Monitor::new(&api, self.dcmi_logic_id(), self.name()))
+    }
+
+    /// The device's DCMI logic id: ACL numbers the devices that `ASCEND_RT_VISIBLE_DEVICES`
+    /// leaves visible from 0, DCMI numbers them all, so `npu:0` under `ASCEND_RT_VISIBLE_DEVICES=4,5`
+    /// is DCMI's 4.
+    fn dcmi_logic_id(&self) -> u32 {
+        let visible = std::env::var("ASCEND_RT_VISIBLE_DEVICES").unwrap_or_default();
+        let ids: Vec<u32> = visible.split(',').filter_map(|v| v.trim().parse().ok()).collect();
+        ids.get(self.id).copied().unwrap_or(self.id as u32)
+    }
 }

@@ -13,5 +13,5 @@ pub mod time_model;
 pub use allocator::DeviceBuffer;
 pub use communicator::{Communicator, HcclTimeouts, ReduceOp, RootInfo};
 pub use counters::DeviceCounters;
-pub use device::{AscendDevice, SimCounters};
+pub use device::{AscendDevice, DeviceWatch, SimCounters};
 pub use monitor::{survey, DeviceProcess, DeviceStatus, Health, SurveyRow};
