@@ -6,8 +6,12 @@
 //! cargo run --release --example serve -- --model adibvafa/CodonTransformer --port 8080
 //! curl -s localhost:8080/v1/predict -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
 //! ```
+//!
+//! The page at http://127.0.0.1:8080/ designs a gene in a browser; `--reference train.jsonl` (or
+//! `--codon-table FILE`) adds each sequence's metrics.
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -17,6 +21,9 @@ use codon_ascend::model::predict::max_padding_fraction_on;
 use codon_ascend::model::{OrganismTable, PredictOptions, Predictor};
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
+
+#[path = "common/reference_args.rs"]
+mod reference_args;
 
 /// The design service.
 #[derive(Parser)]
@@ -51,6 +58,14 @@ struct Args {
     /// Most residues in one protein.
     #[arg(long, default_value_t = 10_000)]
     max_residues: usize,
+    /// Codon statistics for the metrics (optional): every sequence then carries its CSI, GC,
+    /// CFD and %MinMax.
+    #[command(flatten)]
+    reference: reference_args::ReferenceArgs,
+    /// An origin a browser may call the API from, such as https://lab.example.org (repeatable;
+    /// CORS is off without it).
+    #[arg(long, value_name = "ORIGIN")]
+    cors: Vec<String>,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -63,6 +78,10 @@ fn run() -> anyhow::Result<()> {
         load_model(model, None, &device, args.dtype.into())?,
         OrganismTable::for_model(model)?,
     )?;
+    let reference = match args.reference.paths().next() {
+        Some(_) => Some(Arc::new(args.reference.load(|_| false)?)),
+        None => None,
+    };
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         host: args.host,
@@ -73,6 +92,8 @@ fn run() -> anyhow::Result<()> {
         max_residues: args.max_residues,
         batch: BatchPolicy { window: Duration::from_millis(args.batch_window_ms), ..defaults.batch },
         forward: PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() },
+        reference,
+        cors_origins: args.cors,
         ..defaults
     };
     let server = RunningServer::start(predictor, config)?;

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+pub use codon_ascend::eval::References;
 use codon_ascend::eval::{read_codon_usage, OrganismReference, ReferenceSet};
 
 /// The reference flags.
@@ -17,14 +18,6 @@ pub struct ReferenceArgs {
     /// One codon-usage table (Kazusa or GCG layout) used for every organism.
     #[arg(long, alias = "codon_table")]
     pub codon_table: Option<PathBuf>,
-}
-
-/// The loaded reference.
-pub enum References {
-    /// Per organism, from a training file.
-    Set(ReferenceSet),
-    /// One table for every organism.
-    Table(Box<OrganismReference>),
 }
 
 impl ReferenceArgs {
@@ -49,24 +42,5 @@ impl ReferenceArgs {
     /// True when one table serves every organism, so rows need no organism.
     pub fn is_single_table(&self) -> bool {
         self.codon_table.is_some()
-    }
-}
-
-impl References {
-    /// An organism's frequencies and weights (`None` organism: only with a single table).
-    pub fn for_organism(&self, organism: Option<u32>) -> Result<OrganismReference, String> {
-        match (self, organism) {
-            (References::Table(reference), _) => Ok(reference.as_ref().clone()),
-            (References::Set(set), Some(organism)) => set.reference(organism).map_err(|e| e.to_string()),
-            (References::Set(_), None) => Err("no organism given".to_string()),
-        }
-    }
-
-    /// The reference sequences of an organism (none for a table).
-    pub fn sequences(&self, organism: u32) -> &[codon_ascend::eval::Dna] {
-        match self {
-            References::Set(set) => set.sequences(organism),
-            References::Table(_) => &[],
-        }
     }
 }

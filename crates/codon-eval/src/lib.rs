@@ -27,5 +27,5 @@ pub use dna::Dna;
 pub use error::{EvalError, Result};
 pub use frequencies::CodonFrequencies;
 pub use metrics::{MetricOptions, OrganismReference, SequenceMetrics};
-pub use reference::ReferenceSet;
+pub use reference::{ReferenceSet, References};
 pub use usage_table::{parse_codon_usage, read_codon_usage};

@@ -120,6 +120,35 @@ fn token_codon(token: &str) -> std::result::Result<u8, String> {
     Ok(index as u8)
 }
 
+/// Where per-organism codon statistics come from: a training file's organisms, or one
+/// codon-usage table for every organism.
+#[derive(Debug)]
+pub enum References {
+    /// Per organism, from a training file.
+    Set(ReferenceSet),
+    /// One table for every organism.
+    Table(Box<OrganismReference>),
+}
+
+impl References {
+    /// An organism's frequencies and weights (`None` organism: only with a single table).
+    pub fn for_organism(&self, organism: Option<u32>) -> std::result::Result<OrganismReference, String> {
+        match (self, organism) {
+            (References::Table(reference), _) => Ok(reference.as_ref().clone()),
+            (References::Set(set), Some(organism)) => set.reference(organism).map_err(|e| e.to_string()),
+            (References::Set(_), None) => Err("no organism given".to_string()),
+        }
+    }
+
+    /// The reference sequences of an organism (none for a table).
+    pub fn sequences(&self, organism: u32) -> &[Dna] {
+        match self {
+            References::Set(set) => set.sequences(organism),
+            References::Table(_) => &[],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

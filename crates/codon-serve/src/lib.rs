@@ -4,12 +4,16 @@
 //! its own request's options, so a batched answer is the one-by-one answer
 //! ([`codon_model::Predictor::predict_each`]).
 //!
-//! Endpoints (JSON): `GET /health`, `GET /v1/organisms`, `POST /v1/predict`, and `GET /metrics`
-//! (Prometheus text). See [`api`] for the bodies.
+//! Endpoints (JSON): `GET /health`, `GET /v1/organisms`, `GET /v1/enzymes`, `POST /v1/predict`,
+//! `POST /v1/evaluate`, and `GET /metrics` (Prometheus text); `GET /` is a web page over them.
+//! See [`api`] for the bodies.
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batcher;
+pub mod design;
+mod latency;
+mod page;
 mod server;
 
 pub use server::{RunningServer, ServeConfig, ServeError};

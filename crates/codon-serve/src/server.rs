@@ -14,8 +14,15 @@ use axum::{Json, Router};
 use codon_model::{OrganismTable, PredictOptions, Predictor};
 use tokio::sync::oneshot;
 
-use crate::api::{ErrorBody, Organism, PredictRequest, PredictResponse, ProteinResult, Sequence};
+use codon_eval::References;
+
+use crate::api::{
+    organism_ref, ErrorBody, EvaluateRequest, EvaluateResponse, EvaluateResult, Organism, PredictRequest,
+    PredictResponse, ProteinResult,
+};
 use crate::batcher::{self, BatchPolicy, Counters, Job, Queue, Refused};
+use crate::design::{self, Finish};
+use crate::latency::Histogram;
 
 /// What the server listens on and what it accepts.
 #[derive(Clone, Debug)]
@@ -42,6 +49,11 @@ pub struct ServeConfig {
     pub request_timeout: Duration,
     /// The forward passes' attention, token budget and padding limit.
     pub forward: PredictOptions,
+    /// Per-organism codon statistics: with them every sequence carries its metrics, and
+    /// `/v1/evaluate` its CSI, CFD and %MinMax.
+    pub reference: Option<Arc<References>>,
+    /// Origins a browser may call the API from (CORS); none: no CORS headers.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -58,6 +70,8 @@ impl Default for ServeConfig {
             batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
             request_timeout: Duration::from_secs(120),
             forward: PredictOptions::default(),
+            reference: None,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -87,6 +101,8 @@ struct AppState {
     counters: Arc<Counters>,
     organisms: OrganismTable,
     config: ServeConfig,
+    /// Seconds from a predict request's arrival to its answer.
+    latency: Histogram,
 }
 
 /// A server running on threads of its own.
@@ -109,7 +125,7 @@ impl RunningServer {
         let organisms = predictor.organisms().clone();
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
-        let state = Arc::new(AppState { queue, counters, organisms, config });
+        let state = Arc::new(AppState { queue, counters, organisms, config, latency: Histogram::default() });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -183,13 +199,26 @@ impl Drop for RunningServer {
 
 fn router(state: Arc<AppState>) -> Router {
     let limit = state.config.max_body_bytes;
-    Router::new()
+    let origins: Vec<HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
+    let router = Router::new()
+        .route("/", get(crate::page::index))
         .route("/health", get(health))
         .route("/v1/organisms", get(organisms))
+        .route("/v1/enzymes", get(enzymes))
         .route("/v1/predict", post(predict))
+        .route("/v1/evaluate", post(evaluate))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .with_state(state);
+    if origins.is_empty() {
+        return router;
+    }
+    router.layer(
+        tower_http::cors::CorsLayer::new()
+            .allow_origin(origins)
+            .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+            .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
+    )
 }
 
 /// A JSON error answer.
@@ -228,6 +257,18 @@ async fn organisms(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Re
     Json(list).into_response()
 }
 
+/// `GET /v1/enzymes`: the restriction enzymes `avoid_sites` knows, with their sites.
+async fn enzymes(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let list: Vec<serde_json::Value> = codon_design::enzymes::ENZYMES
+        .iter()
+        .map(|(name, site)| serde_json::json!({ "name": name, "site": site }))
+        .collect();
+    Json(list).into_response()
+}
+
 async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
@@ -247,7 +288,14 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
             format!("proteins: {n} in one request; at most {}", config.max_proteins),
         );
     }
-    let options = request.options.to_predict_options();
+    let arrived = Instant::now();
+    let mut options = request.options.to_predict_options();
+    let constraints = match request.options.constraints.as_ref().map(design::constraints).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("options.constraints: {e}")),
+    };
+    // The scores give each codon's probability and let a repair weigh its changes.
+    options.keep_codon_scores = true;
     if options.num_sequences > config.max_sequences {
         let n = options.num_sequences;
         return error(
@@ -294,16 +342,85 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
             return error(StatusCode::GATEWAY_TIMEOUT, "the prediction took longer than the request's time limit")
         }
     };
-    let results = results
-        .into_iter()
-        .map(|r| match r {
-            Ok(predictions) => {
-                ProteinResult { sequences: predictions.iter().map(Sequence::from).collect(), error: None }
-            }
-            Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
-        })
+    // Repairs and metrics are the CPU's work: off the async runtime's threads.
+    let organisms: Vec<Option<u32>> = request
+        .proteins
+        .iter()
+        .map(|item| organism_ref(&item.organism).ok().and_then(|o| state.organisms.resolve(&o).ok()))
         .collect();
+    let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);
+    let codon_scores = request.options.codon_scores;
+    let finishing = state.clone();
+    let finished = tokio::task::spawn_blocking(move || {
+        let reference = finishing.config.reference.as_deref();
+        results
+            .into_iter()
+            .zip(organisms)
+            .map(|(r, organism)| {
+                let finish = |predictions: Vec<codon_model::DnaPrediction>| {
+                    let reference = design::organism_reference(reference, organism)?;
+                    Finish { constraints: &constraints, best_effort, codon_scores, reference: reference.as_ref() }
+                        .sequences(&predictions)
+                };
+                match r.and_then(finish) {
+                    Ok(sequences) => ProteinResult { sequences, error: None },
+                    Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
+                }
+            })
+            .collect()
+    })
+    .await;
+    let results = match finished {
+        Ok(results) => results,
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "finishing the predictions failed"),
+    };
+    state.latency.observe(arrived.elapsed());
     Json(PredictResponse { results }).into_response()
+}
+
+async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let request: EvaluateRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: {e}")),
+    };
+    if request.sequences.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "sequences: give at least one");
+    }
+    let max = state.config.max_proteins;
+    if request.sequences.len() > max {
+        let n = request.sequences.len();
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("sequences: {n} in one request; at most {max}"));
+    }
+    let working = state.clone();
+    let results = tokio::task::spawn_blocking(move || {
+        let references = working.config.reference.as_deref();
+        request
+            .sequences
+            .iter()
+            .map(|item| {
+                let organism = item
+                    .organism
+                    .as_ref()
+                    .map(|o| organism_ref(o).and_then(|o| working.organisms.resolve(&o).map_err(|e| e.to_string())))
+                    .transpose();
+                let metrics = organism
+                    .and_then(|organism| design::organism_reference(references, organism))
+                    .and_then(|reference| design::metrics(&item.dna, reference.as_ref()));
+                match metrics {
+                    Ok(metrics) => EvaluateResult { metrics: Some(metrics), error: None },
+                    Err(e) => EvaluateResult { metrics: None, error: Some(e) },
+                }
+            })
+            .collect()
+    })
+    .await;
+    match results {
+        Ok(results) => Json(EvaluateResponse { results }).into_response(),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "evaluating the sequences failed"),
+    }
 }
 
 async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -321,12 +438,13 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
          # HELP codon_queue_depth Predict requests waiting.\n# TYPE codon_queue_depth gauge\n\
          codon_queue_depth {}\n\
          # HELP codon_expired_total Requests dropped unrun after their caller gave up.\n# TYPE codon_expired_total counter\n\
-         codon_expired_total {}\n",
+         codon_expired_total {}\n{}",
         c.jobs.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
         c.proteins.load(Ordering::Relaxed),
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
+        state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer."),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use candle_core::{DType, Device};
 use codon_model::bigbird::load_model;
 use codon_model::{PredictOptions, Predictor};
-use codon_serve::api::{ErrorBody, Organism, PredictResponse, Sequence};
+use codon_serve::api::{ErrorBody, EvaluateResponse, Organism, PredictResponse, Sequence};
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
 
@@ -34,6 +34,11 @@ fn call(server: &RunningServer, method: &str, path: &str, body: Option<&str>, ke
         Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
         Err(e) => panic!("{method} {path}: {e}"),
     }
+}
+
+/// The protein a DNA codes for, a stop as '*'.
+fn translate(dna: &str) -> String {
+    dna.as_bytes().chunks(3).map(|c| codon_model::vocab::translate_codon(c).unwrap_or('?')).collect()
 }
 
 fn error_of(body: &str) -> String {
@@ -74,7 +79,16 @@ fn a_prediction_is_the_predictors_and_translates_back() {
             .iter()
             .map(Sequence::from)
             .collect();
-        assert_eq!(result.sequences, want, "{protein}");
+        assert_eq!(result.sequences.len(), want.len());
+        for (got, want) in result.sequences.iter().zip(&want) {
+            assert_eq!((&got.dna, got.log_likelihood), (&want.dna, want.log_likelihood), "{protein}");
+            // Each codon's probability comes along; the 64 scores only when asked for.
+            assert_eq!(got.codon_probs.len(), got.dna.len() / 3);
+            assert!(got.codon_probs.iter().all(|p| (0.0..=1.0).contains(p) && *p > 0.0), "{:?}", got.codon_probs);
+            let ln: f64 = got.codon_probs.iter().map(|p| f64::from(*p).ln()).sum();
+            assert!((ln - got.log_likelihood).abs() < 1e-3, "{ln} vs {}", got.log_likelihood);
+            assert!(got.codon_log_probs.is_none());
+        }
     }
     assert_eq!(response.results[1].sequences[0].dna.len(), 12, "three residues and the stop");
 }
@@ -256,4 +270,116 @@ fn stopping_finishes_the_request_in_flight_then_refuses_connections() {
     assert_eq!(response.results.len(), 100);
     assert!(response.results.iter().all(|r| r.error.is_none() && r.sequences.len() == 1));
     assert!(ureq::get(&format!("http://{addr}/health")).call().is_err(), "the stopped server still answers");
+}
+
+/// Constraints are met by synonymous edits, listed with their reasons; one no change can meet
+/// is an error for that protein, or with best effort what remains.
+#[test]
+fn constraints_repair_the_prediction_and_list_their_edits() {
+    let server = start(ServeConfig::default());
+    let protein = "MGLWEKKKKKKKKFFFFFFPPPPGGGG";
+    let ask = |constraints: &str| {
+        let body = format!(
+            r#"{{"proteins": [{{"protein": "{protein}", "organism": 51}}],
+                 "options": {{"match_protein": true, "constraints": {constraints}}}}}"#
+        );
+        call(&server, "POST", "/v1/predict", Some(&body), None)
+    };
+    let (status, text) = ask(r#"{"max_homopolymer": 4, "avoid_motifs": ["AAAAA"]}"#);
+    assert_eq!(status, 200, "{text}");
+    let response: PredictResponse = serde_json::from_str(&text).unwrap();
+    let best = &response.results[0].sequences[0];
+    assert!(!best.dna.contains("AAAAA") && !best.dna.contains("TTTTT") && !best.dna.contains("CCCCC"), "{}", best.dna);
+    assert!(!best.dna.contains("GGGGG"), "{}", best.dna);
+    assert_eq!(translate(&best.dna), format!("{protein}_"), "synonymous edits only");
+    assert!(!best.edits.is_empty(), "the model's lysines and phenylalanines need edits: {text}");
+    assert!(best.edits.iter().all(|e| e.old != e.new && !e.reason.is_empty()), "{text}");
+    assert!(best.edit_cost.unwrap() >= 0.0);
+    // An unknown enzyme is the request's error; a rule no change meets is the protein's.
+    let (status, text) = ask(r#"{"avoid_sites": ["NoSuchI"]}"#);
+    assert_eq!(status, 400, "{text}");
+    assert!(error_of(&text).starts_with("options.constraints: "), "{text}");
+    let (status, text) = ask(r#"{"gc_window": {"window": 30, "min": 90, "max": 100}}"#);
+    assert_eq!(status, 200, "{text}");
+    let response: PredictResponse = serde_json::from_str(&text).unwrap();
+    assert!(response.results[0].error.is_some(), "{text}");
+    let (status, text) = ask(r#"{"gc_window": {"window": 30, "min": 90, "max": 100}, "best_effort": true}"#);
+    assert_eq!(status, 200, "{text}");
+    let response: PredictResponse = serde_json::from_str(&text).unwrap();
+    assert!(!response.results[0].sequences[0].remaining.is_empty(), "{text}");
+}
+
+/// `/v1/evaluate` gives GC without a reference, and CSI, CFD and %MinMax with one; predictions
+/// then carry the same metrics.
+#[test]
+fn evaluate_and_the_predictions_metrics_come_from_the_reference() {
+    let dna = "ATGGCGCTGTGGATGCGCCTGCTGCCGCTGCTGTAA";
+    let body = format!(r#"{{"sequences": [{{"dna": "{dna}", "organism": 51}}, {{"dna": "ATGXX"}}]}}"#);
+    let server = start(ServeConfig::default());
+    let (status, text) = call(&server, "POST", "/v1/evaluate", Some(&body), None);
+    assert_eq!(status, 200, "{text}");
+    let response: EvaluateResponse = serde_json::from_str(&text).unwrap();
+    let m = response.results[0].metrics.as_ref().unwrap();
+    let gc = 100.0 * dna.bytes().filter(|b| *b == b'G' || *b == b'C').count() as f64 / dna.len() as f64;
+    assert!((m.gc_content - gc).abs() < 1e-9 && m.csi.is_none(), "{text}");
+    assert!(response.results[1].error.as_deref().unwrap().contains('X'), "{text}");
+    server.stop().unwrap();
+
+    // A Kazusa table in which the sequence's codons are ten times as common as the others.
+    let bases = ["U", "C", "A", "G"];
+    let usage: String = (0..64)
+        .map(|i| format!("{}{}{}", bases[i / 16], bases[i / 4 % 4], bases[i % 4]))
+        .map(|codon| {
+            let count =
+                if dna.replace('T', "U").as_bytes().chunks(3).any(|c| c == codon.as_bytes()) { 100 } else { 10 };
+            format!("{codon} 1.0({count})\n")
+        })
+        .collect();
+    let table = codon_eval::parse_codon_usage(&usage).unwrap();
+    let reference = codon_eval::OrganismReference::from_counts(&table).unwrap();
+    let want = reference.evaluate(&codon_eval::Dna::parse(dna).unwrap(), None, &Default::default()).unwrap();
+    let config = ServeConfig {
+        reference: Some(std::sync::Arc::new(codon_eval::References::Table(Box::new(reference)))),
+        ..ServeConfig::default()
+    };
+    let server = start(config);
+    let (_, text) = call(&server, "POST", "/v1/evaluate", Some(&body), None);
+    let response: EvaluateResponse = serde_json::from_str(&text).unwrap();
+    let m = response.results[0].metrics.as_ref().unwrap();
+    assert_eq!((m.csi, m.cfd, m.minmax_mean), (Some(want.csi), Some(want.cfd), want.minmax_mean), "{text}");
+    let predict = r#"{"proteins": [{"protein": "MALWMRLLPLL", "organism": 51}], "options": {"match_protein": true}}"#;
+    let response: PredictResponse =
+        serde_json::from_str(&call(&server, "POST", "/v1/predict", Some(predict), None).1).unwrap();
+    assert!(response.results[0].sequences[0].metrics.as_ref().is_some_and(|m| m.csi.is_some()));
+}
+
+/// The page, the enzyme list, the latency histogram, and CORS only where asked for.
+#[test]
+fn the_page_enzymes_latency_and_cors() {
+    let server = start(ServeConfig { cors_origins: vec!["https://lab.example.org".into()], ..ServeConfig::default() });
+    let (status, page) = call(&server, "GET", "/", None, None);
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>CodonTransformer</title>") && page.contains("/v1/predict"));
+    let (_, enzymes) = call(&server, "GET", "/v1/enzymes", None, None);
+    let enzymes: Vec<serde_json::Value> = serde_json::from_str(&enzymes).unwrap();
+    assert!(enzymes.iter().any(|e| e["name"] == "BsaI" && e["site"] == "GGTCTC"), "{enzymes:?}");
+    let predict = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
+    assert_eq!(call(&server, "POST", "/v1/predict", Some(predict), None).0, 200);
+    let (_, metrics) = call(&server, "GET", "/metrics", None, None);
+    assert!(metrics.contains("# TYPE codon_predict_seconds histogram"), "{metrics}");
+    assert!(metrics.contains("codon_predict_seconds_bucket{le=\"+Inf\"} 1\n"), "{metrics}");
+    assert!(metrics.contains("codon_predict_seconds_count 1\n"), "{metrics}");
+    let cors = |server: &RunningServer, origin: &str| {
+        ureq::get(&format!("http://{}/health", server.addr))
+            .set("Origin", origin)
+            .call()
+            .unwrap()
+            .header("access-control-allow-origin")
+            .map(str::to_string)
+    };
+    assert_eq!(cors(&server, "https://lab.example.org").as_deref(), Some("https://lab.example.org"));
+    assert_eq!(cors(&server, "https://elsewhere.example.com"), None);
+    server.stop().unwrap();
+    let server = start(ServeConfig::default());
+    assert_eq!(cors(&server, "https://lab.example.org"), None, "CORS is off unless asked for");
 }

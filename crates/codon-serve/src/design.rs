@@ -1,0 +1,120 @@
+//! What the server adds to the model's predictions, off the model's worker: the constraints'
+//! repair (as `predict --avoid-sites …` does it), each chosen codon's probability, and the
+//! metrics against the organism's reference when the server has one (as `evaluate`).
+use codon_design::{repair, Constraint, RepairOptions};
+use codon_eval::{Dna, MetricOptions, OrganismReference, References};
+use codon_model::predict::{renormalised, SequenceScore};
+use codon_model::DnaPrediction;
+
+use crate::api::{Constraints, EditBody, Metrics, Sequence};
+
+/// The constraints a request asks for, checked as `predict` checks its flags.
+pub fn constraints(spec: &Constraints) -> Result<Vec<Constraint>, String> {
+    let mut out = Constraint::sites(&spec.avoid_sites.join(",")).map_err(|e| e.to_string())?;
+    for motif in &spec.avoid_motifs {
+        out.push(Constraint::motif(motif).map_err(|e| e.to_string())?);
+    }
+    if let Some(w) = &spec.gc_window {
+        out.push(Constraint::gc_window(w.window, w.min, w.max).map_err(|e| e.to_string())?);
+    }
+    if let Some(n) = spec.max_homopolymer {
+        if n == 0 {
+            return Err(format!("max_homopolymer {n}: must be at least 1"));
+        }
+        out.push(Constraint::MaxHomopolymer(n));
+    }
+    if let Some(n) = spec.max_repeat {
+        out.push(Constraint::max_repeat(n).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// How one protein's predictions become its answer.
+pub struct Finish<'a> {
+    /// The constraints to repair (none: the predictions as they are).
+    pub constraints: &'a [Constraint],
+    /// Keep the closest sequence when a constraint cannot be met.
+    pub best_effort: bool,
+    /// Return each position's 64 log-probabilities.
+    pub codon_scores: bool,
+    /// The organism's reference, for the metrics.
+    pub reference: Option<&'a OrganismReference>,
+}
+
+impl Finish<'_> {
+    /// The answer's sequences, best first; an error when a constraint cannot be met (without
+    /// best effort) or a prediction came without its scores.
+    pub fn sequences(&self, predictions: &[DnaPrediction]) -> Result<Vec<Sequence>, String> {
+        let mut out = Vec::with_capacity(predictions.len());
+        for p in predictions {
+            let scores = p.codon_log_probs.as_deref().ok_or("the prediction came without its codon scores")?;
+            let mut sequence = Sequence::from(p);
+            if !self.constraints.is_empty() {
+                let options = RepairOptions { best_effort: self.best_effort, ..Default::default() };
+                let fixed = repair(&p.predicted_dna, scores, self.constraints, &options).map_err(|e| e.to_string())?;
+                let score = SequenceScore::of(scores, &fixed.dna).map_err(|e| e.to_string())?;
+                sequence.dna = fixed.dna;
+                sequence.log_likelihood = score.log_likelihood;
+                sequence.mean_log_likelihood = score.mean_log_likelihood;
+                sequence.edits = fixed
+                    .edits
+                    .iter()
+                    .map(|e| EditBody {
+                        codon: e.codon + 1,
+                        old: e.old.clone(),
+                        new: e.new.clone(),
+                        reason: e.reason.clone(),
+                        cost: e.cost,
+                    })
+                    .collect();
+                sequence.edit_cost = Some(fixed.cost);
+                sequence.remaining = fixed.remaining.iter().map(ToString::to_string).collect();
+            }
+            sequence.codon_probs = codon_probs(scores, &sequence.dna);
+            if !self.codon_scores {
+                sequence.codon_log_probs = None;
+            }
+            if let Some(reference) = self.reference {
+                sequence.metrics = Some(metrics(&sequence.dna, Some(reference))?);
+            }
+            out.push(sequence);
+        }
+        // A repair can reorder the sequences' likelihoods: best first, as without constraints.
+        out.sort_by(|a, b| b.log_likelihood.total_cmp(&a.log_likelihood));
+        Ok(out)
+    }
+}
+
+/// The model's probability of each codon of `dna` at its position, renormalised over the
+/// codons allowed there (as the log-likelihood is).
+fn codon_probs(scores: &[[f32; 64]], dna: &str) -> Vec<f32> {
+    dna.as_bytes()
+        .chunks(3)
+        .zip(scores)
+        .map(|(codon, row)| codon_model::vocab::codon_index(codon).map_or(0.0, |c| renormalised(row)[c].exp() as f32))
+        .collect()
+}
+
+/// `dna`'s metrics: GC always; CSI, CFD and %MinMax against `reference`.
+pub fn metrics(dna: &str, reference: Option<&OrganismReference>) -> Result<Metrics, String> {
+    let parsed = Dna::parse(dna).map_err(|e| e.to_string())?;
+    let Some(reference) = reference else {
+        return Ok(Metrics { gc_content: codon_eval::metrics::gc_content(parsed.as_str()), ..Default::default() });
+    };
+    let m = reference.evaluate(&parsed, None, &MetricOptions::default()).map_err(|e| e.to_string())?;
+    Ok(Metrics {
+        gc_content: m.gc_content,
+        csi: m.csi.is_finite().then_some(m.csi),
+        cfd: Some(m.cfd),
+        minmax_mean: m.minmax_mean,
+        minmax: m.minmax,
+    })
+}
+
+/// An organism's reference, when the server has references.
+pub fn organism_reference(
+    references: Option<&References>,
+    organism: Option<u32>,
+) -> Result<Option<OrganismReference>, String> {
+    references.map(|r| r.for_organism(organism)).transpose()
+}
