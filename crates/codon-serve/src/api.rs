@@ -121,7 +121,7 @@ pub struct PredictResponse {
 }
 
 /// One protein's sequences (best first), or why it could not be predicted.
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProteinResult {
     /// The sequences, best first by log-likelihood; empty on error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -132,7 +132,7 @@ pub struct ProteinResult {
 }
 
 /// One predicted coding sequence and its scores.
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Sequence {
     /// The DNA.
     pub dna: String,

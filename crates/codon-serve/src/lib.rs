@@ -5,13 +5,15 @@
 //! ([`codon_model::Predictor::predict_each`]).
 //!
 //! Endpoints (JSON): `GET /health`, `GET /v1/organisms`, `GET /v1/enzymes`, `POST /v1/predict`,
-//! `POST /v1/evaluate`, and `GET /metrics` (Prometheus text); `GET /` is a web page over them.
+//! `POST /v1/evaluate`, `POST /v1/jobs` with `GET /v1/jobs/{id}`, and `GET /metrics` (Prometheus
+//! text); `GET /` is a web page over them.
 //! See [`api`] for the bodies.
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batcher;
 pub mod design;
+pub mod jobs;
 mod latency;
 mod page;
 mod server;

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +22,7 @@ use crate::api::{
 };
 use crate::batcher::{self, BatchPolicy, Counters, Job, Queue, Refused};
 use crate::design::{self, Finish};
+use crate::jobs::{JobReport, JobStatus, JobStore};
 use crate::latency::Histogram;
 
 /// What the server listens on and what it accepts.
@@ -41,6 +42,10 @@ pub struct ServeConfig {
     pub max_residues: usize,
     /// Most sequences asked for one protein (`num_sequences`).
     pub max_sequences: usize,
+    /// Most proteins in one batch job (`POST /v1/jobs`).
+    pub max_job_proteins: usize,
+    /// Largest batch job body.
+    pub max_job_body_bytes: usize,
     /// Most predict requests waiting; past it, 503 with `Retry-After`.
     pub queue_capacity: usize,
     /// How the model's worker gathers requests into batches.
@@ -66,6 +71,8 @@ impl Default for ServeConfig {
             max_proteins: 256,
             max_residues: 10_000,
             max_sequences: 100,
+            max_job_proteins: 10_000,
+            max_job_body_bytes: 32 << 20,
             queue_capacity: 64,
             batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
             request_timeout: Duration::from_secs(120),
@@ -96,13 +103,15 @@ pub enum ServeError {
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// What the handlers share.
-struct AppState {
+pub(crate) struct AppState {
     queue: Queue,
     counters: Arc<Counters>,
     organisms: OrganismTable,
     config: ServeConfig,
     /// Seconds from a predict request's arrival to its answer.
     latency: Histogram,
+    /// The batch jobs.
+    jobs: JobStore,
 }
 
 /// A server running on threads of its own.
@@ -125,7 +134,14 @@ impl RunningServer {
         let organisms = predictor.organisms().clone();
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
-        let state = Arc::new(AppState { queue, counters, organisms, config, latency: Histogram::default() });
+        let state = Arc::new(AppState {
+            queue,
+            counters,
+            organisms,
+            config,
+            latency: Histogram::default(),
+            jobs: JobStore::default(),
+        });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -198,7 +214,6 @@ impl Drop for RunningServer {
 }
 
 fn router(state: Arc<AppState>) -> Router {
-    let limit = state.config.max_body_bytes;
     let origins: Vec<HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
     let router = Router::new()
         .route("/", get(crate::page::index))
@@ -207,8 +222,11 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/enzymes", get(enzymes))
         .route("/v1/predict", post(predict))
         .route("/v1/evaluate", post(evaluate))
+        .route("/v1/jobs", post(create_job))
+        .route("/v1/jobs/{id}", get(job))
         .route("/metrics", get(metrics))
-        .layer(DefaultBodyLimit::max(limit))
+        // The handlers read their bodies with the limit, after the API key.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state);
     if origins.is_empty() {
         return router;
@@ -269,64 +287,22 @@ async fn enzymes(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     Json(list).into_response()
 }
 
-async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let request: PredictRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: {e}")),
-    };
-    let config = &state.config;
-    if request.proteins.is_empty() {
-        return error(StatusCode::BAD_REQUEST, "proteins: give at least one");
-    }
-    if request.proteins.len() > config.max_proteins {
-        let n = request.proteins.len();
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("proteins: {n} in one request; at most {}", config.max_proteins),
-        );
-    }
     let arrived = Instant::now();
-    let mut options = request.options.to_predict_options();
-    let constraints = match request.options.constraints.as_ref().map(design::constraints).transpose() {
-        Ok(c) => c.unwrap_or_default(),
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("options.constraints: {e}")),
+    let request: PredictRequest = match read_json(body, state.config.max_body_bytes).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
     };
-    // The scores give each codon's probability and let a repair weigh its changes.
-    options.keep_codon_scores = true;
-    if options.num_sequences > config.max_sequences {
-        let n = options.num_sequences;
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("options: {n} sequences per protein; at most {}", config.max_sequences),
-        );
-    }
-    if let Err(e) = options.validate() {
-        return error(StatusCode::BAD_REQUEST, format!("options: {e}"));
-    }
-    let mut items = Vec::with_capacity(request.proteins.len());
-    for (i, item) in request.proteins.iter().enumerate() {
-        let residues = item.protein.chars().filter(|c| !c.is_whitespace()).count();
-        if residues > config.max_residues {
-            return error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("proteins[{i}]: {residues} residues; at most {}", config.max_residues),
-            );
-        }
-        // The letters are checked as `predict` checks them, with its words.
-        if let Err(e) = codon_model::prediction_residues(&item.protein) {
-            return error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}"));
-        }
-        match item.to_input() {
-            Ok(input) => items.push((input, options.clone())),
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}")),
-        }
-    }
+    let prepared = match Prepared::new(&state, request, state.config.max_proteins) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
     let (reply, answer) = oneshot::channel();
-    let deadline = Instant::now() + config.request_timeout;
-    match state.queue.submit(Job { items, reply, deadline }) {
+    let deadline = Instant::now() + state.config.request_timeout;
+    match state.queue.submit(Job { items: prepared.items.clone(), reply, deadline }) {
         Ok(()) => {}
         Err(Refused::Full) => {
             let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "the prediction queue is full; try again shortly");
@@ -335,56 +311,227 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         }
         Err(Refused::Closed) => return error(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"),
     }
-    let results = match tokio::time::timeout(config.request_timeout, answer).await {
+    let results = match tokio::time::timeout(state.config.request_timeout, answer).await {
         Ok(Ok(results)) => results,
         Ok(Err(_)) => return error(StatusCode::SERVICE_UNAVAILABLE, "the request waited past its time in the queue"),
         Err(_) => {
             return error(StatusCode::GATEWAY_TIMEOUT, "the prediction took longer than the request's time limit")
         }
     };
-    // Repairs and metrics are the CPU's work: off the async runtime's threads.
-    let organisms: Vec<Option<u32>> = request
-        .proteins
-        .iter()
-        .map(|item| organism_ref(&item.organism).ok().and_then(|o| state.organisms.resolve(&o).ok()))
-        .collect();
-    let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);
-    let codon_scores = request.options.codon_scores;
-    let finishing = state.clone();
-    let finished = tokio::task::spawn_blocking(move || {
-        let reference = finishing.config.reference.as_deref();
-        results
-            .into_iter()
-            .zip(organisms)
-            .map(|(r, organism)| {
-                let finish = |predictions: Vec<codon_model::DnaPrediction>| {
-                    let reference = design::organism_reference(reference, organism)?;
-                    Finish { constraints: &constraints, best_effort, codon_scores, reference: reference.as_ref() }
-                        .sequences(&predictions)
-                };
-                match r.and_then(finish) {
-                    Ok(sequences) => ProteinResult { sequences, error: None },
-                    Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
-                }
-            })
-            .collect()
-    })
-    .await;
-    let results = match finished {
+    let results = match prepared.finish(&state, results).await {
         Ok(results) => results,
-        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "finishing the predictions failed"),
+        Err(failed) => return failed,
     };
     state.latency.observe(arrived.elapsed());
     Json(PredictResponse { results }).into_response()
 }
 
-async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+/// `POST /v1/jobs`: a predict request of up to `max_job_proteins` proteins as a job, answered
+/// at once (202) with its id; `GET /v1/jobs/{id}` follows it.
+async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let request: EvaluateRequest = match serde_json::from_slice(&body) {
+    let request: PredictRequest = match read_json(body, state.config.max_job_body_bytes).await {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: {e}")),
+        Err(refused) => return refused,
+    };
+    let prepared = match Prepared::new(&state, request, state.config.max_job_proteins) {
+        Ok(p) => p,
+        Err(refused) => return refused,
+    };
+    let total = prepared.items.len();
+    let Some(id) = state.jobs.create(total) else {
+        let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many jobs are held; try again later");
+        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+        return busy;
+    };
+    tokio::spawn(run_job(state.clone(), id.clone(), prepared));
+    let report = JobReport { id, status: JobStatus::Running, done: 0, total, results: None, error: None };
+    (StatusCode::ACCEPTED, Json(report)).into_response()
+}
+
+/// A job's parts, one after another through the queue (waiting while it is full).
+async fn run_job(state: Arc<AppState>, id: String, prepared: Prepared) {
+    for part in prepared.chunks(crate::jobs::PART) {
+        let results = loop {
+            let (reply, answer) = oneshot::channel();
+            let deadline = Instant::now() + state.config.request_timeout;
+            match state.queue.submit(Job { items: part.items.clone(), reply, deadline }) {
+                // A part dropped unrun (it waited past its deadline) is sent again.
+                Ok(()) => match answer.await {
+                    Ok(results) => break Ok(results),
+                    Err(_) => continue,
+                },
+                Err(Refused::Full) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(Refused::Closed) => break Err("the server is stopping".to_string()),
+            }
+        };
+        let finished = match results {
+            Ok(results) => {
+                part.finish(&state, results).await.map_err(|_| "finishing the predictions failed".to_string())
+            }
+            Err(e) => Err(e),
+        };
+        match finished {
+            Ok(results) => state.jobs.add(&id, results),
+            Err(e) => return state.jobs.fail(&id, e),
+        }
+    }
+}
+
+/// `GET /v1/jobs/{id}`: the job's progress, and its results once done.
+async fn job(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    match state.jobs.report(&id) {
+        Some(report) => Json(report).into_response(),
+        None => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
+    }
+}
+
+/// A request body of at most `limit` bytes as JSON: 413 past the limit, 400 when it does not
+/// parse (after the API key is checked, and in JSON like every other error).
+async fn read_json<T: serde::de::DeserializeOwned>(body: Body, limit: usize) -> Result<T, Response> {
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body: over {limit} bytes")))?;
+    serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {e}")))
+}
+
+/// A predict request checked and ready for the model: its proteins with their options, and what
+/// finishing their predictions needs.
+pub(crate) struct Prepared {
+    /// The proteins with their options, in order.
+    pub(crate) items: Vec<(codon_model::ProteinInput, PredictOptions)>,
+    /// Each protein's organism id, where it resolves (for the reference's metrics).
+    organisms: Vec<Option<u32>>,
+    constraints: Vec<codon_design::Constraint>,
+    best_effort: bool,
+    codon_scores: bool,
+}
+
+impl Prepared {
+    /// Check `request` as `predict` checks its input, with at most `max_proteins` proteins.
+    pub(crate) fn new(state: &AppState, request: PredictRequest, max_proteins: usize) -> Result<Self, Response> {
+        let config = &state.config;
+        if request.proteins.is_empty() {
+            return Err(error(StatusCode::BAD_REQUEST, "proteins: give at least one"));
+        }
+        if request.proteins.len() > max_proteins {
+            let n = request.proteins.len();
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("proteins: {n} in one request; at most {max_proteins}"),
+            ));
+        }
+        let mut options = request.options.to_predict_options();
+        let constraints = match request.options.constraints.as_ref().map(design::constraints).transpose() {
+            Ok(c) => c.unwrap_or_default(),
+            Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("options.constraints: {e}"))),
+        };
+        // The scores give each codon's probability and let a repair weigh its changes.
+        options.keep_codon_scores = true;
+        if options.num_sequences > config.max_sequences {
+            let n = options.num_sequences;
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("options: {n} sequences per protein; at most {}", config.max_sequences),
+            ));
+        }
+        if let Err(e) = options.validate() {
+            return Err(error(StatusCode::BAD_REQUEST, format!("options: {e}")));
+        }
+        let mut items = Vec::with_capacity(request.proteins.len());
+        for (i, item) in request.proteins.iter().enumerate() {
+            let residues = item.protein.chars().filter(|c| !c.is_whitespace()).count();
+            if residues > config.max_residues {
+                return Err(error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("proteins[{i}]: {residues} residues; at most {}", config.max_residues),
+                ));
+            }
+            // The letters are checked as `predict` checks them, with its words.
+            if let Err(e) = codon_model::prediction_residues(&item.protein) {
+                return Err(error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}")));
+            }
+            match item.to_input() {
+                Ok(input) => items.push((input, options.clone())),
+                Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}"))),
+            }
+        }
+        let organisms = items.iter().map(|(input, _)| state.organisms.resolve(&input.organism).ok()).collect();
+        let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);
+        Ok(Self { items, organisms, constraints, best_effort, codon_scores: request.options.codon_scores })
+    }
+
+    /// The request in parts of at most `n` proteins, in order.
+    pub(crate) fn chunks(self, n: usize) -> Vec<Self> {
+        let n = n.max(1);
+        let mut organisms = self.organisms.into_iter();
+        let mut items = self.items.into_iter().peekable();
+        let mut out = Vec::new();
+        while items.peek().is_some() {
+            let part: Vec<_> = items.by_ref().take(n).collect();
+            out.push(Self {
+                organisms: organisms.by_ref().take(part.len()).collect(),
+                items: part,
+                constraints: self.constraints.clone(),
+                best_effort: self.best_effort,
+                codon_scores: self.codon_scores,
+            });
+        }
+        out
+    }
+
+    /// Each protein's answer from its predictions: the constraints' repair, the codons'
+    /// probabilities and the metrics, on the runtime's blocking pool (it is the CPU's work).
+    pub(crate) async fn finish(
+        self,
+        state: &Arc<AppState>,
+        results: Vec<Result<Vec<codon_model::DnaPrediction>, String>>,
+    ) -> Result<Vec<ProteinResult>, Response> {
+        let state = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let references = state.config.reference.as_deref();
+            results
+                .into_iter()
+                .zip(&self.organisms)
+                .map(|(r, organism)| {
+                    let finish = |predictions: Vec<codon_model::DnaPrediction>| {
+                        let reference = design::organism_reference(references, *organism)?;
+                        Finish {
+                            constraints: &self.constraints,
+                            best_effort: self.best_effort,
+                            codon_scores: self.codon_scores,
+                            reference: reference.as_ref(),
+                        }
+                        .sequences(&predictions)
+                    };
+                    match r.and_then(finish) {
+                        Ok(sequences) => ProteinResult { sequences, error: None },
+                        Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
+                    }
+                })
+                .collect()
+        })
+        .await
+        .map_err(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "finishing the predictions failed"))
+    }
+}
+
+async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let request: EvaluateRequest = match read_json(body, state.config.max_body_bytes).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
     };
     if request.sequences.is_empty() {
         return error(StatusCode::BAD_REQUEST, "sequences: give at least one");

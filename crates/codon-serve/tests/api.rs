@@ -133,6 +133,62 @@ fn an_api_key_guards_everything_but_health() {
     let body = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
     assert_eq!(call(&server, "POST", "/v1/predict", Some(body), None).0, 401);
     assert_eq!(call(&server, "POST", "/v1/predict", Some(body), Some("s3cret")).0, 200);
+    for path in ["/v1/evaluate", "/v1/jobs"] {
+        assert_eq!(call(&server, "POST", path, Some(body), None).0, 401, "{path}");
+    }
+    assert_eq!(call(&server, "GET", "/v1/jobs/0", None, None).0, 401);
+    // The key is checked before the body is read: an oversized body without it is 401, and
+    // with it a JSON 413.
+    // Without the key: the answer comes before the body (only its first bytes are sent).
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    let head =
+        "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{";
+    std::io::Write::write_all(&mut stream, head.as_bytes()).unwrap();
+    let mut answer = [0u8; 12];
+    std::io::Read::read_exact(&mut stream, &mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 401");
+    let huge = format!(r#"{{"proteins": [{{"protein": "{}", "organism": 51}}]}}"#, "M".repeat((1 << 20) + 100));
+    let (status, text) = call(&server, "POST", "/v1/predict", Some(&huge), Some("s3cret"));
+    assert_eq!(status, 413, "{text}");
+    assert!(error_of(&text).contains("over 1048576 bytes"), "{text}");
+}
+
+/// A batch job: accepted at once, followed to the end, each protein's result the one a predict
+/// request gets.
+#[test]
+fn a_batch_job_reports_progress_and_the_predict_answers() {
+    let server = start(ServeConfig::default());
+    let proteins: Vec<String> =
+        (0..20).map(|i| ["MKVLA", "MALWMRLLPLL", "MWCH", "MFWYMFWYKK"][i % 4].repeat(1 + i % 3)).collect();
+    let items: Vec<String> = proteins.iter().map(|p| format!(r#"{{"protein": "{p}", "organism": 51}}"#)).collect();
+    let body = format!(r#"{{"proteins": [{}], "options": {{"match_protein": true}}}}"#, items.join(","));
+    let (status, text) = call(&server, "POST", "/v1/jobs", Some(&body), None);
+    assert_eq!(status, 202, "{text}");
+    let created: codon_serve::jobs::JobReport = serde_json::from_str(&text).unwrap();
+    assert_eq!((created.total, created.done), (20, 0));
+    let started = std::time::Instant::now();
+    let report = loop {
+        let (status, text) = call(&server, "GET", &format!("/v1/jobs/{}", created.id), None, None);
+        assert_eq!(status, 200, "{text}");
+        let report: codon_serve::jobs::JobReport = serde_json::from_str(&text).unwrap();
+        assert!(report.done <= report.total);
+        if report.status == codon_serve::jobs::JobStatus::Done {
+            break report;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let results = report.results.unwrap();
+    assert_eq!(results.len(), 20);
+    for (protein, result) in proteins.iter().zip(&results) {
+        let alone = format!(
+            r#"{{"proteins": [{{"protein": "{protein}", "organism": 51}}], "options": {{"match_protein": true}}}}"#
+        );
+        let alone: PredictResponse =
+            serde_json::from_str(&call(&server, "POST", "/v1/predict", Some(&alone), None).1).unwrap();
+        assert_eq!(result.sequences[0].dna, alone.results[0].sequences[0].dna, "{protein}");
+    }
+    assert_eq!(call(&server, "GET", "/v1/jobs/nope", None, None).0, 404);
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! chromedriver (`.ci/run` installs both when they are missing; a missing browser fails this
 //! test, it never skips). The page loads without script errors, a protein typed in and
 //! submitted gives DNA that translates back to it, a bad letter shows an inline error, and a
-//! constraint shows its edits. A screenshot is saved in the test's temporary directory.
+//! constraint shows its edits, and the batch tab runs a CSV as a job. A screenshot is saved in the
+//! test's temporary directory.
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -199,9 +200,19 @@ fn the_page_designs_a_gene_in_a_real_browser() {
     assert_eq!(translate(&dna), format!("{lysines}_"), "{dna}");
     assert!(!["AAAAA", "CCCCC", "GGGGG", "TTTTT"].iter().any(|run| dna.contains(run)), "{dna}");
 
+    // The batch tab: a CSV of proteins as a job, followed to the end, offered as a download.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("proteins.csv");
+    std::fs::write(&csv, "protein,organism\nMKVLA,51\nMALWMRLLPLL,Escherichia coli general\nMWCH,51\n").unwrap();
+    browser.click("#tab-batch");
+    let input = browser.element("#batch-file");
+    browser.send("POST", &format!("/element/{input}/value"), Some(json!({"text": csv.to_string_lossy()})));
+    browser.wait_for("the batch job", "return !document.getElementById('batch-download').hidden");
+    assert_eq!(browser.text("#batch-status"), "3 of 3 proteins");
+    assert_eq!(browser.text("#batch-error"), "");
+
     let shot = browser.send("GET", "/screenshot", None);
     let png = base64::engine::general_purpose::STANDARD.decode(shot.as_str().unwrap()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("page.png");
     std::fs::write(&path, &png).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot at {}", path.display());
