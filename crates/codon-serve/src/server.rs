@@ -112,6 +112,8 @@ pub(crate) struct AppState {
     latency: Histogram,
     /// The batch jobs.
     jobs: JobStore,
+    /// The model's device, for its memory in `/metrics` (NPUs).
+    device: candle_core::Device,
 }
 
 /// A server running on threads of its own.
@@ -132,6 +134,7 @@ impl RunningServer {
         let addr = listener.local_addr()?;
         let counters = Arc::new(Counters::default());
         let organisms = predictor.organisms().clone();
+        let device = predictor.model().device().clone();
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
         let state = Arc::new(AppState {
@@ -141,6 +144,7 @@ impl RunningServer {
             config,
             latency: Histogram::default(),
             jobs: JobStore::default(),
+            device,
         });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
@@ -593,5 +597,22 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         c.expired.load(Ordering::Relaxed),
         state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer."),
     );
+    let text = text + &device_memory(&state.device);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// An NPU's memory as Prometheus gauges (`aclrtGetMemInfo`: what the driver has handed out, the
+/// allocator's cache included, and the total); nothing on other devices.
+fn device_memory(device: &candle_core::Device) -> String {
+    let Some(npu) = candle_ascend::ascend_device(device) else { return String::new() };
+    let Ok((free, total)) = npu.memory_info() else { return String::new() };
+    let name = npu.name();
+    format!(
+        "# HELP codon_device_memory_used_bytes Device memory in use (the allocator's cache included).\n\
+         # TYPE codon_device_memory_used_bytes gauge\n\
+         codon_device_memory_used_bytes{{device=\"{name}\"}} {}\n\
+         # HELP codon_device_memory_total_bytes Device memory in all.\n# TYPE codon_device_memory_total_bytes gauge\n\
+         codon_device_memory_total_bytes{{device=\"{name}\"}} {total}\n",
+        total.saturating_sub(free)
+    )
 }

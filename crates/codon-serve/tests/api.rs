@@ -439,3 +439,22 @@ fn the_page_enzymes_latency_and_cors() {
     let server = start(ServeConfig::default());
     assert_eq!(cors(&server, "https://lab.example.org"), None, "CORS is off unless asked for");
 }
+
+/// On an NPU `/metrics` carries the device's memory (here the emulator's).
+#[test]
+fn metrics_carry_an_npus_memory() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    let device = candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
+    let predictor = Predictor::new(load_model(dir, None, &device, DType::F32).unwrap()).unwrap();
+    let server = RunningServer::start(predictor, ServeConfig { port: 0, ..ServeConfig::default() }).unwrap();
+    let (_, text) = call(&server, "GET", "/metrics", None, None);
+    let gauge = |name: &str| -> u64 {
+        let prefix = format!("{name}{{device=\"npu-sim:0\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).unwrap_or_else(|| panic!("{text}")).parse().unwrap()
+    };
+    let (used, total) = (gauge("codon_device_memory_used_bytes"), gauge("codon_device_memory_total_bytes"));
+    assert!(used > 0 && used < total, "the model's weights are on the device: {used} of {total}");
+    server.stop().unwrap();
+    let (_, cpu) = call(&start(ServeConfig::default()), "GET", "/metrics", None, None);
+    assert!(!cpu.contains("codon_device_memory"), "{cpu}");
+}
