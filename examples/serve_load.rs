@@ -40,6 +40,10 @@ struct Args {
     /// Seed of the proteins' lengths and letters.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Most padding per forward batch, as a fraction of its tokens, for both sides (default: the
+    /// device's, as `predict`).
+    #[arg(long)]
+    max_padding: Option<f64>,
 }
 
 /// This process's resident memory, MiB (Linux).
@@ -89,7 +93,10 @@ fn run() -> anyhow::Result<()> {
         }
     };
     let predictor = Predictor::with_organisms(model, organisms)?;
-    let forward = PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() };
+    let forward = PredictOptions {
+        max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
+        ..Default::default()
+    };
     let total = args.clients * args.requests;
     let proteins = proteins(total, args.seed);
     let items: Vec<ProteinInput> = proteins
@@ -104,6 +111,7 @@ fn run() -> anyhow::Result<()> {
     }
     let batch_s = start.elapsed().as_secs_f64();
 
+    let forward_padding = forward.max_padding_fraction;
     let server = RunningServer::start(predictor, ServeConfig { port: 0, forward, ..ServeConfig::default() })?;
     let url = format!("http://{}/v1/predict", server.addr);
     let rss_start = rss_mib();
@@ -154,11 +162,12 @@ fn run() -> anyhow::Result<()> {
     outln!(
         "{{\"clients\": {}, \"requests\": {total}, \"device\": \"{}\", \"dtype\": \"{}\", \"served_s\": {served_s:.2}, \
          \"proteins_per_s\": {served:.3}, \"predict_input_s\": {batch_s:.2}, \"predict_input_proteins_per_s\": {batched:.3}, \
-         \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"forward_batches\": {batches}, \"errors\": {errors}, \
+         \"max_padding\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"forward_batches\": {batches}, \"errors\": {errors}, \
          \"rss_mib_start\": {rss_start:.0}, \"rss_mib_mid\": {rss_mid:.0}, \"rss_mib_end\": {rss_end:.0}}}",
         args.clients,
         args.device,
         args.dtype,
+        forward_padding,
         served / batched,
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
