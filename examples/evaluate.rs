@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use codon_ascend::eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW};
-use codon_ascend::eval::plot::{plot_distributions, plot_minmax, OrganismValues, ProfileBand, ProfileSeries};
+use codon_ascend::eval::plot::{
+    plot_distributions, plot_minmax, reference_band, OrganismValues, ProfileBand, ProfileSeries,
+};
 use codon_ascend::eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
 use codon_ascend::model::{organism_name, parse_organism};
 use codon_ascend::{errln, outln};
@@ -252,20 +254,6 @@ fn print_summary(rows: &[Result<Row, String>], results: &[Result<SequenceMetrics
         }
         outln!("{line}");
     }
-}
-
-/// The organism's band: the 10th to 90th percentile of its reference sequences' profiles.
-fn reference_band(sequences: &[Dna], reference: &OrganismReference, options: &MetricOptions) -> Option<ProfileBand> {
-    let profiles: Vec<Vec<Option<f64>>> =
-        sequences.iter().filter_map(|d| min_max_profile(d, &reference.frequencies, options.window).ok()).collect();
-    (!profiles.is_empty()).then(|| {
-        ProfileBand::from_profiles(
-            format!("reference set, 10th-90th percentile ({} sequences)", profiles.len()),
-            &profiles,
-            10.0,
-            90.0,
-        )
-    })
 }
 
 fn write_plots(

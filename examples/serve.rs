@@ -25,6 +25,9 @@ use codon_serve::{RunningServer, ServeConfig};
 #[path = "common/reference_args.rs"]
 mod reference_args;
 
+/// Reference sequences kept per organism for its %MinMax band.
+const BAND_SEQUENCES: usize = 200;
+
 /// The design service.
 #[derive(Parser)]
 struct Args {
@@ -78,8 +81,16 @@ fn run() -> anyhow::Result<()> {
         load_model(model, None, &device, args.dtype.into())?,
         OrganismTable::for_model(model)?,
     )?;
+    // The first sequences of each organism are kept for its %MinMax band (a bounded sample).
+    let kept = std::cell::RefCell::new(std::collections::HashMap::<u32, usize>::new());
+    let keep = |organism: u32| {
+        let mut kept = kept.borrow_mut();
+        let n = kept.entry(organism).or_default();
+        *n += 1;
+        *n <= BAND_SEQUENCES
+    };
     let reference = match args.reference.paths().next() {
-        Some(_) => Some(Arc::new(args.reference.load(|_| false)?)),
+        Some(_) => Some(Arc::new(args.reference.load(keep)?)),
         None => None,
     };
     let defaults = ServeConfig::default();

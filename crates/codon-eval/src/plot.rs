@@ -81,6 +81,27 @@ fn write_svg(path: &Path, svg: &str) -> Result<()> {
         .map_err(|e| EvalError::Plot { path: path.to_path_buf(), detail: e.to_string() })
 }
 
+/// An organism's band: the 10th to 90th percentile of its reference sequences' %MinMax
+/// profiles; `None` without sequences.
+pub fn reference_band(
+    sequences: &[crate::Dna],
+    reference: &crate::OrganismReference,
+    options: &crate::MetricOptions,
+) -> Option<ProfileBand> {
+    let profiles: Vec<Vec<Option<f64>>> = sequences
+        .iter()
+        .filter_map(|d| crate::metrics::min_max_profile(d, &reference.frequencies, options.window).ok())
+        .collect();
+    (!profiles.is_empty()).then(|| {
+        ProfileBand::from_profiles(
+            format!("reference set, 10th-90th percentile ({} sequences)", profiles.len()),
+            &profiles,
+            10.0,
+            90.0,
+        )
+    })
+}
+
 /// Draw profiles over an optional band: x is the window's first codon, y is %MinMax.
 pub fn plot_minmax(path: &Path, title: &str, series: &[ProfileSeries<'_>], band: Option<&ProfileBand>) -> Result<()> {
     let error = plot_error(path);

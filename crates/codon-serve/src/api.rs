@@ -193,6 +193,10 @@ pub struct Metrics {
     /// The %MinMax profile, one value per window position (needs a reference).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub minmax: Vec<Option<f64>>,
+    /// The organism's band at each window position: the 10th and 90th percentile of its
+    /// reference sequences' profiles (needs a reference file with the organism's sequences).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub minmax_band: Vec<Option<[f64; 2]>>,
 }
 
 /// `POST /v1/evaluate`: coding sequences, each with its organism for the reference's metrics.

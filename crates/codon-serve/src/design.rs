@@ -2,6 +2,7 @@
 //! repair (as `predict --avoid-sites …` does it), each chosen codon's probability, and the
 //! metrics against the organism's reference when the server has one (as `evaluate`).
 use codon_design::{repair, Constraint, RepairOptions};
+use codon_eval::plot::ProfileBand;
 use codon_eval::{Dna, MetricOptions, OrganismReference, References};
 use codon_model::predict::{renormalised, SequenceScore};
 use codon_model::DnaPrediction;
@@ -39,6 +40,8 @@ pub struct Finish<'a> {
     pub codon_scores: bool,
     /// The organism's reference, for the metrics.
     pub reference: Option<&'a OrganismReference>,
+    /// The organism's %MinMax band, beside the profile.
+    pub band: Option<&'a ProfileBand>,
 }
 
 impl Finish<'_> {
@@ -75,7 +78,7 @@ impl Finish<'_> {
                 sequence.codon_log_probs = None;
             }
             if let Some(reference) = self.reference {
-                sequence.metrics = Some(metrics(&sequence.dna, Some(reference))?);
+                sequence.metrics = Some(metrics(&sequence.dna, Some(reference), self.band)?);
             }
             out.push(sequence);
         }
@@ -95,8 +98,13 @@ fn codon_probs(scores: &[[f32; 64]], dna: &str) -> Vec<f32> {
         .collect()
 }
 
-/// `dna`'s metrics: GC always; CSI, CFD and %MinMax against `reference`.
-pub fn metrics(dna: &str, reference: Option<&OrganismReference>) -> Result<Metrics, String> {
+/// `dna`'s metrics: GC always; CSI, CFD and %MinMax against `reference`, with the organism's
+/// band where there is one.
+pub fn metrics(
+    dna: &str,
+    reference: Option<&OrganismReference>,
+    band: Option<&ProfileBand>,
+) -> Result<Metrics, String> {
     let parsed = Dna::parse(dna).map_err(|e| e.to_string())?;
     let Some(reference) = reference else {
         return Ok(Metrics { gc_content: codon_eval::metrics::gc_content(parsed.as_str()), ..Default::default() });
@@ -108,7 +116,15 @@ pub fn metrics(dna: &str, reference: Option<&OrganismReference>) -> Result<Metri
         cfd: Some(m.cfd),
         minmax_mean: m.minmax_mean,
         minmax: m.minmax,
+        minmax_band: band.map_or_else(Vec::new, |b| b.bounds.iter().map(|w| w.map(|(l, u)| [l, u])).collect()),
     })
+}
+
+/// The organism's %MinMax band from the reference's kept sequences (`None` without them).
+pub fn band(references: Option<&References>, organism: u32) -> Option<ProfileBand> {
+    let references = references?;
+    let reference = references.for_organism(Some(organism)).ok()?;
+    codon_eval::plot::reference_band(references.sequences(organism), &reference, &MetricOptions::default())
 }
 
 /// An organism's reference, when the server has references.

@@ -114,6 +114,20 @@ pub(crate) struct AppState {
     jobs: JobStore,
     /// The model's device, for its memory in `/metrics` (NPUs).
     device: candle_core::Device,
+    /// Each organism's %MinMax band, computed once when first asked for.
+    bands: std::sync::Mutex<std::collections::HashMap<u32, Option<Arc<codon_eval::plot::ProfileBand>>>>,
+}
+
+impl AppState {
+    /// An organism's %MinMax band from the reference's sequences (cached).
+    fn band(&self, organism: Option<u32>) -> Option<Arc<codon_eval::plot::ProfileBand>> {
+        let organism = organism?;
+        let mut bands = self.bands.lock().unwrap_or_else(|p| p.into_inner());
+        bands
+            .entry(organism)
+            .or_insert_with(|| design::band(self.config.reference.as_deref(), organism).map(Arc::new))
+            .clone()
+    }
 }
 
 /// A server running on threads of its own.
@@ -145,6 +159,7 @@ impl RunningServer {
             latency: Histogram::default(),
             jobs: JobStore::default(),
             device,
+            bands: Default::default(),
         });
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
@@ -509,11 +524,13 @@ impl Prepared {
                 .map(|(r, organism)| {
                     let finish = |predictions: Vec<codon_model::DnaPrediction>| {
                         let reference = design::organism_reference(references, *organism)?;
+                        let band = reference.as_ref().and_then(|_| state.band(*organism));
                         Finish {
                             constraints: &self.constraints,
                             best_effort: self.best_effort,
                             codon_scores: self.codon_scores,
                             reference: reference.as_ref(),
+                            band: band.as_deref(),
                         }
                         .sequences(&predictions)
                     };
@@ -557,9 +574,11 @@ async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
                     .as_ref()
                     .map(|o| organism_ref(o).and_then(|o| working.organisms.resolve(&o).map_err(|e| e.to_string())))
                     .transpose();
-                let metrics = organism
-                    .and_then(|organism| design::organism_reference(references, organism))
-                    .and_then(|reference| design::metrics(&item.dna, reference.as_ref()));
+                let metrics = organism.and_then(|organism| {
+                    let reference = design::organism_reference(references, organism)?;
+                    let band = reference.as_ref().and_then(|_| working.band(organism));
+                    design::metrics(&item.dna, reference.as_ref(), band.as_deref())
+                });
                 match metrics {
                     Ok(metrics) => EvaluateResult { metrics: Some(metrics), error: None },
                     Err(e) => EvaluateResult { metrics: None, error: Some(e) },

@@ -458,3 +458,38 @@ fn metrics_carry_an_npus_memory() {
     let (_, cpu) = call(&start(ServeConfig::default()), "GET", "/metrics", None, None);
     assert!(!cpu.contains("codon_device_memory"), "{cpu}");
 }
+
+/// With a reference file that keeps the organism's sequences, metrics carry its %MinMax band:
+/// here three copies of one sequence, so the band is that sequence's profile.
+#[test]
+fn the_metrics_carry_the_organisms_minmax_band() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("train.jsonl");
+    let dna = "ATGGCGCTGTGGATGCGCCTGCTGCCGCTGCTGGCGCTGCTGGCGCTGTGGGGCCCGGATCCGGCGGCGGCGTAA";
+    let tokens: Vec<String> = dna
+        .as_bytes()
+        .chunks(3)
+        .map(|c| format!("{}_{}", translate(std::str::from_utf8(c).unwrap()), std::str::from_utf8(c).unwrap()))
+        .collect();
+    let line = format!(r#"{{"codons": "{}", "organism": 51}}"#, tokens.join(" "));
+    std::fs::write(&path, format!("{line}\n{line}\n{line}\n")).unwrap();
+    let set = codon_eval::ReferenceSet::read_jsonl(&path, |_| true).unwrap();
+    let config = ServeConfig {
+        reference: Some(std::sync::Arc::new(codon_eval::References::Set(set))),
+        ..ServeConfig::default()
+    };
+    let server = start(config);
+    let body = format!(r#"{{"sequences": [{{"dna": "{dna}", "organism": 51}}]}}"#);
+    let (status, text) = call(&server, "POST", "/v1/evaluate", Some(&body), None);
+    assert_eq!(status, 200, "{text}");
+    let response: EvaluateResponse = serde_json::from_str(&text).unwrap();
+    let m = response.results[0].metrics.as_ref().unwrap();
+    assert!(!m.minmax.is_empty() && m.minmax.len() == m.minmax_band.len(), "{text}");
+    for (value, band) in m.minmax.iter().zip(&m.minmax_band) {
+        match (value, band) {
+            (Some(v), Some([lo, hi])) => assert!((lo - v).abs() < 1e-12 && (hi - v).abs() < 1e-12, "{text}"),
+            (None, None) => {}
+            other => panic!("{other:?}: {text}"),
+        }
+    }
+}
