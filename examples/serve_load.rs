@@ -44,6 +44,9 @@ struct Args {
     /// device's, as `predict`).
     #[arg(long)]
     max_padding: Option<f64>,
+    /// Run the server's side first and the batch prediction after it.
+    #[arg(long)]
+    served_first: bool,
 }
 
 /// This process's resident memory, MiB (Linux).
@@ -84,15 +87,17 @@ fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     let device = args.device.open()?;
     codon_ascend::train::retain_freed_memory();
-    let (model, organisms) = match &args.model {
-        Some(dir) => (load_model(dir, None, &device, args.dtype.into())?, OrganismTable::for_model(dir)?),
-        None => {
-            let config = BigBirdConfig::default();
-            let weights = init_weights(&config, 0, &device, args.dtype.into())?;
-            (BigBirdForMaskedLM::from_named(config, weights)?, OrganismTable::builtin())
-        }
+    let predictor = || -> anyhow::Result<Predictor> {
+        let (model, organisms) = match &args.model {
+            Some(dir) => (load_model(dir, None, &device, args.dtype.into())?, OrganismTable::for_model(dir)?),
+            None => {
+                let config = BigBirdConfig::default();
+                let weights = init_weights(&config, 0, &device, args.dtype.into())?;
+                (BigBirdForMaskedLM::from_named(config, weights)?, OrganismTable::builtin())
+            }
+        };
+        Ok(Predictor::with_organisms(model, organisms)?)
     };
-    let predictor = Predictor::with_organisms(model, organisms)?;
     let forward = PredictOptions {
         max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
         ..Default::default()
@@ -104,15 +109,23 @@ fn run() -> anyhow::Result<()> {
         .map(|p| ProteinInput { protein: p.clone(), organism: OrganismRef::Id(51), known_dna: None })
         .collect();
 
-    // The same proteins as `predict --input` runs them: one batch prediction.
-    let start = Instant::now();
-    for result in predictor.predict_batch_with_progress(&items, &forward, &mut |_| {})? {
-        result?;
-    }
-    let batch_s = start.elapsed().as_secs_f64();
+    // The same proteins as `predict --input` runs them: one batch prediction, before the server
+    // or after it (machines drift: swapping the order shows by how much).
+    let batch_predict = |predictor: &Predictor| -> anyhow::Result<f64> {
+        let start = Instant::now();
+        for result in predictor.predict_batch_with_progress(&items, &forward, &mut |_| {})? {
+            result?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let alone = predictor()?;
+    let mut batch_s = if args.served_first { 0.0 } else { batch_predict(&alone)? };
 
     let forward_padding = forward.max_padding_fraction;
-    let server = RunningServer::start(predictor, ServeConfig { port: 0, forward, ..ServeConfig::default() })?;
+    let server = RunningServer::start(
+        predictor()?,
+        ServeConfig { port: 0, forward: forward.clone(), ..ServeConfig::default() },
+    )?;
     let url = format!("http://{}/v1/predict", server.addr);
     let rss_start = rss_mib();
     let start = Instant::now();
@@ -154,6 +167,9 @@ fn run() -> anyhow::Result<()> {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     server.stop()?;
+    if args.served_first {
+        batch_s = batch_predict(&alone)?;
+    }
     let mut latencies: Vec<f64> = per_client.iter().flat_map(|(l, _, _)| l.iter().copied()).collect();
     latencies.sort_by(f64::total_cmp);
     let errors: usize = per_client.iter().map(|(_, e, _)| e).sum();
@@ -162,12 +178,13 @@ fn run() -> anyhow::Result<()> {
     outln!(
         "{{\"clients\": {}, \"requests\": {total}, \"device\": \"{}\", \"dtype\": \"{}\", \"served_s\": {served_s:.2}, \
          \"proteins_per_s\": {served:.3}, \"predict_input_s\": {batch_s:.2}, \"predict_input_proteins_per_s\": {batched:.3}, \
-         \"max_padding\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"forward_batches\": {batches}, \"errors\": {errors}, \
+         \"max_padding\": {}, \"served_first\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"forward_batches\": {batches}, \"errors\": {errors}, \
          \"rss_mib_start\": {rss_start:.0}, \"rss_mib_mid\": {rss_mid:.0}, \"rss_mib_end\": {rss_end:.0}}}",
         args.clients,
         args.device,
         args.dtype,
         forward_padding,
+        args.served_first,
         served / batched,
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
