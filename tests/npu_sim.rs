@@ -183,6 +183,23 @@ fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
     assert_eq!(launched.get("aclnnLayerNormBackward"), Some(&1), "{launched:?}");
     // The composed reference divides by √(var + eps); the fused bodies launch neither op.
     assert!(!launched.contains_key("aclnnSqrt") && !launched.contains_key("aclnnDiv"), "{launched:?}");
+
+    // An f32 weight and bias beside f16 activations get f32 gradients.
+    let half = Var::from_tensor(&x.to_dtype(DType::F16).unwrap().to_device(&dev).unwrap()).unwrap();
+    let (w32, b32) = (
+        Var::from_tensor(&w.to_device(&dev).unwrap()).unwrap(),
+        Var::from_tensor(&b.to_device(&dev).unwrap()).unwrap(),
+    );
+    let y = codon_ops::layer_norm(half.as_tensor(), w32.as_tensor(), b32.as_tensor(), 1e-5).unwrap();
+    let up16 = up.to_dtype(DType::F16).unwrap().to_device(&dev).unwrap();
+    let grads = (&y * up16).unwrap().sum_all().unwrap().backward().unwrap();
+    let dtypes = [&half, &w32, &b32].map(|v| grads.get(v.as_tensor()).unwrap().dtype());
+    assert_eq!(dtypes, [DType::F16, DType::F32, DType::F32]);
+    for (name, (v, want)) in ["dw", "db"].iter().zip([&w32, &b32].iter().zip(&want[2..])) {
+        let got = grads.get(v.as_tensor()).unwrap().to_device(&cpu).unwrap();
+        let diff = rel_diff(want, &got);
+        assert!(diff < 2e-2, "{name} beside f16 activations: relative difference {diff}");
+    }
 }
 
 /// `codon_ops::linear` on the emulated part: its Ascend body gives the CPU's values and the

@@ -253,11 +253,12 @@ impl CustomOp3 for LayerNorm {
             // One buffer [dx | dw | db] in x's dtype from aclnnLayerNormBackward, which writes
             // dx in the input's dtype and dw, db in the weight's: a weight of another dtype (an
             // f32 weight beside half activations) is rounded to x's for it.
+            let w_dtype = w.dtype();
             let w = &w.to_dtype(x.dtype())?;
             let packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { stats })?;
             let (n, hidden) = (x.elem_count(), w.elem_count());
             let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
-            let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w.dtype())?;
+            let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w_dtype)?;
             let db = packed.narrow(0, n + hidden, hidden)?.reshape(b.shape())?.to_dtype(b.dtype())?;
             return Ok((Some(dx), Some(dw), Some(db)));
         }

@@ -16,7 +16,8 @@ pub const PART: usize = 8;
 /// How long a finished job's results are kept.
 pub const KEEP_FINISHED: Duration = Duration::from_secs(3600);
 
-/// Most jobs held at once (running or kept); past it a new job is refused with 503.
+/// Most jobs held at once: past it the oldest finished job goes, and when every job held is
+/// running a new one is refused with 503.
 pub const MAX_JOBS: usize = 256;
 
 /// Where a job stands.
@@ -63,13 +64,15 @@ pub struct JobStore {
 }
 
 impl JobStore {
-    /// A new running job of `total` proteins, with an unguessable id; `None` when
-    /// [`MAX_JOBS`] are held. Finished jobs past [`KEEP_FINISHED`] are dropped first.
+    /// A new running job of `total` proteins, with an unguessable id; `None` when [`MAX_JOBS`]
+    /// are running. Finished jobs past [`KEEP_FINISHED`] are dropped first, then the oldest
+    /// finished job if the store is full.
     pub fn create(&self, total: usize) -> Option<String> {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         jobs.retain(|_, e| e.finished.is_none_or(|t| t.elapsed() < KEEP_FINISHED));
         if jobs.len() >= MAX_JOBS {
-            return None;
+            let oldest = jobs.iter().filter_map(|(id, e)| Some((e.finished?, id.clone()))).min();
+            jobs.remove(&oldest?.1);
         }
         let id = loop {
             let state = std::collections::hash_map::RandomState::new();
@@ -143,5 +146,17 @@ mod tests {
         assert_eq!((r.status, r.done), (JobStatus::Done, 3));
         assert_eq!(r.results.unwrap().len(), 3);
         assert!(store.report("nope").is_none());
+    }
+
+    #[test]
+    fn a_full_store_drops_its_oldest_finished_job_and_refuses_only_when_all_run() {
+        let store = JobStore::default();
+        let first = store.create(1).unwrap();
+        store.add(&first, vec![ProteinResult { sequences: Vec::new(), error: None }]);
+        let running: Vec<String> = (1..MAX_JOBS).map(|_| store.create(1).unwrap()).collect();
+        assert!(store.create(1).is_some(), "the finished job makes room");
+        assert!(store.report(&first).is_none());
+        assert!(store.create(1).is_none(), "every job held is running");
+        assert!(running.iter().all(|id| store.report(id).is_some()));
     }
 }

@@ -42,8 +42,13 @@ pub struct ServeConfig {
     pub max_residues: usize,
     /// Most sequences asked for one protein (`num_sequences`).
     pub max_sequences: usize,
+    /// Most codons one request may ask for: residues × sequences, over its proteins (each
+    /// carries the model's 64 scores until its answer is made).
+    pub max_codons: usize,
     /// Most proteins in one batch job (`POST /v1/jobs`).
     pub max_job_proteins: usize,
+    /// Most codons one batch job may ask for (its results are kept for an hour).
+    pub max_job_codons: usize,
     /// Largest batch job body.
     pub max_job_body_bytes: usize,
     /// Most predict requests waiting; past it, 503 with `Retry-After`.
@@ -71,7 +76,9 @@ impl Default for ServeConfig {
             max_proteins: 256,
             max_residues: 10_000,
             max_sequences: 100,
+            max_codons: 1_000_000,
             max_job_proteins: 10_000,
+            max_job_codons: 20_000_000,
             max_job_body_bytes: 32 << 20,
             queue_capacity: 64,
             batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
@@ -233,7 +240,8 @@ impl Drop for RunningServer {
 }
 
 fn router(state: Arc<AppState>) -> Router {
-    let origins: Vec<HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.parse().ok()).collect();
+    let any_origin = state.config.cors_origins.iter().any(|o| o.trim() == "*");
+    let origins: Vec<HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.trim().parse().ok()).collect();
     let router = Router::new()
         .route("/", get(crate::page::index))
         .route("/health", get(health))
@@ -250,9 +258,10 @@ fn router(state: Arc<AppState>) -> Router {
     if origins.is_empty() {
         return router;
     }
+    let allowed = if any_origin { tower_http::cors::AllowOrigin::any() } else { origins.into() };
     router.layer(
         tower_http::cors::CorsLayer::new()
-            .allow_origin(origins)
+            .allow_origin(allowed)
             .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
             .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
     )
@@ -315,7 +324,8 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         Ok(r) => r,
         Err(refused) => return refused,
     };
-    let prepared = match Prepared::new(&state, request, state.config.max_proteins) {
+    let limits = Limits { proteins: state.config.max_proteins, codons: state.config.max_codons };
+    let prepared = match Prepared::new(&state, request, limits) {
         Ok(p) => p,
         Err(refused) => return refused,
     };
@@ -355,7 +365,11 @@ async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         Ok(r) => r,
         Err(refused) => return refused,
     };
-    let prepared = match Prepared::new(&state, request, state.config.max_job_proteins) {
+    if request.options.codon_scores {
+        return error(StatusCode::BAD_REQUEST, "options.codon_scores: not offered for jobs (their results are kept)");
+    }
+    let limits = Limits { proteins: state.config.max_job_proteins, codons: state.config.max_job_codons };
+    let prepared = match Prepared::new(&state, request, limits) {
         Ok(p) => p,
         Err(refused) => return refused,
     };
@@ -423,6 +437,15 @@ async fn read_json<T: serde::de::DeserializeOwned>(body: Body, limit: usize) -> 
     serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {e}")))
 }
 
+/// How much one request may ask for.
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    /// Proteins.
+    proteins: usize,
+    /// Residues × sequences.
+    codons: usize,
+}
+
 /// A predict request checked and ready for the model: its proteins with their options, and what
 /// finishing their predictions needs.
 pub(crate) struct Prepared {
@@ -436,9 +459,10 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Check `request` as `predict` checks its input, with at most `max_proteins` proteins.
-    pub(crate) fn new(state: &AppState, request: PredictRequest, max_proteins: usize) -> Result<Self, Response> {
+    /// Check `request` as `predict` checks its input, within `limits`.
+    pub(crate) fn new(state: &AppState, request: PredictRequest, limits: Limits) -> Result<Self, Response> {
         let config = &state.config;
+        let max_proteins = limits.proteins;
         if request.proteins.is_empty() {
             return Err(error(StatusCode::BAD_REQUEST, "proteins: give at least one"));
         }
@@ -483,6 +507,19 @@ impl Prepared {
                 Ok(input) => items.push((input, options.clone())),
                 Err(e) => return Err(error(StatusCode::BAD_REQUEST, format!("proteins[{i}]: {e}"))),
             }
+        }
+        let residues: usize =
+            request.proteins.iter().map(|p| p.protein.chars().filter(|c| !c.is_whitespace()).count()).sum();
+        let codons = residues.saturating_mul(options.num_sequences.max(1));
+        if codons > limits.codons {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{residues} residues × {} sequences: at most {} codons in one request",
+                    options.num_sequences.max(1),
+                    limits.codons
+                ),
+            ));
         }
         let organisms = items.iter().map(|(input, _)| state.organisms.resolve(&input.organism).ok()).collect();
         let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);

@@ -115,6 +115,20 @@ fn bad_input_gets_400_with_the_clis_words_and_limits_get_413() {
     // A request may not tie the model up with endless samples.
     let many = r#"{"proteins": [{"protein": "MKV", "organism": 51}], "options": {"temperature": 1.0, "num_sequences": 18446744073709551615}}"#;
     assert_eq!(predict(many).0, 413);
+    // Nor ask for more codons (residues × sequences) than its cap: each carries 64 scores.
+    let capped = start(ServeConfig { max_codons: 100, ..ServeConfig::default() });
+    let body = |n: usize| {
+        format!(
+            r#"{{"proteins": [{{"protein": "MKVLAMKVLA", "organism": 51}}], "options": {{"temperature": 1.0, "num_sequences": {n}}}}}"#
+        )
+    };
+    assert_eq!(call(&capped, "POST", "/v1/predict", Some(&body(10)), None).0, 200);
+    let (status, text) = call(&capped, "POST", "/v1/predict", Some(&body(11)), None);
+    assert_eq!(status, 413, "{text}");
+    assert!(error_of(&text).contains("at most 100 codons"), "{text}");
+    // A job keeps its results: the 64 scores per codon are not offered.
+    let job = r#"{"proteins": [{"protein": "MKV", "organism": 51}], "options": {"codon_scores": true}}"#;
+    assert_eq!(call(&capped, "POST", "/v1/jobs", Some(job), None).0, 400);
     // An unknown organism is that protein's error, not the request's.
     let (status, body) =
         predict(r#"{"proteins": [{"protein": "MKV", "organism": "Nowhere"}, {"protein": "MKV", "organism": 51}]}"#);
@@ -435,6 +449,9 @@ fn the_page_enzymes_latency_and_cors() {
     };
     assert_eq!(cors(&server, "https://lab.example.org").as_deref(), Some("https://lab.example.org"));
     assert_eq!(cors(&server, "https://elsewhere.example.com"), None);
+    server.stop().unwrap();
+    let server = start(ServeConfig { cors_origins: vec!["*".into()], ..ServeConfig::default() });
+    assert_eq!(cors(&server, "https://elsewhere.example.com").as_deref(), Some("*"), "any origin");
     server.stop().unwrap();
     let server = start(ServeConfig::default());
     assert_eq!(cors(&server, "https://lab.example.org"), None, "CORS is off unless asked for");

@@ -122,7 +122,8 @@ pub fn flash_attention(
     };
     for i in 0..batch {
         let e = |v: &View| batch_entry(v, i);
-        let pse = args.pse.map(e);
+        // A bias of the whole batch is split with it; one of a single sequence serves each.
+        let pse = args.pse.map(|p| if p.dims.first() == Some(&batch) { e(p) } else { p.clone() });
         let entry = FlashArgs { pse: pse.as_ref(), ..*args };
         flash_attention_launch(dev, (&e(q), &e(k), &e(v)), &entry, (&e(softmax_max), &e(softmax_sum)), &e(out))?;
     }
@@ -193,7 +194,8 @@ pub fn flash_attention_grad(
     };
     for i in 0..batch {
         let e = |v: &View| batch_entry(v, i);
-        let pse = args.pse.map(e);
+        // A bias of the whole batch is split with it; one of a single sequence serves each.
+        let pse = args.pse.map(|p| if p.dims.first() == Some(&batch) { e(p) } else { p.clone() });
         let entry = FlashArgs { pse: pse.as_ref(), ..*args };
         flash_attention_grad_launch(
             dev,
