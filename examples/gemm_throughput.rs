@@ -48,6 +48,23 @@ fn gflops(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, parallelism: g
     2.0 * (m * n * k) as f64 / best / 1e9
 }
 
+/// Best-of-5 GFLOP/s of x·Wᵀ (x m × k, W n × k) through the fused kernels' `matmul_into`, which
+/// runs one column strip per thread where the strips are wide enough.
+fn strips_gflops(m: usize, n: usize, k: usize) -> f64 {
+    use codon_ascend::ops::cpu_gemm::{matmul_into, Mat};
+    let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
+    let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 * 0.01).collect();
+    let mut out = vec![0f32; m * n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        matmul_into(&mut out, n, Mat::rows(&x, m, k, k), Mat::rows(&w, n, k, k).t(), 1.0, false, true)
+            .expect("shapes match");
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    2.0 * (m * n * k) as f64 / best / 1e9
+}
+
 /// Best-of-5 GFLOP/s of x·Wᵀ with x (m × k) f32 and W (n × k) bf16.
 fn bf16_gflops(m: usize, n: usize, k: usize) -> f64 {
     let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
@@ -77,6 +94,19 @@ fn main() {
     // A listing: once its reader is gone (`| head -2`), the rest is not measured.
     for (m, n, k, lhs_t, rhs_t, what) in layers.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
+    }
+    // The forward products at one 352-token protein (a prediction pass) and at 2048 rows: gemm's
+    // own threads against one column strip per thread (`matmul_into`).
+    for m in [352, 2048] {
+        for (_, n, k, _, _, what) in
+            layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !codon_ascend::output::stdout_closed())
+        {
+            outln!(
+                "{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s gemm's threads, {:.0} column strips",
+                gflops(m, *n, *k, false, true, all),
+                strips_gflops(m, *n, *k)
+            );
+        }
     }
     // The forward products again with bf16 weights, on the path this CPU takes for them.
     let path = codon_ascend::ops::cpu_bf16::bf16_path();

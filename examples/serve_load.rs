@@ -1,6 +1,6 @@
 //! A bounded load test of the design service on loopback: `--clients` concurrent clients send
 //! `--requests` predict requests each, one protein of 100–600 residues per request, and the
-//! run reports throughput, p50/p99 latency, forward batches, errors and resident memory, beside
+//! run reports throughput, p50/p99 latency, gathered batches, forward passes, errors and resident memory, beside
 //! the same proteins through `predict --input`'s batch prediction in this process.
 //!
 //! ```text
@@ -161,11 +161,10 @@ fn run() -> anyhow::Result<()> {
     let served_s = start.elapsed().as_secs_f64();
     let rss_end = rss_mib();
     let metrics = ureq::get(&format!("http://{}/metrics", server.addr)).call()?.into_string()?;
-    let batches: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("codon_forward_batches_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
+    let counter = |name: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+    };
+    let (batches, passes) = (counter("codon_gathered_batches_total"), counter("codon_forward_passes_total"));
     server.stop()?;
     if args.served_first {
         batch_s = batch_predict(&alone)?;
@@ -178,7 +177,7 @@ fn run() -> anyhow::Result<()> {
     outln!(
         "{{\"clients\": {}, \"requests\": {total}, \"device\": \"{}\", \"dtype\": \"{}\", \"served_s\": {served_s:.2}, \
          \"proteins_per_s\": {served:.3}, \"predict_input_s\": {batch_s:.2}, \"predict_input_proteins_per_s\": {batched:.3}, \
-         \"max_padding\": {}, \"served_first\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"forward_batches\": {batches}, \"errors\": {errors}, \
+         \"max_padding\": {}, \"served_first\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"gathered_batches\": {batches}, \"forward_passes\": {passes}, \"errors\": {errors}, \
          \"rss_mib_start\": {rss_start:.0}, \"rss_mib_mid\": {rss_mid:.0}, \"rss_mib_end\": {rss_end:.0}}}",
         args.clients,
         args.device,

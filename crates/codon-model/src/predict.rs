@@ -46,9 +46,10 @@ pub struct PredictOptions {
 }
 
 /// Most padding a prediction batch carries, as a fraction of its real tokens: a longer protein
-/// that would pad the batch beyond it starts the next batch. On the CPU a batch costs what its
-/// rows cost one by one, so padding is pure loss (48 proteins of 80-600 residues, AMD EPYC
-/// Zen 4, 2 cores: 21.1-21.6 s at 0.1, 20.4 s at 0.02, 20.0-20.9 s one protein per pass).
+/// that would pad the batch beyond it starts the next batch. On the CPU a pass of several rows
+/// costs little less per row than one row alone (352 tokens, AMD EPYC Zen 4, 2 cores: 0.41 s
+/// per row in pairs, 0.42 s alone), so padding soon costs more than sharing saves (48 proteins
+/// of 80-600 residues: 21.1-21.6 s at 0.1, 20.4 s at 0.02).
 pub const MAX_PADDING_FRACTION: f64 = 0.02;
 
 /// Most padding a prediction batch carries on an accelerator, where a pass's fixed costs
@@ -495,12 +496,12 @@ impl Predictor {
     /// [`Predictor::predict_batch_with_progress`] gives it under its own options (its samples
     /// come from its own seed, never from its batch). The forward passes take `forward`'s
     /// attention, token budget and padding limit; an item whose options are invalid gets that
-    /// error alone.
+    /// error alone, and a forward pass that fails gives its error to the proteins it carried.
     pub fn predict_each(
         &self,
         items: &[(ProteinInput, PredictOptions)],
         forward: &PredictOptions,
-    ) -> Result<Vec<Result<Vec<DnaPrediction>>>> {
+    ) -> Result<EachPredicted> {
         forward.validate()?;
         let checked: Vec<Result<()>> = items.iter().map(|(_, o)| o.validate()).collect();
         let inputs: Vec<ProteinInput> = items
@@ -512,12 +513,34 @@ impl Predictor {
                 Err(_) => ProteinInput { protein: String::new(), ..input.clone() },
             })
             .collect();
+        let passes = std::cell::Cell::new(0);
         let predicted = self.in_batches(&inputs, forward, &mut |_| {}, |indices, prepared| {
-            let logits = self.residue_logits(prepared, forward)?;
-            indices.iter().zip(prepared).zip(logits).map(|((&i, p), l)| decode(p, &l, &items[i].1)).collect()
+            passes.set(passes.get() + 1);
+            // A pass that fails (a device error, non-finite logits) fails its own proteins, not
+            // the other requests' passes.
+            Ok(match self.residue_logits(prepared, forward) {
+                Ok(logits) => {
+                    indices.iter().zip(prepared).zip(logits).map(|((&i, p), l)| decode(p, &l, &items[i].1)).collect()
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    indices.iter().map(|_| Err(CodonError::Prediction(message.clone()))).collect()
+                }
+            })
         })?;
-        Ok(checked.into_iter().zip(predicted).map(|(ok, result)| ok.and(result)).collect())
+        let results = checked.into_iter().zip(predicted).map(|(ok, result)| ok.and(result.and_then(|r| r))).collect();
+        Ok(EachPredicted { results, forward_passes: passes.get() })
     }
+}
+
+/// What [`Predictor::predict_each`] gives: each item's predictions or error, in order, and how
+/// many forward passes carried them.
+#[derive(Debug)]
+pub struct EachPredicted {
+    /// Each item's predictions, or its own error.
+    pub results: Vec<Result<Vec<DnaPrediction>>>,
+    /// Forward passes run (length buckets).
+    pub forward_passes: usize,
 }
 
 /// A prepared protein's predictions from its residues' logits under `options`: argmax, or

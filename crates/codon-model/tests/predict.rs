@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use codon_model::bigbird::load_model;
+use codon_model::bigbird::model::TOKEN_TYPE_EMBEDDINGS;
 use codon_model::vocab::translate_codon;
 use codon_model::{OrganismRef, PredictOptions, Predictor};
 
@@ -197,7 +198,7 @@ fn requests_with_their_own_options_share_passes_and_equal_their_single_predictio
         .collect();
     // A budget that puts several requests in each pass.
     let forward = PredictOptions { max_batch_tokens: 64, ..Default::default() };
-    let batched = p.predict_each(&items, &forward).unwrap();
+    let batched = p.predict_each(&items, &forward).unwrap().results;
     // The same DNA; scores within 1e-5 (another batch pads the rows differently, which moves
     // the f32 sums in their last bits).
     let close = |a: &codon_model::DnaPrediction, b: &codon_model::DnaPrediction| {
@@ -385,4 +386,53 @@ fn scoring_a_prediction_gives_its_own_score_and_samples_come_best_first() {
     let errors = p.score_batch(&bad, &PredictOptions::default(), &mut |_| {}).unwrap();
     assert!(errors[0].as_ref().unwrap_err().to_string().contains("stop codon TAA inside"), "{:?}", errors[0]);
     assert!(errors[1].as_ref().unwrap_err().to_string().contains("not a whole number of codons"), "{:?}", errors[1]);
+}
+
+#[test]
+fn a_failed_forward_pass_fails_only_the_proteins_it_carried() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    let model = load_model(&dir, None, &Device::Cpu, DType::F32).unwrap();
+    // One organism's embedding row made NaN: every pass that carries that organism gives
+    // non-finite logits, as a pass the device fails gives an error.
+    let (poisoned, clean) = (7usize, 9);
+    let parameters: Vec<(String, candle_core::Tensor)> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, t)| {
+            if name != TOKEN_TYPE_EMBEDDINGS {
+                return (name, t);
+            }
+            let mut rows = t.to_vec2::<f32>().unwrap();
+            rows[poisoned].iter_mut().for_each(|v| *v = f32::NAN);
+            (name, candle_core::Tensor::new(rows, &Device::Cpu).unwrap())
+        })
+        .collect();
+    let p = Predictor::new(model.with_parameters(parameters).unwrap()).unwrap();
+    let item = |protein: &str, organism: usize| {
+        let input = codon_model::ProteinInput {
+            protein: protein.to_string(),
+            organism: OrganismRef::Id(organism as i64),
+            known_dna: None,
+        };
+        (input, PredictOptions::default())
+    };
+    let items = [
+        item("MKVLAAGW", poisoned),
+        // The same length: it shares the failing pass.
+        item("MKVLAAGF", clean),
+        // Other lengths: passes of their own.
+        item("MKVLAAGWMKVLAAGWMKVLAAGW", clean),
+        item("MALWMRLLPLLALLALWGPDPAAAMKVLAAGW", clean),
+    ];
+    let predicted = p.predict_each(&items, &PredictOptions::default()).unwrap();
+    assert_eq!(predicted.forward_passes, 3);
+    let results = predicted.results;
+    for i in [0, 1] {
+        let error = results[i].as_ref().unwrap_err().to_string();
+        assert!(error.contains("non-finite logits"), "protein {i}: {error}");
+    }
+    for i in [2, 3] {
+        let dna = &results[i].as_ref().unwrap()[0].predicted_dna;
+        assert_eq!(dna.len(), 3 * (items[i].0.protein.len() + 1), "protein {i}");
+    }
 }

@@ -23,10 +23,14 @@ pub struct Job {
 /// Counters for `/metrics`.
 #[derive(Default)]
 pub struct Counters {
-    /// Predict jobs answered.
+    /// Predict requests answered (the HTTP handler counts them).
+    pub requests: AtomicU64,
+    /// Batch jobs accepted.
     pub jobs: AtomicU64,
-    /// Forward batches run (each one `predict_each` call).
+    /// Batches the worker gathered (each one `predict_each` call), counted as each starts.
     pub batches: AtomicU64,
+    /// Forward passes run: a gathered batch runs one per length bucket.
+    pub passes: AtomicU64,
     /// Proteins predicted.
     pub proteins: AtomicU64,
     /// Jobs in the queue or being gathered.
@@ -132,15 +136,18 @@ fn run_batch(predictor: &Predictor, forward: &PredictOptions, jobs: Vec<Job>, co
     // A panic in the model must not take the worker, and every later request, with it.
     let predicted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| predictor.predict_each(&items, forward)));
     let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predicted {
-        Ok(Ok(results)) => results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
-        // The whole pass failed (a device error): every protein gets it.
+        Ok(Ok(predicted)) => {
+            counters.passes.fetch_add(predicted.forward_passes as u64, Ordering::Relaxed);
+            predicted.results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
+        }
+        // Refused before any pass (the forward options): every protein gets it. A pass that
+        // fails gives its error to its own proteins only (`predict_each`).
         Ok(Err(e)) => items.iter().map(|_| Err(e.to_string())).collect(),
         Err(_) => items.iter().map(|_| Err("the prediction failed inside the model".to_string())).collect(),
     };
     for job in jobs {
         let rest = results.split_off(job.items.len().min(results.len()));
         let mine = std::mem::replace(&mut results, rest);
-        counters.jobs.fetch_add(1, Ordering::Relaxed);
         // A caller that gave up meanwhile has nobody to answer.
         let _ = job.reply.send(mine);
     }

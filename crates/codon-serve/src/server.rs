@@ -352,6 +352,7 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         Err(failed) => return failed,
     };
     state.latency.observe(arrived.elapsed());
+    state.counters.requests.fetch_add(1, Ordering::Relaxed);
     Json(PredictResponse { results }).into_response()
 }
 
@@ -379,6 +380,7 @@ async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body
         busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
         return busy;
     };
+    state.counters.jobs.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(run_job(state.clone(), id.clone(), prepared));
     let report = JobReport { id, status: JobStatus::Running, done: 0, total, results: None, error: None };
     (StatusCode::ACCEPTED, Json(report)).into_response()
@@ -636,21 +638,30 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     }
     let c = &state.counters;
     let text = format!(
-        "# HELP codon_predict_requests_total Predict requests answered.\n# TYPE codon_predict_requests_total counter\n\
+        "# HELP codon_predict_requests_total Predict requests answered (batch jobs' parts not included).\n\
+         # TYPE codon_predict_requests_total counter\n\
          codon_predict_requests_total {}\n\
-         # HELP codon_forward_batches_total Forward batches run.\n# TYPE codon_forward_batches_total counter\n\
-         codon_forward_batches_total {}\n\
+         # HELP codon_gathered_batches_total Batches of requests the model's worker gathered.\n\
+         # TYPE codon_gathered_batches_total counter\n\
+         codon_gathered_batches_total {}\n\
+         # HELP codon_forward_passes_total Forward passes run (a gathered batch runs one per length bucket).\n\
+         # TYPE codon_forward_passes_total counter\n\
+         codon_forward_passes_total {}\n\
          # HELP codon_proteins_total Proteins predicted.\n# TYPE codon_proteins_total counter\n\
          codon_proteins_total {}\n\
          # HELP codon_queue_depth Predict requests waiting.\n# TYPE codon_queue_depth gauge\n\
          codon_queue_depth {}\n\
          # HELP codon_expired_total Requests dropped unrun after their caller gave up.\n# TYPE codon_expired_total counter\n\
-         codon_expired_total {}\n{}",
-        c.jobs.load(Ordering::Relaxed),
+         codon_expired_total {}\n\
+         # HELP codon_jobs_total Batch jobs accepted.\n# TYPE codon_jobs_total counter\n\
+         codon_jobs_total {}\n{}",
+        c.requests.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
+        c.passes.load(Ordering::Relaxed),
         c.proteins.load(Ordering::Relaxed),
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
+        c.jobs.load(Ordering::Relaxed),
         state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer."),
     );
     let text = text + &device_memory(&state.device);

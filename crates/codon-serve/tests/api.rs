@@ -55,7 +55,8 @@ fn health_organisms_and_metrics_answer() {
     assert_eq!(organisms[51].name, "Escherichia coli general");
     let (status, text) = call(&server, "GET", "/metrics", None, None);
     assert_eq!(status, 200);
-    assert!(text.contains("codon_forward_batches_total 0"), "{text}");
+    assert!(text.contains("codon_gathered_batches_total 0"), "{text}");
+    assert!(text.contains("codon_forward_passes_total 0"), "{text}");
     server.stop().unwrap();
 }
 
@@ -203,6 +204,10 @@ fn a_batch_job_reports_progress_and_the_predict_answers() {
         assert_eq!(result.sequences[0].dna, alone.results[0].sequences[0].dna, "{protein}");
     }
     assert_eq!(call(&server, "GET", "/v1/jobs/nope", None, None).0, 404);
+    // The job's three parts are not predict requests; the 20 calls above are.
+    let (_, metrics) = call(&server, "GET", "/metrics", None, None);
+    assert!(metrics.contains("\ncodon_predict_requests_total 20\n"), "{metrics}");
+    assert!(metrics.contains("\ncodon_jobs_total 1\n"), "{metrics}");
 }
 
 #[test]
@@ -227,12 +232,13 @@ fn concurrent_requests_share_forward_passes_and_keep_their_own_answers() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let (_, metrics) = call(&server, "GET", "/metrics", None, None);
-    let batches: u64 = metrics
+    let passes: u64 = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("codon_forward_batches_total "))
+        .find_map(|l| l.strip_prefix("codon_forward_passes_total "))
         .and_then(|v| v.trim().parse().ok())
         .unwrap();
-    assert!(batches < 8, "8 requests ran in {batches} batches");
+    // Four proteins of four lengths: four passes when the eight requests meet.
+    assert!(passes < 8, "8 requests ran in {passes} forward passes");
     // Each answer is the one its request gets alone.
     for (request, (status, body)) in requests.iter().zip(&answers) {
         assert_eq!(*status, 200, "{body}");
@@ -267,7 +273,7 @@ fn wait_for_batches(server: &RunningServer, n: u64) {
         let (_, text) = call(server, "GET", "/metrics", None, None);
         let started: u64 = text
             .lines()
-            .find_map(|l| l.strip_prefix("codon_forward_batches_total "))
+            .find_map(|l| l.strip_prefix("codon_gathered_batches_total "))
             .and_then(|v| v.trim().parse().ok())
             .unwrap();
         if started >= n {
