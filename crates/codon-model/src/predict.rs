@@ -513,9 +513,9 @@ impl Predictor {
                 Err(_) => ProteinInput { protein: String::new(), ..input.clone() },
             })
             .collect();
-        let passes = std::cell::Cell::new(0);
+        let passes = std::cell::RefCell::new(Vec::new());
         let predicted = self.in_batches(&inputs, forward, &mut |_| {}, |indices, prepared| {
-            passes.set(passes.get() + 1);
+            passes.borrow_mut().push(indices.len());
             // A pass that fails (a device error, non-finite logits) fails its own proteins, not
             // the other requests' passes.
             Ok(match self.residue_logits(prepared, forward) {
@@ -529,18 +529,18 @@ impl Predictor {
             })
         })?;
         let results = checked.into_iter().zip(predicted).map(|(ok, result)| ok.and(result.and_then(|r| r))).collect();
-        Ok(EachPredicted { results, forward_passes: passes.get() })
+        Ok(EachPredicted { results, pass_sizes: passes.into_inner() })
     }
 }
 
-/// What [`Predictor::predict_each`] gives: each item's predictions or error, in order, and how
-/// many forward passes carried them.
+/// What [`Predictor::predict_each`] gives: each item's predictions or error, in order, and the
+/// forward passes that carried them.
 #[derive(Debug)]
 pub struct EachPredicted {
     /// Each item's predictions, or its own error.
     pub results: Vec<Result<Vec<DnaPrediction>>>,
-    /// Forward passes run (length buckets).
-    pub forward_passes: usize,
+    /// Proteins in each forward pass run (one pass per length bucket), in order.
+    pub pass_sizes: Vec<usize>,
 }
 
 /// A prepared protein's predictions from its residues' logits under `options`: argmax, or

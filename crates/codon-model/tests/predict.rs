@@ -425,7 +425,7 @@ fn a_failed_forward_pass_fails_only_the_proteins_it_carried() {
         item("MALWMRLLPLLALLALWGPDPAAAMKVLAAGW", clean),
     ];
     let predicted = p.predict_each(&items, &PredictOptions::default()).unwrap();
-    assert_eq!(predicted.forward_passes, 3);
+    assert_eq!(predicted.pass_sizes, [2, 1, 1]);
     let results = predicted.results;
     for i in [0, 1] {
         let error = results[i].as_ref().unwrap_err().to_string();

@@ -212,9 +212,13 @@ mod tests {
     fn rows_and_table_gradient_match_the_composed_reference() {
         let dev = &Device::Cpu;
         for dtype in [DType::F32, DType::BF16] {
-            let w = Var::from_tensor(&Tensor::randn(0f32, 1.0, (7, 5), dev).unwrap().to_dtype(dtype).unwrap()).unwrap();
+            // Fixed values in [-1, 1]: a bf16 row gradient sums at most three of them, so the two
+            // orders of summation stay within 2e-2 (random normals once went past it).
+            let values = |n: usize, f: f32| (0..n).map(|i| (i as f32 * f).sin()).collect::<Vec<f32>>();
+            let w = Tensor::from_vec(values(35, 0.7), (7, 5), dev).unwrap().to_dtype(dtype).unwrap();
+            let w = Var::from_tensor(&w).unwrap();
             let ids = Tensor::new(&[[3u32, 0, 6, 3], [1, 3, 0, 0]], dev).unwrap();
-            let g = Tensor::randn(0f32, 1.0, (2, 4, 5), dev).unwrap().to_dtype(dtype).unwrap();
+            let g = Tensor::from_vec(values(40, 1.3), (2, 4, 5), dev).unwrap().to_dtype(dtype).unwrap();
             for pad in [None, Some(0), Some(3)] {
                 let ours = embedding(w.as_tensor(), &ids, pad).unwrap();
                 let want =

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use codon_model::{DnaPrediction, PredictOptions, Predictor, ProteinInput};
 use tokio::sync::oneshot;
 
+use crate::histogram::{self, Histogram};
+
 /// One request's proteins, each with its options, and where its answer goes.
 pub struct Job {
     /// The proteins with their options.
@@ -21,7 +23,6 @@ pub struct Job {
 }
 
 /// Counters for `/metrics`.
-#[derive(Default)]
 pub struct Counters {
     /// Predict requests answered (the HTTP handler counts them).
     pub requests: AtomicU64,
@@ -37,6 +38,23 @@ pub struct Counters {
     pub queued: AtomicU64,
     /// Jobs dropped because their caller had given up.
     pub expired: AtomicU64,
+    /// Proteins per forward pass.
+    pub pass_proteins: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            requests: AtomicU64::default(),
+            jobs: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            passes: AtomicU64::default(),
+            proteins: AtomicU64::default(),
+            queued: AtomicU64::default(),
+            expired: AtomicU64::default(),
+            pass_proteins: Histogram::new(histogram::PROTEINS),
+        }
+    }
 }
 
 /// How the worker gathers jobs.
@@ -137,7 +155,8 @@ fn run_batch(predictor: &Predictor, forward: &PredictOptions, jobs: Vec<Job>, co
     let predicted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| predictor.predict_each(&items, forward)));
     let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predicted {
         Ok(Ok(predicted)) => {
-            counters.passes.fetch_add(predicted.forward_passes as u64, Ordering::Relaxed);
+            counters.passes.fetch_add(predicted.pass_sizes.len() as u64, Ordering::Relaxed);
+            predicted.pass_sizes.iter().for_each(|&n| counters.pass_proteins.observe(n as f64));
             predicted.results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
         }
         // Refused before any pass (the forward options): every protein gets it. A pass that

@@ -13,8 +13,8 @@
 pub mod api;
 pub mod batcher;
 pub mod design;
+pub mod histogram;
 pub mod jobs;
-mod latency;
 mod page;
 mod server;
 

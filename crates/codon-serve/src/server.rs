@@ -22,8 +22,8 @@ use crate::api::{
 };
 use crate::batcher::{self, BatchPolicy, Counters, Job, Queue, Refused};
 use crate::design::{self, Finish};
+use crate::histogram::{Histogram, SECONDS};
 use crate::jobs::{JobReport, JobStatus, JobStore};
-use crate::latency::Histogram;
 
 /// What the server listens on and what it accepts.
 #[derive(Clone, Debug)]
@@ -163,7 +163,7 @@ impl RunningServer {
             counters,
             organisms,
             config,
-            latency: Histogram::default(),
+            latency: Histogram::new(SECONDS),
             jobs: JobStore::default(),
             device,
             bands: Default::default(),
@@ -351,7 +351,7 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         Ok(results) => results,
         Err(failed) => return failed,
     };
-    state.latency.observe(arrived.elapsed());
+    state.latency.observe_duration(arrived.elapsed());
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
     Json(PredictResponse { results }).into_response()
 }
@@ -662,7 +662,8 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
         c.jobs.load(Ordering::Relaxed),
-        state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer."),
+        state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer.")
+            + &c.pass_proteins.prometheus("codon_forward_pass_proteins", "Proteins per forward pass (the batch sizes)."),
     );
     let text = text + &device_memory(&state.device);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

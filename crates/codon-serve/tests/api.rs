@@ -239,6 +239,9 @@ fn concurrent_requests_share_forward_passes_and_keep_their_own_answers() {
         .unwrap();
     // Four proteins of four lengths: four passes when the eight requests meet.
     assert!(passes < 8, "8 requests ran in {passes} forward passes");
+    // The batch sizes: every pass counted, eight proteins in all.
+    assert!(metrics.contains(&format!("\ncodon_forward_pass_proteins_count {passes}\n")), "{metrics}");
+    assert!(metrics.contains("\ncodon_forward_pass_proteins_sum 8\n"), "{metrics}");
     // Each answer is the one its request gets alone.
     for (request, (status, body)) in requests.iter().zip(&answers) {
         assert_eq!(*status, 200, "{body}");
