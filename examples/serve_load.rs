@@ -40,7 +40,7 @@ struct Args {
     /// Seed of the proteins' lengths and letters.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Most padding per forward batch, as a fraction of its tokens, for both sides (default: the
+    /// Most padding per forward pass, as a fraction of its tokens, for both sides (default: the
     /// device's, as `predict`).
     #[arg(long)]
     max_padding: Option<f64>,
