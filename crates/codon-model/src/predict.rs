@@ -375,7 +375,7 @@ impl Predictor {
                 .zip(logits)
                 .map(|((&i, p), logits)| {
                     let allowed = allowed_codons(p, options.match_protein);
-                    SequenceScore::of(&codon_log_probs(&logits, &allowed), &dna[i])
+                    SequenceScore::of(&codon_log_probs(&logits?, &allowed), &dna[i])
                 })
                 .collect())
         })?;
@@ -422,8 +422,10 @@ impl Predictor {
         Ok(out.into_iter().map(|o| o.unwrap_or_else(|| Err(CodonError::Prediction("not predicted".into())))).collect())
     }
 
-    /// Logits for each residue of each prepared protein: (residues, vocab) f32 on the host.
-    fn residue_logits(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<Vec<f32>>>> {
+    /// Logits for each residue of each prepared protein: (residues, vocab) f32 on the host, or
+    /// that protein's own error where its logits are not finite (rows of a pass are independent,
+    /// so one broken row leaves the others' logits intact). The outer error is the pass's.
+    fn residue_logits(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Result<Vec<Vec<f32>>>>> {
         // Every protein becomes one or more windows of at most `window_len` tokens, overlapping
         // by up to WINDOW_CONTEXT residues of context on each side.
         let window_len = self.window_len();
@@ -463,23 +465,26 @@ impl Predictor {
         let input = ModelInput::from_encoding(&enc, self.model.config(), self.model.device())?;
         let logits = self.model.forward(&input, ForwardMode::eval(options.attention)).op("prediction forward")?;
         let logits: Vec<Vec<Vec<f32>>> = logits.to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3()?;
-        let mut out: Vec<Vec<Vec<f32>>> = batch.iter().map(|p| vec![Vec::new(); p.residues.len()]).collect();
+        let mut out: Vec<Result<Vec<Vec<f32>>>> =
+            batch.iter().map(|p| Ok(vec![Vec::new(); p.residues.len()])).collect();
         for (w, row_logits) in windows.iter().zip(logits) {
+            let Ok(protein_logits) = &mut out[w.protein] else { continue };
             if let Some(pos) =
                 (w.own_start..w.own_end).find(|&pos| row_logits[pos - w.start + 1].iter().any(|v| !v.is_finite()))
             {
                 let p = &batch[w.protein];
                 let head: String = p.protein.chars().take(24).collect();
-                return Err(CodonError::Prediction(format!(
+                out[w.protein] = Err(CodonError::Prediction(format!(
                     "the model gave non-finite logits for residue {} of protein {head}{} ({}): its weights or inputs are broken",
                     pos + 1,
                     if p.protein.chars().count() > 24 { "…" } else { "" },
                     p.organism
                 )));
+                continue;
             }
             for pos in w.own_start..w.own_end {
                 // +1 skips [CLS].
-                out[w.protein][pos] = row_logits[pos - w.start + 1].clone();
+                protein_logits[pos] = row_logits[pos - w.start + 1].clone();
             }
         }
         Ok(out)
@@ -487,7 +492,7 @@ impl Predictor {
 
     fn predict_prepared(&self, batch: &[Prepared], options: &PredictOptions) -> Result<Vec<Vec<DnaPrediction>>> {
         let logits = self.residue_logits(batch, options)?;
-        batch.iter().zip(logits).map(|(prepared, logits)| decode(prepared, &logits, options)).collect()
+        batch.iter().zip(logits).map(|(prepared, logits)| decode(prepared, &logits?, options)).collect()
     }
 
     /// Predict the proteins of several requests in shared forward passes, each decoded with its
@@ -496,7 +501,8 @@ impl Predictor {
     /// [`Predictor::predict_batch_with_progress`] gives it under its own options (its samples
     /// come from its own seed, never from its batch). The forward passes take `forward`'s
     /// attention, token budget and padding limit; an item whose options are invalid gets that
-    /// error alone, and a forward pass that fails gives its error to the proteins it carried.
+    /// error alone, a forward pass that fails gives its error to the proteins it carried, and a
+    /// protein whose logits are not finite gets that error alone.
     pub fn predict_each(
         &self,
         items: &[(ProteinInput, PredictOptions)],
@@ -516,12 +522,15 @@ impl Predictor {
         let passes = std::cell::RefCell::new(Vec::new());
         let predicted = self.in_batches(&inputs, forward, &mut |_| {}, |indices, prepared| {
             passes.borrow_mut().push(indices.len());
-            // A pass that fails (a device error, non-finite logits) fails its own proteins, not
-            // the other requests' passes.
+            // A pass that fails (a device error) fails its own proteins, not the other
+            // requests' passes; a protein whose logits are not finite fails alone.
             Ok(match self.residue_logits(prepared, forward) {
-                Ok(logits) => {
-                    indices.iter().zip(prepared).zip(logits).map(|((&i, p), l)| decode(p, &l, &items[i].1)).collect()
-                }
+                Ok(logits) => indices
+                    .iter()
+                    .zip(prepared)
+                    .zip(logits)
+                    .map(|((&i, p), l)| l.and_then(|l| decode(p, &l, &items[i].1)))
+                    .collect(),
                 Err(e) => {
                     let message = e.to_string();
                     indices.iter().map(|_| Err(CodonError::Prediction(message.clone()))).collect()

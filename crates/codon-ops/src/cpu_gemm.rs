@@ -77,7 +77,10 @@ pub fn matmul_into(
     let dst_addr = dst.as_mut_ptr() as usize;
     rayon::scope(|scope| {
         for strip in 0..strips {
-            let (from, to) = (n * strip / strips, n * (strip + 1) / strips);
+            // The first n % strips strips take one column more (no n·strip product to overflow).
+            let (width, extra) = (n / strips, n % strips);
+            let from = strip * width + strip.min(extra);
+            let to = from + width + usize::from(strip < extra);
             scope.spawn(move |_| {
                 // SAFETY: as above; the strips' columns are disjoint, so no two tasks write the
                 // same element of dst, and dst outlives the scope.
@@ -111,9 +114,10 @@ const STRIP_COLUMNS: usize = 192;
 /// How many column strips a product with `n` columns runs as, each one single-threaded `gemm`
 /// (a whole multiple of the threads, so they finish together), or 1 to leave the threading to
 /// `gemm`. Strips beat `gemm`'s own split on the model's shapes (AMD EPYC Zen 4, 2 threads,
-/// `gemm_throughput`): 352×3072·3072×768 at 151 against 110 GFLOP/s, 352×768·768×768 at 191
-/// against 168, 2048×3072·3072×768 at 197 against 163. Wider machines, where strips would be
-/// narrow, keep `gemm`'s split.
+/// `gemm_throughput`): 352×3072·3072×768 at 149 against 105 GFLOP/s, 352×768·768×768 at 165
+/// against 141, 2048×3072·3072×768 at 201 against 162. A product whose threads would get
+/// under [`MIN_THREAD_COLUMNS`] columns each keeps `gemm`'s split (the model's 768-column
+/// layers beyond 8 threads); only 2 threads were measured.
 fn column_strips(n: usize, threads: usize) -> usize {
     if threads > 1 && n / threads >= MIN_THREAD_COLUMNS {
         threads * (n / (threads * STRIP_COLUMNS)).max(1)

@@ -24,7 +24,7 @@ pub struct Job {
 
 /// Counters for `/metrics`.
 pub struct Counters {
-    /// Predict requests answered (the HTTP handler counts them).
+    /// Predict requests answered with results (the HTTP handler counts them; refusals are not).
     pub requests: AtomicU64,
     /// Batch jobs accepted.
     pub jobs: AtomicU64,

@@ -638,7 +638,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
     }
     let c = &state.counters;
     let text = format!(
-        "# HELP codon_predict_requests_total Predict requests answered (batch jobs' parts not included).\n\
+        "# HELP codon_predict_requests_total Predict requests answered with results (refusals and batch jobs' parts not included).\n\
          # TYPE codon_predict_requests_total counter\n\
          codon_predict_requests_total {}\n\
          # HELP codon_gathered_batches_total Batches of requests the model's worker gathered.\n\
