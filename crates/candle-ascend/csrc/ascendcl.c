@@ -67,7 +67,8 @@ static uint64_t g_collectives, g_collective_bytes; /* counted by libhccl.so */
 static uint64_t g_current, g_peak;
 /* Device memory in use on each device: each has its own HBM. */
 static uint64_t g_device_bytes[MAX_DEVICES];
-static long g_fail_alloc_at = -1; /* 1-based index of the aclrtMalloc call that fails */
+static long g_fail_alloc_at = -1;   /* 1-based index of the first aclrtMalloc call that fails */
+static long g_fail_alloc_last = -1; /* ... and of the last (-1: every call from the first on) */
 static char g_fail_op[128];
 
 /* CANDLE_ASCEND_SIM_SOC selects the part; an unknown name fails aclInit. */
@@ -206,7 +207,11 @@ static void read_faults(void) {
     const char *o = getenv("CANDLE_ASCEND_SIM_FAIL_OP");
     const char *m = getenv("CANDLE_ASCEND_SIM_NO_MATH");
     g_no_math = m && strcmp(m, "1") == 0;
-    g_fail_alloc_at = a ? atol(a) : -1;
+    /* "N": every call from the N-th on; "N-M": the N-th to the M-th only (a transient shortage,
+     * which the backend's release-and-retry meets when M > N). */
+    char *end = NULL;
+    g_fail_alloc_at = a ? strtol(a, &end, 10) : -1;
+    g_fail_alloc_last = (a && end && *end == '-') ? strtol(end + 1, NULL, 10) : -1;
     snprintf(g_fail_op, sizeof g_fail_op, "%s", o ? o : "");
 }
 
@@ -363,7 +368,8 @@ SIM_EXPORT aclError aclrtMalloc(void **ptr, size_t size, int policy) {
     }
     pthread_mutex_lock(&g_lock);
     g_allocs++;
-    int fail = g_fail_alloc_at > 0 && (long)g_allocs >= g_fail_alloc_at; /* from the Nth call on */
+    int fail = g_fail_alloc_at > 0 && (long)g_allocs >= g_fail_alloc_at &&
+               (g_fail_alloc_last < 0 || (long)g_allocs <= g_fail_alloc_last);
     uint64_t rounded = (size + 31) / 32 * 32 + 32; /* CANN: a multiple of 32, plus 32 */
     if (fail || g_device_bytes[t_device] + rounded > g_soc->hbm) {
         pthread_mutex_unlock(&g_lock);
