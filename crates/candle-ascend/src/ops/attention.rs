@@ -92,6 +92,12 @@ impl FlashArgs<'_> {
         }
         Ok(split.then_some(batch))
     }
+
+    /// The bias of sequence `i`'s launch: a bias of the whole batch is split with it; one of a
+    /// single sequence serves each.
+    fn sequence_bias(&self, batch: i64, i: i64) -> Option<View> {
+        self.pse.map(|p| if p.dims.first() == Some(&batch) { batch_entry(p, i) } else { p.clone() })
+    }
 }
 
 /// Batch entry `i` of `view`: its first dimension narrowed to one.
@@ -122,8 +128,7 @@ pub fn flash_attention(
     };
     for i in 0..batch {
         let e = |v: &View| batch_entry(v, i);
-        // A bias of the whole batch is split with it; one of a single sequence serves each.
-        let pse = args.pse.map(|p| if p.dims.first() == Some(&batch) { e(p) } else { p.clone() });
+        let pse = args.sequence_bias(batch, i);
         let entry = FlashArgs { pse: pse.as_ref(), ..*args };
         flash_attention_launch(dev, (&e(q), &e(k), &e(v)), &entry, (&e(softmax_max), &e(softmax_sum)), &e(out))?;
     }
@@ -194,8 +199,7 @@ pub fn flash_attention_grad(
     };
     for i in 0..batch {
         let e = |v: &View| batch_entry(v, i);
-        // A bias of the whole batch is split with it; one of a single sequence serves each.
-        let pse = args.pse.map(|p| if p.dims.first() == Some(&batch) { e(p) } else { p.clone() });
+        let pse = args.sequence_bias(batch, i);
         let entry = FlashArgs { pse: pse.as_ref(), ..*args };
         flash_attention_grad_launch(
             dev,
