@@ -30,15 +30,13 @@ pub struct Counters {
     pub jobs: AtomicU64,
     /// Batches the worker gathered (each one `predict_each` call), counted as each starts.
     pub batches: AtomicU64,
-    /// Forward passes run: a gathered batch runs one per length bucket.
-    pub passes: AtomicU64,
     /// Proteins predicted.
     pub proteins: AtomicU64,
     /// Jobs in the queue or being gathered.
     pub queued: AtomicU64,
     /// Jobs dropped because their caller had given up.
     pub expired: AtomicU64,
-    /// Proteins per forward pass.
+    /// Proteins per forward pass (its count: the passes run, one per length bucket).
     pub pass_proteins: Histogram,
 }
 
@@ -48,7 +46,6 @@ impl Default for Counters {
             requests: AtomicU64::default(),
             jobs: AtomicU64::default(),
             batches: AtomicU64::default(),
-            passes: AtomicU64::default(),
             proteins: AtomicU64::default(),
             queued: AtomicU64::default(),
             expired: AtomicU64::default(),
@@ -155,7 +152,6 @@ fn run_batch(predictor: &Predictor, forward: &PredictOptions, jobs: Vec<Job>, co
     let predicted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| predictor.predict_each(&items, forward)));
     let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predicted {
         Ok(Ok(predicted)) => {
-            counters.passes.fetch_add(predicted.pass_sizes.len() as u64, Ordering::Relaxed);
             predicted.pass_sizes.iter().for_each(|&n| counters.pass_proteins.observe(n as f64));
             predicted.results.into_iter().map(|r| r.map_err(|e| e.to_string())).collect()
         }

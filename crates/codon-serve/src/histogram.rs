@@ -46,6 +46,11 @@ impl Histogram {
         self.observe(took.as_secs_f64());
     }
 
+    /// Observations counted.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// The histogram as Prometheus text: cumulative buckets, sum and count.
     pub fn prometheus(&self, name: &str, help: &str) -> String {
         let mut out = format!("# HELP {name} {help}\n# TYPE {name} histogram\n");
@@ -56,7 +61,7 @@ impl Histogram {
             let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
         }
         let sum = f64::from_bits(self.sum.load(Ordering::Relaxed));
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {}", self.count.load(Ordering::Relaxed));
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {}", self.count());
         out
     }
 }

@@ -657,7 +657,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
          codon_jobs_total {}\n{}",
         c.requests.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
-        c.passes.load(Ordering::Relaxed),
+        c.pass_proteins.count(),
         c.proteins.load(Ordering::Relaxed),
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
