@@ -113,7 +113,12 @@ fn run() -> anyhow::Result<()> {
         }
         Ok(())
     })?;
-    outln!("wrote {batches} batches of up to {} records to {}", args.batch_size, args.output.display());
+    codon_ascend::reportln!(
+        &args.output,
+        "wrote {batches} batches of up to {} records to {}",
+        args.batch_size,
+        args.output.display()
+    );
     Ok(())
 }
 

@@ -146,7 +146,13 @@ fn run() -> anyhow::Result<()> {
         let written = write_plots(dir, &rows, &results, &references, &by_organism, &options)?;
         outln!("plots: {written} SVG files in {}", dir.display());
     }
-    outln!("evaluated {} of {} rows; wrote {}", results.len() - failed, results.len(), args.output.display());
+    codon_ascend::reportln!(
+        &args.output,
+        "evaluated {} of {} rows; wrote {}",
+        results.len() - failed,
+        results.len(),
+        args.output.display()
+    );
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} rows could not be evaluated (their errors are in the error column of {}; --allow-failures exits 0)",

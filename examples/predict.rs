@@ -132,8 +132,8 @@ struct Args {
     /// Nucleus mass for sampling [default: 0.95] (sampling only: needs --temperature).
     #[arg(long, alias = "top_p", requires = "temperature", allow_negative_numbers = true)]
     top_p: Option<f64>,
-    /// Sequences per protein (sampling).
-    #[arg(long, alias = "num_sequences", default_value_t = 1)]
+    /// Sequences per protein (sampling), at most 100 as in the design service.
+    #[arg(long, alias = "num_sequences", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
     num_sequences: usize,
     /// Exit 0 even when some rows fail (their errors are in the output's error column).
     #[arg(long, alias = "allow_failures")]
@@ -170,6 +170,8 @@ impl Predicted {
 /// Proteins done, on stderr: an indicatif bar on a terminal, else a line every few seconds.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
+    done_verb: &'static str,
+    noun: &'static str,
     total: usize,
     done: usize,
     start: Instant,
@@ -179,11 +181,16 @@ struct Progress {
 impl Progress {
     const LINE_EVERY: Duration = Duration::from_secs(5);
 
-    fn new(total: usize) -> Self {
-        let template = "{bar:40} {pos}/{len} proteins  {per_sec}  elapsed {elapsed}  ETA {eta}";
+    /// Progress of `total` items, each line saying what was done to them (`predicted`, `scored`).
+    fn new(total: usize, done_verb: &'static str) -> Self {
+        let template = "{bar:40} {pos}/{len} {msg}  {per_sec}  elapsed {elapsed}  ETA {eta}";
         let bar = codon_ascend::train::progress::terminal_bar(total, template);
+        let noun = if done_verb == "scored" { "sequences" } else { "proteins" };
+        if let Some(bar) = &bar {
+            bar.set_message(noun);
+        }
         let now = Instant::now();
-        Self { bar, total, done: 0, start: now, last_line: now }
+        Self { bar, total, done: 0, start: now, last_line: now, done_verb, noun }
     }
 
     fn advance(&mut self, n: usize) {
@@ -199,7 +206,8 @@ impl Progress {
         let seconds = self.start.elapsed().as_secs_f64();
         let rate = self.done as f64 / seconds.max(1e-9);
         let eta = self.total.saturating_sub(self.done) as f64 / rate.max(1e-9);
-        errln!("predicted {}/{} proteins, {rate:.2} proteins/s, ETA {eta:.0} s", self.done, self.total);
+        let (verb, noun) = (self.done_verb, self.noun);
+        errln!("{verb} {}/{} {noun}, {rate:.2} {noun}/s, ETA {eta:.0} s", self.done, self.total);
     }
 
     fn finish(self) {
@@ -312,7 +320,7 @@ fn run() -> anyhow::Result<()> {
             known_dna: dna_col.and_then(|c| r.get(c)).filter(|d| !d.trim().is_empty()).map(str::to_string),
         })
         .collect();
-    let mut progress = Progress::new(items.len());
+    let mut progress = Progress::new(items.len(), "predicted");
     let results = predict(&items, &mut |n| progress.advance(n))?;
     progress.finish();
     let (mut failed, mut unsatisfied) = (0, 0);
@@ -375,7 +383,12 @@ fn run() -> anyhow::Result<()> {
     let bytes = render(format, &table.headers, columns, &rows, mark)?;
     codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
     let ranked = if args.num_sequences > 1 { ", each protein's sequences best first by log-likelihood" } else { "" };
-    outln!("predicted {} proteins ({failed} failed){ranked}; wrote {}", table.rows.len() - failed, output.display());
+    codon_ascend::reportln!(
+        output,
+        "predicted {} proteins ({failed} failed){ranked}; wrote {}",
+        table.rows.len() - failed,
+        output.display()
+    );
     if failed > 0 && !args.allow_failures {
         let hint = match unsatisfied {
             0 => String::new(),
@@ -383,11 +396,12 @@ fn run() -> anyhow::Result<()> {
                 "; {n} have a constraint no synonymous change can meet (--best-effort keeps the closest sequence)"
             ),
         };
-        anyhow::bail!(
-            "{failed} of {} rows failed{hint} (their errors are in the error column of {}; --allow-failures exits 0)",
-            table.rows.len(),
-            output.display()
-        );
+        // A FASTA file has no error column: its failed entries' errors are the lines above.
+        let where_errors = match format {
+            OutputFormat::Fasta => "their errors are on stderr above, one line each".to_string(),
+            _ => format!("their errors are in the error column of {}", output.display()),
+        };
+        anyhow::bail!("{failed} of {} rows failed{hint} ({where_errors}; --allow-failures exits 0)", table.rows.len());
     }
     Ok(())
 }
@@ -406,7 +420,7 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
     if no_math {
         errln!("{}", codon_ascend::NO_MATH_WARNING);
     }
-    let mut progress = Progress::new(items.len());
+    let mut progress = Progress::new(items.len(), "scored");
     let scores = predictor.score_batch(&items, &options, &mut |n| progress.advance(n))?;
     progress.finish();
     let mut failed = 0;
@@ -438,7 +452,12 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
         Some(output) => {
             let bytes = render(OutputFormat::of(output), &table.headers, &["error"], &rows, mark)?;
             codon_ascend::data::write_atomically(output, |w| w.write_all(&bytes))?;
-            outln!("scored {} sequences ({failed} failed); wrote {}", rows.len() - failed, output.display());
+            codon_ascend::reportln!(
+                output,
+                "scored {} sequences ({failed} failed); wrote {}",
+                rows.len() - failed,
+                output.display()
+            );
         }
         None => {
             outln!("row,log_likelihood,mean_log_likelihood,least_likely_codons,error");

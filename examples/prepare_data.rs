@@ -56,7 +56,7 @@ fn run() -> anyhow::Result<()> {
     // Its errors name the file at fault: the input, or the output.
     let report = prepare(&args.input, &args.output, &options)?;
     outln!("{report}");
-    outln!("wrote {}", args.output.display());
+    codon_ascend::reportln!(&args.output, "wrote {}", args.output.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",

@@ -115,7 +115,7 @@ fn run() -> anyhow::Result<()> {
         .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
         .collect::<candle_core::Result<_>>()?;
     codon_ascend::model::files::write_safetensors(&out, &args.output)?;
-    outln!("wrote {}", args.output.display());
+    codon_ascend::reportln!(&args.output, "wrote {}", args.output.display());
     Ok(())
 }
 

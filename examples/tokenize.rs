@@ -109,7 +109,7 @@ fn run() -> anyhow::Result<()> {
         return Err(e);
     }
     written?;
-    outln!("tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    codon_ascend::reportln!(&args.output, "tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",

@@ -24,13 +24,31 @@ struct HubFile {
     etag: String,
 }
 
+/// How a hostile mirror lies (issue 42, items 5 to 9).
+#[derive(Clone, Debug, PartialEq)]
+enum Trick {
+    /// Serve honestly.
+    None,
+    /// `config.json`'s etag is a path out of the cache.
+    EtagPath,
+    /// `x-repo-commit` is a path out of the cache.
+    CommitPath,
+    /// The weights redirect to another origin (this port).
+    RedirectTo(u16),
+    /// `config.json` is cut short: half its bytes, then the connection closes.
+    ShortConfig,
+    /// Each answer waits this long (a slow download another process waits for).
+    Slow(u64),
+}
+
 /// The test Hub: counts requests; with `cut` set, sends half of each file body and hangs up; with
-/// `wrong_sha` set, sends an etag that is not the weights' sha256.
+/// `wrong_sha` set, sends an etag that is not the weights' sha256; `trick` lies otherwise.
 struct FakeHub {
     port: u16,
     requests: Arc<AtomicUsize>,
     cut: Arc<AtomicBool>,
     wrong_sha: Arc<AtomicBool>,
+    trick: Arc<std::sync::Mutex<Trick>>,
 }
 
 impl FakeHub {
@@ -52,15 +70,17 @@ impl FakeHub {
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(AtomicUsize::new(0));
         let (cut, wrong_sha) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (r, c, w) = (requests.clone(), cut.clone(), wrong_sha.clone());
+        let trick = Arc::new(std::sync::Mutex::new(Trick::None));
+        let (r, c, w, t) = (requests.clone(), cut.clone(), wrong_sha.clone(), trick.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 r.fetch_add(1, Ordering::SeqCst);
                 let (files, cut, wrong_sha) = (files.clone(), c.load(Ordering::SeqCst), w.load(Ordering::SeqCst));
-                std::thread::spawn(move || serve(stream, &files, cut, wrong_sha));
+                let trick = t.lock().unwrap().clone();
+                std::thread::spawn(move || serve(stream, &files, cut, wrong_sha, &trick));
             }
         });
-        Self { port, requests, cut, wrong_sha }
+        Self { port, requests, cut, wrong_sha, trick }
     }
 
     fn endpoint(&self) -> String {
@@ -81,7 +101,10 @@ fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], bod
     let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body));
 }
 
-fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool) {
+fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool, trick: &Trick) {
+    if let Trick::Slow(ms) = trick {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+    }
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
@@ -121,14 +144,25 @@ fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool) {
     let size = file.bytes.len();
     let (start, probe) = range_start.unwrap_or((0, false));
     let end = if probe { 0 } else { size - 1 };
-    let etag = if wrong_sha && file.etag.len() == 64 { "0".repeat(64) } else { file.etag.clone() };
+    let mut etag = if wrong_sha && file.etag.len() == 64 { "0".repeat(64) } else { file.etag.clone() };
+    let mut commit = COMMIT.to_string();
+    match trick {
+        Trick::EtagPath if name == "config.json" => etag = "../../../../../../evil-etag/config.json".into(),
+        Trick::CommitPath => commit = "../../..".into(),
+        Trick::RedirectTo(port) if name == "model.safetensors" => {
+            let location = format!("http://127.0.0.1:{port}/blob");
+            let headers = [("location", location), ("x-repo-commit", commit), ("x-linked-etag", format!("\"{etag}\""))];
+            return respond(&mut stream, "302 Found", &headers, b"");
+        }
+        _ => {}
+    }
     let headers = [
         ("etag", format!("\"{etag}\"")),
-        ("x-repo-commit", COMMIT.to_string()),
+        ("x-repo-commit", commit),
         ("content-range", format!("bytes {start}-{end}/{size}")),
     ];
     let body = &file.bytes[start..=end];
-    if cut && !probe {
+    if (cut || (*trick == Trick::ShortConfig && name == "config.json")) && !probe {
         // Promise the whole body, send half of it, hang up.
         let mut head =
             format!("HTTP/1.1 206 Partial Content\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
@@ -292,4 +326,108 @@ fn finetune_starts_from_a_hub_model_and_by_default_from_the_published_base() {
     // --from-scratch needs no model.
     let o = finetune(&["--from-scratch", "--config", &common::bigbird_fixture("config.json")], true);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// Run `predict` of `REPO` against `hub` with `HF_TOKEN` set.
+fn predict_with_token(hub: &FakeHub, cache: &Path) -> Output {
+    let mut c = Command::new(common::example("predict"));
+    c.args(["--model", REPO, "--protein", "MKV", "--organism", "Escherichia coli general"]);
+    c.env("HF_ENDPOINT", hub.endpoint()).env("HF_HUB_CACHE", cache).env("HF_TOKEN", "hf_secret").env_remove("HF_HOME");
+    c.env_remove("HF_HUB_OFFLINE").output().unwrap()
+}
+
+#[test]
+fn a_mirror_cannot_write_outside_the_cache_through_etags_or_commits() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The cache three folders down, so `../../..` from it stays inside the test's folder.
+    let cache = dir.path().join("a").join("b").join("hub");
+    for trick in [Trick::EtagPath, Trick::CommitPath] {
+        *hub.trick.lock().unwrap() = trick.clone();
+        let o = predict(REPO, &hub.endpoint(), &cache, false);
+        assert_eq!(o.status.code(), Some(1), "{trick:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("sent an invalid"), "{trick:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+        let mut outside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        outside.sort();
+        assert_eq!(outside, ["a"], "{trick:?} wrote beside the cache");
+        assert!(!dir.path().join("a").join("evil-etag").exists() && !dir.path().join("evil-etag").exists());
+        assert_eq!(std::fs::read_dir(dir.path().join("a")).unwrap().count(), 1, "{trick:?} wrote beside the cache");
+    }
+}
+
+#[test]
+fn the_token_goes_only_to_the_endpoint_and_not_along_a_redirect() {
+    // The other origin: serves the weights and records whether a token came with the request.
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_port = other.local_addr().unwrap().port();
+    let saw_token = Arc::new(AtomicBool::new(false));
+    let seen = saw_token.clone();
+    let weights = std::fs::read(common::bigbird_fixture("model.safetensors")).unwrap();
+    std::thread::spawn(move || {
+        for mut stream in other.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim().is_empty() {
+                    break;
+                }
+                if line.to_ascii_lowercase().starts_with("authorization:") {
+                    seen.store(true, Ordering::SeqCst);
+                }
+            }
+            respond(&mut stream, "200 OK", &[("etag", "\"cdn-etag-1\"".into())], &weights);
+        }
+    });
+    let hub = FakeHub::start();
+    *hub.trick.lock().unwrap() = Trick::RedirectTo(other_port);
+    let dir = tempfile::tempdir().unwrap();
+    let o = predict_with_token(&hub, &dir.path().join("hub"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!saw_token.load(Ordering::SeqCst), "HF_TOKEN went to another origin");
+}
+
+#[test]
+fn a_short_config_is_not_kept() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+    *hub.trick.lock().unwrap() = Trick::ShortConfig;
+    let o = predict(REPO, &hub.endpoint(), &cache, false);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!snapshot(&cache).join("config.json").exists(), "a short config.json was kept");
+    *hub.trick.lock().unwrap() = Trick::None;
+    let again = predict(REPO, &hub.endpoint(), &cache, false);
+    assert!(again.status.success(), "a later run fails after a short download: {}", stderr(&again));
+}
+
+#[test]
+fn revisions_that_are_paths_or_change_the_url_are_refused() {
+    let hub = FakeHub::start();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("c").join("hub");
+    for revision in ["../../../../hub/revtrav", "main?x=1", "main#frag"] {
+        let before = hub.requests();
+        let o = predict(&format!("{REPO}@{revision}"), &hub.endpoint(), &cache, false);
+        assert_eq!(o.status.code(), Some(1), "{revision}: {}", stderr(&o));
+        assert!(stderr(&o).contains("not a Hub repository id"), "{revision}: {}", stderr(&o));
+        assert_eq!(hub.requests(), before, "{revision}: a request was made");
+    }
+    assert!(!dir.path().join("hub").exists() && !cache.exists(), "a revision wrote into or beside the cache");
+}
+
+#[test]
+fn a_second_download_of_the_same_model_waits_for_the_first() {
+    let hub = FakeHub::start();
+    *hub.trick.lock().unwrap() = Trick::Slow(300);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("hub");
+    let (endpoint, first_cache) = (hub.endpoint(), cache.clone());
+    let first = std::thread::spawn(move || predict(REPO, &endpoint, &first_cache, false));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let second = predict(REPO, &hub.endpoint(), &cache, false);
+    let first = first.join().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(second.status.success(), "the second download failed: {}", stderr(&second));
+    assert_eq!(first.stdout, second.stdout);
 }

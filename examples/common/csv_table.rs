@@ -28,19 +28,77 @@ impl CsvTable {
     /// A batch file as a table: CSV as it is, or FASTA (by extension) as the columns `name` (the
     /// header's first word), `sequence_column` and `organism` (the header's [organism=NAME] tag,
     /// else `organism`; an entry with neither is an error when `organism_required`, else empty).
+    /// In a CSV file the `organism` column wins over `organism`, which fills its empty cells (and
+    /// is the column when the file has none); a note says so. A file with no rows is an error, and
+    /// FASTA names given twice get a warning.
     pub fn read_any(
         path: &Path,
         sequence_column: &str,
         organism: Option<&str>,
         organism_required: bool,
     ) -> anyhow::Result<Self> {
-        use codon_ascend::data::prepare::{fasta_header_field, read_fasta_entries};
         use codon_ascend::data::InputFormat;
-        if InputFormat::from_path(path).ok() != Some(InputFormat::Fasta) {
-            return Self::read(path);
+        let table = if InputFormat::from_path(path).ok() == Some(InputFormat::Fasta) {
+            Self::read_fasta(path, sequence_column, organism, organism_required)?
+        } else {
+            let mut table = Self::read(path)?;
+            if let Some(organism) = organism {
+                table.fill_organism(organism);
+            }
+            table
+        };
+        anyhow::ensure!(!table.rows.is_empty(), "{}: no sequences in the file", path.display());
+        Ok(table)
+    }
+
+    /// `--organism` beside a CSV file: the column when there is none, else its empty cells.
+    fn fill_organism(&mut self, organism: &str) {
+        match self.optional_column("organism") {
+            None => {
+                self.headers.push_field("organism");
+                self.rows.iter_mut().for_each(|r| r.push_field(organism));
+            }
+            Some(column) => {
+                let mut filled = 0;
+                for row in &mut self.rows {
+                    if row.get(column).is_some_and(|cell| cell.trim().is_empty()) {
+                        let fields: Vec<&str> =
+                            row.iter().enumerate().map(|(i, f)| if i == column { organism } else { f }).collect();
+                        *row = csv::StringRecord::from(fields);
+                        filled += 1;
+                    }
+                }
+                codon_ascend::errln!(
+                    "note: {} has an organism column, which wins over --organism ({filled} empty cells took it)",
+                    self.path.display()
+                );
+            }
         }
+    }
+
+    /// A FASTA file as the table `read_any` describes.
+    fn read_fasta(
+        path: &Path,
+        sequence_column: &str,
+        organism: Option<&str>,
+        organism_required: bool,
+    ) -> anyhow::Result<Self> {
+        use codon_ascend::data::prepare::{fasta_header_field, read_fasta_entries};
         let mut rows = Vec::new();
-        for entry in read_fasta_entries(path)? {
+        let mut seen = std::collections::HashMap::new();
+        let mut repeated = 0;
+        for (i, entry) in read_fasta_entries(path)?.into_iter().enumerate() {
+            if let Some(first) = seen.insert(entry.name().to_string(), i + 1) {
+                repeated += 1;
+                if repeated <= 3 {
+                    codon_ascend::errln!(
+                        "warning: {}: entry {} repeats the name {} of entry {first}; rows are told apart by their number",
+                        path.display(),
+                        i + 1,
+                        entry.name()
+                    );
+                }
+            }
             let tagged = fasta_header_field("organism", &entry.header).or(organism);
             if tagged.is_none() && organism_required {
                 anyhow::bail!(
@@ -50,6 +108,9 @@ impl CsvTable {
                 );
             }
             rows.push(csv::StringRecord::from(vec![entry.name(), &entry.sequence, tagged.unwrap_or("")]));
+        }
+        if repeated > 3 {
+            codon_ascend::errln!("warning: {}: {repeated} entries repeat an earlier name in all", path.display());
         }
         let headers = csv::StringRecord::from(vec!["name", sequence_column, "organism"]);
         Ok(Self { path: path.to_path_buf(), headers, rows, fasta: true })

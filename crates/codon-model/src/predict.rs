@@ -684,7 +684,10 @@ fn allowed_codons(prepared: &Prepared, match_protein: bool) -> Vec<Vec<u32>> {
 /// The protein a coding sequence encodes, without its final stop codon; an error for a length
 /// that is not a multiple of 3, a base other than A/C/G/T, or a stop codon inside.
 fn coding_protein(dna: &str) -> Result<String> {
-    if dna.is_empty() || !dna.len().is_multiple_of(3) {
+    if dna.is_empty() {
+        return Err(CodonError::Input("the DNA is empty".into()));
+    }
+    if !dna.len().is_multiple_of(3) {
         return Err(CodonError::Input(format!("a DNA of {} bases is not a whole number of codons", dna.len())));
     }
     let codons: Vec<&[u8]> = dna.as_bytes().chunks(3).collect();
@@ -741,10 +744,13 @@ fn argmax(row: &[f32], allowed: &[u32]) -> u32 {
 /// Temperature + top-p sampling over the allowed ids (`sample_non_deterministic` upstream):
 /// p = softmax(logits / T); keep the smallest most-likely prefix whose mass reaches top_p
 /// (entries whose preceding mass exceeds top_p are dropped); renormalise; draw.
+/// The largest logit is taken away before dividing by T: a tiny (subnormal) temperature then
+/// gives 0 for the best codon and -inf for the rest, which is argmax, where dividing first would
+/// give inf - inf = NaN.
 fn sample_top_p(row: &[f32], allowed: &[u32], temperature: f64, top_p: f64, rng: &mut impl Rng) -> u32 {
-    let scaled: Vec<f64> = allowed.iter().map(|&id| row[id as usize] as f64 / temperature).collect();
-    let max = scaled.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let mut probs: Vec<(f64, u32)> = scaled.iter().zip(allowed).map(|(s, &id)| ((s - max).exp(), id)).collect();
+    let max = allowed.iter().map(|&id| row[id as usize] as f64).fold(f64::NEG_INFINITY, f64::max);
+    let scaled = allowed.iter().map(|&id| (row[id as usize] as f64 - max) / temperature);
+    let mut probs: Vec<(f64, u32)> = scaled.zip(allowed).map(|(s, &id)| (s.exp(), id)).collect();
     let total: f64 = probs.iter().map(|p| p.0).sum();
     probs.iter_mut().for_each(|p| p.0 /= total);
     probs.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -771,6 +777,21 @@ fn sample_top_p(row: &[f32], allowed: &[u32], temperature: f64, top_p: f64, rng:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tiny_temperatures_sample_the_argmax() {
+        let row = [0.5f32, 3.0, -1.0, 2.5, 7.25, 7.0];
+        let allowed = [0u32, 1, 2, 3, 4, 5];
+        for temperature in [1e-310, 5e-324, 1e-12] {
+            for seed in 0..20 {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                assert_eq!(sample_top_p(&row, &allowed, temperature, 0.95, &mut rng), 4, "T={temperature:e}");
+            }
+        }
+        let allowed = [0u32, 2, 3];
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        assert_eq!(sample_top_p(&row, &allowed, 1e-310, 0.95, &mut rng), 3, "the best allowed codon");
+    }
 
     #[test]
     fn batches_hold_similar_lengths_under_the_token_budget() {

@@ -30,7 +30,7 @@ pub enum VocabError {
         codons: usize,
     },
     /// An organism name that is not in the table.
-    #[error("Invalid organism name: {name}. Please use a valid organism name or ID.{}", suggest(.suggestions))]
+    #[error("{}", unknown_organism(.name, .suggestions))]
     UnknownOrganismName {
         /// The name given.
         name: String,
@@ -92,6 +92,14 @@ impl VocabError {
             other => other.to_string(),
         }
     }
+}
+
+/// Upstream's message for an unknown name; an empty name says that no organism was given.
+fn unknown_organism(name: &str, suggestions: &[String]) -> String {
+    if name.trim().is_empty() {
+        return "No organism given (the name is empty). Please use a valid organism name or ID.".into();
+    }
+    format!("Invalid organism name: {name}. Please use a valid organism name or ID.{}", suggest(suggestions))
 }
 
 fn suggest(names: &[String]) -> String {

@@ -2,9 +2,18 @@
 //! renamed in, so a crash never leaves a partial file; and with the permissions an ordinary
 //! create gives under the user's umask (tempfile's own default is 0600, which colleagues on a
 //! shared server cannot read).
+//!
+//! Only a regular file is ever replaced. What an output path names decides how it is written
+//! ([`OutputTarget`]):
+//! - `-`, `/dev/stdout` and `/dev/stderr` are the process's own streams, written through;
+//! - a symlink is followed, and its target written atomically (the link stays), as
+//!   `sed -i --follow-symlinks` and editors do;
+//! - a character or block device, a FIFO, or `/dev/fd/N` is opened and written through
+//!   (`--output /dev/null` as root must not replace `/dev/null`);
+//! - anything else that is not a regular file (a folder, a socket) is refused.
 
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, VocabError};
@@ -53,29 +62,132 @@ fn temp_sibling(path: &Path) -> Result<tempfile::NamedTempFile> {
     temp_file_in(dir, &format!(".{name}.")).map_err(|e| VocabError::io(dir, e))
 }
 
+/// Most symlinks followed from one output path (Linux's own limit, `MAXSYMLINKS`).
+const MAX_LINKS: usize = 40;
+
+/// What writing an output path means (see the module doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputTarget {
+    /// A regular file, or a new one: written under a temporary name beside it, then renamed in.
+    /// For a symlink this is the file the link leads to.
+    File(PathBuf),
+    /// One of this process's streams (`-`, `/dev/stdout`: 1; `/dev/stderr`: 2), written through.
+    Stdio(u8),
+    /// A device, a FIFO or an inherited descriptor (`/dev/fd/N`): opened and written through.
+    Stream(PathBuf),
+}
+
+impl OutputTarget {
+    /// What `path` names now; a folder, a socket or a symlink loop is an error.
+    pub fn of(path: &Path) -> Result<Self> {
+        match path.to_str() {
+            Some("-" | "/dev/stdout") => return Ok(Self::Stdio(1)),
+            Some("/dev/stderr") => return Ok(Self::Stdio(2)),
+            Some(p) if p.starts_with("/dev/fd/") || p.starts_with("/proc/self/fd/") => {
+                return Ok(Self::Stream(path.to_path_buf()))
+            }
+            _ => {}
+        }
+        let mut current = path.to_path_buf();
+        for _ in 0..MAX_LINKS {
+            let meta = match std::fs::symlink_metadata(&current) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::File(current)),
+                Err(e) => return Err(VocabError::io(&current, e)),
+            };
+            let kind = meta.file_type();
+            if kind.is_symlink() {
+                let link = std::fs::read_link(&current).map_err(|e| VocabError::io(&current, e))?;
+                current = parent_dir(&current).join(link);
+            } else if kind.is_file() {
+                return Ok(Self::File(current));
+            } else if kind.is_dir() {
+                return Err(VocabError::io(path, std::io::Error::other("a folder is there; give a file name")));
+            } else if is_stream(&kind) {
+                return Ok(Self::Stream(current));
+            } else {
+                return Err(VocabError::io(
+                    path,
+                    std::io::Error::other("not a regular file, a device or a FIFO: refused"),
+                ));
+            }
+        }
+        Err(VocabError::io(path, std::io::Error::other(format!("more than {MAX_LINKS} symlinks: refused"))))
+    }
+
+    /// Open a stream target for writing, without truncating or replacing it.
+    fn open_stream(&self, path: &Path) -> Result<File> {
+        let io = |e| VocabError::io(path, e);
+        match self {
+            Self::Stdio(fd) => {
+                use std::os::fd::AsFd;
+                let dup = if *fd == 1 {
+                    std::io::stdout().as_fd().try_clone_to_owned()
+                } else {
+                    std::io::stderr().as_fd().try_clone_to_owned()
+                };
+                Ok(File::from(dup.map_err(io)?))
+            }
+            Self::Stream(p) => std::fs::OpenOptions::new().write(true).open(p).map_err(io),
+            Self::File(_) => Err(io(std::io::Error::other("a regular file is written atomically"))),
+        }
+    }
+}
+
+/// A character or block device, or a FIFO: what is written through rather than replaced.
+#[cfg(unix)]
+fn is_stream(kind: &std::fs::FileType) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    kind.is_char_device() || kind.is_block_device() || kind.is_fifo()
+}
+
+#[cfg(not(unix))]
+fn is_stream(_: &std::fs::FileType) -> bool {
+    false
+}
+
 /// Write `path` atomically: `write` fills a buffered temporary file in the same folder, which
 /// is flushed, synced and renamed over `path`. On any failure the temporary file is removed
-/// and `path` is left as it was. The writer also seeks (for zip archives).
+/// and `path` is left as it was. The writer also seeks (for zip archives). A symlink's target is
+/// what is replaced; a device, a FIFO or a standard stream is written through (see the module doc).
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>) -> Result<()> {
-    let tmp = temp_sibling(path)?;
     let io = |e| VocabError::io(path, e);
+    let target = OutputTarget::of(path)?;
+    let OutputTarget::File(file_path) = &target else {
+        let mut out = BufWriter::new(target.open_stream(path)?);
+        write(&mut out).map_err(io)?;
+        return out.flush().map_err(io);
+    };
+    let tmp = temp_sibling(file_path)?;
     let mut out = BufWriter::new(tmp.as_file().try_clone().map_err(io)?);
     write(&mut out).map_err(io)?;
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
+    tmp.persist(file_path).map_err(|e| io(e.error))?;
     Ok(())
 }
 
 /// [`write_atomically`] for writers that take a path: `write` writes the temporary path given,
-/// and may fail with its caller's error type.
+/// and may fail with its caller's error type. For a stream target the temporary file lies in the
+/// system's temporary folder and is copied through once written.
 pub fn write_atomically_at<E: From<VocabError>>(
     path: &Path,
     write: impl FnOnce(&Path) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
-    let tmp = temp_sibling(path)?;
+    let target = OutputTarget::of(path)?;
+    let OutputTarget::File(file_path) = &target else {
+        let tmp = temp_file_in(&std::env::temp_dir(), ".codon-output.").map_err(|e| VocabError::io(path, e))?;
+        write(tmp.path())?;
+        let io = |e| VocabError::io(path, e);
+        let mut written = File::open(tmp.path()).map_err(io)?;
+        let mut out = target.open_stream(path)?;
+        std::io::copy(&mut written, &mut out).map_err(io)?;
+        out.flush().map_err(io)?;
+        return Ok(());
+    };
+    let tmp = temp_sibling(file_path)?;
     write(tmp.path())?;
-    tmp.persist(path).map_err(|e| VocabError::io(path, e.error))?;
+    tmp.persist(file_path).map_err(|e| VocabError::io(path, e.error))?;
     Ok(())
 }
 
@@ -96,6 +208,11 @@ pub fn write_atomically_replaced<E: From<VocabError>>(
 /// Check, before any work, that the file `path` can be written: its folder exists and takes a
 /// new file (a long computation then never ends in "No such file or directory").
 pub fn check_output_location(path: &Path) -> Result<()> {
+    let path = match OutputTarget::of(path)? {
+        OutputTarget::File(file) => file,
+        OutputTarget::Stdio(_) | OutputTarget::Stream(_) => return Ok(()),
+    };
+    let path = path.as_path();
     let dir = parent_dir(path);
     if !dir.is_dir() {
         let reason = if dir.exists() { "is not a folder" } else { "does not exist" };
@@ -177,6 +294,53 @@ mod tests {
         assert!(!err.to_string().contains(".out.jsonl."), "no temporary name: {err}");
         write_atomically(&path, |w| w.write_all(b"new")).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "new");
+    }
+
+    #[test]
+    fn links_devices_and_fifos_are_never_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A symlink: its target is written, the link stays.
+        let target = dir.path().join("target.csv");
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join("link.csv");
+        std::os::unix::fs::symlink("target.csv", &link).unwrap();
+        write_atomically(&link, |w| w.write_all(b"new")).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        // A dangling link: the file it names is created.
+        let dangling = dir.path().join("dangling.csv");
+        std::os::unix::fs::symlink("made.csv", &dangling).unwrap();
+        write_atomically_at(&dangling, |tmp| std::fs::write(tmp, "made").map_err(|e| VocabError::io(tmp, e))).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.path().join("made.csv")).unwrap(), "made");
+        assert!(std::fs::symlink_metadata(&dangling).unwrap().file_type().is_symlink());
+        // A device, through a link to /dev/null: written through, both left as they were.
+        let null = dir.path().join("null");
+        std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+        assert_eq!(OutputTarget::of(&null).unwrap(), OutputTarget::Stream("/dev/null".into()));
+        check_output_location(&null).unwrap();
+        write_atomically(&null, |w| w.write_all(b"gone")).unwrap();
+        write_atomically_at(&null, |tmp| std::fs::write(tmp, "gone").map_err(|e| VocabError::io(tmp, e))).unwrap();
+        assert!(std::fs::symlink_metadata(&null).unwrap().file_type().is_symlink());
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        // A FIFO: written through to its reader.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        write_atomically(&fifo, |w| w.write_all(b"through")).unwrap();
+        assert_eq!(reader.join().unwrap(), "through");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+        // Standard streams by name; a link loop and a folder are refused.
+        assert_eq!(OutputTarget::of(Path::new("-")).unwrap(), OutputTarget::Stdio(1));
+        assert_eq!(OutputTarget::of(Path::new("/dev/stdout")).unwrap(), OutputTarget::Stdio(1));
+        let looped = dir.path().join("loop");
+        std::os::unix::fs::symlink("loop", &looped).unwrap();
+        assert!(write_atomically(&looped, |w| w.write_all(b"x")).is_err());
+        assert!(std::fs::symlink_metadata(&looped).unwrap().file_type().is_symlink());
+        assert!(write_atomically(dir.path(), |w| w.write_all(b"x")).is_err());
     }
 
     #[test]

@@ -466,5 +466,11 @@ mod tests {
         assert_eq!(r.resolve().unwrap(), 0);
         let r: OrganismRef = serde_json::from_str("\"51\"").unwrap();
         assert_eq!(r, OrganismRef::Id(51), "a quoted id is an id, as in a CSV field");
+        let empty = parse_organism(" ").unwrap_err().to_string();
+        assert!(empty.starts_with("No organism given (the name is empty)"), "{empty}");
+        assert!(parse_organism("Homo sapien")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Invalid organism name: Homo sapien."));
     }
 }
