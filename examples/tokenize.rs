@@ -16,7 +16,6 @@ use anyhow::Context;
 use clap::Parser;
 use codon_ascend::data::write_atomically;
 use codon_ascend::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
-use codon_ascend::outln;
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
