@@ -1,6 +1,7 @@
 //! CodonTransformer as an HTTP service: the model loaded once, a JSON API on 127.0.0.1, and
 //! concurrent predict requests batched into shared forward passes (crate `codon-serve`).
-//! SIGINT or SIGTERM stops it after the requests in flight.
+//! SIGINT or SIGTERM stops it after the requests in flight; batch jobs are kept in an SQLite file
+//! (`--jobs-db`), and the next start resumes the unfinished ones.
 //!
 //! ```text
 //! cargo run --release --example serve -- --model adibvafa/CodonTransformer --port 8080
@@ -69,6 +70,10 @@ struct Args {
     /// CORS is off without it).
     #[arg(long, value_name = "ORIGIN")]
     cors: Vec<String>,
+    /// The SQLite file batch jobs are kept in, so that a restart resumes them (default:
+    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3).
+    #[arg(long, value_name = "PATH")]
+    jobs_db: Option<PathBuf>,
 }
 
 fn run() -> anyhow::Result<()> {
@@ -93,6 +98,10 @@ fn run() -> anyhow::Result<()> {
         Some(_) => Some(Arc::new(args.reference.load(keep)?)),
         None => None,
     };
+    let jobs_db = match args.jobs_db.clone().or_else(codon_serve::jobs::default_db_path) {
+        Some(path) => path,
+        None => anyhow::bail!("no data folder for the jobs database (HOME is not set): give --jobs-db PATH"),
+    };
     let defaults = ServeConfig::default();
     let config = ServeConfig {
         host: args.host,
@@ -105,12 +114,18 @@ fn run() -> anyhow::Result<()> {
         forward: PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() },
         reference,
         cors_origins: args.cors,
+        jobs_db: Some(jobs_db.clone()),
         ..defaults
     };
     let server = RunningServer::start(predictor, config)?;
-    codon_ascend::errln!("serving {} on http://{} (SIGINT or SIGTERM stops it)", spec.display(), server.addr);
-    server.stop_on_signal()?;
-    codon_ascend::errln!("stopped");
+    codon_ascend::errln!(
+        "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
+        spec.display(),
+        server.addr,
+        jobs_db.display()
+    );
+    let stopped = server.stop_on_signal()?;
+    codon_ascend::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
     Ok(())
 }
 

@@ -2,9 +2,13 @@
 //! first, gathers whatever else arrives within a short window (up to a protein budget), runs them
 //! through shared forward passes, and answers each job with its own results. A job whose caller
 //! gave up is dropped before it runs.
+//!
+//! The queue has two lanes: interactive requests are always taken first, and batch jobs' parts
+//! wait in a lane of their own (half the capacity), so jobs never fill the room interactive
+//! requests need.
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use codon_model::{DnaPrediction, PredictOptions, Predictor, ProteinInput};
@@ -63,11 +67,51 @@ pub struct BatchPolicy {
     pub max_proteins: usize,
 }
 
+/// The queue's two lanes: interactive requests, and batch jobs' parts behind them.
+#[derive(Default)]
+struct Lanes {
+    interactive: VecDeque<Job>,
+    background: VecDeque<Job>,
+    /// Live [`Queue`] handles: the worker stops when none is left and the lanes are empty.
+    senders: usize,
+    /// The worker has stopped: nothing more is taken.
+    closed: bool,
+}
+
+/// What the queue's handles and its worker share.
+struct Shared {
+    lanes: Mutex<Lanes>,
+    ready: Condvar,
+    /// Most interactive requests waiting.
+    capacity: usize,
+    /// Most job parts waiting: jobs never take the interactive lane's room.
+    background_capacity: usize,
+}
+
+impl Shared {
+    fn lanes(&self) -> MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The sending side of the queue.
-#[derive(Clone)]
 pub struct Queue {
-    sender: SyncSender<Job>,
+    shared: Arc<Shared>,
     counters: Arc<Counters>,
+}
+
+impl Clone for Queue {
+    fn clone(&self) -> Self {
+        self.shared.lanes().senders += 1;
+        Self { shared: self.shared.clone(), counters: self.counters.clone() }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.shared.lanes().senders -= 1;
+        self.shared.ready.notify_all();
+    }
 }
 
 /// Why a job was not queued.
@@ -79,21 +123,58 @@ pub enum Refused {
     Closed,
 }
 
+/// Which lane a job waits in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// A predict request: taken first, with the queue's whole capacity.
+    Interactive,
+    /// A batch job's part: taken when no interactive request waits, and holding at most half
+    /// the queue's capacity of room of its own.
+    Background,
+}
+
 impl Queue {
-    /// Queue `job`, or say why not at once.
+    /// Queue an interactive `job`, or say why not at once.
     pub fn submit(&self, job: Job) -> Result<(), Refused> {
+        self.submit_to(Lane::Interactive, job)
+    }
+
+    /// Queue `job` in `lane`, or say why not at once.
+    pub fn submit_to(&self, lane: Lane, job: Job) -> Result<(), Refused> {
+        let mut lanes = self.shared.lanes();
+        if lanes.closed {
+            return Err(Refused::Closed);
+        }
+        let (queue, capacity) = match lane {
+            Lane::Interactive => (&mut lanes.interactive, self.shared.capacity),
+            Lane::Background => (&mut lanes.background, self.shared.background_capacity),
+        };
+        if queue.len() >= capacity {
+            return Err(Refused::Full);
+        }
+        queue.push_back(job);
         self.counters.queued.fetch_add(1, Ordering::Relaxed);
-        self.sender.try_send(job).map_err(|e| {
-            self.counters.queued.fetch_sub(1, Ordering::Relaxed);
-            match e {
-                TrySendError::Full(_) => Refused::Full,
-                TrySendError::Disconnected(_) => Refused::Closed,
-            }
-        })
+        drop(lanes);
+        self.shared.ready.notify_one();
+        Ok(())
+    }
+
+    /// Most job parts that may wait at once.
+    pub fn background_capacity(&self) -> usize {
+        self.shared.background_capacity
+    }
+
+    /// Drop the job parts still waiting (the server is stopping: they are resumed on the next
+    /// start); their callers' answers close. Parts the worker has taken are finished.
+    pub fn withdraw_background(&self) -> usize {
+        let withdrawn: Vec<Job> = self.shared.lanes().background.drain(..).collect();
+        self.counters.queued.fetch_sub(withdrawn.len() as u64, Ordering::Relaxed);
+        withdrawn.len()
     }
 }
 
-/// Start the worker thread that owns `predictor`, with a queue of `capacity` jobs.
+/// Start the worker thread that owns `predictor`, with a queue of `capacity` interactive
+/// requests and half as many job parts (at least one).
 pub fn start(
     predictor: Predictor,
     forward: PredictOptions,
@@ -101,34 +182,71 @@ pub fn start(
     capacity: usize,
     counters: Arc<Counters>,
 ) -> std::io::Result<(Queue, std::thread::JoinHandle<()>)> {
-    let (sender, receiver) = std::sync::mpsc::sync_channel(capacity.max(1));
+    let shared = Arc::new(Shared {
+        lanes: Mutex::new(Lanes { senders: 1, ..Lanes::default() }),
+        ready: Condvar::new(),
+        capacity: capacity.max(1),
+        background_capacity: (capacity / 2).max(1),
+    });
+    let worker_shared = shared.clone();
     let worker_counters = counters.clone();
     let handle = std::thread::Builder::new()
         .name("codon-serve model".into())
-        .spawn(move || run(&predictor, &forward, policy, &receiver, &worker_counters))?;
-    Ok((Queue { sender, counters }, handle))
+        .spawn(move || run(&predictor, &forward, policy, &worker_shared, &worker_counters))?;
+    Ok((Queue { shared, counters }, handle))
+}
+
+/// Marks the queue closed when the worker stops, however it stops, and drops what waits (its
+/// callers' answers close rather than wait forever).
+struct CloseOnExit<'a>(&'a Shared);
+
+impl Drop for CloseOnExit<'_> {
+    fn drop(&mut self) {
+        let mut lanes = self.0.lanes();
+        lanes.closed = true;
+        lanes.interactive.clear();
+        lanes.background.clear();
+    }
+}
+
+/// The next job, interactive requests first: `None` at `until`, or when every sender is gone
+/// and nothing waits.
+fn take(shared: &Shared, until: Option<Instant>) -> Option<Job> {
+    let mut lanes = shared.lanes();
+    loop {
+        if let Some(job) = lanes.interactive.pop_front().or_else(|| lanes.background.pop_front()) {
+            return Some(job);
+        }
+        if lanes.senders == 0 {
+            return None;
+        }
+        lanes = match until {
+            None => shared.ready.wait(lanes).unwrap_or_else(|p| p.into_inner()),
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return None;
+                }
+                shared.ready.wait_timeout(lanes, left).unwrap_or_else(|p| p.into_inner()).0
+            }
+        };
+    }
 }
 
 /// The worker: until every sender is gone, gather a batch and run it.
-fn run(
-    predictor: &Predictor,
-    forward: &PredictOptions,
-    policy: BatchPolicy,
-    jobs: &Receiver<Job>,
-    counters: &Counters,
-) {
-    while let Ok(first) = jobs.recv() {
+fn run(predictor: &Predictor, forward: &PredictOptions, policy: BatchPolicy, shared: &Shared, counters: &Counters) {
+    let _close = CloseOnExit(shared);
+    while let Some(first) = take(shared, None) {
         let mut batch = vec![first];
         let mut proteins = batch[0].items.len();
         let until = Instant::now() + policy.window;
         while proteins < policy.max_proteins {
-            let left = until.saturating_duration_since(Instant::now());
-            match jobs.recv_timeout(left) {
-                Ok(job) => {
+            match take(shared, Some(until)) {
+                Some(job) => {
                     proteins += job.items.len();
                     batch.push(job);
                 }
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                None => break,
             }
         }
         counters.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);

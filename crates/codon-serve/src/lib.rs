@@ -18,4 +18,4 @@ pub mod jobs;
 mod page;
 mod server;
 
-pub use server::{RunningServer, ServeConfig, ServeError};
+pub use server::{RunningServer, ServeConfig, ServeError, Stopped};

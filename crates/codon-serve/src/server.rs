@@ -20,10 +20,10 @@ use crate::api::{
     organism_ref, ErrorBody, EvaluateRequest, EvaluateResponse, EvaluateResult, Organism, PredictRequest,
     PredictResponse, ProteinResult,
 };
-use crate::batcher::{self, BatchPolicy, Counters, Job, Queue, Refused};
+use crate::batcher::{self, BatchPolicy, Counters, Job, Lane, Queue, Refused};
 use crate::design::{self, Finish};
 use crate::histogram::{Histogram, SECONDS};
-use crate::jobs::{JobReport, JobStatus, JobStore};
+use crate::jobs::{JobProtein, JobReport, JobStatus, Jobs, Pending, ResultsPage, SqliteJobStore, StoreError};
 
 /// What the server listens on and what it accepts.
 #[derive(Clone, Debug)]
@@ -64,6 +64,10 @@ pub struct ServeConfig {
     pub reference: Option<Arc<References>>,
     /// Origins a browser may call the API from (CORS); none: no CORS headers.
     pub cors_origins: Vec<String>,
+    /// The SQLite file batch jobs are kept in (created with its folder), so that they survive a
+    /// restart; `None`: a private temporary file that goes with the server (the `serve` example
+    /// defaults to [`crate::jobs::default_db_path`]).
+    pub jobs_db: Option<std::path::PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -86,6 +90,7 @@ impl Default for ServeConfig {
             forward: PredictOptions::default(),
             reference: None,
             cors_origins: Vec::new(),
+            jobs_db: None,
         }
     }
 }
@@ -104,6 +109,16 @@ pub enum ServeError {
     /// A thread or the async runtime could not start, or the server failed while running.
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The jobs database could not be opened or read.
+    #[error("{0}")]
+    Jobs(#[from] StoreError),
+}
+
+/// How a server stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Batch jobs still unfinished in the jobs database: the next start on it resumes them.
+    pub jobs_left: usize,
 }
 
 /// How long a stop waits for the requests in flight before it closes their connections.
@@ -117,8 +132,10 @@ pub(crate) struct AppState {
     config: ServeConfig,
     /// Seconds from a predict request's arrival to its answer.
     latency: Histogram,
-    /// The batch jobs.
-    jobs: JobStore,
+    /// The batch jobs, in their database.
+    jobs: Jobs,
+    /// New jobs for the scheduler ([`schedule_jobs`]).
+    new_jobs: tokio::sync::mpsc::UnboundedSender<Pending>,
     /// The model's device, for its memory in `/metrics` (NPUs).
     device: candle_core::Device,
     /// Each organism's %MinMax band, computed once when first asked for.
@@ -142,13 +159,21 @@ pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
     stop: Option<tokio::sync::watch::Sender<bool>>,
-    thread: Option<std::thread::JoinHandle<Result<(), ServeError>>>,
+    thread: Option<std::thread::JoinHandle<Result<Stopped, ServeError>>>,
 }
 
 impl RunningServer {
     /// Bind `config`'s address and serve `predictor` until [`RunningServer::stop`] (or a signal the
     /// caller turns into one).
     pub fn start(predictor: Predictor, config: ServeConfig) -> Result<Self, ServeError> {
+        // The jobs database first: a path that cannot hold it is one error before anything runs.
+        let store: Jobs = match &config.jobs_db {
+            Some(path) => Arc::new(SqliteJobStore::open(path)?),
+            None => Arc::new(SqliteJobStore::temporary()?),
+        };
+        // Jobs a killed or stopped server left are resumed where they stopped.
+        store.expire()?;
+        let pending = store.unfinished()?;
         let addr = SocketAddr::new(config.host, config.port);
         let listener = std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
         listener.set_nonblocking(true)?;
@@ -158,13 +183,15 @@ impl RunningServer {
         let device = predictor.model().device().clone();
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
+        let (new_jobs, jobs_in) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(AppState {
             queue,
             counters,
             organisms,
             config,
             latency: Histogram::new(SECONDS),
-            jobs: JobStore::default(),
+            jobs: store.clone(),
+            new_jobs,
             device,
             bands: Default::default(),
         });
@@ -173,6 +200,19 @@ impl RunningServer {
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             let served = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
+                let scheduler = tokio::spawn(schedule_jobs(state.clone(), pending, jobs_in, stopped.clone()));
+                let mut jobs_grace = stopped.clone();
+                // On a stop the scheduler finishes the parts the worker has taken and saves them,
+                // within the same grace as the requests.
+                let jobs_saved = async move {
+                    tokio::select! {
+                        _ = scheduler => {}
+                        () = async move {
+                            let _ = jobs_grace.wait_for(|stop| *stop).await;
+                            tokio::time::sleep(STOP_GRACE).await;
+                        } => {}
+                    }
+                };
                 let (mut graceful, mut grace) = (stopped.clone(), stopped);
                 let serve = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
                     let _ = graceful.wait_for(|stop| *stop).await;
@@ -182,27 +222,32 @@ impl RunningServer {
                     let _ = grace.wait_for(|stop| *stop).await;
                     tokio::time::sleep(STOP_GRACE).await;
                 };
-                tokio::select! {
-                    served = serve.into_future() => served,
-                    () = deadline => Ok(()),
-                }
+                let requests = async move {
+                    tokio::select! {
+                        served = serve.into_future() => served,
+                        () = deadline => Ok(()),
+                    }
+                };
+                tokio::join!(requests, jobs_saved).0
             });
             // Connections still open past the grace period go with the runtime, and with them
             // the router's last sender of the queue: the worker finishes its batch and exits.
             runtime.shutdown_timeout(Duration::from_secs(1));
             let _ = worker.join();
-            served.map_err(ServeError::from)
+            served?;
+            Ok(Stopped { jobs_left: store.unfinished()?.len() })
         })?;
         Ok(Self { addr, stop: Some(stop), thread: Some(thread) })
     }
 
-    /// Stop accepting connections, finish the requests in flight, then return.
-    pub fn stop(mut self) -> Result<(), ServeError> {
+    /// Stop accepting connections, finish the requests in flight and the batch jobs' parts the
+    /// model has taken (saved), then return with the number of jobs left to resume.
+    pub fn stop(mut self) -> Result<Stopped, ServeError> {
         self.finish()
     }
 
     /// Serve until SIGINT or SIGTERM, then [`RunningServer::stop`].
-    pub fn stop_on_signal(self) -> Result<(), ServeError> {
+    pub fn stop_on_signal(self) -> Result<Stopped, ServeError> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         runtime.block_on(async {
             #[cfg(unix)]
@@ -220,7 +265,7 @@ impl RunningServer {
         self.stop()
     }
 
-    fn finish(&mut self) -> Result<(), ServeError> {
+    fn finish(&mut self) -> Result<Stopped, ServeError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
         }
@@ -228,7 +273,7 @@ impl RunningServer {
             Some(thread) => {
                 thread.join().unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread panicked").into()))
             }
-            None => Ok(()),
+            None => Ok(Stopped { jobs_left: 0 }),
         }
     }
 }
@@ -356,77 +401,259 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
     Json(PredictResponse { results }).into_response()
 }
 
-/// `POST /v1/jobs`: a predict request of up to `max_job_proteins` proteins as a job, answered
-/// at once (202) with its id; `GET /v1/jobs/{id}` follows it.
+/// `POST /v1/jobs`'s body: a predict request, its options kept as given (they are saved with
+/// the job and read again for each part).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobRequest {
+    proteins: Vec<crate::api::ProteinItem>,
+    #[serde(default)]
+    options: Option<serde_json::Value>,
+}
+
+/// A job's limits: its proteins and codons.
+fn job_limits(config: &ServeConfig) -> Limits {
+    Limits { proteins: config.max_job_proteins, codons: config.max_job_codons }
+}
+
+/// A 500 for a failure of the jobs database (logged: it is the server's fault, not the caller's).
+fn store_failed(e: impl std::fmt::Display) -> Response {
+    eprintln!("codon-serve: {e}");
+    error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// `POST /v1/jobs`: a predict request of up to `max_job_proteins` proteins as a job, saved in the
+/// jobs database and answered at once (202) with its id; `GET /v1/jobs/{id}` follows it.
 async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let request: PredictRequest = match read_json(body, state.config.max_job_body_bytes).await {
+    let request: JobRequest = match read_json(body, state.config.max_job_body_bytes).await {
         Ok(r) => r,
         Err(refused) => return refused,
     };
-    if request.options.codon_scores {
+    let options_json = request.options.unwrap_or_else(|| serde_json::json!({}));
+    let options: crate::api::Options = match serde_json::from_value(options_json.clone()) {
+        Ok(o) => o,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: options: {e}")),
+    };
+    if options.codon_scores {
         return error(StatusCode::BAD_REQUEST, "options.codon_scores: not offered for jobs (their results are kept)");
     }
-    let limits = Limits { proteins: state.config.max_job_proteins, codons: state.config.max_job_codons };
-    let prepared = match Prepared::new(&state, request, limits) {
-        Ok(p) => p,
+    let proteins: Vec<JobProtein> = request
+        .proteins
+        .iter()
+        .map(|p| JobProtein { protein: p.protein.clone(), organism: p.organism.clone(), dna: p.dna.clone() })
+        .collect();
+    // Checked whole as a predict request is; each part is prepared again from the database.
+    let checked =
+        Prepared::new(&state, PredictRequest { proteins: request.proteins, options }, job_limits(&state.config));
+    match checked {
+        // Only the check is needed now: the prepared proteins go.
+        Ok(prepared) => drop(prepared),
         Err(refused) => return refused,
-    };
-    let total = prepared.items.len();
-    let Some(id) = state.jobs.create(total) else {
-        let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many jobs are held; try again later");
-        busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-        return busy;
+    }
+    let total = proteins.len();
+    let store = state.jobs.clone();
+    let id = match tokio::task::spawn_blocking(move || store.create(&options_json, &proteins)).await {
+        Ok(Ok(Some(id))) => id,
+        Ok(Ok(None)) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many jobs are held; try again later");
+            busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            return busy;
+        }
+        Ok(Err(e)) => return store_failed(e),
+        Err(_) => return store_failed("the jobs database: saving the job failed"),
     };
     state.counters.jobs.fetch_add(1, Ordering::Relaxed);
-    tokio::spawn(run_job(state.clone(), id.clone(), prepared));
-    let report = JobReport { id, status: JobStatus::Running, done: 0, total, results: None, error: None };
+    // Without a scheduler (the server is stopping) the job waits in the database for the next start.
+    let _ = state.new_jobs.send(Pending { id: id.clone(), parts: (0..total.div_ceil(crate::jobs::PART)).collect() });
+    let report = JobReport {
+        id,
+        status: JobStatus::Running,
+        done: 0,
+        total,
+        offset: None,
+        results: None,
+        next_offset: None,
+        error: None,
+    };
     (StatusCode::ACCEPTED, Json(report)).into_response()
 }
 
-/// A job's parts, one after another through the queue (waiting while it is full).
-async fn run_job(state: Arc<AppState>, id: String, prepared: Prepared) {
-    for part in prepared.chunks(crate::jobs::PART) {
-        let results = loop {
-            let (reply, answer) = oneshot::channel();
-            let deadline = Instant::now() + state.config.request_timeout;
-            match state.queue.submit(Job { items: part.items.clone(), reply, deadline }) {
-                // A part dropped unrun (it waited past its deadline) is sent again.
-                Ok(()) => match answer.await {
-                    Ok(results) => break Ok(results),
-                    Err(_) => continue,
-                },
-                Err(Refused::Full) => tokio::time::sleep(Duration::from_millis(200)).await,
-                Err(Refused::Closed) => break Err("the server is stopping".to_string()),
-            }
-        };
-        let finished = match results {
-            Ok(results) => {
-                part.finish(&state, results).await.map_err(|_| "finishing the predictions failed".to_string())
-            }
-            Err(e) => Err(e),
-        };
-        match finished {
-            Ok(results) => state.jobs.add(&id, results),
-            Err(e) => return state.jobs.fail(&id, e),
+/// The jobs' parts, taken from each job in turn and run a few at a time (as many as the queue's
+/// job lane holds), until the server stops; then the parts still waiting are withdrawn (the next
+/// start resumes them) and those the model has taken are finished and saved.
+async fn schedule_jobs(
+    state: Arc<AppState>,
+    pending: Vec<Pending>,
+    mut new_jobs: tokio::sync::mpsc::UnboundedReceiver<Pending>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    use std::collections::VecDeque;
+    let mut turns: VecDeque<(String, VecDeque<usize>)> = pending.into_iter().map(|p| (p.id, p.parts.into())).collect();
+    let mut running = tokio::task::JoinSet::new();
+    let most = state.queue.background_capacity();
+    loop {
+        if *stopped.borrow() {
+            break;
         }
+        if running.len() < most {
+            if let Some((id, mut parts)) = turns.pop_front() {
+                if let Some(part) = parts.pop_front() {
+                    running.spawn(run_part(state.clone(), id.clone(), part, stopped.clone()));
+                }
+                if !parts.is_empty() {
+                    turns.push_back((id, parts));
+                }
+                continue;
+            }
+        }
+        tokio::select! {
+            job = new_jobs.recv() => match job {
+                Some(p) => turns.push_back((p.id, p.parts.into())),
+                None => break,
+            },
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+            changed = stopped.changed() => if changed.is_err() { break },
+        }
+    }
+    state.queue.withdraw_background();
+    while running.join_next().await.is_some() {}
+}
+
+/// Job `id` stopped for good with `why` (logged when even that cannot be saved).
+async fn fail_job(state: &Arc<AppState>, id: String, why: String) {
+    let store = state.jobs.clone();
+    let failed = tokio::task::spawn_blocking(move || store.fail(&id, &why).map_err(|e| format!("job {id}: {e}"))).await;
+    if let Ok(Err(e)) = failed {
+        eprintln!("codon-serve: {e}");
     }
 }
 
-/// `GET /v1/jobs/{id}`: the job's progress, and its results once done.
+/// Part `part` of job `id`: read from the database, through the queue's job lane (waiting while
+/// it is full), finished as a predict request's answers are, and saved. At a stop a part not yet
+/// taken by the model is left for the next start.
+async fn run_part(state: Arc<AppState>, id: String, part: usize, stopped: tokio::sync::watch::Receiver<bool>) {
+    let store = state.jobs.clone();
+    let job = id.clone();
+    let input = match tokio::task::spawn_blocking(move || store.part(&job, part)).await {
+        Ok(Ok(Some(input))) => input,
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(e)) => return fail_job(&state, id, e.to_string()).await,
+    };
+    let first = input.first;
+    let options = match serde_json::from_value(input.options) {
+        Ok(options) => options,
+        Err(e) => return fail_job(&state, id, format!("the saved options: {e}")).await,
+    };
+    let request = PredictRequest { proteins: input.proteins.into_iter().map(Into::into).collect(), options };
+    let Ok(prepared) = Prepared::new(&state, request, job_limits(&state.config)) else {
+        let why = "this server's limits refuse the job's proteins (they changed since it was accepted)";
+        return fail_job(&state, id, why.into()).await;
+    };
+    let results = loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let (reply, answer) = oneshot::channel();
+        let deadline = Instant::now() + state.config.request_timeout;
+        match state.queue.submit_to(Lane::Background, Job { items: prepared.items.clone(), reply, deadline }) {
+            // A part dropped unrun (it waited past its deadline, or a stop withdrew it) is sent
+            // again unless the server is stopping.
+            Ok(()) => match answer.await {
+                Ok(results) => break results,
+                Err(_) => continue,
+            },
+            Err(Refused::Full) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(Refused::Closed) => return,
+        }
+    };
+    let Ok(results) = prepared.finish(&state, results).await else {
+        return fail_job(&state, id, "finishing the predictions failed".into()).await;
+    };
+    let store = state.jobs.clone();
+    let job = id.clone();
+    match tokio::task::spawn_blocking(move || store.record_part(&job, first, &results)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => fail_job(&state, id, e.to_string()).await,
+        Err(_) => fail_job(&state, id, "saving the results failed".into()).await,
+    }
+}
+
+/// `offset` and `limit` of `GET /v1/jobs/{id}?offset=&limit=` (`limit` at most [`crate::jobs::MAX_PAGE`]).
+fn page_params(query: Option<&str>) -> Result<(usize, usize), Response> {
+    let (mut offset, mut limit) = (0, crate::jobs::PAGE);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|_| error(StatusCode::BAD_REQUEST, format!("{key}={value}: give a whole number of results")))
+        };
+        match key {
+            "offset" => offset = number()?,
+            "limit" => limit = number()?.clamp(1, crate::jobs::MAX_PAGE),
+            _ => {}
+        }
+    }
+    Ok((offset, limit))
+}
+
+/// The report with its page of results, the results' saved JSON passed through unparsed.
+fn report_with_page(mut report: JobReport, page: Option<ResultsPage>, offset: usize) -> Response {
+    let Some(page) = page else { return Json(report).into_response() };
+    report.offset = Some(offset);
+    report.next_offset = page.next_offset;
+    let head = match serde_json::to_string(&report) {
+        Ok(head) => head,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("the job's report: {e}")),
+    };
+    let size = head.len() + page.results.iter().map(|r| r.len() + 1).sum::<usize>() + 16;
+    let mut body = String::with_capacity(size);
+    body.push_str(head.strip_suffix('}').unwrap_or(&head));
+    body.push_str(",\"results\":[");
+    for (i, result) in page.results.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(result);
+    }
+    body.push_str("]}");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET /v1/jobs/{id}?offset=&limit=`: the job's progress, and once done a page of its results
+/// (`limit`, [`crate::jobs::PAGE`] by default, from `offset`; `next_offset` while more are left).
 async fn job(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    match state.jobs.report(&id) {
-        Some(report) => Json(report).into_response(),
-        None => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
+    let (offset, limit) = match page_params(query.as_deref()) {
+        Ok(page) => page,
+        Err(refused) => return refused,
+    };
+    let store = state.jobs.clone();
+    let job = id.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let Some(report) = store.report(&job)? else { return Ok(None) };
+        let page = match report.status {
+            JobStatus::Done => Some(store.results_page(&job, offset, limit)?),
+            JobStatus::Running | JobStatus::Failed => None,
+        };
+        Ok::<_, StoreError>(Some((report, page)))
+    })
+    .await;
+    match read {
+        Ok(Ok(Some((report, page)))) => report_with_page(report, page, offset),
+        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
+        Ok(Err(e)) => store_failed(e),
+        Err(_) => store_failed("the jobs database: reading the job failed"),
     }
 }
 
@@ -526,25 +753,6 @@ impl Prepared {
         let organisms = items.iter().map(|(input, _)| state.organisms.resolve(&input.organism).ok()).collect();
         let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);
         Ok(Self { items, organisms, constraints, best_effort, codon_scores: request.options.codon_scores })
-    }
-
-    /// The request in parts of at most `n` proteins, in order.
-    pub(crate) fn chunks(self, n: usize) -> Vec<Self> {
-        let n = n.max(1);
-        let mut organisms = self.organisms.into_iter();
-        let mut items = self.items.into_iter().peekable();
-        let mut out = Vec::new();
-        while items.peek().is_some() {
-            let part: Vec<_> = items.by_ref().take(n).collect();
-            out.push(Self {
-                organisms: organisms.by_ref().take(part.len()).collect(),
-                items: part,
-                constraints: self.constraints.clone(),
-                best_effort: self.best_effort,
-                codon_scores: self.codon_scores,
-            });
-        }
-        out
     }
 
     /// Each protein's answer from its predictions: the constraints' repair, the codons'

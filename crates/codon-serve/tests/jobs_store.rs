@@ -1,0 +1,305 @@
+//! Batch jobs in their database, over 127.0.0.1 with the tiny fixture model: a job survives a
+//! killed server and a stop and is finished by the next start on the same file, a finished job
+//! is served after a restart, its results come in pages, an unusable database path is one error
+//! at start, and interactive requests are answered while jobs fill their share of the queue.
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Device};
+use codon_model::bigbird::load_model;
+use codon_model::Predictor;
+use codon_serve::api::{PredictResponse, ProteinResult};
+use codon_serve::batcher::BatchPolicy;
+use codon_serve::jobs::{JobReport, JobStatus};
+use codon_serve::{RunningServer, ServeConfig};
+
+fn predictor() -> Predictor {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
+}
+
+fn start(config: ServeConfig) -> RunningServer {
+    RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()
+}
+
+/// A server whose job parts go one at a time, each waiting `window` for company: a job of a
+/// few parts takes a while, so it can be stopped in the middle.
+fn slow_jobs(db: &Path, window: Duration) -> ServeConfig {
+    ServeConfig {
+        port: 0,
+        jobs_db: Some(db.to_path_buf()),
+        queue_capacity: 2,
+        batch: BatchPolicy { window, max_proteins: 64 },
+        ..ServeConfig::default()
+    }
+}
+
+/// (status, body) of a request to `addr`.
+fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let request = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(60));
+    let response = match body {
+        Some(b) => request.set("Content-Type", "application/json").send_string(b),
+        None => request.call(),
+    };
+    match response {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+/// `n` proteins of a few lengths.
+fn proteins(n: usize) -> Vec<String> {
+    (0..n).map(|i| ["MKVLA", "MALWMRLLPLL", "MWCH", "MFWYMFWYKK"][i % 4].repeat(1 + i % 3)).collect()
+}
+
+fn job_body(proteins: &[String]) -> String {
+    let items: Vec<String> = proteins.iter().map(|p| format!(r#"{{"protein": "{p}", "organism": 51}}"#)).collect();
+    format!(r#"{{"proteins": [{}], "options": {{"match_protein": true}}}}"#, items.join(","))
+}
+
+/// Submit a job; its id.
+fn submit(addr: std::net::SocketAddr, proteins: &[String]) -> String {
+    let (status, text) = call(addr, "POST", "/v1/jobs", Some(&job_body(proteins)));
+    assert_eq!(status, 202, "{text}");
+    serde_json::from_str::<JobReport>(&text).unwrap().id
+}
+
+fn report(addr: std::net::SocketAddr, path: &str) -> JobReport {
+    let (status, text) = call(addr, "GET", path, None);
+    assert_eq!(status, 200, "{path}: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// Poll job `id` until `until` holds (at most a minute).
+fn wait_for(addr: std::net::SocketAddr, id: &str, until: impl Fn(&JobReport) -> bool) -> JobReport {
+    let started = Instant::now();
+    loop {
+        let r = report(addr, &format!("/v1/jobs/{id}"));
+        if until(&r) {
+            return r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "job {id} never got there: {r:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every result of a finished job, page after page.
+fn all_results(addr: std::net::SocketAddr, id: &str) -> Vec<ProteinResult> {
+    let mut results = Vec::new();
+    let mut next = Some(0);
+    while let Some(offset) = next {
+        let page = report(addr, &format!("/v1/jobs/{id}?offset={offset}"));
+        assert_eq!(page.offset, Some(offset));
+        results.extend(page.results.unwrap());
+        next = page.next_offset;
+        assert!(results.len() <= 100_000, "pages never end");
+    }
+    results
+}
+
+/// Each result is the one a predict request gets for its protein alone.
+fn check_results(addr: std::net::SocketAddr, proteins: &[String], results: &[ProteinResult]) {
+    assert_eq!(results.len(), proteins.len());
+    for (protein, result) in proteins.iter().zip(results) {
+        let alone = job_body(std::slice::from_ref(protein));
+        let (status, text) = call(addr, "POST", "/v1/predict", Some(&alone));
+        assert_eq!(status, 200, "{text}");
+        let alone: PredictResponse = serde_json::from_str(&text).unwrap();
+        assert_eq!(result.sequences[0].dna, alone.results[0].sequences[0].dna, "{protein}");
+    }
+}
+
+const CHILD_DB: &str = "CODON_SERVE_TEST_CHILD_DB";
+
+/// Not a test of its own: the server of [`a_job_survives_a_kill_and_resumes_on_restart`], run
+/// in a child process (this test binary again) so that it can be killed with SIGKILL.
+#[test]
+fn child_server_until_killed() {
+    let Some(db) = std::env::var_os(CHILD_DB) else { return };
+    let server = RunningServer::start(predictor(), slow_jobs(Path::new(&db), Duration::from_millis(150))).unwrap();
+    println!("ADDR {}", server.addr);
+    // The parent kills this process long before.
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn a_job_survives_a_kill_and_resumes_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // A folder that does not exist yet: it is created.
+    let db = dir.path().join("data").join("jobs.sqlite3");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["child_server_until_killed", "--exact", "--nocapture", "--test-threads", "1"])
+        .env(CHILD_DB, &db)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = lines.next().expect("the child server printed its address").unwrap();
+        // libtest may print its own words before ours on the same line.
+        if let Some((_, addr)) = line.split_once("ADDR ") {
+            break addr.trim().parse().unwrap();
+        }
+    };
+    let proteins = proteins(40);
+    let id = submit(addr, &proteins);
+    let before = wait_for(addr, &id, |r| r.done >= 8);
+    assert_eq!(before.status, JobStatus::Running, "{before:?}");
+    // kill -9: nothing is saved on the way out.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "the killed server is gone");
+
+    let server =
+        RunningServer::start(predictor(), ServeConfig { port: 0, jobs_db: Some(db), ..ServeConfig::default() })
+            .unwrap();
+    let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
+    assert_eq!(resumed.total, 40);
+    assert!(resumed.done >= 8, "the parts saved before the kill are kept: {resumed:?}");
+    let done = wait_for(server.addr, &id, |r| r.status != JobStatus::Running);
+    assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
+    check_results(server.addr, &proteins, &all_results(server.addr, &id));
+    assert_eq!(server.stop().unwrap().jobs_left, 0);
+}
+
+#[test]
+fn a_stop_saves_the_part_in_flight_and_the_next_start_finishes_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.sqlite3");
+    let server = start(slow_jobs(&db, Duration::from_millis(200)));
+    let addr = server.addr;
+    let proteins = proteins(40);
+    let id = submit(addr, &proteins);
+    wait_for(addr, &id, |r| r.done >= 8);
+    let stopped = server.stop().unwrap();
+    assert_eq!(stopped.jobs_left, 1, "the job is left to resume");
+
+    let server = start(slow_jobs(&db, Duration::ZERO));
+    let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
+    assert!(resumed.done >= 8 && resumed.done.is_multiple_of(8), "whole parts were saved: {resumed:?}");
+    let done = wait_for(server.addr, &id, |r| r.status != JobStatus::Running);
+    assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
+    check_results(server.addr, &proteins, &all_results(server.addr, &id));
+}
+
+#[test]
+fn a_finished_job_is_served_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.sqlite3");
+    let config = ServeConfig { port: 0, jobs_db: Some(db.clone()), ..ServeConfig::default() };
+    let server = start(config.clone());
+    let proteins = proteins(12);
+    let id = submit(server.addr, &proteins);
+    wait_for(server.addr, &id, |r| r.status == JobStatus::Done);
+    let before = all_results(server.addr, &id);
+    assert_eq!(server.stop().unwrap().jobs_left, 0);
+
+    let server = start(config);
+    let after = report(server.addr, &format!("/v1/jobs/{id}"));
+    assert_eq!((after.status, after.done, after.total), (JobStatus::Done, 12, 12));
+    assert_eq!(all_results(server.addr, &id), before);
+    check_results(server.addr, &proteins, &before);
+}
+
+#[test]
+fn a_finished_jobs_results_come_in_pages() {
+    let server = start(ServeConfig::default());
+    let proteins: Vec<String> = (0..120).map(|i| "MKVLAW"[..1 + i % 6].to_string()).collect();
+    let id = submit(server.addr, &proteins);
+    wait_for(server.addr, &id, |r| r.status == JobStatus::Done);
+    // One poll answers one page (100 by default), not the whole job.
+    let first = report(server.addr, &format!("/v1/jobs/{id}"));
+    assert_eq!((first.done, first.total), (120, 120));
+    assert_eq!(first.results.as_ref().map(Vec::len), Some(100));
+    assert_eq!((first.offset, first.next_offset), (Some(0), Some(100)));
+    let rest = report(server.addr, &format!("/v1/jobs/{id}?offset=100"));
+    assert_eq!((rest.results.as_ref().map(Vec::len), rest.next_offset), (Some(20), None));
+    let all = all_results(server.addr, &id);
+    assert_eq!(all.len(), 120);
+    let middle = report(server.addr, &format!("/v1/jobs/{id}?offset=3&limit=7"));
+    assert_eq!(middle.results.unwrap(), all[3..10].to_vec());
+    assert_eq!(middle.next_offset, Some(10));
+    let (status, text) = call(server.addr, "GET", &format!("/v1/jobs/{id}?limit=lots"), None);
+    assert_eq!(status, 400, "{text}");
+    for (protein, result) in proteins.iter().zip(&all) {
+        let dna = &result.sequences[0].dna;
+        assert_eq!(dna.len(), protein.len() * 3 + 3, "{protein}: {dna}");
+    }
+}
+
+#[test]
+fn an_unusable_jobs_db_is_one_clear_error_at_start_and_a_foreign_file_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "keep me\n").unwrap();
+    // A folder that cannot be made: a file stands where it would go.
+    let db = file.join("jobs.sqlite3");
+    let config = ServeConfig { port: 0, jobs_db: Some(db.clone()), ..ServeConfig::default() };
+    let message = match RunningServer::start(predictor(), config) {
+        Ok(_) => panic!("a server started on {}", db.display()),
+        Err(e) => e.to_string(),
+    };
+    assert!(message.contains(&db.display().to_string()) && message.contains("jobs database"), "{message}");
+    // A file that is not a database is refused, and kept as it was.
+    let config = ServeConfig { port: 0, jobs_db: Some(file.clone()), ..ServeConfig::default() };
+    let message = match RunningServer::start(predictor(), config) {
+        Ok(_) => panic!("a server started on {}", file.display()),
+        Err(e) => e.to_string(),
+    };
+    assert!(message.contains(&file.display().to_string()), "{message}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me\n");
+}
+
+/// A request slow enough to keep the worker busy for a while: 100 proteins of 2,000 residues.
+fn slow_request() -> String {
+    let protein: String = (0..2000).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect();
+    let item = format!(r#"{{"protein": "M{protein}", "organism": 51}}"#);
+    format!(r#"{{"proteins": [{}]}}"#, vec![item; 100].join(", "))
+}
+
+fn metric(addr: std::net::SocketAddr, name: &str) -> u64 {
+    let (_, text) = call(addr, "GET", "/metrics", None);
+    let prefix = format!("{name} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok()).unwrap()
+}
+
+fn wait_for_metric(addr: std::net::SocketAddr, name: &str, at_least: u64) {
+    for _ in 0..1000 {
+        if metric(addr, name) >= at_least {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{name} never reached {at_least}");
+}
+
+#[test]
+fn interactive_requests_are_answered_while_jobs_fill_the_queue() {
+    // One request per batch, and room for four waiting.
+    let batch = BatchPolicy { window: Duration::ZERO, max_proteins: 1 };
+    let server = start(ServeConfig { batch, queue_capacity: 4, ..ServeConfig::default() });
+    let addr = server.addr;
+    let slow = slow_request();
+    std::thread::scope(|scope| {
+        let busy = scope.spawn(|| call(addr, "POST", "/v1/predict", Some(&slow)));
+        wait_for_metric(addr, "codon_gathered_batches_total", 1);
+        // Six jobs of two parts each: more parts than the whole queue holds.
+        let jobs: Vec<String> = (0..6).map(|_| submit(addr, &proteins(16))).collect();
+        wait_for_metric(addr, "codon_queue_depth", 2);
+        // Time for every job to push what it can.
+        std::thread::sleep(Duration::from_millis(300));
+        let small = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
+        let (status, text) = call(addr, "POST", "/v1/predict", Some(small));
+        assert_eq!(status, 200, "the queue was full of job parts: {text}");
+        let answer: PredictResponse = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer.results[0].sequences[0].dna.len(), 12);
+        assert_eq!(busy.join().unwrap().0, 200);
+        for id in &jobs {
+            let done = wait_for(addr, id, |r| r.status != JobStatus::Running);
+            assert_eq!((done.status, done.done), (JobStatus::Done, 16));
+        }
+    });
+}
