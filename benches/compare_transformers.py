@@ -112,13 +112,13 @@ def compare_predict(count, dtypes):
         for _ in range(count):
             w.writerow(["M" + "".join(rng.choice("ACDEFGHIKLMNPQRSTVWY") for _ in range(rng.randint(79, 599))),
                         "Escherichia coli general"])
-    subprocess.run(["cargo", "build", "--quiet", "--release", "--example", "predict"], check=True)
+    subprocess.run(["cargo", "build", "--quiet", "--release", "--bin", "codon"], check=True)
     print(f"{'predict ' + str(count):>22} {'ours s':>8} {'loop s':>8} {'ratio':>6} {'padded s':>9} {'same DNA':>9}")
     for dtype in dtypes:
         # Outside the model's folder: predict refuses to write beside its inputs.
         out = os.path.join(tempfile.mkdtemp(prefix="codon-predictions-"), f"ours_{dtype}.csv")
         start = time.perf_counter()
-        subprocess.run(["target/release/examples/predict", "--model", folder, "--input",
+        subprocess.run(["target/release/codon", "predict", "--model", folder, "--input",
                         os.path.join(folder, "proteins.csv"), "--output", out, "--dtype", dtype],
                        check=True, capture_output=True)
         ours_s = time.perf_counter() - start

@@ -3,7 +3,7 @@
 Generates N sequences of C codons (ATG, random sense codons with an E. coli-like skewed bias,
 a stop) and a 500-ORF reference set, writes them as `evaluate`'s CSV and training JSONL, then in
 one run:
-  1. times `target/release/examples/evaluate` on them (median of --repeats runs, whole command:
+  1. times `target/release/codon evaluate` on them (median of --repeats runs, whole command:
      reading, every metric, writing the CSV);
   2. times upstream's functions on the same data, once: CodonData.get_codon_frequencies and
      CodonEvaluation.get_CSI_weights for the reference, then per sequence get_CSI_value,
@@ -13,9 +13,9 @@ one run:
   3. checks the two agree (largest relative difference of CSI, GC, CFD and the %MinMax mean).
 
 Needs the scratch environment of tools/make_eval_fixtures.py (CodonTransformer 1.6.7 with
---no-deps, CAI-PyPI 2.0.1, ...) and a release build of the examples:
+--no-deps, CAI-PyPI 2.0.1, ...) and a release build of `codon`:
 
-    cargo build --release --example evaluate
+    cargo build --release --bin codon
     /tmp/evalenv/bin/python benches/compare_upstream_eval.py --sequences 10000 --codons 1000
 """
 
@@ -42,7 +42,7 @@ def main():
     ap.add_argument("--codons", type=int, default=1000)
     ap.add_argument("--references", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--evaluate", default="target/release/examples/evaluate")
+    ap.add_argument("--codon", default="target/release/codon")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
 
@@ -68,7 +68,7 @@ def main():
     rust_times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        subprocess.run([args.evaluate, "--input", seqs, "--reference", train, "--output", out],
+        subprocess.run([args.codon, "evaluate", "--input", seqs, "--reference", train, "--output", out],
                        check=True, stdout=subprocess.DEVNULL)
         rust_times.append(time.perf_counter() - t0)
 

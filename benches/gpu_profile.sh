@@ -28,8 +28,8 @@ profile() {
     tail -2 "$out/$name.log"
     head -28 "$out/$name.prof" 2>/dev/null | cut -c1-150
 }
-profile train_ours 180 "$bin/train_step_timing" --device cuda:0 --precision bf16 --batch 6 --length 2048 --steps 3 --attention block-sparse
+profile train_ours 180 "$bin/codon" dev train-step-timing --device cuda:0 --precision bf16 --batch 6 --length 2048 --steps 3 --attention block-sparse
 profile train_torch 180 python3 benches/gpu_torch.py train 6 2048 block-sparse
-profile predict_ours 120 "$bin/predict" --device cuda:0 --dtype bf16 --model "$model" --input "$model/proteins.csv" --output /tmp/p.csv
+profile predict_ours 120 "$bin/codon" predict --device cuda:0 --dtype bf16 --model "$model" --input "$model/proteins.csv" --output /tmp/p.csv
 profile predict_torch 120 python3 benches/gpu_torch.py predict-loop "$model"
-profile forward_full_ours 120 "$bin/forward_timing" --device cuda:0 --batch 8 --length 2048 --attention full --dtype bf16 --repeats 3
+profile forward_full_ours 120 "$bin/codon" dev forward-timing --device cuda:0 --batch 8 --length 2048 --attention full --dtype bf16 --repeats 3

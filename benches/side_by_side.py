@@ -16,8 +16,9 @@ def have_torch():
 
 
 def ours(example, args):
-    """Run one of this crate's timing examples; its last stdout line is a JSON object."""
-    out = subprocess.run(["cargo", "run", "--quiet", "--release", "--example", example, "--", *map(str, args)],
+    """Run one of `codon dev`'s timing tools; its last stdout line is a JSON object."""
+    tool = example.replace("_", "-")
+    out = subprocess.run(["cargo", "run", "--quiet", "--release", "--", "dev", tool, *map(str, args)],
                          check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

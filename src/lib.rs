@@ -9,6 +9,7 @@ use std::path::PathBuf;
 pub mod ascend_training;
 pub mod bench;
 pub mod cli;
+pub mod commands;
 pub mod device;
 pub mod hub;
 pub mod interrupt;

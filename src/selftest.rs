@@ -1,4 +1,4 @@
-//! The first run on a real NPU (`npu_env --selftest`): every route of the backend's op table on
+//! The first run on a real NPU (`codon npu selftest`): every route of the backend's op table on
 //! small tensors in each dtype the part has, compared with candle's CPU backend within the
 //! dtype's tolerance; an HCCL all-reduce across the devices present; one training run of a tiny
 //! BigBird compared with the CPU. The report is a table for the terminal and JSON for a bug
@@ -42,7 +42,7 @@ pub struct Case {
     pub detail: String,
 }
 
-/// What `npu_env --selftest` found.
+/// What `codon npu selftest` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The device tested, e.g. `npu:0`.

@@ -44,7 +44,7 @@ fn top_two(scores: &[f32; 64]) -> (f32, f32) {
 #[test]
 fn bf16_predicts_f32s_codon_wherever_f32_is_sure() {
     let dir = tempfile::tempdir().unwrap();
-    let trained = std::process::Command::new(common::example("finetune")).current_dir(dir.path()).output().unwrap();
+    let trained = common::command("finetune").current_dir(dir.path()).output().unwrap();
     assert!(trained.status.success(), "{}", String::from_utf8_lossy(&trained.stderr));
     let checkpoint = dir.path().join("demo-output/checkpoints/step-36");
 

@@ -22,7 +22,7 @@ fn training_messages_name_what_is_used() {
     let help = stdout(&run("finetune", &["--help"]));
     assert!(!help.contains("only 1") && help.contains("data-parallel over HCCL"), "{help}");
     let train = p("train.jsonl");
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
     let model = bigbird_fixture("");
     let base =
         ["--dataset_dir", train.as_str(), "--precision", "f32", "--num_workers", "1", "--quiet", "--max_steps", "2"];
@@ -93,7 +93,7 @@ fn errors_name_the_file_at_fault_and_never_a_temporary_one() {
     let (gone, proteins, genes) = (p("gone/t.jsonl"), demo("proteins.jsonl"), demo("genes.csv"));
     let cases = [
         ("tokenize", vec!["--input", &proteins, "--output", &gone]),
-        ("prepare_data", vec!["--input", &genes, "--output", &gone]),
+        ("prepare-data", vec!["--input", &genes, "--output", &gone]),
         ("collate", vec!["--input", &genes, "--output", &gone, "--batch-size", "2"]),
     ];
     for (name, args) in cases {
@@ -104,6 +104,6 @@ fn errors_name_the_file_at_fault_and_never_a_temporary_one() {
         assert!(!line.contains(".t.jsonl.") && !line.contains(args[1]), "{name}: {line}");
     }
     // step_counters runs the steps it is asked for, and at least one.
-    let o = run("step_counters", &["--steps", "0"]);
+    let o = run("dev step-counters", &["--steps", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

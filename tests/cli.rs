@@ -1,17 +1,16 @@
 //! The example programs, run as a user runs them (built on first use by `common::example`).
 
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 #[test]
 fn prepare_tokenize_collate() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
 
-    let out = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
+    let out = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("read 40 records, wrote 36, dropped 4"), "{stdout}");
@@ -57,7 +56,7 @@ fn errors_are_one_line_and_non_zero() {
     let missing = dir.path().join("missing.csv").to_string_lossy().into_owned();
     let out_path = dir.path().join("o.jsonl").to_string_lossy().into_owned();
     for (name, args) in [
-        ("prepare_data", vec!["--input", missing.as_str(), "--output", out_path.as_str()]),
+        ("prepare-data", vec!["--input", missing.as_str(), "--output", out_path.as_str()]),
         ("collate", vec!["--input", missing.as_str(), "--batch-size", "2", "--output", out_path.as_str()]),
         ("tokenize", vec!["--input", missing.as_str(), "--output", out_path.as_str()]),
     ] {
@@ -90,7 +89,7 @@ fn shared_flags_are_typed() {
     let out = run("score", &["--attention", "ful", "--model", "m", "--inputs", "i", "--output", "o"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("a similar value exists: 'full'"));
     // Spelled right but absent: the emulator has 8 devices by default.
-    let out = run("npu_env", &["--device", "npu-sim:99"]);
+    let out = run("npu env", &["--device", "npu-sim:99"]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -141,7 +140,7 @@ fn score_reproduces_transformers_through_the_cli() {
 fn init_model_then_predict() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model").to_string_lossy().into_owned();
-    let o = run("init_model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
+    let o = run("init-model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("156538 parameters"));
 
@@ -203,7 +202,7 @@ fn init_model_then_predict() {
 fn finetune_flags_resume_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
+    let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
     assert!(o.status.success());
     let config = bigbird_fixture("config.json");
     // snake_case flags
@@ -298,10 +297,10 @@ fn finetune_flags_resume_and_errors() {
 fn finetune_on_npu_sim_follows_each_part() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
     let config = bigbird_fixture("config.json");
     let train = |soc: &str, precision: &str| {
-        Command::new(example("finetune"))
+        command("finetune")
             .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
             .args(["--precision", precision, "--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
             .args(["--metrics", &p(&format!("{soc}-{precision}.jsonl"))])
@@ -333,7 +332,7 @@ fn finetune_on_npu_sim_follows_each_part() {
         }
     }
     // Two emulated devices, data-parallel over the emulator's HCCL.
-    let o = Command::new(example("finetune"))
+    let o = command("finetune")
         .args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0", "--num_gpus", "2"])
         .args(["--max_steps", "2", "--batch_size", "2", "--num_workers", "1", "--quiet"])
         .args(["--metrics", &p("ddp.jsonl")])
@@ -364,10 +363,10 @@ fn finetune_on_npu_sim_follows_each_part() {
 fn predict_on_npu_sim_preflights_each_part() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model").to_string_lossy().into_owned();
-    let o = run("init_model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
+    let o = run("init-model", &["--output", &model, "--config", &bigbird_fixture("config.json"), "--seed", "3"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let predict = |soc: &str, dtype: &str| {
-        Command::new(example("predict"))
+        command("predict")
             .args(["--model", &model, "--protein", "MWWMW", "--organism", "51", "--match-protein"])
             .args(["--device", "npu-sim:0", "--dtype", dtype])
             .env("CANDLE_ASCEND_SIM_SOC", soc)
@@ -400,7 +399,7 @@ fn free_port() -> u16 {
 fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
     // The fixture model with dropout on, trained with clipping.
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bigbird_fixture("config.json")).unwrap()).unwrap();
@@ -409,7 +408,7 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     std::fs::write(p("config.json"), config.to_string()).unwrap();
     let config = p("config.json");
     let finetune = |steps: &str, metrics: &str| {
-        let mut c = Command::new(example("finetune"));
+        let mut c = command("finetune");
         c.args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
             .args(["--precision", "f32", "--max_steps", steps, "--batch_size", "2", "--num_workers", "1", "--quiet"])
             .args(["--gradient_clip", "0.5", "--metrics", metrics]);

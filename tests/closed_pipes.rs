@@ -7,10 +7,10 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 /// A stream whose reader is gone.
 fn closed() -> Stdio {
@@ -22,7 +22,7 @@ fn closed() -> Stdio {
 /// Run `name` in `cwd` with stdout closed (and stderr too when `close_stderr`). The emulator
 /// skips its arithmetic: `step_counters` counts, and nothing here reads a value.
 fn run_closed(name: &str, args: &[&str], cwd: &Path, close_stderr: bool) -> Output {
-    let mut c = Command::new(example(name));
+    let mut c = command(name);
     c.args(args).current_dir(cwd).stdin(Stdio::null()).stdout(closed()).env("CANDLE_ASCEND_SIM_NO_MATH", "1");
     c.stderr(if close_stderr { closed() } else { Stdio::piped() });
     c.output().unwrap()
@@ -41,7 +41,7 @@ fn listings_end_quietly_when_stdout_closes() {
     let cwd = dir.path();
     let p = |f: &str| cwd.join(f).to_string_lossy().into_owned();
     let train = p("train.jsonl");
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
     std::fs::write(p("seqs.csv"), "dna,organism\nATGAAAGCGTAA,51\n").unwrap();
     let inputs = bigbird_fixture("case_pad_b2_45/inputs.safetensors");
     let model = bigbird_fixture("");
@@ -52,9 +52,9 @@ fn listings_end_quietly_when_stdout_closes() {
             vec!["--model".into(), model.clone(), "--protein".into(), "MKV".into(), "--organism".into(), "51".into()],
             None,
         ),
-        ("npu_env", vec!["--device".into(), "npu-sim:0".into()], None),
+        ("npu env", vec!["--device".into(), "npu-sim:0".into()], None),
         (
-            "prepare_data",
+            "prepare-data",
             vec!["--input".into(), demo("genes.csv"), "--output".into(), p("t2.jsonl")],
             Some(p("t2.jsonl")),
         ),
@@ -85,23 +85,23 @@ fn listings_end_quietly_when_stdout_closes() {
             Some(p("s.safetensors")),
         ),
         (
-            "init_model",
+            "init-model",
             vec!["--output".into(), p("init"), "--config".into(), bigbird_fixture("config.json")],
             Some(p("init/model.safetensors")),
         ),
         (
-            "pipeline",
+            "dev pipeline",
             vec!["--max_epochs".into(), "1".into(), "--out_dir".into(), p("pipe")],
             Some(p("pipe/train.jsonl")),
         ),
         (
-            "step_counters",
+            "dev step-counters",
             vec!["--layers".into(), "1".into(), "--length".into(), "64".into(), "--steps".into(), "1".into()],
             None,
         ),
-        ("forward_timing", vec!["--length".into(), "32".into(), "--repeats".into(), "1".into()], None),
+        ("dev forward-timing", vec!["--length".into(), "32".into(), "--repeats".into(), "1".into()], None),
         (
-            "train_step_timing",
+            "dev train-step-timing",
             vec!["--steps".into(), "1".into(), "--batch".into(), "1".into(), "--length".into(), "64".into()],
             None,
         ),
@@ -122,7 +122,7 @@ fn training_goes_on_when_stdout_and_stderr_close() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
     let train = p("train.jsonl");
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
     let config = bigbird_fixture("config.json");
     for name in ["finetune", "pretrain"] {
         let ck = p(&format!("{name}-ck"));

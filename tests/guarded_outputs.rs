@@ -3,10 +3,10 @@
 //! folder with files in it is replaced only on request.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -25,7 +25,7 @@ fn model_copy(dir: &Path, name: &str) -> String {
 /// The demo data prepared into `dir/train.jsonl`.
 fn prepared(dir: &Path) -> String {
     let train = dir.join("train.jsonl").to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]);
+    let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]);
     assert!(o.status.success(), "{}", stderr(&o));
     train
 }
@@ -51,7 +51,7 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
 /// Run `name` with `args`, expect status 1 with `message` in its error, and `guarded` unchanged.
 fn refused(name: &str, args: &[&str], message: &str, guarded: &Path) {
     let before = snapshot(guarded);
-    let o = Command::new(example(name)).args(args).output().unwrap();
+    let o = command(name).args(args).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{name} {args:?}: {}", stderr(&o));
     assert!(stderr(&o).contains(message), "{name} {args:?}: {message:?} in {}", stderr(&o));
     assert!(snapshot(guarded) == before, "{name} {args:?} changed {}", guarded.display());
@@ -143,7 +143,7 @@ fn a_checkpoint_folder_holds_one_runs_steps() {
     let train = prepared(dir.path());
     let config = bigbird_fixture("config.json");
     let finetune_steps = |steps: &str, seed: &str, extra: &[&str]| {
-        let mut c = Command::new(example("finetune"));
+        let mut c = command("finetune");
         c.args(["--dataset_dir", &train, "--config", &config, "--precision", "f32", "--num_workers", "1", "--quiet"])
             .args(["--checkpoint_dir", &p("ck"), "--save_every_n_steps", "1", "--max_steps", steps, "--seed", seed])
             .args(extra);
@@ -199,8 +199,8 @@ fn init_model_replaces_a_used_folder_only_on_request() {
     let model = model_copy(dir.path(), "trained");
     std::fs::write(format!("{model}/optimizer.safetensors"), b"moments").unwrap();
     let config = bigbird_fixture("config.json");
-    refused("init_model", &["--output", &model, "--config", &config], "is not empty", dir.path());
-    let o = run("init_model", &["--output", &model, "--config", &config, "--overwrite"]);
+    refused("init-model", &["--output", &model, "--config", &config], "is not empty", dir.path());
+    let o = run("init-model", &["--output", &model, "--config", &config, "--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut files: Vec<String> =
         std::fs::read_dir(&model).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -208,5 +208,5 @@ fn init_model_replaces_a_used_folder_only_on_request() {
     assert_eq!(files, ["config.json", "model.safetensors"], "the old optimizer state is gone with the folder");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary folder left beside it");
     let config_inside = format!("{model}/config.json");
-    refused("init_model", &["--output", &model, "--config", &config_inside, "--overwrite"], "--config", dir.path());
+    refused("init-model", &["--output", &model, "--config", &config_inside, "--overwrite"], "--config", dir.path());
 }

@@ -189,7 +189,7 @@ fn with_hub(mut c: Command, endpoint: &str, cache: &Path, offline: bool) -> Outp
 
 /// `predict` of one short protein with `--model model`, under the given Hub environment.
 fn predict(model: &str, endpoint: &str, cache: &Path, offline: bool) -> Output {
-    let mut c = Command::new(common::example("predict"));
+    let mut c = common::command("predict");
     c.args(["--model", model, "--protein", "MKV", "--organism", "Escherichia coli general"]);
     with_hub(c, endpoint, cache, offline)
 }
@@ -306,10 +306,10 @@ fn finetune_starts_from_a_hub_model_and_by_default_from_the_published_base() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("hub");
     let train = dir.path().join("train.jsonl").to_string_lossy().into_owned();
-    let o = common::run("prepare_data", &["--input", &common::demo("genes.csv"), "--output", &train]);
+    let o = common::run("prepare-data", &["--input", &common::demo("genes.csv"), "--output", &train]);
     assert!(o.status.success(), "{}", stderr(&o));
     let finetune = |extra: &[&str], offline: bool| {
-        let mut c = Command::new(common::example("finetune"));
+        let mut c = common::command("finetune");
         c.args(["--dataset_dir", &train, "--precision", "f32", "--num_workers", "1", "--quiet", "--max_steps", "1"])
             .args(extra);
         with_hub(c, &hub.endpoint(), &cache, offline)
@@ -330,7 +330,7 @@ fn finetune_starts_from_a_hub_model_and_by_default_from_the_published_base() {
 
 /// Run `predict` of `REPO` against `hub` with `HF_TOKEN` set.
 fn predict_with_token(hub: &FakeHub, cache: &Path) -> Output {
-    let mut c = Command::new(common::example("predict"));
+    let mut c = common::command("predict");
     c.args(["--model", REPO, "--protein", "MKV", "--organism", "Escherichia coli general"]);
     c.env("HF_ENDPOINT", hub.endpoint()).env("HF_HUB_CACHE", cache).env("HF_TOKEN", "hf_secret").env_remove("HF_HOME");
     c.env_remove("HF_HUB_OFFLINE").output().unwrap()

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -22,10 +22,10 @@ fn stderr(o: &Output) -> String {
 fn finetune(dir: &Path, extra: &[&str]) -> Command {
     let train = dir.join("train.jsonl");
     if !train.exists() {
-        let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train.to_string_lossy()]);
+        let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train.to_string_lossy()]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    let mut c = Command::new(example("finetune"));
+    let mut c = command("finetune");
     c.args(["--dataset_dir", &train.to_string_lossy(), "--config", &bigbird_fixture("config.json")])
         .args(["--precision", "f32", "--num_workers", "1", "--quiet"])
         .args(extra);

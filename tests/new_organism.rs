@@ -23,7 +23,7 @@ fn values(t: &Tensor) -> Vec<f32> {
 fn only_the_new_row_trains_and_predict_knows_the_organism() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
+    let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let train = |checkpoints: &str, extra: &[&str]| {
         let args = [

@@ -4,10 +4,10 @@
 //! and an output location that cannot be written fails before the work.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -26,7 +26,7 @@ fn read_csv(path: &Path) -> (Vec<String>, Vec<Vec<String>>) {
 }
 
 fn no_math(name: &str, args: &[&str]) -> Output {
-    Command::new(example(name)).args(args).env("CANDLE_ASCEND_SIM_NO_MATH", "1").output().unwrap()
+    command(name).args(args).env("CANDLE_ASCEND_SIM_NO_MATH", "1").output().unwrap()
 }
 
 #[test]
@@ -65,9 +65,9 @@ fn no_math_values_are_marked_where_they_are_written() {
     );
     let written = candle_core::safetensors::load(p("s.safetensors"), &candle_core::Device::Cpu).unwrap();
     assert!(written.contains_key("no_math"), "{:?}", written.keys());
-    let o = no_math("npu_env", &npu);
+    let o = no_math("npu env", &npu);
     assert!(stdout(&o).contains("arithmetic:      skipped"), "{}", stdout(&o));
-    let o = run("npu_env", &npu);
+    let o = run("npu env", &npu);
     assert!(!stdout(&o).contains("arithmetic:"), "{}", stdout(&o));
 }
 
@@ -105,17 +105,17 @@ fn training_data_outside_the_vocabulary_is_dropped_warned_of_or_refused() {
         "dna,protein,organism\nATGAAAGCGTAA,MWW_,51\nATGAAAGCGTAA,MKA*,51\nATGAAAGCGTAA,MKA,51\n",
     )
     .unwrap();
-    let o = run("prepare_data", &["--input", &p("given.csv"), "--output", &p("t.jsonl")]);
+    let o = run("prepare-data", &["--input", &p("given.csv"), "--output", &p("t.jsonl")]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("residue 2 is W, but codon AAA encodes K"), "{}", stdout(&o));
     assert!(stdout(&o).contains("no stop symbol ('_' or '*') at its end, but the DNA ends in the stop codon TAA"));
     assert_eq!(std::fs::read_to_string(p("t.jsonl")).unwrap().lines().count(), 1, "MKA* is kept");
-    let o = run("prepare_data", &["--input", &p("given.csv"), "--output", &p("t.jsonl"), "--keep-mismatched"]);
+    let o = run("prepare-data", &["--input", &p("given.csv"), "--output", &p("t.jsonl"), "--keep-mismatched"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(std::fs::read_to_string(p("t.jsonl")).unwrap().contains("W_AAA"));
     // finetune: a few unknown tokens are a warning, many a refusal naming the first.
     let prepared = p("train.jsonl");
-    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &prepared]);
+    let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &prepared]);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut text = std::fs::read_to_string(&prepared).unwrap();
     text.push_str("{\"idx\": 99, \"codons\": \"M_ATG Q_ATG __TAA\", \"organism\": 51}\n");
@@ -123,7 +123,7 @@ fn training_data_outside_the_vocabulary_is_dropped_warned_of_or_refused() {
     let finetune = |data: &str| {
         let config = bigbird_fixture("config.json");
         let args = ["--dataset_dir", data, "--config", &config, "--precision", "f32", "--num_workers", "1", "--quiet"];
-        Command::new(example("finetune")).args(args).args(["--max_steps", "1"]).output().unwrap()
+        command("finetune").args(args).args(["--max_steps", "1"]).output().unwrap()
     };
     let o = finetune(&p("few.jsonl"));
     assert!(o.status.success(), "{}", stderr(&o));
@@ -139,7 +139,7 @@ fn commands_chain_and_stale_plots_go() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
     let train = p("train.jsonl");
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]).status.success());
     // prepare_data's `protein` column feeds predict; predict's output feeds evaluate.
     std::fs::write(p("in.csv"), "protein,organism\nMKVLAW,51\nMK#,51\n").unwrap();
     let o = run(

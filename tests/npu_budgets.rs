@@ -14,7 +14,7 @@ struct Step {
 
 /// `step_counters` on `soc` at `batch` × `length` (the peak is cumulative from step 1).
 fn step(soc: &str, precision: &str, batch: usize, length: usize) -> Step {
-    let out = std::process::Command::new(common::example("step_counters"))
+    let out = common::command("dev step-counters")
         .args(["--device", "npu-sim:0", "--precision", precision])
         .args(["--batch", &batch.to_string(), "--length", &length.to_string()])
         .args(["--layers", "12", "--steps", "2"])

@@ -2,19 +2,18 @@
 //! device's utilisation, HBM, temperature and power; a device that reports a fault mid-run stops
 //! the run before its next step, naming the device and the vendor error code, and the last
 //! checkpoint resumes.
-use std::process::Command;
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 #[test]
 fn training_reports_each_device_and_stops_on_a_device_fault() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
     let config = bigbird_fixture("config.json");
     let finetune = |steps: &str, metrics: &str, gpus: &str| {
-        let mut c = Command::new(example("finetune"));
+        let mut c = command("finetune");
         c.args(["--dataset_dir", &p("train.jsonl"), "--config", &config, "--device", "npu-sim:0"])
             .args(["--max_steps", steps, "--batch_size", "2", "--num_workers", "1", "--quiet", "--num_gpus", gpus])
             .args(["--metrics", &p(metrics)])
@@ -93,15 +92,15 @@ fn training_reports_each_device_and_stops_on_a_device_fault() {
     assert!(rows("bare.jsonl").iter().all(|r| r.get("npu").is_none()));
 }
 
-/// `npu_env --watch` lists every emulated device like `npu-smi info`, with an injected fault's
+/// `npu watch` lists every emulated device like `npu-smi info`, with an injected fault's
 /// health and error code, and the processes using a device.
 #[test]
-fn npu_env_watch_lists_the_devices_their_faults_and_processes() {
+fn npu_watch_lists_the_devices_their_faults_and_processes() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    assert!(run("prepare_data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
+    assert!(run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]).status.success());
     // A training run on npu-sim:0 that lasts until killed.
-    let mut trainer = Command::new(example("finetune"))
+    let mut trainer = command("finetune")
         .args(["--dataset_dir", &p("train.jsonl"), "--config", &bigbird_fixture("config.json")])
         .args(["--device", "npu-sim:0", "--max_steps", "100000", "--batch_size", "2", "--num_workers", "1", "--quiet"])
         .args(["--metrics", &p("m.jsonl")])
@@ -116,8 +115,8 @@ fn npu_env_watch_lists_the_devices_their_faults_and_processes() {
         assert!(started.elapsed() < std::time::Duration::from_secs(120), "the trainer never finished a step");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let o = Command::new(example("npu_env"))
-        .args(["--device", "npu-sim:0", "--watch", "1"])
+    let o = command("npu watch")
+        .args(["--device", "npu-sim:0", "1"])
         .env("CANDLE_ASCEND_SIM_MONITOR_DIR", p("monitor"))
         .env("CANDLE_ASCEND_SIM_DEVICE_FAULT", "2:0x80E18402")
         .output()

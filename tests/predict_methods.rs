@@ -83,7 +83,7 @@ fn baselines_refuse_what_they_cannot_do() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--reference"), "{}", String::from_utf8_lossy(&o.stderr));
     // Without --model the model is upstream's published one, from the Hub (here offline and not cached).
-    let o = std::process::Command::new(common::example("predict"))
+    let o = common::command("predict")
         .args(["--protein", "MKV", "--organism", "51"])
         .env("HF_HUB_OFFLINE", "1")
         .env("HF_HUB_CACHE", p("empty-cache"))
@@ -229,7 +229,7 @@ fn a_model_with_its_own_organism_table_predicts_for_its_new_organism() {
         serde_json::from_str(&std::fs::read_to_string(common::bigbird_fixture("config.json")).unwrap()).unwrap();
     config["type_vocab_size"] = serde_json::json!(165);
     std::fs::write(p("config.json"), config.to_string()).unwrap();
-    let o = run("init_model", &["--output", &p("model"), "--config", &p("config.json")]);
+    let o = run("init-model", &["--output", &p("model"), "--config", &p("config.json")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut names: Vec<String> = codon_ascend::model::ORGANISMS.iter().map(|n| n.to_string()).collect();
     names.push("Nova organism".into());

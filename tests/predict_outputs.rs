@@ -174,7 +174,7 @@ fn fasta_proteins_need_an_organism_and_per_codon_needs_jsonl() {
 fn evaluate_reads_fasta_as_it_reads_csv() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &common::demo("genes.csv"), "--output", &p("train.jsonl")]);
+    let o = run("prepare-data", &["--input", &common::demo("genes.csv"), "--output", &p("train.jsonl")]);
     assert!(o.status.success(), "{}", stderr(&o));
     let genes =
         [("a", "ATGGCTGCTAAAGGTCTGTAA", "Escherichia coli general"), ("b", "ATGAAGAAGCTGCTGGCCTGA", "Homo sapiens")];

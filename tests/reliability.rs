@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
-use common::{bigbird_fixture, demo, example, run};
+use common::{bigbird_fixture, demo, command, run};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -20,14 +20,14 @@ fn stderr(o: &Output) -> String {
 /// The demo data prepared into `dir/train.jsonl`.
 fn prepared(dir: &Path) -> String {
     let train = dir.join("train.jsonl").to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &demo("genes.csv"), "--output", &train]);
+    let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &train]);
     assert!(o.status.success(), "{}", stderr(&o));
     train
 }
 
 /// `finetune` on `train` with the tiny fixture model, f32, one loader thread, quiet.
 fn finetune(train: &str, extra: &[&str]) -> Command {
-    let mut c = Command::new(example("finetune"));
+    let mut c = command("finetune");
     c.args(["--dataset_dir", train, "--precision", "f32", "--num_workers", "1", "--quiet"]).args(extra);
     c
 }
@@ -49,8 +49,8 @@ fn outputs_never_replace_inputs() {
     let model = bigbird_fixture("");
     let dotted = format!("{}/./genes.csv", dir.path().display());
     let mut cases: Vec<(&str, Vec<String>, String)> = vec![
-        ("prepare_data", vec!["--input".into(), p("genes.csv"), "--output".into(), p("genes.csv")], p("genes.csv")),
-        ("prepare_data", vec!["--input".into(), p("genes.csv"), "--output".into(), dotted], p("genes.csv")),
+        ("prepare-data", vec!["--input".into(), p("genes.csv"), "--output".into(), p("genes.csv")], p("genes.csv")),
+        ("prepare-data", vec!["--input".into(), p("genes.csv"), "--output".into(), dotted], p("genes.csv")),
         (
             "tokenize",
             vec!["--input".into(), p("proteins.jsonl"), "--output".into(), p("proteins.jsonl")],
@@ -69,13 +69,13 @@ fn outputs_never_replace_inputs() {
     ];
     #[cfg(unix)]
     cases.push((
-        "prepare_data",
+        "prepare-data",
         vec!["--input".into(), p("genes.csv"), "--output".into(), p("link.csv")],
         p("genes.csv"),
     ));
     for (name, args, input) in cases {
         let before = std::fs::read(&input).unwrap();
-        let o = Command::new(example(name)).args(&args).output().unwrap();
+        let o = command(name).args(&args).output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{name} {args:?}: {}", stdout(&o));
         assert!(stderr(&o).contains("is the input"), "{name}: {}", stderr(&o));
         assert_eq!(std::fs::read(&input).unwrap(), before, "{name} changed its input");
@@ -88,7 +88,7 @@ fn failure_like_outcomes_exit_non_zero() {
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
     // The organism is checked before the input is read (this input does not exist).
     let o =
-        run("prepare_data", &["--input", &p("none.csv"), "--output", &p("t.jsonl"), "--organism", "Escherichia colli"]);
+        run("prepare-data", &["--input", &p("none.csv"), "--output", &p("t.jsonl"), "--organism", "Escherichia colli"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("Escherichia coli") && !stderr(&o).contains("none.csv"), "{}", stderr(&o));
     let o = run("predict", &["--model", &p("none"), "--protein", "MKV", "--organism", "Homo sapien"]);
@@ -99,12 +99,12 @@ fn failure_like_outcomes_exit_non_zero() {
     assert!(stdout(&o).lines().any(|l| l == "51\tEscherichia coli general"), "{}", stdout(&o));
     // Every record dropped: nothing to train on.
     std::fs::write(p("unknown.csv"), "dna,organism\nATGGCTGCTGCTTAA,Atlantis\n").unwrap();
-    let o = run("prepare_data", &["--input", &p("unknown.csv"), "--output", &p("t.jsonl")]);
+    let o = run("prepare-data", &["--input", &p("unknown.csv"), "--output", &p("t.jsonl")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no records written"), "{}", stderr(&o));
     // An unterminated quote is reported with its line, not as "dropped: no organism".
     std::fs::write(p("quote.csv"), "dna,organism\nATGGCTGCTGCTTAA,51\n\"ATGGCTGCTGCTTAA,51\nATGAAATAA,51\n").unwrap();
-    let o = run("prepare_data", &["--input", &p("quote.csv"), "--output", &p("t.jsonl")]);
+    let o = run("prepare-data", &["--input", &p("quote.csv"), "--output", &p("t.jsonl")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("quote.csv:3") && stderr(&o).contains("unterminated quote"), "{}", stderr(&o));
     // A batch prediction whose every row fails.
@@ -119,7 +119,7 @@ fn failure_like_outcomes_exit_non_zero() {
 fn non_finite_weights_and_runs_fail_loudly() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    let o = run("init_model", &["--output", &p("model"), "--config", &tiny_config()]);
+    let o = run("init-model", &["--output", &p("model"), "--config", &tiny_config()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let weights = dir.path().join("model/model.safetensors");
     let mut tensors = candle_core::safetensors::load(&weights, &candle_core::Device::Cpu).unwrap();
@@ -151,7 +151,7 @@ fn non_finite_weights_and_runs_fail_loudly() {
 #[test]
 fn the_demo_stays_the_demo_and_lists_its_outputs() {
     let cwd = tempfile::tempdir().unwrap();
-    let o = Command::new(example("finetune"))
+    let o = command("finetune")
         .args(["--device", "npu-sim:0", "--max_steps", "2", "--quiet"])
         .current_dir(cwd.path())
         .output()
@@ -238,7 +238,7 @@ fn resume_retention_and_checkpoint_files() {
 fn error_lines_are_short_and_say_things_once() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
-    let o = run("prepare_data", &["--input", &p("missing.csv"), "--output", &p("t.jsonl")]);
+    let o = run("prepare-data", &["--input", &p("missing.csv"), "--output", &p("t.jsonl")]);
     assert_eq!(stderr(&o).matches("No such file").count(), 1, "{}", stderr(&o));
     // A small model's weights read as CodonTransformer's: a short list and a count.
     let o = run("predict", &["--model", &bigbird_fixture("model.safetensors"), "--protein", "MKV", "--organism", "51"]);
@@ -246,7 +246,7 @@ fn error_lines_are_short_and_say_things_once() {
     let e = stderr(&o);
     assert!(e.len() < 1500 && e.contains("more;") && e.lines().count() == 1, "{} bytes: {e}", e.len());
     // An injected device fault, with backtraces on: one line, said once.
-    let o = Command::new(example("predict"))
+    let o = command("predict")
         .args(["--model", &bigbird_fixture(""), "--protein", "MKV", "--organism", "51", "--device", "npu-sim:0"])
         .env("CANDLE_ASCEND_SIM_FAIL_ALLOC", "1")
         .env("RUST_BACKTRACE", "1")
@@ -329,7 +329,7 @@ fn predict_fits_small_models_and_checks_its_logits() {
     let mut config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(tiny_config()).unwrap()).unwrap();
     config["max_position_embeddings"] = 64.into();
     std::fs::write(p("small.json"), config.to_string()).unwrap();
-    assert!(run("init_model", &["--output", &p("model"), "--config", &p("small.json")]).status.success());
+    assert!(run("init-model", &["--output", &p("model"), "--config", &p("small.json")]).status.success());
     let protein = "MKVLAW".repeat(25);
     let o = run("predict", &["--model", &p("model"), "--protein", &protein, "--organism", "51", "--match-protein"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -351,7 +351,7 @@ fn predict_fits_small_models_and_checks_its_logits() {
 fn no_math_runs_count_without_failing_or_checkpointing() {
     let cwd = tempfile::tempdir().unwrap();
     let run_in = |extra: &[&str]| {
-        Command::new(example("finetune"))
+        command("finetune")
             .args(["--device", "npu-sim:0", "--max_steps", "12", "--quiet"])
             .args(extra)
             .env("CANDLE_ASCEND_SIM_NO_MATH", "1")

@@ -1,4 +1,4 @@
-//! `npu_env --selftest` on the emulated part that `CANDLE_ASCEND_SIM_SOC` selects (CI runs an A2
+//! `codon npu selftest` on the emulated part that `CANDLE_ASCEND_SIM_SOC` selects (CI runs an A2
 //! part and a 910A): every route passes, and a fault injected into one op is reported by name,
 //! in the table, the JSON report and the exit status.
 mod common;
@@ -23,8 +23,8 @@ fn the_self_test_passes_every_route_on_npu_sim() {
 fn a_failing_op_is_named_in_the_table_the_report_and_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.json");
-    let out = std::process::Command::new(common::example("npu_env"))
-        .args(["--selftest", "--device", "npu-sim:0", "--report"])
+    let out = common::command("npu selftest")
+        .args(["--device", "npu-sim:0", "--report"])
         .arg(&report)
         .env("CANDLE_ASCEND_SIM_FAIL_OP", "aclnnExp")
         .output()

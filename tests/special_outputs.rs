@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 mod common;
-use common::{bigbird_fixture, example};
+use common::{bigbird_fixture, command};
 
 const ECOLI: &str = "Escherichia coli general";
 
@@ -19,7 +19,7 @@ fn stderr(o: &Output) -> String {
 fn predict_to(dir: &Path, output: &str) -> Command {
     let input = dir.join("in.fasta");
     std::fs::write(&input, ">a\nMKV\n>b\nMALW\n").unwrap();
-    let mut c = Command::new(example("predict"));
+    let mut c = command("predict");
     c.args(["--model", &bigbird_fixture(""), "--input", input.to_str().unwrap(), "--organism", ECOLI]);
     c.args(["--output", output]);
     c
@@ -65,7 +65,7 @@ fn a_device_is_written_through_not_replaced() {
         let o = match args {
             None => predict_to(dir.path(), null.to_str().unwrap()).output().unwrap(),
             Some(args) => {
-                Command::new(example(name)).args(&args).args(["--output", null.to_str().unwrap()]).output().unwrap()
+                command(name).args(&args).args(["--output", null.to_str().unwrap()]).output().unwrap()
             }
         };
         assert!(o.status.success(), "{name}: {}", stderr(&o));
@@ -99,7 +99,7 @@ fn a_full_disk_under_standard_output_is_an_error() {
         vec!["--model".into(), model.clone(), "--protein".into(), long, "--organism".into(), ECOLI.into()],
     ] {
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
-        let o = Command::new(example("predict")).args(&args).stdout(Stdio::from(full)).output().unwrap();
+        let o = command("predict").args(&args).stdout(Stdio::from(full)).output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
         let err = stderr(&o);
         assert!(err.contains("cannot write to standard output") && err.contains("No space left"), "{args:?}: {err}");

@@ -1,60 +1,27 @@
-//! Helpers shared by the tests that run the example programs as a user does. The examples are
-//! built on first use (a no-op when `cargo test` has built them already), so any one test file
-//! runs on a fresh clone.
+//! Helpers shared by the tests that run the `codon` program as a user does (cargo builds it
+//! before the integration tests run: `CARGO_BIN_EXE_codon`).
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
-/// The example program `name`, built with this test's profile if it is not up to date.
-pub fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/cli-<hash> -> target/<profile>/examples/<name>
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--examples", "-p", "codon-ascend"]);
-        // What cargo set for this test binary is not the outer build's environment: build scripts
-        // that watch such variables (ring's watch CARGO_PKG_NAME and CARGO_MANIFEST_DIR) would
-        // otherwise rebuild here, and again in the next plain build.
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            let per_crate = ["CARGO_MANIFEST_DIR", "CARGO_MANIFEST_PATH", "CARGO_MANIFEST_LINKS", "CARGO_CRATE_NAME"]
-                .contains(&key.as_ref())
-                || [
-                    "CARGO_BIN_NAME",
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_TARGET_TMPDIR",
-                    "CARGO_RUSTC_CURRENT_DIR",
-                    "OUT_DIR",
-                ]
-                .contains(&key.as_ref())
-                || key.starts_with("CARGO_PKG_");
-            if per_crate {
-                build.env_remove(key.as_ref());
-            }
-        }
-        if profile_dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        match build.current_dir(env!("CARGO_MANIFEST_DIR")).status() {
-            Ok(s) if s.success() => Ok(()),
-            other => Err(format!("building the examples failed: {other:?}")),
-        }
-    });
-    if let Err(e) = built {
-        panic!("{e}");
-    }
-    profile_dir.join("examples").join(name)
+/// The installed program.
+pub fn codon_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_codon"))
 }
 
-/// Run example `name` with `args` and collect its output. The Hub is offline: a test that
+/// `codon SUBCOMMAND…`: `name` is the subcommand's words (`"predict"`, `"npu env"`,
+/// `"dev step-counters"`).
+pub fn command(name: &str) -> Command {
+    let mut c = Command::new(codon_exe());
+    c.args(name.split_whitespace());
+    c
+}
+
+/// Run `codon name` with `args` and collect its output. The Hub is offline: a test that
 /// reached for a published model by accident fails at once with the model's name.
 pub fn run(name: &str, args: &[&str]) -> std::process::Output {
-    Command::new(example(name)).args(args).env("HF_HUB_OFFLINE", "1").output().unwrap()
+    command(name).args(args).env("HF_HUB_OFFLINE", "1").output().unwrap()
 }
 
 /// A file of the bundled demo data.

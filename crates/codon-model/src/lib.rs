@@ -20,6 +20,7 @@ pub mod bigbird;
 pub mod error;
 pub mod files;
 pub mod predict;
+#[cfg(feature = "training")]
 pub mod training;
 
 pub use codon_vocab::{organisms, sequence, tokenizer, vocab, VocabError};

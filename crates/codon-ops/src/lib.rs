@@ -19,6 +19,7 @@ pub mod fast_math;
 pub mod function;
 pub mod layer_norm;
 pub mod linear;
+pub mod malloc_tuning;
 pub mod optim;
 pub mod philox;
 

@@ -1,7 +1,9 @@
 //! Linear layers, `x·Wᵀ + b`.
 //!
 //! - [`linear`] picks the body: CPU inference takes [`fused_linear`], CPU training and Ascend
-//!   parts the [`Linear`] op, other devices the composed [`reference()`]. [`linear_residual`],
+//!   parts the [`Linear`] op, a CUDA GPU (the `cuda` feature) cuBLAS's product with the bias and
+//!   a residual added by one kernel of this crate's (`AddBias`, `AddBiasResidual`), other devices
+//!   the composed [`reference()`]. [`linear_residual`],
 //!   [`linear_gelu_new`] and [`linear_dropout`] add what follows the layer, in the GEMM's
 //!   epilogue where the body has one.
 //! - CPU inference ([`fused_linear`]): the bias and a residual are written into the GEMM's

@@ -170,7 +170,7 @@ impl Trainer {
             }
         };
         if c.retain_freed_memory {
-            crate::malloc_tuning::retain_freed_memory();
+            codon_ops::malloc_tuning::retain_freed_memory();
         }
         let params = model.parameters();
         if let Some(comm) = comm {

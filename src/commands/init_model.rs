@@ -2,7 +2,7 @@
 //! (transformers' init scheme), so users and benchmarks can run without downloaded weights.
 //!
 //! ```text
-//! cargo run --release --example init_model -- --output model-random [--config config.json] [--seed 0] [--overwrite]
+//! codon init-model --output model-random [--config config.json] [--seed 0] [--overwrite]
 //! ```
 //! The output folder must be new or empty: a folder with files in it (a trained checkpoint, say)
 //! is refused unless `--overwrite`, which replaces the whole folder once the new model is written.
@@ -11,12 +11,12 @@ use std::path::PathBuf;
 
 use candle_core::{DType, Device};
 use clap::Parser;
-use codon_ascend::model::bigbird::{init_weights, save_model, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::outln;
+use crate::model::bigbird::{init_weights, save_model, BigBirdConfig, BigBirdForMaskedLM};
+use crate::outln;
 
 /// Initialise a model.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Output directory (config.json + model.safetensors).
     #[arg(long)]
     output: PathBuf,
@@ -31,8 +31,7 @@ struct Args {
     overwrite: bool,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let config = match &args.config {
         Some(path) => BigBirdConfig::from_file(path)?,
         None => BigBirdConfig::default(),
@@ -42,10 +41,10 @@ fn run() -> anyhow::Result<()> {
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     if replacing {
         // Written beside the old folder, then swapped in: a failure leaves the old one whole.
-        let parent = codon_ascend::model::files::parent_dir(&args.output);
-        let fresh = codon_ascend::model::files::temp_dir_in(parent, ".init_model.")?;
+        let parent = crate::model::files::parent_dir(&args.output);
+        let fresh = crate::model::files::temp_dir_in(parent, ".init_model.")?;
         save_model(&model, fresh.path())?;
-        let aside = codon_ascend::model::files::temp_dir_in(parent, ".init_model.replaced.")?;
+        let aside = crate::model::files::temp_dir_in(parent, ".init_model.replaced.")?;
         std::fs::rename(&args.output, aside.path().join("old"))?;
         std::fs::rename(fresh.keep(), &args.output)?;
         drop(aside);
@@ -76,13 +75,10 @@ fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
         );
     }
     if let Some(config) = &args.config {
-        if codon_ascend::model::files::clash(out, config).is_some() {
+        if crate::model::files::clash(out, config).is_some() {
             anyhow::bail!("--overwrite would delete --config {}: copy it out of the folder first", config.display());
         }
     }
     Ok(true)
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

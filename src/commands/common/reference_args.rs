@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-pub use codon_ascend::eval::References;
-use codon_ascend::eval::{read_codon_usage, OrganismReference, ReferenceSet};
+pub use crate::eval::References;
+use crate::eval::{read_codon_usage, OrganismReference, ReferenceSet};
 
 /// The reference flags.
 #[derive(clap::Args, Debug)]

@@ -3,63 +3,79 @@
 //! candle op and dtype whether this SoC runs it natively, composed, or not at all.
 //!
 //! ```text
-//! cargo run --release --example npu_env -- [--device npu:0|npu-sim:0]
-//! cargo run --release --example npu_env -- --sim-toolkit-path
-//! cargo run --release --example npu_env -- --check-toolkit [/usr/local/Ascend/ascend-toolkit/latest]
-//! cargo run --release --example npu_env -- --selftest --device npu:0 [--report npu-selftest.json]
+//! codon npu env [--device npu:0|npu-sim:0]
+//! codon npu check-toolkit [/usr/local/Ascend/ascend-toolkit/latest]
+//! codon npu selftest --device npu:0 [--report npu-selftest.json]
+//! codon npu watch [SECONDS] [--device npu-sim:0]
 //! ```
-use clap::Parser;
-use codon_ascend::ascend::op_table::Coverage;
-use codon_ascend::ascend::{self, AscendDevice};
-use codon_ascend::cli::DeviceSpec;
-use codon_ascend::outln;
+use crate::ascend::op_table::Coverage;
+use crate::ascend::{self, AscendDevice};
+use crate::cli::DeviceSpec;
+use crate::outln;
 
-/// Ascend environment report.
-#[derive(Parser)]
-struct Args {
-    /// The device to inspect: npu:N or npu-sim:N.
-    #[arg(long, default_value = "npu:0")]
-    device: DeviceSpec,
-    /// Print only the emulated toolkit's root (the folder whose lib64/ holds its libraries).
-    #[arg(long, alias = "sim_toolkit_path")]
-    sim_toolkit_path: bool,
+/// `codon npu …`: the Ascend setup, checked and watched.
+#[derive(clap::Subcommand)]
+pub enum NpuCommand {
+    /// The device, its toolkit, SoC and memory, and which candle ops run natively there.
+    Env(DeviceArg),
     /// Check an installed toolkit (default: the first one found, as `npu:N` finds it) for every
     /// function and aclnn op this backend needs, and its headers' prototypes; exits 1 if anything
     /// is missing or differs. No device is opened.
-    #[arg(long, alias = "check_toolkit", value_name = "ROOT", num_args = 0..=1, default_missing_value = "")]
-    check_toolkit: Option<std::path::PathBuf>,
+    CheckToolkit {
+        /// The toolkit's root (e.g. /usr/local/Ascend/ascend-toolkit/latest).
+        root: Option<std::path::PathBuf>,
+    },
     /// Run every op route, an HCCL all-reduce and a tiny training run on the device, compare each
     /// with the CPU, print a pass/fail table and write `--report`; exits 1 if any case fails.
-    #[arg(long)]
-    selftest: bool,
-    /// Print an `npu-smi info`-like table of every device (health, power, temperature, HBM,
+    Selftest {
+        #[command(flatten)]
+        device: DeviceArg,
+        /// Where the JSON report (for a bug report) is written.
+        #[arg(long, default_value = "npu-selftest.json")]
+        report: std::path::PathBuf,
+    },
+    /// An `npu-smi info`-like table of every device (health, power, temperature, HBM,
     /// utilisation and the processes using it) every second, for SECONDS or until interrupted;
     /// the toolkit of `--device` (npu or npu-sim) is used, no device is opened.
-    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "0")]
-    watch: Option<u64>,
-    /// Where `--selftest` writes its JSON report (for a bug report).
-    #[arg(long, default_value = "npu-selftest.json")]
-    report: std::path::PathBuf,
+    Watch {
+        #[command(flatten)]
+        device: DeviceArg,
+        /// Stop after this many seconds (0: until interrupted).
+        #[arg(default_value_t = 0)]
+        seconds: u64,
+    },
+    /// Print the emulated toolkit's root (the folder whose lib64/ holds its libraries).
+    #[command(hide = true)]
+    SimToolkitPath,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
-    if args.sim_toolkit_path {
-        outln!("{}", ascend::emulated_root().display());
-        return Ok(());
+/// The device a `codon npu` command inspects.
+#[derive(clap::Args)]
+pub struct DeviceArg {
+    /// npu:N or npu-sim:N.
+    #[arg(long, default_value = "npu:0")]
+    device: DeviceSpec,
+}
+
+/// Run a `codon npu` command.
+pub fn run(command: NpuCommand) -> anyhow::Result<()> {
+    match command {
+        NpuCommand::SimToolkitPath => {
+            outln!("{}", ascend::emulated_root().display());
+            Ok(())
+        }
+        NpuCommand::CheckToolkit { root } => check_toolkit(&root.unwrap_or_default()),
+        NpuCommand::Watch { device, seconds } => watch(&device.device, seconds),
+        NpuCommand::Selftest { device, report } => selftest(&device.device.open()?, &report),
+        NpuCommand::Env(device) => env(&device.device),
     }
-    if let Some(root) = &args.check_toolkit {
-        return check_toolkit(root);
-    }
-    if let Some(seconds) = args.watch {
-        return watch(&args.device, seconds);
-    }
-    let device = args.device.open()?;
-    if args.selftest {
-        return selftest(&device, &args.report);
-    }
+}
+
+/// `codon npu env`.
+fn env(spec: &DeviceSpec) -> anyhow::Result<()> {
+    let device = spec.open()?;
     let dev: &AscendDevice =
-        ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{} is not an Ascend device", args.device))?;
+        ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{spec} is not an Ascend device"))?;
     let tk = dev.toolkit();
     outln!("device:          {}", dev.name());
     if dev.skips_math() {
@@ -153,8 +169,8 @@ fn check_toolkit(root: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// `--watch`: the device table every second, for `seconds` (0: until interrupted).
-fn watch(device: &codon_ascend::cli::DeviceSpec, seconds: u64) -> anyhow::Result<()> {
-    let codon_ascend::cli::DeviceSpec::Ascend { kind, .. } = device else {
+fn watch(device: &crate::cli::DeviceSpec, seconds: u64) -> anyhow::Result<()> {
+    let crate::cli::DeviceSpec::Ascend { kind, .. } = device else {
         anyhow::bail!("--watch follows Ascend devices: give --device npu:N or npu-sim:N for the toolkit");
     };
     let started = std::time::Instant::now();
@@ -214,12 +230,12 @@ fn clock_heading() -> String {
 /// `--selftest`: the table on stdout, the JSON report at `report`.
 fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let report = codon_ascend::selftest::run(device)?;
-    for line in codon_ascend::selftest::table(&report) {
+    let report = crate::selftest::run(device)?;
+    for line in crate::selftest::table(&report) {
         outln!("{line}");
     }
     let json = serde_json::to_vec_pretty(&report)?;
-    codon_ascend::data::write_atomically(report_path, |w| w.write_all(&json))?;
+    crate::data::write_atomically(report_path, |w| w.write_all(&json))?;
     outln!("report: {}", report_path.display());
     let failed: Vec<String> = report.failures().map(|c| format!("{} ({})", c.name, c.dtype)).collect();
     if !failed.is_empty() {
@@ -228,6 +244,3 @@ fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyh
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

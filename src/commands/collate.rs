@@ -1,8 +1,8 @@
 //! Build masked-LM batches from a JSONL training file, as the trainer sees them.
 //!
 //! ```text
-//! cargo run --release --example collate -- --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl
-//! cargo run --release --example collate -- --input train.jsonl --batch-size 2 --output inputs.safetensors
+//! codon collate --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl
+//! codon collate --input train.jsonl --batch-size 2 --output inputs.safetensors
 //! ```
 //! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
 //! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
@@ -11,16 +11,16 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Parser;
-use codon_ascend::data::{
+use crate::data::{
     write_atomically, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator,
 };
-use codon_ascend::model::CodonTokenizer;
-use codon_ascend::{errln, outln};
+use crate::model::CodonTokenizer;
+use crate::{errln, outln};
 use serde_json::json;
 
 /// Tokenize, pad and mask training records into batches.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Input JSONL of training records ({"idx", "codons", "organism"}).
     #[arg(long)]
     input: PathBuf,
@@ -75,10 +75,9 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
     .collect())
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
-    codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
-    codon_ascend::model::files::check_output_location(&args.output)?;
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    crate::model::files::check_output_location(&args.output)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;
     if dataset.malformed_lines() > 0 {
@@ -95,7 +94,7 @@ fn run() -> anyhow::Result<()> {
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
     if args.output.extension().is_some_and(|e| e == "safetensors") {
         let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
-        codon_ascend::model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
+        crate::model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
         outln!(
             "wrote the first batch ({} x {}) to {}",
             batch.encoding.batch_size,
@@ -113,7 +112,7 @@ fn run() -> anyhow::Result<()> {
         }
         Ok(())
     })?;
-    codon_ascend::reportln!(
+    crate::reportln!(
         &args.output,
         "wrote {batches} batches of up to {} records to {}",
         args.batch_size,
@@ -122,6 +121,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -1,23 +1,23 @@
 //! The data pipeline end to end on the bundled demo data: prepare → stream → mask → batch.
 //!
 //! ```text
-//! cargo run --release --example pipeline                     # bundled demo data
-//! cargo run --release --example pipeline -- --input genes.csv --batch-size 8 --epochs 3
+//! codon pipeline                     # bundled demo data
+//! codon pipeline --input genes.csv --batch-size 8 --epochs 3
 //! ```
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use codon_ascend::data::{
+use crate::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
-use codon_ascend::model::{vocab, CodonTokenizer};
-use codon_ascend::outln;
+use crate::model::{vocab, CodonTokenizer};
+use crate::outln;
 
 /// Prepare a dataset and run the masked-LM loader over it.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// CSV or FASTA gene records (default: the bundled demo data).
     #[arg(long)]
     input: Option<PathBuf>,
@@ -38,9 +38,8 @@ struct Args {
     seed: u64,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
-    let input = args.input.unwrap_or_else(|| codon_ascend::demo_data_dir().join("genes.csv"));
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let input = args.input.unwrap_or_else(|| crate::demo_data_dir().join("genes.csv"));
     std::fs::create_dir_all(&args.out_dir)?;
     let train = args.out_dir.join("train.jsonl");
 
@@ -99,6 +98,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -1,8 +1,8 @@
 //! Evaluate DNA sequences with CodonTransformer's metrics (upstream `CodonEvaluation`).
 //!
 //! ```text
-//! cargo run --release --example evaluate -- --input seqs.csv --reference train.jsonl --output metrics.csv
-//! cargo run --release --example evaluate -- --input seqs.csv --codon-table ecoli.kazusa.txt --output metrics.csv --plot plots/
+//! codon evaluate --input seqs.csv --reference train.jsonl --output metrics.csv
+//! codon evaluate --input seqs.csv --codon-table ecoli.kazusa.txt --output metrics.csv --plot plots/
 //! ```
 //! `--input` has the columns `dna` and `organism` (a name or an id; not needed with
 //! `--codon-table`), and optionally `reference_dna` (an empty cell: none for that row). The output adds `csi`, `gc_content`, `cfd`,
@@ -10,30 +10,26 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
-#[path = "common/csv_table.rs"]
-mod csv_table;
-#[path = "common/reference_args.rs"]
-mod reference_args;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use codon_ascend::eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW};
-use codon_ascend::eval::plot::{
+use crate::eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW};
+use crate::eval::plot::{
     plot_distributions, plot_minmax, reference_band, OrganismValues, ProfileBand, ProfileSeries,
 };
-use codon_ascend::eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
-use codon_ascend::model::{organism_name, parse_organism};
-use codon_ascend::{errln, outln};
-use csv_table::CsvTable;
+use crate::eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
+use crate::model::{organism_name, parse_organism};
+use crate::{errln, outln};
+use super::common::csv_table::CsvTable;
 use rayon::prelude::*;
-use reference_args::{ReferenceArgs, References};
+use super::common::reference_args::{ReferenceArgs, References};
 
 /// Evaluate DNA sequences against their organism's reference codon usage.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// CSV with `dna`, `organism` (name or id) and optionally `reference_dna` columns, or FASTA
     /// (the organism from each header's [organism=NAME] tag).
     #[arg(long)]
@@ -70,18 +66,17 @@ struct Row {
 /// The metric columns, in output order (`similarity` only with `reference_dna`).
 const METRIC_COLUMNS: [&str; 6] = ["csi", "gc_content", "cfd", "minmax_mean", "similarity", "complexity"];
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.cfd_threshold.is_finite() && args.cfd_threshold >= 0.0) {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
     let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
-    codon_ascend::data::refuse_overwriting(&inputs, &[&args.output])?;
+    crate::data::refuse_overwriting(&inputs, &[&args.output])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
-    codon_ascend::model::files::check_output_location(&args.output)?;
+    crate::model::files::check_output_location(&args.output)?;
     let table = CsvTable::read_any(&args.input, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
@@ -146,7 +141,7 @@ fn run() -> anyhow::Result<()> {
         let written = write_plots(dir, &rows, &results, &references, &by_organism, &options)?;
         outln!("plots: {written} SVG files in {}", dir.display());
     }
-    codon_ascend::reportln!(
+    crate::reportln!(
         &args.output,
         "evaluated {} of {} rows; wrote {}",
         results.len() - failed,
@@ -213,7 +208,7 @@ fn write_output(
         writer.write_record(&record)?;
     }
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
-    codon_ascend::data::write_atomically(path, |w| w.write_all(&bytes))?;
+    crate::data::write_atomically(path, |w| w.write_all(&bytes))?;
     Ok(())
 }
 
@@ -318,6 +313,3 @@ fn write_plots(
     Ok(written + 1)
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -1,23 +1,21 @@
 //! Prepare a JSONL training file from a CSV (dna, optional protein, organism) or FASTA file.
 //!
 //! ```text
-//! cargo run --release --example prepare_data -- --input data/demo/genes.csv --output train.jsonl
-//! cargo run --release --example prepare_data -- --input genes.fasta --output train.jsonl --organism "Homo sapiens"
+//! codon prepare-data --input data/demo/genes.csv --output train.jsonl
+//! codon prepare-data --input genes.fasta --output train.jsonl --organism "Homo sapiens"
 //! ```
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use codon_ascend::data::{prepare, PrepareOptions};
-use codon_ascend::outln;
+use crate::data::{prepare, PrepareOptions};
+use crate::outln;
 
-#[path = "common/protein_args.rs"]
-mod protein_args;
 
 /// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Input file: .csv with a `dna` column (and optionally `protein`, `organism`), or FASTA.
     #[arg(long)]
     input: PathBuf,
@@ -37,13 +35,12 @@ struct Args {
     #[arg(long, alias = "shuffle_seed")]
     shuffle_seed: Option<u64>,
     #[command(flatten)]
-    protein: protein_args::ProteinArgs,
+    protein: super::common::protein_args::ProteinArgs,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(organism) = &args.organism {
-        codon_ascend::model::parse_organism(organism).context("--organism")?;
+        crate::model::parse_organism(organism).context("--organism")?;
     }
     let options = PrepareOptions {
         organism: args.organism,
@@ -56,7 +53,7 @@ fn run() -> anyhow::Result<()> {
     // Its errors name the file at fault: the input, or the output.
     let report = prepare(&args.input, &args.output, &options)?;
     outln!("{report}");
-    codon_ascend::reportln!(&args.output, "wrote {}", args.output.display());
+    crate::reportln!(&args.output, "wrote {}", args.output.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",
@@ -67,6 +64,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -3,9 +3,9 @@
 //! attention's per-block products on one thread. It bounds what the CPU train step can reach.
 //!
 //! ```text
-//! cargo run --release --example gemm_throughput
+//! codon gemm-throughput
 //! ```
-use codon_ascend::outln;
+use crate::outln;
 use std::time::Instant;
 
 /// Best-of-5 GFLOP/s of a (m × k)·(k × n) product; `lhs_t`/`rhs_t` read an operand transposed.
@@ -51,7 +51,7 @@ fn gflops(m: usize, n: usize, k: usize, lhs_t: bool, rhs_t: bool, parallelism: g
 /// Best-of-5 GFLOP/s of x·Wᵀ (x m × k, W n × k) through the fused kernels' `matmul_into`, which
 /// runs one column strip per thread where the strips are wide enough.
 fn strips_gflops(m: usize, n: usize, k: usize) -> f64 {
-    use codon_ascend::ops::cpu_gemm::{matmul_into, Mat};
+    use crate::ops::cpu_gemm::{matmul_into, Mat};
     let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
     let w: Vec<f32> = (0..n * k).map(|i| (i % 13) as f32 * 0.01).collect();
     let mut out = vec![0f32; m * n];
@@ -73,13 +73,14 @@ fn bf16_gflops(m: usize, n: usize, k: usize) -> f64 {
     let mut best = f64::MAX;
     for _ in 0..5 {
         let start = Instant::now();
-        codon_ascend::ops::cpu_bf16::bf16_linear_into(&mut out, &x, &w, m, k, n).expect("shapes match");
+        crate::ops::cpu_bf16::bf16_linear_into(&mut out, &x, &w, m, k, n).expect("shapes match");
         best = best.min(start.elapsed().as_secs_f64());
     }
     2.0 * (m * n * k) as f64 / best / 1e9
 }
 
-fn main() {
+/// Print the throughput table.
+pub fn run() -> anyhow::Result<()> {
     let threads = rayon::current_num_threads();
     let all = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
     outln!("{threads} threads");
@@ -92,14 +93,14 @@ fn main() {
         (768, 768, 2048, true, false, "q/k/v dW = dzᵀ·x"),
     ];
     // A listing: once its reader is gone (`| head -2`), the rest is not measured.
-    for (m, n, k, lhs_t, rhs_t, what) in layers.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
+    for (m, n, k, lhs_t, rhs_t, what) in layers.into_iter().take_while(|_| !crate::output::stdout_closed()) {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (all threads)", gflops(m, n, k, lhs_t, rhs_t, all));
     }
     // The forward products at one 352-token protein (a prediction pass) and at 2048 rows: gemm's
     // own threads against one column strip per thread (`matmul_into`).
     for m in [352, 2048] {
         for (_, n, k, _, _, what) in
-            layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !codon_ascend::output::stdout_closed())
+            layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed())
         {
             outln!(
                 "{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s gemm's threads, {:.0} column strips",
@@ -109,9 +110,9 @@ fn main() {
         }
     }
     // The forward products again with bf16 weights, on the path this CPU takes for them.
-    let path = codon_ascend::ops::cpu_bf16::bf16_path();
+    let path = crate::ops::cpu_bf16::bf16_path();
     for (m, n, k, _, _, what) in
-        layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !codon_ascend::output::stdout_closed())
+        layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed())
     {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (bf16 weights, {path:?})", bf16_gflops(*m, *n, *k));
     }
@@ -120,8 +121,9 @@ fn main() {
         (64, 64, 512, false, false, "attention context p·v"),
         (512, 64, 64, true, false, "attention dk = dsᵀ·q"),
     ];
-    for (m, n, k, lhs_t, rhs_t, what) in blocks.into_iter().take_while(|_| !codon_ascend::output::stdout_closed()) {
+    for (m, n, k, lhs_t, rhs_t, what) in blocks.into_iter().take_while(|_| !crate::output::stdout_closed()) {
         let rate = gflops(m, n, k, lhs_t, rhs_t, gemm::Parallelism::None);
         outln!("{what:32} {m}×{k}·{k}×{n}: {rate:.0} GFLOP/s (one thread)");
     }
+    Ok(())
 }

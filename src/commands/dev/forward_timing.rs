@@ -3,22 +3,22 @@
 //! (CPU) and `benches/gpu_compare.sh` (CUDA); one configuration per process so peak RSS is per run.
 //!
 //! ```text
-//! cargo run --release --example forward_timing -- --length 2048 --attention block-sparse --repeats 3
+//! codon forward-timing --length 2048 --attention block-sparse --repeats 3
 //! ```
 
 use std::time::Instant;
 
 use candle_core::{DType, Tensor};
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
-use codon_ascend::model::bigbird::{
+use crate::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
+use crate::model::bigbird::{
     init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
 };
-use codon_ascend::outln;
+use crate::outln;
 
 /// Forward-pass timing.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Sequence length.
     #[arg(long, default_value_t = 502)]
     length: usize,
@@ -46,8 +46,7 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let attention = AttentionType::from(args.attention);
     let dtype = candle_core::DType::from(args.dtype);
     let config = BigBirdConfig::default();
@@ -64,7 +63,7 @@ fn run() -> anyhow::Result<()> {
     let input = ModelInput {
         input_ids: Tensor::from_vec(ids, (b, n), &device)?,
         token_type_ids: Tensor::full(
-            codon_ascend::model::organism_id(codon_ascend::model::DEFAULT_ORGANISM)?,
+            crate::model::organism_id(crate::model::DEFAULT_ORGANISM)?,
             (b, n),
             &device,
         )?,
@@ -92,6 +91,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -2,7 +2,7 @@
 //! parameter gradient — the tool for checking parity with transformers.
 //!
 //! ```text
-//! cargo run --release --example score -- --model DIR --inputs in.safetensors --output out.safetensors \
+//! codon score --model DIR --inputs in.safetensors --output out.safetensors \
 //!     [--attention full|block-sparse] [--train] [--grads] [--device cpu|npu:N|npu-sim:N] [--dtype f32|bf16|f16]
 //! ```
 //! Inputs: `input_ids`, `attention_mask`, `token_type_ids`, `labels`, i64 (batch, length).
@@ -16,13 +16,13 @@ use std::path::PathBuf;
 use anyhow::Context;
 use candle_core::{Tensor, Var};
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
-use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
-use codon_ascend::{errln, outln};
+use crate::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
+use crate::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
+use crate::{errln, outln};
 
 /// Score inputs with a model.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Model directory (config.json + model.safetensors), checkpoint file, or Hugging Face Hub id
     /// `owner/name[@revision]`.
     #[arg(long)]
@@ -53,20 +53,19 @@ struct Args {
     dtype: DTypeChoice,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
-    codon_ascend::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
-    codon_ascend::model::files::check_output_location(&args.output)?;
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
+    crate::model::files::check_output_location(&args.output)?;
     let device = args.device.open()?;
-    let no_math = codon_ascend::skips_math(&device);
+    let no_math = crate::skips_math(&device);
     if no_math {
-        errln!("{}", codon_ascend::NO_MATH_WARNING);
+        errln!("{}", crate::NO_MATH_WARNING);
     }
     let dtype = candle_core::DType::from(args.dtype);
     let attention = AttentionType::from(args.attention);
     let inputs = candle_core::safetensors::load(&args.inputs, &device)
         .with_context(|| format!("--inputs {}: not a safetensors file of model inputs", args.inputs.display()))?;
-    let mut model = load_model(codon_ascend::hub::resolve_model(&args.model)?, None, &device, dtype)?;
+    let mut model = load_model(crate::hub::resolve_model(&args.model)?, None, &device, dtype)?;
     let get = |k: &str| -> anyhow::Result<Tensor> {
         inputs.get(k).cloned().ok_or_else(|| anyhow::anyhow!("{}: no tensor {k:?}", args.inputs.display()))
     };
@@ -114,11 +113,8 @@ fn run() -> anyhow::Result<()> {
         .into_iter()
         .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
         .collect::<candle_core::Result<_>>()?;
-    codon_ascend::model::files::write_safetensors(&out, &args.output)?;
-    codon_ascend::reportln!(&args.output, "wrote {}", args.output.display());
+    crate::model::files::write_safetensors(&out, &args.output)?;
+    crate::reportln!(&args.output, "wrote {}", args.output.display());
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -3,21 +3,21 @@
 //! RSS. Used by `benches/compare_train_step.py` (CPU) and `benches/gpu_compare.sh` (CUDA).
 //!
 //! ```text
-//! cargo run --release --example train_step_timing -- --steps 3 --precision f32 --attention block-sparse
+//! codon train-step-timing --steps 3 --precision f32 --attention block-sparse
 //! ```
 use std::path::Path;
 
 use candle_core::DType;
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
-use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::training::MaskedLmModel;
-use codon_ascend::outln;
-use codon_ascend::train::{Trainer, TrainerConfig};
+use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
+use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use crate::model::training::MaskedLmModel;
+use crate::outln;
+use crate::train::{Trainer, TrainerConfig};
 
 /// Train-step timing.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Optimizer steps; the first is reported separately (fresh optimizer state, first-touch page faults).
     #[arg(long, default_value_t = 3)]
     steps: usize,
@@ -44,15 +44,14 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     let precision = args.precision.resolve(&device);
     let attention = AttentionType::from(args.attention);
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
-    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
+    let data = crate::SameBatch(crate::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps.max(2);
     let trainer = Trainer::new(
         TrainerConfig::builder()
@@ -76,6 +75,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -4,26 +4,21 @@
 //! beside PyTorch's per-protein loop, which is timed after a warm-up protein.
 //!
 //! ```text
-//! cargo run --release --example predict_timing -- --model DIR --input proteins.csv --repeats 3
+//! codon predict-timing --model DIR --input proteins.csv --repeats 3
 //! ```
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use codon_ascend::cli::{DTypeChoice, DeviceSpec};
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::predict::max_padding_fraction_on;
-use codon_ascend::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
-use codon_ascend::outln;
-
-// CSV input only: the FASTA reader and row locations go unused here.
-#[allow(dead_code)]
-#[path = "common/csv_table.rs"]
-mod csv_table;
+use crate::cli::{DTypeChoice, DeviceSpec};
+use crate::model::bigbird::load_model;
+use crate::model::predict::max_padding_fraction_on;
+use crate::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+use crate::outln;
 
 /// Batch-prediction timing.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// The model folder.
     #[arg(long)]
     model: PathBuf,
@@ -47,11 +42,10 @@ struct Args {
     max_padding: Option<f64>,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
-    codon_ascend::train::retain_freed_memory();
-    let table = csv_table::CsvTable::read(&args.input)?;
+    crate::ops::malloc_tuning::retain_freed_memory();
+    let table = crate::commands::common::csv_table::CsvTable::read(&args.input)?;
     let (protein, organism) = (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
     let items: Vec<ProteinInput> = table
         .rows
@@ -91,6 +85,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -1,9 +1,9 @@
-//! Keep freed memory in the process during training.
+//! Keep freed memory in the process, for training and batch prediction.
 //!
-//! glibc returns large freed blocks to the OS (`munmap`, heap trimming), so a training step
-//! that allocates and frees the same large activations every step pays for fresh pages each
-//! time: on the CodonTransformer step the kernel time was as large as the compute. Like
-//! torch's caching allocator, training keeps freed memory for reuse instead.
+//! glibc returns large freed blocks to the OS (`munmap`, heap trimming), so a training step (or a
+//! forward pass) that allocates and frees the same large activations every time pays for fresh
+//! pages each time: on the CodonTransformer step the kernel time was as large as the compute.
+//! Like torch's caching allocator, such loops keep freed memory for reuse instead.
 
 /// Ask glibc to serve large allocations from the heap and never trim it. Process-wide; a
 /// no-op on other C libraries. Returns whether the settings were applied.

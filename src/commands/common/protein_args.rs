@@ -1,6 +1,6 @@
 //! The protein-preprocessing flags shared by `prepare_data` and `tokenize`.
 
-use codon_ascend::model::{AmbiguousBehavior, ProteinConfig};
+use crate::model::{AmbiguousBehavior, ProteinConfig};
 
 /// How ambiguous amino acids are resolved.
 #[derive(clap::Args, Debug)]

@@ -37,7 +37,7 @@ impl CsvTable {
         organism: Option<&str>,
         organism_required: bool,
     ) -> anyhow::Result<Self> {
-        use codon_ascend::data::InputFormat;
+        use crate::data::InputFormat;
         let table = if InputFormat::from_path(path).ok() == Some(InputFormat::Fasta) {
             Self::read_fasta(path, sequence_column, organism, organism_required)?
         } else {
@@ -68,7 +68,7 @@ impl CsvTable {
                         filled += 1;
                     }
                 }
-                codon_ascend::errln!(
+                crate::errln!(
                     "note: {} has an organism column, which wins over --organism ({filled} empty cells took it)",
                     self.path.display()
                 );
@@ -83,7 +83,7 @@ impl CsvTable {
         organism: Option<&str>,
         organism_required: bool,
     ) -> anyhow::Result<Self> {
-        use codon_ascend::data::prepare::{fasta_header_field, read_fasta_entries};
+        use crate::data::prepare::{fasta_header_field, read_fasta_entries};
         let mut rows = Vec::new();
         let mut seen = std::collections::HashMap::new();
         let mut repeated = 0;
@@ -91,7 +91,7 @@ impl CsvTable {
             if let Some(first) = seen.insert(entry.name().to_string(), i + 1) {
                 repeated += 1;
                 if repeated <= 3 {
-                    codon_ascend::errln!(
+                    crate::errln!(
                         "warning: {}: entry {} repeats the name {} of entry {first}; rows are told apart by their number",
                         path.display(),
                         i + 1,
@@ -110,7 +110,7 @@ impl CsvTable {
             rows.push(csv::StringRecord::from(vec![entry.name(), &entry.sequence, tagged.unwrap_or("")]));
         }
         if repeated > 3 {
-            codon_ascend::errln!("warning: {}: {repeated} entries repeat an earlier name in all", path.display());
+            crate::errln!("warning: {}: {repeated} entries repeat an earlier name in all", path.display());
         }
         let headers = csv::StringRecord::from(vec!["name", sequence_column, "organism"]);
         Ok(Self { path: path.to_path_buf(), headers, rows, fasta: true })

@@ -1,5 +1,7 @@
-//! The command line shared by the `finetune` and `pretrain` examples: upstream
-//! `finetune.py`'s flags (in `--snake_case` and `--kebab-case`) plus this project's.
+//! `codon finetune` and `codon pretrain`: upstream `finetune.py`'s flags (in `--snake_case` and
+//! `--kebab-case`) plus this project's. `finetune` starts from `--model`, else (with
+//! `--dataset_dir`) from `adibvafa/CodonTransformer-base` as upstream does; the demo (no
+//! `--dataset_dir`), `--from-scratch` and `--config` start from a random initialisation.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,19 +9,18 @@ use std::sync::Arc;
 use anyhow::Context;
 use candle_core::DType;
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
-use codon_ascend::data::{
+use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
+use crate::data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
 };
-use codon_ascend::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::training::{MaskedLmData, MaskedLmModel, NewOrganismModel};
-use codon_ascend::model::{CodonTokenizer, OrganismTable};
-use codon_ascend::train::{AnomalyPolicy, Precision, RunIdentity, RunStatus, TrainableModel, Trainer, TrainerConfig};
-use codon_ascend::{errln, outln};
+use crate::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use crate::model::training::{MaskedLmData, MaskedLmModel, NewOrganismModel};
+use crate::model::{CodonTokenizer, OrganismTable};
+use crate::train::{AnomalyPolicy, Precision, RunIdentity, RunStatus, TrainableModel, Trainer, TrainerConfig};
+use crate::{errln, outln};
 
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // each example constructs one variant
 pub enum Mode {
     /// Start from `--model` (or a random initialisation).
     Finetune,
@@ -142,8 +143,7 @@ pub enum OnNonFinite {
     Abort,
 }
 
-pub fn run(mode: Mode) -> anyhow::Result<()> {
-    let mut args: Args = codon_ascend::cli::parse_args();
+pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let checkpoint_filename = args.checkpoint_filename.clone().unwrap_or_else(|| {
         match mode {
             Mode::Finetune => "finetune.ckpt",
@@ -155,7 +155,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
     // torchrun's layout: one process per device, --device npu:K meaning K + LOCAL_RANK.
-    let layout = codon_ascend::ascend::rendezvous::RankLayout::from_env()?;
+    let layout = crate::ascend::rendezvous::RankLayout::from_env()?;
     let first = match &layout {
         Some(l) if args.num_gpus != 1 => anyhow::bail!(
             "WORLD_SIZE={} runs one process per device: use --num_gpus 1 in each (rank {})",
@@ -177,17 +177,17 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     // finetune.py); a Hub id becomes the cached snapshot's folder.
     let random_start = args.config.is_some() || args.from_scratch || args.resume.is_some() || demo;
     if mode == Mode::Finetune && args.model.is_none() && !random_start {
-        args.model = Some(PathBuf::from(codon_ascend::hub::DEFAULT_BASE_MODEL));
+        args.model = Some(PathBuf::from(crate::hub::DEFAULT_BASE_MODEL));
     }
     if mode == Mode::Finetune {
         // A missing dataset is reported before any download.
         if let Some(path) = &args.dataset_dir {
             std::fs::metadata(path).with_context(|| format!("--dataset_dir {}", path.display()))?;
         }
-        args.model = args.model.as_deref().map(codon_ascend::hub::resolve_model).transpose()?;
+        args.model = args.model.as_deref().map(crate::hub::resolve_model).transpose()?;
     }
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
-    let no_math = codon_ascend::skips_math(&device);
+    let no_math = crate::skips_math(&device);
     if no_math {
         outln!(
             "no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): values are meaningless; anomalies do not stop the run, and checkpoints are written only to an explicit --checkpoint_dir"
@@ -201,11 +201,11 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         outln!("no --checkpoint_dir: nothing will be saved");
     }
     let status = Arc::new(RunStatus::default());
-    codon_ascend::interrupt::exit_on_interrupt(status.clone(), checkpoint_dir.clone())?;
+    crate::interrupt::exit_on_interrupt(status.clone(), checkpoint_dir.clone())?;
     // What the run reads: the trainer refuses any output that would replace one, or lie inside one.
     let inputs: Vec<PathBuf> = [&args.dataset_dir, &args.model, &args.config].into_iter().flatten().cloned().collect();
     let precision = args.precision.resolve(&device);
-    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+    if let Some(ascend) = crate::ascend::ascend_device(&device) {
         let soc = ascend.soc();
         if precision == Precision::Bf16 && !soc.has_bf16() {
             anyhow::bail!(
@@ -235,7 +235,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             })?;
             (config, format!("the checkpoint's {}", file.display()))
         }
-        (None, None, true) => (codon_ascend::demo_model_config(), "the demo model".to_string()),
+        (None, None, true) => (crate::demo_model_config(), "the demo model".to_string()),
         (None, None, false) => match &args.model {
             Some(path) => (BigBirdConfig::default(), format!("{}'s own", path.display())),
             None => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
@@ -256,7 +256,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         None => {
             std::fs::create_dir_all(&out_dir)?;
             let train = out_dir.join("train.jsonl");
-            let report = prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
+            let report = prepare(&crate::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
             outln!("bundled demo data: {report}");
             outputs.push(("prepared data", train.clone()));
             train
@@ -303,7 +303,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
     let model_config = model.config().clone();
     let probe_len = model_config.block_sparse_probe_len();
     // Full attention's keys per token are taken at the longest position the model has.
-    let flops_per_token = codon_ascend::ascend_training::training_flops_per_token(
+    let flops_per_token = crate::ascend_training::training_flops_per_token(
         &model_config,
         model.named_parameters().iter().map(|(_, t)| t.elem_count()).sum(),
         attention,
@@ -322,7 +322,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
             "data-parallel over HCCL: {}",
             devices
                 .iter()
-                .map(|d| codon_ascend::ascend::ascend_device(d).map_or_else(|| d.location().to_string(), |a| a.name()))
+                .map(|d| crate::ascend::ascend_device(d).map_or_else(|| d.location().to_string(), |a| a.name()))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -374,16 +374,16 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         .metrics_path(args.metrics.clone())
         .retain_freed_memory(true)
         .quiet(args.quiet);
-    let trainer_config = match codon_ascend::ascend::ascend_device(&device) {
+    let trainer_config = match crate::ascend::ascend_device(&device) {
         Some(ascend) => trainer_config.device_probe(Box::new(
-            codon_ascend::ascend_training::AscendProbe::new(ascend.clone())
+            crate::ascend_training::AscendProbe::new(ascend.clone())
                 .with_flops_per_token(flops_per_token)
                 .monitoring(monitored_devices(ascend, &devices, layout.as_ref(), args.device)?),
         )),
         None => trainer_config,
     }
     .build()?;
-    if let Some(ascend) = codon_ascend::ascend::ascend_device(&device) {
+    if let Some(ascend) = crate::ascend::ascend_device(&device) {
         match (&new_organism, replicas.first()) {
             (Some(taught), _) => preflight(ascend, taught, precision, probe_len)?,
             (None, Some(model)) => preflight(ascend, model, precision, probe_len)?,
@@ -394,16 +394,16 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         outln!("resuming from {}", step.file_name().unwrap_or(step.as_os_str()).to_string_lossy());
     }
     let trainer = Trainer::new(trainer_config);
-    let report = match (&layout, codon_ascend::ascend::ascend_device(&device)) {
+    let report = match (&layout, crate::ascend::ascend_device(&device)) {
         (Some(l), Some(ascend)) => {
-            let how = codon_ascend::ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
-            let timeouts = codon_ascend::ascend::HcclTimeouts::from_env(ascend.soc());
-            for note in codon_ascend::ascend::HcclTimeouts::notes(ascend.soc()) {
+            let how = crate::ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
+            let timeouts = crate::ascend::HcclTimeouts::from_env(ascend.soc());
+            for note in crate::ascend::HcclTimeouts::notes(ascend.soc()) {
                 errln!("note: {note}");
             }
             let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
-            outln!("{}", codon_ascend::ascend::rendezvous::waiting_line(l, &how, timeout));
-            let comm = codon_ascend::ascend_training::Hccl(codon_ascend::ascend::rendezvous::join(l, ascend, &how, timeout)?);
+            outln!("{}", crate::ascend::rendezvous::waiting_line(l, &how, timeout));
+            let comm = crate::ascend_training::Hccl(crate::ascend::rendezvous::join(l, ascend, &how, timeout)?);
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
@@ -414,7 +414,7 @@ pub fn run(mode: Mode) -> anyhow::Result<()> {
         ),
         (None, _) => match &new_organism {
             Some(taught) => trainer.fit(taught, &data, args.resume.as_deref())?,
-            None => codon_ascend::ascend_training::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
+            None => crate::ascend_training::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
         },
     };
     if layout.as_ref().is_some_and(|l| l.rank != 0) {
@@ -459,21 +459,21 @@ fn run_description(config: &BigBirdConfig, dataset: &std::path::Path) -> anyhow:
     let model: serde_json::Value = serde_json::from_str(&config.to_json())?;
     Ok(RunIdentity::from([
         ("model_config".to_string(), model.to_string()),
-        ("dataset".to_string(), codon_ascend::model::files::resolved(dataset).display().to_string()),
+        ("dataset".to_string(), crate::model::files::resolved(dataset).display().to_string()),
         ("dataset_bytes".to_string(), bytes.to_string()),
     ]))
 }
 
 /// One optimizer step of this run, on a synthetic batch, with every launch reduced to phase 1:
 /// fails before the first real step, listing every op the part refuses.
-fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
-    ascend: &codon_ascend::ascend::AscendDevice,
+fn preflight<M: TrainableModel<Batch = crate::data::MlmBatch>>(
+    ascend: &crate::ascend::AscendDevice,
     model: &M,
     precision: Precision,
     seq_len: usize,
 ) -> anyhow::Result<()> {
     let config = TrainerConfig::builder().max_steps(Some(1)).max_epochs(1).precision(precision).quiet(true).build()?;
-    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(1, seq_len));
+    let data = crate::SameBatch(crate::synthetic_mlm_batch(1, seq_len));
     ascend.preflight(|| {
         Trainer::new(config).fit(model, &data, None).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
     })?;
@@ -487,11 +487,11 @@ fn preflight<M: TrainableModel<Batch = codon_ascend::data::MlmBatch>>(
 /// data-parallel run; in a multi-process run, rank 0 (which writes the metrics) follows every
 /// rank's device on its machine, the others their own.
 fn monitored_devices(
-    ascend: &codon_ascend::ascend::AscendDevice,
+    ascend: &crate::ascend::AscendDevice,
     devices: &[candle_core::Device],
-    layout: Option<&codon_ascend::ascend::rendezvous::RankLayout>,
+    layout: Option<&crate::ascend::rendezvous::RankLayout>,
     base: DeviceSpec,
-) -> anyhow::Result<Vec<codon_ascend::ascend::DeviceWatch>> {
+) -> anyhow::Result<Vec<crate::ascend::DeviceWatch>> {
     match layout {
         Some(l) if l.rank == 0 => Ok(data_parallel_devices(base, l.local_world)?
             .into_iter()
@@ -501,7 +501,7 @@ fn monitored_devices(
             })
             .collect()),
         Some(_) => Ok(vec![ascend.watch()]),
-        None => Ok(devices.iter().filter_map(|d| codon_ascend::ascend::ascend_device(d).map(|a| a.watch())).collect()),
+        None => Ok(devices.iter().filter_map(|d| crate::ascend::ascend_device(d).map(|a| a.watch())).collect()),
     }
 }
 

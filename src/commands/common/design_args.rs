@@ -1,6 +1,6 @@
 //! The synthesis-constraint flags of `predict`, and how a repair is reported.
 
-use codon_ascend::design::{Constraint, Repair};
+use crate::design::{Constraint, Repair};
 
 /// Constraints the predicted DNA must meet; it is repaired by synonymous changes when it does not.
 #[derive(clap::Args, Debug, Default)]

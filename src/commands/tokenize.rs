@@ -6,7 +6,7 @@
 //! non-zero when any record failed unless `--allow-failures`.
 //!
 //! ```text
-//! cargo run --release --example tokenize -- --input data/demo/proteins.jsonl --output tokens.jsonl
+//! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
 use std::io::{BufRead, BufReader, Write};
@@ -14,18 +14,16 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use codon_ascend::data::write_atomically;
-use codon_ascend::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
+use crate::data::write_atomically;
+use crate::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
 
-#[path = "common/protein_args.rs"]
-mod protein_args;
 
 /// Turn protein records into model inputs.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// Input JSONL.
     #[arg(long)]
     input: PathBuf,
@@ -36,7 +34,7 @@ struct Args {
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     #[command(flatten)]
-    protein: protein_args::ProteinArgs,
+    protein: super::common::protein_args::ProteinArgs,
     /// Exit 0 even when some records fail (their errors are in the output's error field).
     #[arg(long, alias = "allow_failures")]
     allow_failures: bool,
@@ -50,10 +48,9 @@ struct Input {
     organism: OrganismRef,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
-    codon_ascend::data::refuse_overwriting(&[&args.input], &[&args.output])?;
-    codon_ascend::model::files::check_output_location(&args.output)?;
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    crate::model::files::check_output_location(&args.output)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
@@ -108,7 +105,7 @@ fn run() -> anyhow::Result<()> {
         return Err(e);
     }
     written?;
-    codon_ascend::reportln!(&args.output, "tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    crate::reportln!(&args.output, "tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
@@ -119,6 +116,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -4,18 +4,18 @@
 //! no profiler here reaches.
 //!
 //! ```text
-//! cargo run --release --example op_timing -- --device cpu --batch 1 --length 512 --dtype bf16
+//! codon op-timing --device cpu --batch 1 --length 512 --dtype bf16
 //! ```
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
-use codon_ascend::cli::{DTypeChoice, DeviceSpec};
-use codon_ascend::ops;
+use crate::cli::{DTypeChoice, DeviceSpec};
+use crate::ops;
 
 /// Op timing.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// cpu, npu:N, npu-sim:N or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: DeviceSpec,
@@ -37,8 +37,7 @@ struct Args {
     backward: bool,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     let dtype = DType::from(args.dtype);
     let (b, n, heads, hidden, inner) = (args.batch, args.length, 12, 768, 3072);
@@ -71,7 +70,7 @@ fn run() -> anyhow::Result<()> {
             ms.push(start.elapsed().as_secs_f64() * 1e3);
         }
         ms.sort_by(f64::total_cmp);
-        codon_ascend::outln!(
+        crate::outln!(
             "{{\"op\": \"{name}\", \"device\": \"{}\", \"dtype\": \"{}\", \"median_ms\": {:.3}}}",
             args.device,
             args.dtype,
@@ -132,6 +131,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use codon_ascend::model::predict::SequenceScore;
+use crate::model::predict::SequenceScore;
 
 /// The score columns every format carries.
 pub const SCORE_COLUMNS: [&str; 3] = ["log_likelihood", "mean_log_likelihood", "least_likely_codons"];
@@ -53,11 +53,11 @@ pub fn codon_probabilities(log_probs: &[[f32; 64]]) -> Vec<BTreeMap<String, f64>
     log_probs
         .iter()
         .map(|row| {
-            let renormalised = codon_ascend::model::predict::renormalised(row);
+            let renormalised = crate::model::predict::renormalised(row);
             (0..64)
                 .filter(|&i| row[i].is_finite())
                 .filter_map(|i| {
-                    let codon = codon_ascend::model::vocab::codon_at(i)?;
+                    let codon = crate::model::vocab::codon_at(i)?;
                     Some((String::from_utf8_lossy(&codon).into_owned(), renormalised[i].exp()))
                 })
                 .collect()

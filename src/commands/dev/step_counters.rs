@@ -4,21 +4,21 @@
 //! the part (modelled from the vendor's platform files, not measured; docs/ascend.md).
 //!
 //! ```text
-//! cargo run --release --example step_counters -- --device npu-sim:0 --precision bf16 --batch 2 --length 256 [--profile]
+//! codon step-counters --device npu-sim:0 --precision bf16 --batch 2 --length 256 [--profile]
 //! ```
 use std::path::Path;
 
 use candle_core::DType;
 use clap::Parser;
-use codon_ascend::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
-use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::training::MaskedLmModel;
-use codon_ascend::outln;
-use codon_ascend::train::{Trainer, TrainerConfig};
+use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
+use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use crate::model::training::MaskedLmModel;
+use crate::outln;
+use crate::train::{Trainer, TrainerConfig};
 
 /// Per-step device counters.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// npu:N or npu-sim:N.
     #[arg(long, default_value = "npu-sim:0")]
     device: DeviceSpec,
@@ -49,10 +49,9 @@ struct Args {
     profile: bool,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
-    let Some(ascend) = codon_ascend::ascend::ascend_device(&device) else {
+    let Some(ascend) = crate::ascend::ascend_device(&device) else {
         anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device);
     };
     let precision = args.precision.resolve(&device);
@@ -63,9 +62,9 @@ fn run() -> anyhow::Result<()> {
     let model = BigBirdForMaskedLM::from_named(config.clone(), weights)?;
     let model =
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
-    let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(args.batch, args.length));
+    let data = crate::SameBatch(crate::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps;
-    let probe = codon_ascend::ascend_training::AscendProbe::new(ascend.clone());
+    let probe = crate::ascend_training::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
     let trainer = Trainer::new(
         TrainerConfig::builder()
@@ -103,11 +102,11 @@ fn run() -> anyhow::Result<()> {
     );
     let last_step = last_step.lock().unwrap_or_else(|e| e.into_inner()).clone();
     outln!("uploads {}", last_step.uploads);
-    let model_time = codon_ascend::ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
+    let model_time = crate::ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
         let tokens = (args.batch * args.length) as f64;
         let flops =
-            codon_ascend::ascend_training::training_flops_per_token(&config, parameters, attention, args.length)
+            crate::ascend_training::training_flops_per_token(&config, parameters, attention, args.length)
                 * tokens;
         let mfu = model_time.mfu(flops, t.host_us);
         outln!(
@@ -144,6 +143,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

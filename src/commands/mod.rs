@@ -1,0 +1,148 @@
+//! The `codon` program: one subcommand per job, each in its own module with its flags (`Args`)
+//! and its `run`.
+
+pub mod collate;
+pub mod common;
+pub mod dev;
+pub mod evaluate;
+pub mod init_model;
+pub mod npu;
+pub mod predict;
+pub mod prepare_data;
+pub mod score;
+pub mod tokenize;
+pub mod train;
+pub mod version;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// CodonTransformer on CPUs, Ascend NPUs and NVIDIA GPUs: organism-specific DNA for proteins.
+#[derive(Parser)]
+#[command(name = "codon", version, long_version = version::long_version(), propagate_version = true)]
+#[command(after_help = "Run `codon help SUBCOMMAND` for a worked example of each.")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The jobs.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Predict organism-specific DNA for proteins (upstream's predict_dna_sequence).
+    #[command(after_help = examples::PREDICT)]
+    Predict(predict::Args),
+    /// The model's logits, loss and hidden states for tokenized inputs, as safetensors.
+    #[command(after_help = examples::SCORE)]
+    Score(score::Args),
+    /// Fine-tune a model (upstream finetune.py's flags).
+    #[command(after_help = examples::FINETUNE)]
+    Finetune(train::Args),
+    /// Train a model from a random initialisation.
+    #[command(after_help = examples::PRETRAIN)]
+    Pretrain(train::Args),
+    /// Upstream's evaluation metrics (CSI, GC, CFD, %MinMax, …) of coding sequences.
+    #[command(after_help = examples::EVALUATE)]
+    Evaluate(evaluate::Args),
+    /// CSV or FASTA genes to the JSONL training format.
+    #[command(after_help = examples::PREPARE_DATA)]
+    PrepareData(prepare_data::Args),
+    /// Proteins to model inputs (token ids).
+    #[command(after_help = examples::TOKENIZE)]
+    Tokenize(tokenize::Args),
+    /// Training records to masked-LM batches.
+    #[command(after_help = examples::COLLATE)]
+    Collate(collate::Args),
+    /// A randomly initialised model in the transformers layout.
+    #[command(after_help = examples::INIT_MODEL)]
+    InitModel(init_model::Args),
+    /// The organisms a model knows, by id.
+    #[command(after_help = examples::ORGANISMS)]
+    Organisms {
+        /// Model folder whose own organism table to list (default: the built-in 164).
+        #[arg(long)]
+        model: Option<std::path::PathBuf>,
+    },
+    /// Ascend NPUs: the environment, the toolkit, a self-test and a monitor.
+    #[command(subcommand, after_help = examples::NPU)]
+    Npu(npu::NpuCommand),
+    /// A shell completion script, on stdout.
+    #[command(after_help = examples::COMPLETIONS)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Developer tools: timings and counters.
+    #[command(subcommand, hide = true)]
+    Dev(dev::DevCommand),
+}
+
+impl Cli {
+    /// Run the subcommand.
+    pub fn run(self) -> anyhow::Result<()> {
+        match self.command {
+            Command::Predict(args) => predict::run(args),
+            Command::Score(args) => score::run(args),
+            Command::Finetune(args) => train::run(train::Mode::Finetune, args),
+            Command::Pretrain(args) => train::run(train::Mode::Pretrain, args),
+            Command::Evaluate(args) => evaluate::run(args),
+            Command::PrepareData(args) => prepare_data::run(args),
+            Command::Tokenize(args) => tokenize::run(args),
+            Command::Collate(args) => collate::run(args),
+            Command::InitModel(args) => init_model::run(args),
+            Command::Organisms { model } => predict::list_organisms(model.as_deref()),
+            Command::Npu(command) => npu::run(command),
+            Command::Completions { shell } => {
+                let mut script = Vec::new();
+                clap_complete::generate(shell, &mut Cli::command(), "codon", &mut script);
+                crate::outln!("{}", String::from_utf8_lossy(&script).trim_end());
+                Ok(())
+            }
+            Command::Dev(tool) => tool.run(),
+        }
+    }
+}
+
+/// The `codon` program: parse the command line, run the subcommand, exit as the rules say.
+pub fn main() {
+    let cli: Cli = crate::cli::parse_args();
+    crate::run_main(|| cli.run());
+}
+
+/// A worked example for each subcommand, shown by `codon help SUBCOMMAND`.
+mod examples {
+    pub const PREDICT: &str = "Examples:
+  codon predict --protein MALWMRLLPLLALLALWGPDPAAA --organism \"Escherichia coli general\"
+  codon predict --model ./my-model --input proteins.fasta --output genes.csv --match-protein
+  codon predict --input proteins.csv --output genes.fasta --avoid-sites EcoRI,BamHI --gc-window 50 --gc-min 0.3 --gc-max 0.7
+  codon predict --score genes.csv --output scores.csv";
+    pub const SCORE: &str = "Example:
+  codon collate --input train.jsonl --batch-size 2 --output inputs.safetensors
+  codon score --model ./my-model --inputs inputs.safetensors --output scores.safetensors";
+    pub const FINETUNE: &str = "Examples:
+  codon finetune                     # the bundled demo: a small model, a few seconds on the CPU
+  codon prepare-data --input genes.csv --output train.jsonl
+  codon finetune --dataset_dir train.jsonl --checkpoint_dir ckpt --batch_size 6 --max_epochs 15 --device npu:0";
+    pub const PRETRAIN: &str = "Example:
+  codon pretrain --dataset_dir train.jsonl --checkpoint_dir ckpt --config config.json --device npu:0";
+    pub const EVALUATE: &str = "Example:
+  codon evaluate --input genes.csv --reference train.jsonl --output metrics.csv";
+    pub const PREPARE_DATA: &str = "Example:
+  codon prepare-data --input genes.csv --output train.jsonl";
+    pub const TOKENIZE: &str = "Example:
+  codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl";
+    pub const COLLATE: &str = "Example:
+  codon collate --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl";
+    pub const INIT_MODEL: &str = "Example:
+  codon init-model --output model-random
+  codon predict --model model-random --protein MALWMRLL --organism \"Escherichia coli general\"";
+    pub const ORGANISMS: &str = "Examples:
+  codon organisms | grep -i coli
+  codon organisms --model ./model-taught-more";
+    pub const NPU: &str = "Examples:
+  codon npu env --device npu:0
+  codon npu check-toolkit /usr/local/Ascend/ascend-toolkit/latest
+  codon npu selftest --device npu:0 --report npu-selftest.json
+  codon npu watch 60";
+    pub const COMPLETIONS: &str = "Example:
+  codon completions bash > ~/.local/share/bash-completion/completions/codon";
+}
