@@ -39,7 +39,7 @@ impl BatchSource for Points {
         4
     }
     fn epoch(&self, _epoch: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<Self::Batch>> + '_> {
-        let batch = |i: usize| (0..8).map(|j| ((i * 8 + j) as f32 / 32.0, 3.0 * (i * 8 + j) as f32 / 32.0 - 1.0));
+        let batch = |i: usize| (0..8).map(move |j| ((i * 8 + j) as f32 / 32.0, 3.0 * (i * 8 + j) as f32 / 32.0 - 1.0));
         Box::new((0..4).map(move |i| Ok(batch(i).collect())))
     }
 }

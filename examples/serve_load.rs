@@ -86,7 +86,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
     let device = args.device.open()?;
-    codon_ascend::train::retain_freed_memory();
+    codon_ascend::ops::malloc_tuning::retain_freed_memory();
     let predictor = || -> anyhow::Result<Predictor> {
         let (model, organisms) = match &args.model {
             Some(dir) => (load_model(dir, None, &device, args.dtype.into())?, OrganismTable::for_model(dir)?),

@@ -33,6 +33,65 @@ fn one_line(rendered: &str) -> String {
 /// A `--device` value: `cpu`, `npu:N`, `npu-sim:N` or `cuda:N`.
 pub use crate::device::DeviceSpec;
 
+/// `--device`, as every command that runs a model reads it (`#[command(flatten)]`); it reads as
+/// the [`DeviceSpec`] it holds.
+#[derive(clap::Args, Debug)]
+pub struct DeviceArg {
+    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
+    #[arg(long = "device", default_value = "cpu")]
+    pub spec: DeviceSpec,
+}
+
+impl std::ops::Deref for DeviceArg {
+    type Target = DeviceSpec;
+    fn deref(&self) -> &DeviceSpec {
+        &self.spec
+    }
+}
+
+impl std::fmt::Display for DeviceArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.spec.fmt(f)
+    }
+}
+
+/// `--dtype`, the dtype a model is loaded in, as every command that loads one reads it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct DTypeArg {
+    /// The dtype the model runs in.
+    #[arg(long = "dtype", value_enum, default_value_t = DTypeChoice::F32)]
+    pub choice: DTypeChoice,
+}
+
+impl std::fmt::Display for DTypeArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.choice.fmt(f)
+    }
+}
+
+impl From<DTypeArg> for DType {
+    fn from(arg: DTypeArg) -> DType {
+        arg.choice.into()
+    }
+}
+
+/// `--model`, as every command that reads a trained model takes it; it reads as the
+/// `Option<PathBuf>` it holds.
+#[derive(clap::Args, Debug)]
+pub struct ModelArg {
+    /// Model folder (config.json + model.safetensors), checkpoint file (.pt, .ckpt, .safetensors),
+    /// or Hugging Face Hub id owner/name[@revision] [default: adibvafa/CodonTransformer].
+    #[arg(long = "model")]
+    pub path: Option<std::path::PathBuf>,
+}
+
+impl std::ops::Deref for ModelArg {
+    type Target = Option<std::path::PathBuf>;
+    fn deref(&self) -> &Option<std::path::PathBuf> {
+        &self.path
+    }
+}
+
 /// A `--dtype` value: the dtype a model is loaded in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DTypeChoice {

@@ -14,6 +14,7 @@ pub mod device;
 pub mod hub;
 pub mod interrupt;
 pub mod output;
+pub mod predictor;
 pub mod selftest;
 
 pub use candle_ascend as ascend;

@@ -10,12 +10,10 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap::Parser;
-use crate::data::{
-    write_atomically, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator,
-};
+use crate::data::{write_atomically, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator};
 use crate::model::CodonTokenizer;
 use crate::{errln, outln};
+use clap::Parser;
 use serde_json::json;
 
 /// Tokenize, pad and mask training records into batches.
@@ -120,4 +118,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
-

@@ -10,22 +10,19 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
+use super::common::csv_table::CsvTable;
+use super::common::reference_args::{ReferenceArgs, References};
 use crate::eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW};
-use crate::eval::plot::{
-    plot_distributions, plot_minmax, reference_band, OrganismValues, ProfileBand, ProfileSeries,
-};
+use crate::eval::plot::{plot_distributions, plot_minmax, reference_band, OrganismValues, ProfileBand, ProfileSeries};
 use crate::eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
 use crate::model::{organism_name, parse_organism};
 use crate::{errln, outln};
-use super::common::csv_table::CsvTable;
+use clap::Parser;
 use rayon::prelude::*;
-use super::common::reference_args::{ReferenceArgs, References};
 
 /// Evaluate DNA sequences against their organism's reference codon usage.
 #[derive(Parser)]
@@ -312,4 +309,3 @@ fn write_plots(
     plot_distributions(&dir.join("summary.svg"), &summary)?;
     Ok(written + 1)
 }
-

@@ -9,10 +9,10 @@
 
 use std::path::PathBuf;
 
-use candle_core::{DType, Device};
-use clap::Parser;
 use crate::model::bigbird::{init_weights, save_model, BigBirdConfig, BigBirdForMaskedLM};
 use crate::outln;
+use candle_core::{DType, Device};
+use clap::Parser;
 
 /// Initialise a model.
 #[derive(Parser)]
@@ -81,4 +81,3 @@ fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
     }
     Ok(true)
 }
-

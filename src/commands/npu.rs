@@ -243,4 +243,3 @@ fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyh
     }
     Ok(())
 }
-

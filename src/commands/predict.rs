@@ -31,26 +31,24 @@
 //! `edits`, `edit_cost` and `remaining` columns). A constraint no change can meet is an error
 //! naming it and its position, unless `--best-effort`.
 
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use clap::Parser;
-use crate::cli::{DTypeChoice, DeviceSpec};
+use super::common::csv_table::CsvTable;
+use super::common::design_args::{edit_lines, DesignArgs};
+use super::common::prediction_output::{codon_probabilities, render, score_fields, OutputFormat, OutputRow};
+use super::common::reference_args::{ReferenceArgs, References};
+use crate::cli::{DTypeArg, DeviceArg, ModelArg};
 use crate::design::{repair, Repair, RepairOptions};
 use crate::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
-use crate::model::bigbird::{load_model, BigBirdConfig};
 use crate::model::predict::SequenceScore;
 use crate::model::vocab::codon_ids_for;
 use crate::model::{prediction_residues, OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use crate::{errln, outln};
-use super::common::csv_table::CsvTable;
-use super::common::design_args::{edit_lines, DesignArgs};
-use super::common::prediction_output::{codon_probabilities, render, score_fields, OutputFormat, OutputRow};
+use anyhow::Context;
+use clap::Parser;
 use rand::SeedableRng;
-use super::common::reference_args::{ReferenceArgs, References};
 
 /// How codons are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -73,10 +71,8 @@ pub struct Args {
     /// How codons are chosen: the model, or a baseline.
     #[arg(long, value_enum, default_value_t = Method::Model)]
     method: Method,
-    /// Model directory (config.json + model.safetensors), checkpoint (.pt, .ckpt, .safetensors), or
-    /// Hugging Face Hub id `owner/name[@revision]` [default for --method model: adibvafa/CodonTransformer].
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
     #[command(flatten)]
     reference: ReferenceArgs,
     /// config.json of a checkpoint file's model, when it is not CodonTransformer's size.
@@ -109,12 +105,10 @@ pub struct Args {
     /// With a .jsonl --output: each codon position's allowed codons and their probabilities.
     #[arg(long, alias = "per_codon", requires = "output")]
     per_codon: bool,
-    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
     /// Only codons of each residue's amino acid.
     #[arg(long, alias = "match_protein")]
     match_protein: bool,
@@ -592,25 +586,8 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
 /// The model on its device with the prediction options the flags give, and whether the device
 /// skips arithmetic.
 fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predictor, PredictOptions, bool)> {
-    // --model, or upstream's published model; a Hub id becomes its cached snapshot's folder. The
-    // arguments were checked before this, so a mistake costs no download.
-    let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(crate::hub::DEFAULT_MODEL));
-    let model = &crate::hub::resolve_model(&spec)?;
     let device = args.device.open()?;
-    // Each forward pass allocates and frees the same large activations: keep the freed memory
-    // instead of paying for fresh pages every time (on the CPU a quarter of a batch's time).
-    crate::ops::malloc_tuning::retain_freed_memory();
     let no_math = crate::skips_math(&device);
-    let dtype = candle_core::DType::from(args.dtype);
-    if let Some(ascend) = crate::ascend::ascend_device(&device) {
-        if dtype == candle_core::DType::BF16 && !ascend.soc().has_bf16() {
-            anyhow::bail!(
-                "--dtype bf16: {} ({}) has no BF16; use --dtype f16 or f32",
-                ascend.soc().name,
-                ascend.name()
-            );
-        }
-    }
     let options = PredictOptions {
         deterministic: args.temperature.is_none(),
         temperature: args.temperature.unwrap_or(0.2),
@@ -624,9 +601,9 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
         ..Default::default()
     };
     options.validate()?;
-    let config = args.config.as_deref().map(BigBirdConfig::from_file).transpose()?;
+    // The arguments were checked before this, so a mistake costs no download.
     let predictor =
-        Predictor::with_organisms(load_model(model, config, &device, dtype)?, OrganismTable::for_model(model)?)?;
+        crate::predictor::open_predictor(args.model.as_deref(), args.config.as_deref(), &device, args.dtype.into())?;
     if let Some(ascend) = crate::ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
@@ -666,14 +643,11 @@ fn preflight(
     let c = predictor.model().config();
     // Residues: [CLS] and [SEP] take two of the probe's tokens.
     let long = c.block_sparse_probe_len().saturating_sub(2).max(1);
-    let items: Vec<(String, OrganismRef)> = [1, long]
-        .iter()
-        .map(|&n| ("M".repeat(n), OrganismRef::Name(crate::model::DEFAULT_ORGANISM.into())))
-        .collect();
+    let items: Vec<(String, OrganismRef)> =
+        [1, long].iter().map(|&n| ("M".repeat(n), OrganismRef::Name(crate::model::DEFAULT_ORGANISM.into()))).collect();
     ascend.preflight(|| {
         predictor.predict_batch(&items, options).map(|_| ()).map_err(|e| candle_core::Error::Msg(e.to_string()))
     })?;
     errln!("preflight on {}: every op of a prediction is supported", ascend.soc().name);
     Ok(())
 }
-

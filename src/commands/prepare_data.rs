@@ -7,11 +7,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
-use clap::Parser;
 use crate::data::{prepare, PrepareOptions};
 use crate::outln;
-
+use anyhow::Context;
+use clap::Parser;
 
 /// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
 #[derive(Parser)]
@@ -63,4 +62,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

@@ -13,12 +13,12 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use crate::cli::{AttentionChoice, DTypeArg, DeviceArg};
+use crate::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
+use crate::{errln, outln};
 use anyhow::Context;
 use candle_core::{Tensor, Var};
 use clap::Parser;
-use crate::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
-use crate::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
-use crate::{errln, outln};
 
 /// Score inputs with a model.
 #[derive(Parser)]
@@ -45,12 +45,10 @@ pub struct Args {
     /// Seed of the dropout masks in training mode.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -117,4 +115,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::reportln!(&args.output, "wrote {}", args.output.display());
     Ok(())
 }
-

@@ -12,14 +12,13 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
-use anyhow::Context;
-use clap::Parser;
 use crate::data::write_atomically;
 use crate::model::{merged_sequence_with, CodonTokenizer, OrganismRef};
+use anyhow::Context;
+use clap::Parser;
 use rand::SeedableRng;
 use serde::Deserialize;
 use serde_json::json;
-
 
 /// Turn protein records into model inputs.
 #[derive(Parser)]
@@ -115,4 +114,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

@@ -6,18 +6,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
-use candle_core::DType;
-use clap::Parser;
-use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
-use crate::data::{
-    prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
-};
+use crate::cli::{AttentionChoice, DeviceArg, DeviceSpec, PrecisionChoice};
+use crate::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
 use crate::model::bigbird::{init_weights, load_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use crate::model::training::{MaskedLmData, MaskedLmModel, NewOrganismModel};
 use crate::model::{CodonTokenizer, OrganismTable};
 use crate::train::{AnomalyPolicy, Precision, RunIdentity, RunStatus, TrainableModel, Trainer, TrainerConfig};
 use crate::{errln, outln};
+use anyhow::Context;
+use candle_core::DType;
+use clap::Parser;
 
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -86,9 +84,8 @@ pub struct Args {
     /// demo model; with --resume: the checkpoint's].
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(long, default_value = "cpu")]
-    pub device: DeviceSpec,
+    #[command(flatten)]
+    pub device: DeviceArg,
     /// Training precision.
     #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
     pub precision: PrecisionChoice,
@@ -162,8 +159,8 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
             l.world,
             l.rank
         ),
-        Some(l) => data_parallel_devices(args.device, l.local_rank + 1)?.pop().unwrap_or(args.device),
-        None => args.device,
+        Some(l) => data_parallel_devices(*args.device, l.local_rank + 1)?.pop().unwrap_or(*args.device),
+        None => *args.device,
     };
     let mut devices = Vec::with_capacity(args.num_gpus);
     for (k, spec) in data_parallel_devices(first, args.num_gpus)?.into_iter().enumerate() {
@@ -378,7 +375,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         Some(ascend) => trainer_config.device_probe(Box::new(
             crate::ascend_training::AscendProbe::new(ascend.clone())
                 .with_flops_per_token(flops_per_token)
-                .monitoring(monitored_devices(ascend, &devices, layout.as_ref(), args.device)?),
+                .monitoring(monitored_devices(ascend, &devices, layout.as_ref(), *args.device)?),
         )),
         None => trainer_config,
     }

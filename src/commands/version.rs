@@ -10,7 +10,8 @@ pub fn long_version() -> &'static str {
             .filter_map(|(on, name)| on.then_some(name))
             .collect();
         let cann = candle_ascend::ffi::loader::candidate_roots().into_iter().find(|r| r.join("lib64").is_dir());
-        let cann = cann.map_or_else(|| "not found (npu:N needs it; npu-sim:N does not)".into(), |r| r.display().to_string());
+        let cann =
+            cann.map_or_else(|| "not found (npu:N needs it; npu-sim:N does not)".into(), |r| r.display().to_string());
         let driver = std::path::Path::new("/proc/driver/nvidia/version");
         let cuda = if driver.exists() { "NVIDIA driver found" } else { "no NVIDIA driver" };
         format!(

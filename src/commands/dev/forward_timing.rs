@@ -8,13 +8,11 @@
 
 use std::time::Instant;
 
+use crate::cli::{AttentionChoice, DTypeArg, DeviceArg};
+use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput};
+use crate::outln;
 use candle_core::{DType, Tensor};
 use clap::Parser;
-use crate::cli::{AttentionChoice, DTypeChoice, DeviceSpec};
-use crate::model::bigbird::{
-    init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
-};
-use crate::outln;
 
 /// Forward-pass timing.
 #[derive(Parser)]
@@ -25,18 +23,16 @@ pub struct Args {
     /// Sequences per forward pass.
     #[arg(long, default_value_t = 1)]
     batch: usize,
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
+    #[command(flatten)]
+    device: DeviceArg,
     /// Attention.
     #[arg(long, value_enum, default_value_t = AttentionChoice::Full)]
     attention: AttentionChoice,
     /// Timed repetitions after one warm-up pass.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    #[command(flatten)]
+    dtype: DTypeArg,
 }
 
 fn peak_rss_mb() -> Option<f64> {
@@ -62,11 +58,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let input = ModelInput {
         input_ids: Tensor::from_vec(ids, (b, n), &device)?,
-        token_type_ids: Tensor::full(
-            crate::model::organism_id(crate::model::DEFAULT_ORGANISM)?,
-            (b, n),
-            &device,
-        )?,
+        token_type_ids: Tensor::full(crate::model::organism_id(crate::model::DEFAULT_ORGANISM)?, (b, n), &device)?,
         attention_mask: Tensor::ones((b, n), DType::U32, &device)?,
     };
     let mode = ForwardMode::eval(attention);
@@ -90,4 +82,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
-

@@ -111,9 +111,7 @@ pub fn run() -> anyhow::Result<()> {
     }
     // The forward products again with bf16 weights, on the path this CPU takes for them.
     let path = crate::ops::cpu_bf16::bf16_path();
-    for (m, n, k, _, _, what) in
-        layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed())
-    {
+    for (m, n, k, _, _, what) in layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed()) {
         outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (bf16 weights, {path:?})", bf16_gflops(*m, *n, *k));
     }
     let blocks = [

@@ -8,26 +8,24 @@
 //! ```
 use std::time::Instant;
 
+use crate::cli::{DTypeArg, DeviceArg};
+use crate::ops;
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
-use crate::cli::{DTypeChoice, DeviceSpec};
-use crate::ops;
 
 /// Op timing.
 #[derive(Parser)]
 pub struct Args {
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
+    #[command(flatten)]
+    device: DeviceArg,
     /// Sequences.
     #[arg(long, default_value_t = 8)]
     batch: usize,
     /// Tokens per sequence.
     #[arg(long, default_value_t = 2048)]
     length: usize,
-    /// The activations' dtype.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    #[command(flatten)]
+    dtype: DTypeArg,
     /// Timed repetitions after one warm-up.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
@@ -130,4 +128,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     time("full attention (whole op)", &|| ops::attention::full_attention(&q, &k, &v, heads, &key_bias, None))?;
     Ok(())
 }
-

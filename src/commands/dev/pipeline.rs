@@ -8,12 +8,10 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Parser;
-use crate::data::{
-    prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions,
-};
+use crate::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions};
 use crate::model::{vocab, CodonTokenizer};
 use crate::outln;
+use clap::Parser;
 
 /// Prepare a dataset and run the masked-LM loader over it.
 #[derive(Parser)]
@@ -97,4 +95,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     outln!("training file: {}", train.display());
     Ok(())
 }
-

@@ -9,12 +9,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use clap::Parser;
-use crate::cli::{DTypeChoice, DeviceSpec};
+use crate::cli::{DTypeArg, DeviceArg};
 use crate::model::bigbird::load_model;
 use crate::model::predict::max_padding_fraction_on;
 use crate::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use crate::outln;
+use clap::Parser;
 
 /// Batch-prediction timing.
 #[derive(Parser)]
@@ -25,12 +25,10 @@ pub struct Args {
     /// CSV with `protein_sequence` (or `protein`) and `organism` columns.
     #[arg(long)]
     input: PathBuf,
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
     /// Timed calls after the first.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -84,4 +82,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
-

@@ -8,13 +8,13 @@
 //! ```
 use std::path::Path;
 
-use candle_core::DType;
-use clap::Parser;
 use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use crate::model::training::MaskedLmModel;
 use crate::outln;
 use crate::train::{Trainer, TrainerConfig};
+use candle_core::DType;
+use clap::Parser;
 
 /// Per-step device counters.
 #[derive(Parser)]
@@ -106,8 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
         let tokens = (args.batch * args.length) as f64;
         let flops =
-            crate::ascend_training::training_flops_per_token(&config, parameters, attention, args.length)
-                * tokens;
+            crate::ascend_training::training_flops_per_token(&config, parameters, attention, args.length) * tokens;
         let mfu = model_time.mfu(flops, t.host_us);
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",
@@ -142,4 +141,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
-

@@ -7,13 +7,13 @@
 //! ```
 use std::path::Path;
 
-use candle_core::DType;
-use clap::Parser;
-use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
+use crate::cli::{AttentionChoice, DeviceArg, PrecisionChoice};
 use crate::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
 use crate::model::training::MaskedLmModel;
 use crate::outln;
 use crate::train::{Trainer, TrainerConfig};
+use candle_core::DType;
+use clap::Parser;
 
 /// Train-step timing.
 #[derive(Parser)]
@@ -33,9 +33,8 @@ pub struct Args {
     /// Tokens per sequence.
     #[arg(long, default_value_t = 1024)]
     length: usize,
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
+    #[command(flatten)]
+    device: DeviceArg,
 }
 
 fn peak_rss_mb() -> Option<f64> {
@@ -74,4 +73,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
-
