@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example serve -- --model adibvafa/CodonTransformer --port 8080
-//! curl -s localhost:8080/v1/predict -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
+//! curl -s localhost:8080/v1/predict -H 'Content-Type: application/json' -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
 //! ```
 //!
 //! The page at http://127.0.0.1:8080/ designs a gene in a browser; `--reference train.jsonl` (or
@@ -70,6 +70,10 @@ struct Args {
     /// CORS is off without it).
     #[arg(long, value_name = "ORIGIN")]
     cors: Vec<String>,
+    /// A DNS name the server answers to besides its address, such as design.lab.example.org
+    /// (repeatable): requests naming any other host are refused (against DNS rebinding).
+    #[arg(long, value_name = "NAME")]
+    host_name: Vec<String>,
     /// The SQLite file batch jobs are kept in, so that a restart resumes them (default:
     /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3).
     #[arg(long, value_name = "PATH")]
@@ -78,6 +82,14 @@ struct Args {
 
 fn run() -> anyhow::Result<()> {
     let args: Args = codon_ascend::cli::parse_args();
+    // A key, origin or name that cannot work is one line now, not after the model loads.
+    let checked = ServeConfig {
+        api_key: args.api_key.clone().or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
+        cors_origins: args.cors.clone(),
+        allowed_hosts: args.host_name.clone(),
+        ..ServeConfig::default()
+    };
+    checked.validate()?;
     let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_ascend::hub::DEFAULT_MODEL));
     let model = &codon_ascend::hub::resolve_model(&spec)?;
     let device = args.device.open()?;
@@ -106,14 +118,15 @@ fn run() -> anyhow::Result<()> {
     let config = ServeConfig {
         host: args.host,
         port: args.port,
-        api_key: args.api_key.or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
+        api_key: checked.api_key,
         queue_capacity: args.queue,
         max_proteins: args.max_proteins,
         max_residues: args.max_residues,
         batch: BatchPolicy { window: Duration::from_millis(args.batch_window_ms), ..defaults.batch },
         forward: PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() },
         reference,
-        cors_origins: args.cors,
+        cors_origins: checked.cors_origins,
+        allowed_hosts: checked.allowed_hosts,
         jobs_db: Some(jobs_db.clone()),
         ..defaults
     };

@@ -1,7 +1,7 @@
 //! What the server adds to the model's predictions, off the model's worker: the constraints'
 //! repair (as `predict --avoid-sites …` does it), each chosen codon's probability, and the
 //! metrics against the organism's reference when the server has one (as `evaluate`).
-use codon_design::{repair, Constraint, RepairOptions};
+use codon_design::{repair, Constraint, DesignError, RepairOptions};
 use codon_eval::plot::ProfileBand;
 use codon_eval::{Dna, MetricOptions, OrganismReference, References};
 use codon_model::predict::{renormalised, SequenceScore};
@@ -11,12 +11,12 @@ use crate::api::{Constraints, EditBody, Metrics, Sequence};
 
 /// The constraints a request asks for, checked as `predict` checks its flags.
 pub fn constraints(spec: &Constraints) -> Result<Vec<Constraint>, String> {
-    let mut out = Constraint::sites(&spec.avoid_sites.join(",")).map_err(|e| e.to_string())?;
+    let mut out = Constraint::sites(&spec.avoid_sites.join(",")).map_err(|e| api_words(&e))?;
     for motif in &spec.avoid_motifs {
-        out.push(Constraint::motif(motif).map_err(|e| e.to_string())?);
+        out.push(Constraint::motif(motif).map_err(|e| api_words(&e))?);
     }
     if let Some(w) = &spec.gc_window {
-        out.push(Constraint::gc_window(w.window, w.min, w.max).map_err(|e| e.to_string())?);
+        out.push(Constraint::gc_window(w.window, w.min, w.max).map_err(|e| format!("gc_window: {}", api_words(&e)))?);
     }
     if let Some(n) = spec.max_homopolymer {
         if n == 0 {
@@ -25,9 +25,45 @@ pub fn constraints(spec: &Constraints) -> Result<Vec<Constraint>, String> {
         out.push(Constraint::MaxHomopolymer(n));
     }
     if let Some(n) = spec.max_repeat {
-        out.push(Constraint::max_repeat(n).map_err(|e| e.to_string())?);
+        if !(1..=63).contains(&n) {
+            return Err(format!("max_repeat {n}: must be between 1 and 63"));
+        }
+        out.push(Constraint::max_repeat(n).map_err(|e| api_words(&e))?);
     }
     Ok(out)
+}
+
+/// A constraint error in the API's words: the JSON fields, not `predict`'s flags.
+fn api_words(e: &DesignError) -> String {
+    match e {
+        DesignError::UnknownEnzyme(name) => {
+            let known: Vec<&str> = codon_design::enzymes::ENZYMES.iter().map(|(n, _)| *n).collect();
+            format!("avoid_sites: unknown enzyme {name:?} (known: {})", known.join(", "))
+        }
+        DesignError::InvalidMotif(motif) => {
+            format!("avoid_motifs: {motif:?}: use IUPAC nucleotide letters (ACGT, RYSWKMBDHVN)")
+        }
+        DesignError::Unsatisfiable { constraint, violation, first_codon, last_codon } => format!(
+            "cannot satisfy \"{constraint}\": {violation} (codons {first_codon}-{last_codon}); no synonymous change \
+             removes it without breaking another constraint (\"best_effort\": true keeps going)"
+        ),
+        DesignError::InvalidConstraint(_) | DesignError::InvalidInput(_) => strip_flags(&e.to_string()),
+    }
+}
+
+/// `m` without `predict`'s flag names (`--max-repeat 0: ...` → `max_repeat 0: ...`).
+fn strip_flags(m: &str) -> String {
+    let mut out = String::with_capacity(m.len());
+    let mut rest = m;
+    while let Some(at) = rest.find("--") {
+        out.push_str(&rest[..at]);
+        let flag = &rest[at + 2..];
+        let end = flag.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(flag.len());
+        out.push_str(&flag[..end].replace('-', "_"));
+        rest = &flag[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// How one protein's predictions become its answer.
@@ -54,7 +90,7 @@ impl Finish<'_> {
             let mut sequence = Sequence::from(p);
             if !self.constraints.is_empty() {
                 let options = RepairOptions { best_effort: self.best_effort, ..Default::default() };
-                let fixed = repair(&p.predicted_dna, scores, self.constraints, &options).map_err(|e| e.to_string())?;
+                let fixed = repair(&p.predicted_dna, scores, self.constraints, &options).map_err(|e| api_words(&e))?;
                 let score = SequenceScore::of(scores, &fixed.dna).map_err(|e| e.to_string())?;
                 sequence.dna = fixed.dna;
                 sequence.log_likelihood = score.log_likelihood;

@@ -15,6 +15,7 @@ pub mod batcher;
 pub mod design;
 pub mod histogram;
 pub mod jobs;
+mod net;
 mod page;
 mod server;
 

@@ -1,5 +1,4 @@
 //! The HTTP side: routes, limits, the API key, and starting and stopping the server.
-use std::future::IntoFuture;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -62,8 +61,19 @@ pub struct ServeConfig {
     /// Per-organism codon statistics: with them every sequence carries its metrics, and
     /// `/v1/evaluate` its CSI, CFD and %MinMax.
     pub reference: Option<Arc<References>>,
-    /// Origins a browser may call the API from (CORS); none: no CORS headers.
+    /// Origins a browser may call the API from (CORS); none: no CORS headers. Requests that
+    /// carry another Origin than these or the server's own page are refused (403).
     pub cors_origins: Vec<String>,
+    /// DNS names the server answers to besides its address (the Host header; against DNS
+    /// rebinding): a request naming another host is refused (421).
+    pub allowed_hosts: Vec<String>,
+    /// How long a request's head may take to arrive, and how long a kept-alive connection may
+    /// sit idle.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive, from its head.
+    pub body_timeout: Duration,
+    /// Connections open at once; past it new ones wait to be accepted.
+    pub max_connections: usize,
     /// The SQLite file batch jobs are kept in (created with its folder), so that they survive a
     /// restart; `None`: a private temporary file that goes with the server (the `serve` example
     /// defaults to [`crate::jobs::default_db_path`]).
@@ -90,8 +100,46 @@ impl Default for ServeConfig {
             forward: PredictOptions::default(),
             reference: None,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 512,
             jobs_db: None,
         }
+    }
+}
+
+impl ServeConfig {
+    /// Refuse settings that cannot work, in one line each: an API key no client can send
+    /// (every request would get 401), a CORS origin or host name no browser sends, no
+    /// connections or zero timeouts.
+    pub fn validate(&self) -> Result<(), ServeError> {
+        let refuse = |setting: String, reason: &str| Err(ServeError::Config { setting, reason: reason.to_string() });
+        if let Some(key) = &self.api_key {
+            if let Some(reason) = crate::net::api_key_problem(key) {
+                // The key itself is a secret: not shown.
+                return refuse("the API key".into(), reason);
+            }
+        }
+        for origin in &self.cors_origins {
+            if let Some(reason) = crate::net::origin_problem(origin) {
+                return refuse(format!("CORS origin {origin:?}"), &reason);
+            }
+        }
+        for name in &self.allowed_hosts {
+            if let Some(reason) = crate::net::name_problem(name.trim_end_matches('.').to_ascii_lowercase().as_str()) {
+                return refuse(format!("host name {name:?}"), reason);
+            }
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return refuse(format!("connection limit {}", self.max_connections), "from 1 to 1000000");
+        }
+        for (setting, t) in [("header timeout", self.header_timeout), ("body timeout", self.body_timeout)] {
+            if t.is_zero() {
+                return refuse(setting.into(), "must be more than zero");
+            }
+        }
+        Ok(())
     }
 }
 
@@ -109,6 +157,14 @@ pub enum ServeError {
     /// A thread or the async runtime could not start, or the server failed while running.
     #[error("the server failed: {0}")]
     Io(#[from] std::io::Error),
+    /// A setting that cannot work, refused before the server binds.
+    #[error("{setting}: {reason}")]
+    Config {
+        /// The setting, and its value where that helps.
+        setting: String,
+        /// Why it cannot work.
+        reason: String,
+    },
     /// The jobs database could not be opened or read.
     #[error("{0}")]
     Jobs(#[from] StoreError),
@@ -132,6 +188,8 @@ pub(crate) struct AppState {
     config: ServeConfig,
     /// Seconds from a predict request's arrival to its answer.
     latency: Histogram,
+    /// Proteins the model predicted (not those it refused, such as an unknown organism).
+    predicted: std::sync::atomic::AtomicU64,
     /// The batch jobs, in their database.
     jobs: Jobs,
     /// New jobs for the scheduler ([`schedule_jobs`]).
@@ -166,6 +224,7 @@ impl RunningServer {
     /// Bind `config`'s address and serve `predictor` until [`RunningServer::stop`] (or a signal the
     /// caller turns into one).
     pub fn start(predictor: Predictor, config: ServeConfig) -> Result<Self, ServeError> {
+        config.validate()?;
         // The jobs database first: a path that cannot hold it is one error before anything runs.
         let store: Jobs = match &config.jobs_db {
             Some(path) => Arc::new(SqliteJobStore::open(path)?),
@@ -178,6 +237,7 @@ impl RunningServer {
         let listener = std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let limits = crate::net::ConnLimits::of(&config);
         let counters = Arc::new(Counters::default());
         let organisms = predictor.organisms().clone();
         let device = predictor.model().device().clone();
@@ -190,6 +250,7 @@ impl RunningServer {
             organisms,
             config,
             latency: Histogram::new(SECONDS),
+            predicted: Default::default(),
             jobs: store.clone(),
             new_jobs,
             device,
@@ -213,10 +274,8 @@ impl RunningServer {
                         } => {}
                     }
                 };
-                let (mut graceful, mut grace) = (stopped.clone(), stopped);
-                let serve = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-                    let _ = graceful.wait_for(|stop| *stop).await;
-                });
+                let (graceful, mut grace) = (stopped.clone(), stopped);
+                let serve = crate::net::serve(listener, router(state, addr), limits, graceful);
                 // A client that never finishes its request would hold a graceful stop forever.
                 let deadline = async move {
                     let _ = grace.wait_for(|stop| *stop).await;
@@ -224,7 +283,7 @@ impl RunningServer {
                 };
                 let requests = async move {
                     tokio::select! {
-                        served = serve.into_future() => served,
+                        served = serve => served,
                         () = deadline => Ok(()),
                     }
                 };
@@ -284,7 +343,8 @@ impl Drop for RunningServer {
     }
 }
 
-fn router(state: Arc<AppState>) -> Router {
+fn router(state: Arc<AppState>, addr: SocketAddr) -> Router {
+    let guard = Arc::new(crate::net::Guard::new(&state.config, addr));
     let any_origin = state.config.cors_origins.iter().any(|o| o.trim() == "*");
     let origins: Vec<HeaderValue> = state.config.cors_origins.iter().filter_map(|o| o.trim().parse().ok()).collect();
     let router = Router::new()
@@ -299,6 +359,8 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         // The handlers read their bodies with the limit, after the API key.
         .layer(DefaultBodyLimit::disable())
+        // Inside CORS, so that an allowed origin's page can read the guard's refusals.
+        .layer(axum::middleware::from_fn_with_state(guard, crate::net::guard))
         .with_state(state);
     if origins.is_empty() {
         return router;
@@ -320,9 +382,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// `Err(401)` unless the request carries the configured bearer token.
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let Some(key) = &state.config.api_key else { return Ok(()) };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    if given == Some(key.as_str()) {
+    if crate::net::key_matches(key, headers.get(header::AUTHORIZATION)) {
         return Ok(());
     }
     let mut response = error(StatusCode::UNAUTHORIZED, "this server needs an API key: Authorization: Bearer KEY");
@@ -660,10 +720,65 @@ async fn job(
 /// A request body of at most `limit` bytes as JSON: 413 past the limit, 400 when it does not
 /// parse (after the API key is checked, and in JSON like every other error).
 async fn read_json<T: serde::de::DeserializeOwned>(body: Body, limit: usize) -> Result<T, Response> {
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body: over {limit} bytes")))?;
-    serde_json::from_slice(&bytes).map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {e}")))
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| body_error(&e, limit))?;
+    // serde would say "expected struct PredictRequest with 2 elements": the caller wants JSON's words.
+    let kind = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b'n') => Some("null"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'-' | b'0'..=b'9') => Some("a number"),
+        None => Some("empty"),
+        Some(_) => None,
+    };
+    if let Some(kind) = kind {
+        return Err(error(StatusCode::BAD_REQUEST, format!("the body must be a JSON object {{...}}, not {kind}")));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {}", json_words(&e.to_string()))))
+}
+
+/// Why a body could not be read: its deadline (408), its size limit (413), or the
+/// connection (400).
+fn body_error(e: &axum::Error, limit: usize) -> Response {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(late) = c.downcast_ref::<crate::net::BodyTimeout>() {
+            return error(StatusCode::REQUEST_TIMEOUT, late.to_string());
+        }
+        if c.is::<http_body_util::LengthLimitError>() {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, format!("the request body: over {limit} bytes"));
+        }
+        cause = c.source();
+    }
+    error(StatusCode::BAD_REQUEST, format!("the request body: {e}"))
+}
+
+/// A serde message in JSON's words: `struct Options with 7 elements` is an object, a
+/// sequence an array, a map an object.
+fn json_words(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find("struct ") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "struct ".len()..];
+        let name_end = after.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let mut tail = &after[name_end..];
+        // " with 2 elements" / " with 1 element"
+        if let Some(with) = tail.strip_prefix(" with ") {
+            let digits = with.find(|c: char| !c.is_ascii_digit()).unwrap_or(with.len());
+            if digits > 0 {
+                let words = &with[digits..];
+                if let Some(t) = words.strip_prefix(" elements").or_else(|| words.strip_prefix(" element")) {
+                    tail = t;
+                }
+            }
+        }
+        out.push_str("a JSON object");
+        rest = tail;
+    }
+    out.push_str(rest);
+    out.replace("invalid type: sequence", "invalid type: array").replace("invalid type: map", "invalid type: object")
 }
 
 /// How much one request may ask for.
@@ -763,6 +878,8 @@ impl Prepared {
         results: Vec<Result<Vec<codon_model::DnaPrediction>, String>>,
     ) -> Result<Vec<ProteinResult>, Response> {
         let state = state.clone();
+        let predicted = results.iter().filter(|r| r.is_ok()).count() as u64;
+        state.predicted.fetch_add(predicted, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
             let references = state.config.reference.as_deref();
             results
@@ -855,7 +972,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
          # HELP codon_forward_passes_total Forward passes run (a gathered batch runs one per length bucket).\n\
          # TYPE codon_forward_passes_total counter\n\
          codon_forward_passes_total {}\n\
-         # HELP codon_proteins_total Proteins predicted.\n# TYPE codon_proteins_total counter\n\
+         # HELP codon_proteins_total Proteins the model predicted, batch jobs' included (not those refused, such as an unknown organism).\n# TYPE codon_proteins_total counter\n\
          codon_proteins_total {}\n\
          # HELP codon_queue_depth Predict requests waiting.\n# TYPE codon_queue_depth gauge\n\
          codon_queue_depth {}\n\
@@ -866,7 +983,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         c.requests.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
         c.pass_proteins.count(),
-        c.proteins.load(Ordering::Relaxed),
+        state.predicted.load(Ordering::Relaxed),
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
         c.jobs.load(Ordering::Relaxed),

@@ -156,8 +156,10 @@ fn an_api_key_guards_everything_but_health() {
     // with it a JSON 413.
     // Without the key: the answer comes before the body (only its first bytes are sent).
     let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
-    let head =
-        "POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{";
+    let head = format!(
+        "POST /v1/predict HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 2097152\r\n\r\n{{",
+        server.addr
+    );
     std::io::Write::write_all(&mut stream, head.as_bytes()).unwrap();
     let mut answer = [0u8; 12];
     std::io::Read::read_exact(&mut stream, &mut answer).unwrap();

@@ -221,3 +221,41 @@ fn the_page_designs_a_gene_in_a_real_browser() {
     drop(browser);
     server.stop().unwrap();
 }
+
+/// With an API key the lists load once the key is typed (no reload needed), and a reload keeps
+/// the key for the tab and loads them at once.
+#[test]
+fn the_page_loads_its_lists_once_an_api_key_is_entered_and_keeps_it() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    let predictor = Predictor::new(load_model(fixture, None, &Device::Cpu, DType::F32).unwrap()).unwrap();
+    let config = ServeConfig { port: 0, api_key: Some("s3cret".into()), ..ServeConfig::default() };
+    let server = RunningServer::start(predictor, config).unwrap();
+    let driver = Driver::start();
+    let browser = driver.session();
+    browser.send("POST", "/url", Some(json!({"url": format!("http://{}/", server.addr)})));
+    browser
+        .wait_for("the API key hint", "return document.getElementById('form-error').textContent.includes('API key')");
+    assert_eq!(browser.script("return document.getElementById('organism-list').options.length"), json!(0));
+    // The refused list requests are logged as failed loads; nothing else may be.
+    let errors = browser.errors();
+    assert!(errors.iter().all(|e| e.contains("401")), "errors before the key: {errors:?}");
+
+    browser.clear_and_type("#api-key", "s3cret");
+    browser.wait_for(
+        "the organisms and enzymes after the key",
+        "return document.getElementById('organism-list').options.length > 100 \
+         && document.getElementById('enzymes').options.length > 5",
+    );
+    assert_eq!(browser.text("#form-error"), "", "the hint goes once the lists load");
+
+    browser.send("POST", "/refresh", Some(json!({})));
+    browser.wait_for(
+        "the organisms after a reload",
+        "return document.getElementById('organism-list').options.length > 100",
+    );
+    assert_eq!(browser.script("return document.getElementById('api-key').value"), json!("s3cret"));
+    let errors = browser.errors();
+    assert!(errors.is_empty(), "errors after the key: {errors:?}");
+    drop(browser);
+    server.stop().unwrap();
+}
