@@ -28,7 +28,8 @@ fn main() -> anyhow::Result<()> {
     let model = MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse)?;
 
     // AdamW and OneCycleLR (upstream's), three epochs, no checkpoints.
-    let config = TrainerConfig::builder().learning_rate(1e-3).max_epochs(3).precision(Precision::F32).quiet(true).build()?;
+    let config =
+        TrainerConfig::builder().learning_rate(1e-3).max_epochs(3).precision(Precision::F32).quiet(true).build()?;
     let report = Trainer::new(config).fit(&model, &MaskedLmData::new(loader), None)?;
     let (first, last) = (&report.steps[0], &report.steps[report.steps.len() - 1]);
     println!("{} steps: loss {:.3} -> {:.3}", report.steps.len(), first.loss, last.loss);

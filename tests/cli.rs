@@ -3,7 +3,7 @@
 use std::path::Path;
 
 mod common;
-use common::{bigbird_fixture, demo, command, run};
+use common::{bigbird_fixture, command, demo, run};
 
 #[test]
 fn prepare_tokenize_collate() {

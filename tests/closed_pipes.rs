@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 
 mod common;
-use common::{bigbird_fixture, demo, command, run};
+use common::{bigbird_fixture, command, demo, run};
 
 /// A stream whose reader is gone.
 fn closed() -> Stdio {

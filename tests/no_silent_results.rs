@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 mod common;
-use common::{bigbird_fixture, demo, command, run};
+use common::{bigbird_fixture, command, demo, run};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -4,7 +4,7 @@
 //! checkpoint resumes.
 
 mod common;
-use common::{bigbird_fixture, demo, command, run};
+use common::{bigbird_fixture, command, demo, run};
 
 #[test]
 fn training_reports_each_device_and_stops_on_a_device_fault() {

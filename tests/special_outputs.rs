@@ -64,9 +64,7 @@ fn a_device_is_written_through_not_replaced() {
     ] {
         let o = match args {
             None => predict_to(dir.path(), null.to_str().unwrap()).output().unwrap(),
-            Some(args) => {
-                command(name).args(&args).args(["--output", null.to_str().unwrap()]).output().unwrap()
-            }
+            Some(args) => command(name).args(&args).args(["--output", null.to_str().unwrap()]).output().unwrap(),
         };
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device(), "{name} replaced /dev/null");

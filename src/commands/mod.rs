@@ -10,6 +10,7 @@ pub mod npu;
 pub mod predict;
 pub mod prepare_data;
 pub mod score;
+pub mod serve;
 pub mod tokenize;
 pub mod train;
 pub mod version;
@@ -55,6 +56,9 @@ pub enum Command {
     /// A randomly initialised model in the transformers layout.
     #[command(after_help = examples::INIT_MODEL)]
     InitModel(init_model::Args),
+    /// The design service: a web page and a JSON API over one loaded model.
+    #[command(after_help = examples::SERVE)]
+    Serve(serve::Args),
     /// The organisms a model knows, by id.
     #[command(after_help = examples::ORGANISMS)]
     Organisms {
@@ -89,6 +93,7 @@ impl Cli {
             Command::Tokenize(args) => tokenize::run(args),
             Command::Collate(args) => collate::run(args),
             Command::InitModel(args) => init_model::run(args),
+            Command::Serve(args) => serve::run(args),
             Command::Organisms { model } => predict::list_organisms(model.as_deref()),
             Command::Npu(command) => npu::run(command),
             Command::Completions { shell } => {
@@ -135,6 +140,9 @@ mod examples {
     pub const INIT_MODEL: &str = "Example:
   codon init-model --output model-random
   codon predict --model model-random --protein MALWMRLL --organism \"Escherichia coli general\"";
+    pub const SERVE: &str = "Examples:
+  codon serve --model adibvafa/CodonTransformer --port 8080          # http://127.0.0.1:8080/
+  codon serve --device npu:0 --host 0.0.0.0 --host-name design.lab.example.org --api-key \"$KEY\"";
     pub const ORGANISMS: &str = "Examples:
   codon organisms | grep -i coli
   codon organisms --model ./model-taught-more";

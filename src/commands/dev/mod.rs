@@ -6,6 +6,7 @@ pub mod gemm_throughput;
 pub mod op_timing;
 pub mod pipeline;
 pub mod predict_timing;
+pub mod serve_load;
 pub mod step_counters;
 pub mod train_step_timing;
 
@@ -22,6 +23,8 @@ pub enum DevCommand {
     Pipeline(pipeline::Args),
     /// Batch prediction time on a CSV file.
     PredictTiming(predict_timing::Args),
+    /// The design service's bounded load test on loopback, beside batch prediction.
+    ServeLoad(serve_load::Args),
     /// Launches, memory and the modelled time of a train step on the emulator.
     StepCounters(step_counters::Args),
     /// Train-step time.
@@ -37,6 +40,7 @@ impl DevCommand {
             Self::OpTiming(args) => op_timing::run(args),
             Self::Pipeline(args) => pipeline::run(args),
             Self::PredictTiming(args) => predict_timing::run(args),
+            Self::ServeLoad(args) => serve_load::run(args),
             Self::StepCounters(args) => step_counters::run(args),
             Self::TrainStepTiming(args) => train_step_timing::run(args),
         }

@@ -4,7 +4,7 @@
 //! (`--jobs-db`), and the next start resumes the unfinished ones.
 //!
 //! ```text
-//! cargo run --release --example serve -- --model adibvafa/CodonTransformer --port 8080
+//! codon serve --model adibvafa/CodonTransformer --port 8080
 //! curl -s localhost:8080/v1/predict -H 'Content-Type: application/json' -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
 //! ```
 //!
@@ -16,31 +16,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use codon_ascend::cli::{DTypeChoice, DeviceSpec};
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::predict::max_padding_fraction_on;
-use codon_ascend::model::{OrganismTable, PredictOptions, Predictor};
+use crate::cli::{DTypeArg, DeviceArg, ModelArg};
+use crate::model::predict::max_padding_fraction_on;
+use crate::model::PredictOptions;
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
 
-#[path = "common/reference_args.rs"]
-mod reference_args;
+use crate::commands::common::reference_args;
 
 /// Reference sequences kept per organism for its %MinMax band.
 const BAND_SEQUENCES: usize = 200;
 
 /// The design service.
 #[derive(Parser)]
-struct Args {
-    /// A model folder or Hugging Face Hub id (as `predict`); upstream's model by default.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArg,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -80,8 +75,8 @@ struct Args {
     jobs_db: Option<PathBuf>,
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+/// Run the command.
+pub fn run(args: Args) -> anyhow::Result<()> {
     // A key, origin or name that cannot work is one line now, not after the model loads.
     let checked = ServeConfig {
         api_key: args.api_key.clone().or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
@@ -90,14 +85,8 @@ fn run() -> anyhow::Result<()> {
         ..ServeConfig::default()
     };
     checked.validate()?;
-    let spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_ascend::hub::DEFAULT_MODEL));
-    let model = &codon_ascend::hub::resolve_model(&spec)?;
     let device = args.device.open()?;
-    codon_ascend::train::retain_freed_memory();
-    let predictor = Predictor::with_organisms(
-        load_model(model, None, &device, args.dtype.into())?,
-        OrganismTable::for_model(model)?,
-    )?;
+    let predictor = crate::predictor::open_predictor(args.model.as_deref(), None, &device, args.dtype.into())?;
     // The first sequences of each organism are kept for its %MinMax band (a bounded sample).
     let kept = std::cell::RefCell::new(std::collections::HashMap::<u32, usize>::new());
     let keep = |organism: u32| {
@@ -131,17 +120,14 @@ fn run() -> anyhow::Result<()> {
         ..defaults
     };
     let server = RunningServer::start(predictor, config)?;
-    codon_ascend::errln!(
+    crate::errln!(
         "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
-        spec.display(),
+        args.model.as_deref().map_or(crate::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
         server.addr,
         jobs_db.display()
     );
     let stopped = server.stop_on_signal()?;
-    codon_ascend::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
+    crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}

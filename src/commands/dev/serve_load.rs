@@ -4,7 +4,7 @@
 //! the same proteins through `predict --input`'s batch prediction in this process.
 //!
 //! ```text
-//! cargo run --release --example serve_load -- --clients 8 --requests 50
+//! cargo run --release -- dev serve-load --clients 8 --requests 50
 //! ```
 //! Without `--model` the model is CodonTransformer's size with random weights (the time is the
 //! same as the published model's; the DNA is not).
@@ -12,16 +12,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use codon_ascend::cli::{DTypeChoice, DeviceSpec};
-use codon_ascend::model::bigbird::{init_weights, load_model, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::predict::max_padding_fraction_on;
-use codon_ascend::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
-use codon_ascend::outln;
+use crate::cli::{DTypeChoice, DeviceSpec};
+use crate::model::bigbird::{init_weights, load_model, BigBirdConfig, BigBirdForMaskedLM};
+use crate::model::predict::max_padding_fraction_on;
+use crate::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+use crate::outln;
 use codon_serve::{RunningServer, ServeConfig};
 
 /// The load test.
 #[derive(Parser)]
-struct Args {
+pub struct Args {
     /// A model folder (default: CodonTransformer's size, random weights).
     #[arg(long)]
     model: Option<PathBuf>,
@@ -83,10 +83,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN)
 }
 
-fn run() -> anyhow::Result<()> {
-    let args: Args = codon_ascend::cli::parse_args();
+/// Run the command.
+pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
-    codon_ascend::ops::malloc_tuning::retain_freed_memory();
+    crate::ops::malloc_tuning::retain_freed_memory();
     let predictor = || -> anyhow::Result<Predictor> {
         let (model, organisms) = match &args.model {
             Some(dir) => (load_model(dir, None, &device, args.dtype.into())?, OrganismTable::for_model(dir)?),
@@ -191,6 +191,3 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() {
-    codon_ascend::run_main(run);
-}
