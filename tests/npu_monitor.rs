@@ -131,6 +131,6 @@ fn npu_watch_lists_the_devices_their_faults_and_processes() {
     assert_eq!(device_rows.len(), 8, "{stdout}");
     assert!(device_rows[2].contains("Critical") && device_rows[0].contains(" OK "), "{stdout}");
     assert!(table.iter().any(|l| l.contains("error codes: 0x80E18402")), "{stdout}");
-    let trainer_line = format!("process {:>8} finetune", trainer.id());
+    let trainer_line = format!("process {:>8} codon", trainer.id());
     assert!(table.iter().any(|l| l.contains(&trainer_line)), "{trainer_line:?} not in {stdout}");
 }

@@ -15,10 +15,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
 use crate::cli::{DTypeArg, DeviceArg, ModelArg};
 use crate::model::predict::max_padding_fraction_on;
 use crate::model::PredictOptions;
+use clap::Parser;
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
 
@@ -130,4 +130,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
     Ok(())
 }
-

@@ -396,3 +396,43 @@ mod tests {
         assert_eq!(found(&Constraint::MaxRepeat(3), "AAAAA"), [(1, 5, 1)], "overlapping copies repeat too");
     }
 }
+
+/// The synthesis constraints a user asks for, as command-line flags or a request's fields give
+/// them: the one place both become [`Constraint`]s (messages name the flags; the service turns
+/// them into its fields' names).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConstraintSpec {
+    /// Restriction enzymes whose sites to avoid on both strands, by name.
+    pub avoid_sites: Vec<String>,
+    /// Motifs to avoid on both strands, in IUPAC letters.
+    pub avoid_motifs: Vec<String>,
+    /// Window length (nucleotides) and the lowest and highest GC percentage in every window.
+    pub gc_window: Option<(usize, f64, f64)>,
+    /// Longest run of one base.
+    pub max_homopolymer: Option<usize>,
+    /// Longest exact repeat.
+    pub max_repeat: Option<usize>,
+}
+
+impl ConstraintSpec {
+    /// The constraints asked for, each checked (none: no repair).
+    pub fn constraints(&self) -> Result<Vec<Constraint>> {
+        let mut out = Constraint::sites(&self.avoid_sites.join(","))?;
+        for motif in &self.avoid_motifs {
+            out.push(Constraint::motif(motif)?);
+        }
+        if let Some((window, min, max)) = self.gc_window {
+            out.push(Constraint::gc_window(window, min, max)?);
+        }
+        if let Some(n) = self.max_homopolymer {
+            if n == 0 {
+                return Err(DesignError::InvalidConstraint(format!("--max-homopolymer {n}: must be at least 1")));
+            }
+            out.push(Constraint::MaxHomopolymer(n));
+        }
+        if let Some(n) = self.max_repeat {
+            out.push(Constraint::max_repeat(n)?);
+        }
+        Ok(out)
+    }
+}

@@ -13,6 +13,6 @@ pub mod error;
 pub mod iupac;
 pub mod repair;
 
-pub use constraints::{violations, Constraint, Violation};
+pub use constraints::{violations, Constraint, ConstraintSpec, Violation};
 pub use error::{DesignError, Result};
 pub use repair::{repair, Edit, Repair, RepairOptions};

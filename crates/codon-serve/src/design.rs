@@ -1,7 +1,7 @@
 //! What the server adds to the model's predictions, off the model's worker: the constraints'
 //! repair (as `predict --avoid-sites …` does it), each chosen codon's probability, and the
 //! metrics against the organism's reference when the server has one (as `evaluate`).
-use codon_design::{repair, Constraint, DesignError, RepairOptions};
+use codon_design::{repair, Constraint, ConstraintSpec, DesignError, RepairOptions};
 use codon_eval::plot::ProfileBand;
 use codon_eval::{Dna, MetricOptions, OrganismReference, References};
 use codon_model::predict::{renormalised, SequenceScore};
@@ -9,28 +9,16 @@ use codon_model::DnaPrediction;
 
 use crate::api::{Constraints, EditBody, Metrics, Sequence};
 
-/// The constraints a request asks for, checked as `predict` checks its flags.
+/// The constraints a request asks for, checked by the one function that checks `predict`'s flags.
 pub fn constraints(spec: &Constraints) -> Result<Vec<Constraint>, String> {
-    let mut out = Constraint::sites(&spec.avoid_sites.join(",")).map_err(|e| api_words(&e))?;
-    for motif in &spec.avoid_motifs {
-        out.push(Constraint::motif(motif).map_err(|e| api_words(&e))?);
-    }
-    if let Some(w) = &spec.gc_window {
-        out.push(Constraint::gc_window(w.window, w.min, w.max).map_err(|e| format!("gc_window: {}", api_words(&e)))?);
-    }
-    if let Some(n) = spec.max_homopolymer {
-        if n == 0 {
-            return Err(format!("max_homopolymer {n}: must be at least 1"));
-        }
-        out.push(Constraint::MaxHomopolymer(n));
-    }
-    if let Some(n) = spec.max_repeat {
-        if !(1..=63).contains(&n) {
-            return Err(format!("max_repeat {n}: must be between 1 and 63"));
-        }
-        out.push(Constraint::max_repeat(n).map_err(|e| api_words(&e))?);
-    }
-    Ok(out)
+    let spec = ConstraintSpec {
+        avoid_sites: spec.avoid_sites.clone(),
+        avoid_motifs: spec.avoid_motifs.clone(),
+        gc_window: spec.gc_window.as_ref().map(|w| (w.window, w.min, w.max)),
+        max_homopolymer: spec.max_homopolymer,
+        max_repeat: spec.max_repeat,
+    };
+    spec.constraints().map_err(|e| api_words(&e))
 }
 
 /// A constraint error in the API's words: the JSON fields, not `predict`'s flags.

@@ -1,6 +1,6 @@
 //! The synthesis-constraint flags of `predict`, and how a repair is reported.
 
-use crate::design::{Constraint, Repair};
+use crate::design::{Constraint, ConstraintSpec, Repair};
 
 /// Constraints the predicted DNA must meet; it is repaired by synonymous changes when it does not.
 #[derive(clap::Args, Debug, Default)]
@@ -34,24 +34,14 @@ pub struct DesignArgs {
 impl DesignArgs {
     /// The constraints the flags ask for (none: no repair).
     pub fn constraints(&self) -> anyhow::Result<Vec<Constraint>> {
-        let mut out = match &self.avoid_sites {
-            Some(names) => Constraint::sites(names)?,
-            None => Vec::new(),
+        let spec = ConstraintSpec {
+            avoid_sites: self.avoid_sites.iter().cloned().collect(),
+            avoid_motifs: self.avoid_motif.clone(),
+            gc_window: self.gc_window.zip(self.gc_min).zip(self.gc_max).map(|((w, min), max)| (w, min, max)),
+            max_homopolymer: self.max_homopolymer,
+            max_repeat: self.max_repeat,
         };
-        for motif in &self.avoid_motif {
-            out.push(Constraint::motif(motif)?);
-        }
-        if let (Some(window), Some(min), Some(max)) = (self.gc_window, self.gc_min, self.gc_max) {
-            out.push(Constraint::gc_window(window, min, max)?);
-        }
-        if let Some(n) = self.max_homopolymer {
-            anyhow::ensure!(n >= 1, "--max-homopolymer {n}: must be at least 1");
-            out.push(Constraint::MaxHomopolymer(n));
-        }
-        if let Some(n) = self.max_repeat {
-            out.push(Constraint::max_repeat(n)?);
-        }
-        Ok(out)
+        Ok(spec.constraints()?)
     }
 }
 

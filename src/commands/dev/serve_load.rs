@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use crate::cli::{DTypeChoice, DeviceSpec};
 use crate::model::bigbird::{init_weights, load_model, BigBirdConfig, BigBirdForMaskedLM};
 use crate::model::predict::max_padding_fraction_on;
 use crate::model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use crate::outln;
+use clap::Parser;
 use codon_serve::{RunningServer, ServeConfig};
 
 /// The load test.
@@ -190,4 +190,3 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     Ok(())
 }
-
