@@ -105,7 +105,7 @@ fn listings_end_quietly_when_stdout_closes() {
             vec!["--steps".into(), "1".into(), "--batch".into(), "1".into(), "--length".into(), "64".into()],
             None,
         ),
-        ("gemm_throughput", vec![], None),
+        ("dev gemm-throughput", vec![], None),
     ];
     for (name, args, written) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
