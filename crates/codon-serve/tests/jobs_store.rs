@@ -113,16 +113,64 @@ fn check_results(addr: std::net::SocketAddr, proteins: &[String], results: &[Pro
 }
 
 const CHILD_DB: &str = "CODON_SERVE_TEST_CHILD_DB";
+const CHILD_WAITS_FOR_SIGNAL: &str = "CODON_SERVE_TEST_CHILD_SIGNAL";
+const CHILD_WINDOW_MS: &str = "CODON_SERVE_TEST_CHILD_WINDOW_MS";
 
-/// Not a test of its own: the server of [`a_job_survives_a_kill_and_resumes_on_restart`], run
-/// in a child process (this test binary again) so that it can be killed with SIGKILL.
+/// Not a test of its own: the server of the tests below, run in a child process (this test
+/// binary again) so that it can be killed with SIGKILL, or stopped with SIGTERM.
 #[test]
-fn child_server_until_killed() {
+fn child_server() {
     let Some(db) = std::env::var_os(CHILD_DB) else { return };
-    let server = RunningServer::start(predictor(), slow_jobs(Path::new(&db), Duration::from_millis(150))).unwrap();
+    let window = std::env::var(CHILD_WINDOW_MS).ok().and_then(|ms| ms.parse().ok()).unwrap_or(150);
+    let mut config = slow_jobs(Path::new(&db), Duration::from_millis(window));
+    if window == 0 {
+        // The measurement's server: the usual queue.
+        config = ServeConfig { queue_capacity: ServeConfig::default().queue_capacity, ..config };
+    }
+    let server = RunningServer::start(predictor(), config).unwrap();
     println!("ADDR {}", server.addr);
+    if std::env::var_os(CHILD_WAITS_FOR_SIGNAL).is_some() {
+        let stopped = server.stop_on_signal().unwrap();
+        println!("LEFT {}", stopped.jobs_left);
+        return;
+    }
     // The parent kills this process long before.
     std::thread::sleep(Duration::from_secs(120));
+}
+
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// The child server on `db`, its output and its address.
+fn spawn_child(db: &Path, wait_for_signal: bool) -> (std::process::Child, Lines, std::net::SocketAddr) {
+    spawn_child_with(db, wait_for_signal, 150)
+}
+
+fn spawn_child_with(
+    db: &Path,
+    wait_for_signal: bool,
+    window_ms: u64,
+) -> (std::process::Child, Lines, std::net::SocketAddr) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env(CHILD_WINDOW_MS, window_ms.to_string());
+    command.args(["child_server", "--exact", "--nocapture", "--test-threads", "1"]).env(CHILD_DB, db);
+    if wait_for_signal {
+        command.env(CHILD_WAITS_FOR_SIGNAL, "1");
+    }
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = next_word(&mut lines, "ADDR ").parse().unwrap();
+    (child, lines, addr)
+}
+
+/// What follows `tag` on the child's next line that has it (libtest may print its own words
+/// before ours on the same line).
+fn next_word(lines: &mut Lines, tag: &str) -> String {
+    loop {
+        let line = lines.next().unwrap_or_else(|| panic!("the child server never printed {tag}")).unwrap();
+        if let Some((_, word)) = line.split_once(tag) {
+            return word.trim().to_string();
+        }
+    }
 }
 
 #[test]
@@ -130,20 +178,7 @@ fn a_job_survives_a_kill_and_resumes_on_restart() {
     let dir = tempfile::tempdir().unwrap();
     // A folder that does not exist yet: it is created.
     let db = dir.path().join("data").join("jobs.sqlite3");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child_server_until_killed", "--exact", "--nocapture", "--test-threads", "1"])
-        .env(CHILD_DB, &db)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line = lines.next().expect("the child server printed its address").unwrap();
-        // libtest may print its own words before ours on the same line.
-        if let Some((_, addr)) = line.split_once("ADDR ") {
-            break addr.trim().parse().unwrap();
-        }
-    };
+    let (mut child, _lines, addr) = spawn_child(&db, false);
     let proteins = proteins(40);
     let id = submit(addr, &proteins);
     let before = wait_for(addr, &id, |r| r.done >= 8);
@@ -163,6 +198,27 @@ fn a_job_survives_a_kill_and_resumes_on_restart() {
     assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
     check_results(server.addr, &proteins, &all_results(server.addr, &id));
     assert_eq!(server.stop().unwrap().jobs_left, 0);
+}
+
+#[test]
+fn sigterm_saves_the_part_in_flight_and_says_how_many_jobs_are_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.sqlite3");
+    let (mut child, mut lines, addr) = spawn_child(&db, true);
+    let proteins = proteins(40);
+    let id = submit(addr, &proteins);
+    wait_for(addr, &id, |r| r.done >= 8);
+    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    assert_eq!(next_word(&mut lines, "LEFT "), "1", "one job left to resume");
+    assert!(child.wait().unwrap().success());
+
+    let server = start(slow_jobs(&db, Duration::ZERO));
+    let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
+    assert!(resumed.done >= 8 && resumed.done.is_multiple_of(8), "whole parts were saved: {resumed:?}");
+    let done = wait_for(server.addr, &id, |r| r.status != JobStatus::Running);
+    assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
+    check_results(server.addr, &proteins, &all_results(server.addr, &id));
 }
 
 #[test]
@@ -302,4 +358,68 @@ fn interactive_requests_are_answered_while_jobs_fill_the_queue() {
             assert_eq!((done.status, done.done), (JobStatus::Done, 16));
         }
     });
+}
+
+/// `VmRSS` or `VmHWM` (peak) of process `pid`, in MiB.
+fn memory_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb / 1024.0
+}
+
+/// A measurement, not a check (`--ignored --nocapture`): a server in a child process, its
+/// resident memory after accepting 16, 32, 48 and 64 jobs of 10,000 proteins of 301 residues, and its peak
+/// while eight clients read one finished job's 10,000 results at once.
+#[test]
+#[ignore]
+fn memory_of_jobs_and_polls() {
+    let dir = tempfile::tempdir().unwrap();
+    let residues: String = (0..300).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect();
+    let body = vec![format!("M{residues}"); 10_000];
+    // A finished job of 10,000 proteins, read by eight clients at once.
+    let (mut child, _lines, addr) = spawn_child_with(&dir.path().join("reads.sqlite3"), false, 0);
+    let pid = child.id();
+    let big = submit(addr, &body);
+    let started = Instant::now();
+    while report(addr, &format!("/v1/jobs/{big}")).status == JobStatus::Running {
+        assert!(started.elapsed() < Duration::from_secs(600));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let whole: usize = all_results(addr, &big).iter().map(|r| serde_json::to_string(r).unwrap().len()).sum();
+    let before = memory_mib(pid, "VmRSS:");
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| assert_eq!(all_results(addr, &big).len(), 10_000));
+        }
+    });
+    let peak = memory_mib(pid, "VmHWM:");
+    println!(
+        "server: 8 parallel reads of a {:.1} MB result: RSS {before:.0} MiB before, peak {peak:.0} MiB (+{:.0})",
+        whole as f64 / 1e6,
+        peak - before
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // 32 jobs accepted by a server whose parts go slowly (one at a time, 150 ms each).
+    let (mut child, _lines, addr) = spawn_child_with(&dir.path().join("accepts.sqlite3"), false, 150);
+    let pid = child.id();
+    submit(addr, &proteins(1));
+    let before = memory_mib(pid, "VmRSS:");
+    for n in 1..=64 {
+        submit(addr, &body);
+        if n % 16 == 0 {
+            let after = memory_mib(pid, "VmRSS:");
+            println!(
+                "server: {n} jobs of 10,000 proteins accepted: RSS {before:.0} -> {after:.0} MiB (+{:.0})",
+                after - before
+            );
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
 }
