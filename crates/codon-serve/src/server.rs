@@ -44,6 +44,9 @@ pub struct ServeConfig {
     /// Most codons one request may ask for: residues × sequences, over its proteins (each
     /// carries the model's 64 scores until its answer is made).
     pub max_codons: usize,
+    /// Most codons a request with `codon_scores` may ask for: each codon's 64 scores go into the
+    /// answer's JSON (about 0.7 KB a codon), so this cap bounds the answer's size.
+    pub max_scored_codons: usize,
     /// Most proteins in one batch job (`POST /v1/jobs`).
     pub max_job_proteins: usize,
     /// Most codons one batch job may ask for (its results are kept for an hour).
@@ -91,6 +94,7 @@ impl Default for ServeConfig {
             max_residues: 10_000,
             max_sequences: 100,
             max_codons: 1_000_000,
+            max_scored_codons: 100_000,
             max_job_proteins: 10_000,
             max_job_codons: 20_000_000,
             max_job_body_bytes: 32 << 20,
@@ -862,6 +866,16 @@ impl Prepared {
                     "{residues} residues × {} sequences: at most {} codons in one request",
                     options.num_sequences.max(1),
                     limits.codons
+                ),
+            ));
+        }
+        if request.options.codon_scores && codons > config.max_scored_codons {
+            return Err(error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "{residues} residues × {} sequences with codon_scores: at most {} codons (each carries 64 scores)",
+                    options.num_sequences.max(1),
+                    config.max_scored_codons
                 ),
             ));
         }
