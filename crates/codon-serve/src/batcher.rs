@@ -34,8 +34,6 @@ pub struct Counters {
     pub jobs: AtomicU64,
     /// Batches the worker gathered (each one `predict_each` call), counted as each starts.
     pub batches: AtomicU64,
-    /// Proteins predicted.
-    pub proteins: AtomicU64,
     /// Jobs in the queue or being gathered.
     pub queued: AtomicU64,
     /// Jobs dropped because their caller had given up.
@@ -50,7 +48,6 @@ impl Default for Counters {
             requests: AtomicU64::default(),
             jobs: AtomicU64::default(),
             batches: AtomicU64::default(),
-            proteins: AtomicU64::default(),
             queued: AtomicU64::default(),
             expired: AtomicU64::default(),
             pass_proteins: Histogram::new(histogram::PROTEINS),
@@ -265,7 +262,6 @@ fn run(predictor: &Predictor, forward: &PredictOptions, policy: BatchPolicy, sha
 fn run_batch(predictor: &Predictor, forward: &PredictOptions, jobs: Vec<Job>, counters: &Counters) {
     let items: Vec<(ProteinInput, PredictOptions)> = jobs.iter().flat_map(|j| j.items.iter().cloned()).collect();
     counters.batches.fetch_add(1, Ordering::Relaxed);
-    counters.proteins.fetch_add(items.len() as u64, Ordering::Relaxed);
     // A panic in the model must not take the worker, and every later request, with it.
     let predicted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| predictor.predict_each(&items, forward)));
     let mut results: Vec<Result<Vec<DnaPrediction>, String>> = match predicted {
