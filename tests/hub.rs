@@ -35,10 +35,11 @@ enum Trick {
     CommitPath,
     /// The weights redirect to another origin (this port).
     RedirectTo(u16),
-    /// `config.json` is cut short: half its bytes, then the connection closes.
+    /// `config.json` is cut short: half its bytes, then the connection closes, with no
+    /// `content-length` (only `content-range` says how long the file is).
     ShortConfig,
-    /// Each answer waits this long (a slow download another process waits for).
-    Slow(u64),
+    /// The weights take this long to come (a slow download another process waits for).
+    SlowWeights(u64),
 }
 
 /// The test Hub: counts requests; with `cut` set, sends half of each file body and hangs up; with
@@ -102,9 +103,7 @@ fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], bod
 }
 
 fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool, trick: &Trick) {
-    if let Trick::Slow(ms) = trick {
-        std::thread::sleep(std::time::Duration::from_millis(*ms));
-    }
+
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
@@ -144,6 +143,9 @@ fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool, t
     let size = file.bytes.len();
     let (start, probe) = range_start.unwrap_or((0, false));
     let end = if probe { 0 } else { size - 1 };
+    if let (Trick::SlowWeights(ms), "model.safetensors") = (trick, name) {
+        std::thread::sleep(std::time::Duration::from_millis(*ms));
+    }
     let mut etag = if wrong_sha && file.etag.len() == 64 { "0".repeat(64) } else { file.etag.clone() };
     let mut commit = COMMIT.to_string();
     match trick {
@@ -162,7 +164,17 @@ fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool, t
         ("content-range", format!("bytes {start}-{end}/{size}")),
     ];
     let body = &file.bytes[start..=end];
-    if (cut || (*trick == Trick::ShortConfig && name == "config.json")) && !probe {
+    if *trick == Trick::ShortConfig && name == "config.json" && !probe {
+        // Close-delimited: the client sees an orderly end of the body after half of it.
+        let mut head = String::from("HTTP/1.1 200 OK\r\nconnection: close\r\n");
+        for (k, v) in &headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(&body[..body.len() / 2]));
+        return;
+    }
+    if cut && !probe {
         // Promise the whole body, send half of it, hang up.
         let mut head =
             format!("HTTP/1.1 206 Partial Content\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
@@ -419,15 +431,17 @@ fn revisions_that_are_paths_or_change_the_url_are_refused() {
 #[test]
 fn a_second_download_of_the_same_model_waits_for_the_first() {
     let hub = FakeHub::start();
-    *hub.trick.lock().unwrap() = Trick::Slow(300);
+    // Longer than the 5 s the hf-hub crate waited for its lock before it gave up.
+    *hub.trick.lock().unwrap() = Trick::SlowWeights(7000);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("hub");
     let (endpoint, first_cache) = (hub.endpoint(), cache.clone());
     let first = std::thread::spawn(move || predict(REPO, &endpoint, &first_cache, false));
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    std::thread::sleep(std::time::Duration::from_millis(1000));
     let second = predict(REPO, &hub.endpoint(), &cache, false);
     let first = first.join().unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(second.status.success(), "the second download failed: {}", stderr(&second));
+    assert!(stderr(&second).contains("waiting for another process downloading"), "{}", stderr(&second));
     assert_eq!(first.stdout, second.stdout);
 }

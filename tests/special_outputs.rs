@@ -83,9 +83,10 @@ fn a_fifo_is_written_through() {
     };
     let o = predict_to(dir.path(), fifo.to_str().unwrap()).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    // Checked before the join: a replaced FIFO leaves the reader waiting for a writer forever.
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
     let read = reader.join().unwrap();
     assert_eq!(read.lines().count(), 3, "{read}");
-    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
 }
 
 #[test]
