@@ -74,7 +74,7 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    crate::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    crate::model::files::refuse_overwriting(&[&args.input], &[&args.output])?;
     crate::model::files::check_output_location(&args.output)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;

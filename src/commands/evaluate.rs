@@ -68,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
     let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
-    crate::data::refuse_overwriting(&inputs, &[&args.output])?;
+    crate::model::files::refuse_overwriting(&inputs, &[&args.output])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());

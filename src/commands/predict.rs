@@ -263,7 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .flatten()
                 .chain(args.reference.paths())
                 .collect();
-        crate::data::refuse_overwriting(&inputs, &[output])?;
+        crate::model::files::refuse_overwriting(&inputs, &[output])?;
         crate::model::files::check_output_location(output)?;
     }
     if let Some(organism) = &args.organism {

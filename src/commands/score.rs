@@ -52,7 +52,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    crate::data::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
+    crate::model::files::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
     crate::model::files::check_output_location(&args.output)?;
     let device = args.device.open()?;
     let no_math = crate::skips_math(&device);

@@ -48,7 +48,7 @@ struct Input {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    crate::data::refuse_overwriting(&[&args.input], &[&args.output])?;
+    crate::model::files::refuse_overwriting(&[&args.input], &[&args.output])?;
     crate::model::files::check_output_location(&args.output)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,

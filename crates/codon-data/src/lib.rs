@@ -30,11 +30,12 @@ pub mod prepare;
 pub mod record;
 pub mod translate;
 
+pub use codon_vocab::files::refuse_overwriting;
 pub use codon_vocab::files::write_atomically;
 pub use collator::{MaskingConfig, MlmBatch, MlmCollator, IGNORE_INDEX};
 pub use dataset::{JsonlDataset, MalformedPolicy, Shard, UnknownTokens, MAX_UNKNOWN_TOKEN_FRACTION};
 pub use error::{DataError, Result};
 pub use loader::{mix_seed, DataLoader, EpochBatches, LoaderConfig};
 pub use prepare::{prepare, GeneRecord, InputFormat, PrepareOptions, PrepareReport};
-pub use record::{refuse_overwriting, TrainingRecord};
+pub use record::TrainingRecord;
 pub use translate::{check_cds, is_correct_seq, translate, CdsDefect};

@@ -311,7 +311,7 @@ fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result
 
 /// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
 pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<PrepareReport> {
-    crate::record::refuse_overwriting(&[input], &[output])?;
+    codon_vocab::files::refuse_overwriting(&[input], &[output])?;
     codon_vocab::files::check_output_location(output)?;
     let records = match InputFormat::from_path(input)? {
         InputFormat::Csv => read_csv(input)?,

@@ -1,12 +1,6 @@
-//! The training record of the upstream JSONL format, and the check that outputs do not replace
-//! inputs.
+//! The training record of the upstream JSONL format.
 
-use std::path::Path;
-
-use codon_vocab::files::Clash;
 use serde::{Deserialize, Serialize};
-
-use crate::error::{DataError, Result};
 
 /// One line of a training file: `{"idx": int, "codons": merged tokens, "organism": id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,23 +25,6 @@ impl TrainingRecord {
     pub fn num_tokens(&self) -> usize {
         self.codons.split_ascii_whitespace().count()
     }
-}
-
-/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`, or into an
-/// input folder (a model's, a checkpoint's), whose files it could replace: paths are compared
-/// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
-pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
-    for output in outputs {
-        for input in inputs {
-            let (output, input) = (output.to_path_buf(), input.to_path_buf());
-            match codon_vocab::files::clash(&input, &output) {
-                Some(Clash::Same) => return Err(DataError::OutputIsInput { output, input }),
-                Some(Clash::InsideFolder) => return Err(DataError::OutputInInputFolder { output, input }),
-                None => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

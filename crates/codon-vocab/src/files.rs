@@ -272,6 +272,23 @@ pub fn clash(input: &Path, output: &Path) -> Option<Clash> {
     }
 }
 
+/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`, or into an
+/// input folder (a model's, a checkpoint's), whose files it could replace: paths are compared
+/// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
+pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
+    for output in outputs {
+        for input in inputs {
+            let (output, input) = (output.to_path_buf(), input.to_path_buf());
+            match clash(&input, &output) {
+                Some(Clash::Same) => return Err(VocabError::OutputIsInput { output, input }),
+                Some(Clash::InsideFolder) => return Err(VocabError::OutputInInputFolder { output, input }),
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
