@@ -103,7 +103,6 @@ fn respond(stream: &mut TcpStream, status: &str, headers: &[(&str, String)], bod
 }
 
 fn serve(mut stream: TcpStream, files: &[HubFile], cut: bool, wrong_sha: bool, trick: &Trick) {
-
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     if reader.read_line(&mut request_line).is_err() {
