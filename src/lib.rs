@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 
-pub mod ascend_training;
 pub mod bench;
 pub mod cli;
 pub mod commands;
@@ -24,6 +23,7 @@ pub use codon_eval as eval;
 pub use codon_model as model;
 pub use codon_ops as ops;
 pub use codon_train as train;
+pub use codon_train_ascend as train_ascend;
 
 /// The bundled demo data (`data/demo` in the repository).
 pub fn demo_data_dir() -> PathBuf {

@@ -91,7 +91,7 @@ fn train(
             .build()
             .unwrap(),
     );
-    codon_ascend::ascend_training::fit_data_parallel(&trainer, replicas, &data, resume).unwrap()
+    codon_ascend::train_ascend::fit_data_parallel(&trainer, replicas, &data, resume).unwrap()
 }
 
 fn assert_close(a: &[f64], b: &[f64], what: &str) {
@@ -126,7 +126,7 @@ fn data_parallel_training_on_the_cpu_is_a_clear_error() {
         .collect();
     let data = Batches(vec![codon_ascend::synthetic_mlm_batch(2, 96)]);
     let trainer = Trainer::new(TrainerConfig::builder().max_steps(Some(1)).quiet(true).build().unwrap());
-    let err = codon_ascend::ascend_training::fit_data_parallel(&trainer, &cpu, &data, None).unwrap_err().to_string();
+    let err = codon_ascend::train_ascend::fit_data_parallel(&trainer, &cpu, &data, None).unwrap_err().to_string();
     assert!(err.contains("HCCL") && err.contains("npu"), "{err}");
 }
 
@@ -190,7 +190,7 @@ fn a_rank_zero_write_failure_stops_every_rank_at_the_next_step() {
     let comms: Vec<_> = candle_ascend::Communicator::init_all(&devices)
         .unwrap()
         .into_iter()
-        .map(codon_ascend::ascend_training::Hccl)
+        .map(codon_ascend::train_ascend::Hccl)
         .collect();
     let errors: Vec<String> = std::thread::scope(|s| {
         let ranks: Vec<_> =

@@ -70,7 +70,12 @@ fn every_documented_command_parses() {
         }
     }
     assert!(checked > 30, "only {checked} commands found");
-    assert!(failures.is_empty(), "{} of {checked} documented commands do not parse:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} documented commands do not parse:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

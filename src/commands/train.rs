@@ -300,8 +300,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let model_config = model.config().clone();
     let probe_len = model_config.block_sparse_probe_len();
     // Full attention's keys per token are taken at the longest position the model has.
-    let flops_per_token = crate::ascend_training::training_flops_per_token(
-        &model_config,
+    let flops_per_token = model_config.training_flops_per_token(
         model.named_parameters().iter().map(|(_, t)| t.elem_count()).sum(),
         attention,
         model_config.max_position_embeddings,
@@ -373,7 +372,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         .quiet(args.quiet);
     let trainer_config = match crate::ascend::ascend_device(&device) {
         Some(ascend) => trainer_config.device_probe(Box::new(
-            crate::ascend_training::AscendProbe::new(ascend.clone())
+            crate::train_ascend::AscendProbe::new(ascend.clone())
                 .with_flops_per_token(flops_per_token)
                 .monitoring(monitored_devices(ascend, &devices, layout.as_ref(), *args.device)?),
         )),
@@ -400,7 +399,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
             }
             let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
             outln!("{}", crate::ascend::rendezvous::waiting_line(l, &how, timeout));
-            let comm = crate::ascend_training::Hccl(crate::ascend::rendezvous::join(l, ascend, &how, timeout)?);
+            let comm = crate::train_ascend::Hccl(crate::ascend::rendezvous::join(l, ascend, &how, timeout)?);
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
@@ -411,7 +410,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         ),
         (None, _) => match &new_organism {
             Some(taught) => trainer.fit(taught, &data, args.resume.as_deref())?,
-            None => crate::ascend_training::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
+            None => crate::train_ascend::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
         },
     };
     if layout.as_ref().is_some_and(|l| l.rank != 0) {

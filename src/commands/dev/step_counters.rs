@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
     let data = crate::SameBatch(crate::synthetic_mlm_batch(args.batch, args.length));
     let steps = args.steps;
-    let probe = crate::ascend_training::AscendProbe::new(ascend.clone());
+    let probe = crate::train_ascend::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
     let trainer = Trainer::new(
         TrainerConfig::builder()
@@ -105,8 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let model_time = crate::ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
         let tokens = (args.batch * args.length) as f64;
-        let flops =
-            crate::ascend_training::training_flops_per_token(&config, parameters, attention, args.length) * tokens;
+        let flops = config.training_flops_per_token(parameters, attention, args.length) * tokens;
         let mfu = model_time.mfu(flops, t.host_us);
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",

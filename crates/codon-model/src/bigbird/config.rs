@@ -208,6 +208,17 @@ impl BigBirdConfig {
         (5 + 2 * self.num_random_blocks) * self.block_size
     }
 
+    /// Training FLOPs per token with `parameters` parameters: 6 per parameter, plus attention's
+    /// 12 · layers · hidden · keys, where a query sees (5 + r) blocks of keys under block-sparse
+    /// attention and `length` keys under full attention.
+    pub fn training_flops_per_token(&self, parameters: usize, attention: AttentionType, length: usize) -> f64 {
+        let keys = match attention {
+            AttentionType::BlockSparse => ((5 + self.num_random_blocks) * self.block_size).min(length),
+            _ => length,
+        };
+        6.0 * parameters as f64 + 12.0 * (self.num_hidden_layers * self.hidden_size * keys) as f64
+    }
+
     /// A length (in tokens) that runs the block-sparse path: two blocks past the full-attention
     /// fallback, within the position table. Preflights use it to launch what long inputs will.
     pub fn block_sparse_probe_len(&self) -> usize {

@@ -1,6 +1,8 @@
-//! The trainer on Ascend devices: HCCL's communicator as a [`Collective`], the backend's
-//! per-step counters as a [`DeviceProbe`], and data-parallel training over HCCL. Here, beside
-//! both crates, so that codon-train names no device and candle-ascend no trainer.
+//! `codon-train-ascend`: the trainer on Ascend devices: HCCL's communicator as a [`Collective`],
+//! the backend's per-step counters as a [`DeviceProbe`], and data-parallel training over HCCL. A
+//! crate of its own, beside both, so that codon-train names no device and candle-ascend no
+//! trainer.
+#![warn(missing_docs)]
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -89,24 +91,6 @@ pub struct AscendProbe {
     warnings: Vec<String>,
     /// When DCMI was last asked for the figures, and what it said.
     last_sample: Option<(std::time::Instant, Vec<codon_train::DeviceSample>)>,
-}
-
-/// Training FLOPs per token of a BigBird encoder with `parameters` parameters: 6 per parameter,
-/// plus attention's 12 · layers · hidden · keys, where a query sees (5 + r) blocks of keys under
-/// block-sparse attention and `length` keys under full attention.
-pub fn training_flops_per_token(
-    config: &crate::model::bigbird::BigBirdConfig,
-    parameters: usize,
-    attention: crate::model::bigbird::AttentionType,
-    length: usize,
-) -> f64 {
-    let keys = match attention {
-        crate::model::bigbird::AttentionType::BlockSparse => {
-            ((5 + config.num_random_blocks) * config.block_size).min(length)
-        }
-        _ => length,
-    };
-    6.0 * parameters as f64 + 12.0 * (config.num_hidden_layers * config.hidden_size * keys) as f64
 }
 
 impl AscendProbe {
