@@ -149,7 +149,7 @@ impl HubSettings {
         let cache = cache.unwrap_or_else(|| hf_home.join("hub"));
         let offline = var("HF_HUB_OFFLINE")
             .is_some_and(|v| matches!(v.to_ascii_uppercase().as_str(), "1" | "ON" | "YES" | "TRUE"));
-        let token = var("HF_TOKEN").or_else(|| {
+        let token = var("HF_TOKEN").map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).or_else(|| {
             std::fs::read_to_string(hf_home.join("token")).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())
         });
         Self {
@@ -192,7 +192,9 @@ impl HubModel {
                 && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
         };
         let ok = part_ok(owner) && part_ok(name) && revision_ok(revision);
-        ok.then(|| Self { repo: repo.to_string(), revision: revision.to_string() })
+        // A commit is spelled in lower case in the cache and by the Hub.
+        let revision = if is_commit(revision) { revision.to_ascii_lowercase() } else { revision.to_string() };
+        ok.then(|| Self { repo: repo.to_string(), revision })
     }
 
     /// The repository's folder in the cache (`models--owner--name`).
@@ -242,6 +244,8 @@ pub fn resolve_model_with(spec: &Path, settings: &HubSettings) -> Result<PathBuf
 const MAX_REDIRECTS: usize = 5;
 /// Largest JSON answer read from the Hub's API.
 const MAX_API_BYTES: u64 = 16 << 20;
+/// Largest file taken from the Hub (CodonTransformer's weights are 360 MB).
+const MAX_FILE_BYTES: u64 = 64 << 30;
 
 /// Download the configuration and the weights of `model` into the cache; the snapshot folder.
 ///
@@ -259,6 +263,9 @@ fn download(model: &HubModel, settings: &HubSettings) -> Result<PathBuf, HubErro
         return Ok(snapshot);
     }
     let info = hub.info()?;
+    if is_commit(&model.revision) && info.sha != model.revision {
+        return Err(hub.untrusted("commit", &info.sha));
+    }
     let weights = WEIGHT_FILES
         .into_iter()
         .find(|w| info.siblings.iter().any(|s| s.rfilename == *w))
@@ -353,6 +360,12 @@ impl<'a> Downloader<'a> {
     /// etag and size (a CDN it redirects to sends etags of its own).
     fn get(&self, url: &str) -> Result<(ureq::Response, HubHeaders), HubError> {
         let own_origin = origin(&self.settings.endpoint);
+        if let Some(token) = &self.settings.token {
+            // ureq's error for a bad header value would print the token.
+            if !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(self.unreachable("HF_TOKEN holds characters an HTTP header cannot carry"));
+            }
+        }
         let mut url = url.to_string();
         let mut hub_headers = HubHeaders::default();
         for _ in 0..=MAX_REDIRECTS {
@@ -363,13 +376,17 @@ impl<'a> Downloader<'a> {
             }
             let response = match request.call() {
                 Ok(response) => response,
-                Err(ureq::Error::Status(status, _)) => {
+                // Only the Hub itself says that a model is missing or needs a token.
+                Err(ureq::Error::Status(status @ (401 | 403 | 404), _)) if from_hub => {
                     return Err(HubError::NotFound {
                         repo: self.model.repo.clone(),
                         revision: self.model.revision.clone(),
                         endpoint: self.settings.endpoint.clone(),
                         status,
                     })
+                }
+                Err(ureq::Error::Status(status, _)) => {
+                    return Err(self.unreachable(format!("HTTP {status} from {url}")))
                 }
                 Err(e) => return Err(self.unreachable(e)),
             };
@@ -383,7 +400,7 @@ impl<'a> Downloader<'a> {
             url = url::Url::parse(&url)
                 .and_then(|base| base.join(location))
                 .ok()
-                .filter(|next| matches!(next.scheme(), "http" | "https"))
+                .filter(|next| next.scheme() == "https" || (next.scheme() == "http" && !url.starts_with("https:")))
                 .ok_or_else(|| self.untrusted("redirect", location))?
                 .into();
         }
@@ -426,11 +443,14 @@ impl<'a> Downloader<'a> {
         let etag = normalize_etag(raw_etag).ok_or_else(|| self.untrusted("etag", raw_etag))?;
         let sent_length = announced_length(&response);
         let length = hub.size.or(sent_length).ok_or_else(|| self.untrusted("length", "none"))?;
+        if length > MAX_FILE_BYTES {
+            return Err(self.untrusted("length", &length.to_string()));
+        }
         if sent_length.is_some_and(|sent| sent != length) {
             return Err(self.untrusted("length", &format!("{} against {length}", sent_length.unwrap_or(0))));
         }
         let blob = blobs.join(&etag);
-        if blob.is_file() && blob.metadata().is_ok_and(|m| m.len() == length) {
+        if blob.is_file() && blob.metadata().is_ok_and(|m| m.len() == length) && blob_matches(&blob, &etag) {
             return Ok(etag);
         }
         std::fs::create_dir_all(blobs).map_err(|source| HubError::Io { path: blobs.to_path_buf(), source })?;
@@ -508,6 +528,20 @@ impl HubHeaders {
     }
 }
 
+/// Whether a cached blob still holds what its name says: a sha256 name is hashed again (a
+/// damaged blob is then fetched anew); a git object id cannot be checked this way.
+fn blob_matches(blob: &Path, etag: &str) -> bool {
+    if etag.len() != 64 {
+        return true;
+    }
+    let Ok(mut file) = std::fs::File::open(blob) else { return false };
+    let mut hasher = Sha256::new();
+    if std::io::copy(&mut file, &mut hasher).is_err() {
+        return false;
+    }
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>() == etag
+}
+
 /// `snapshots/<commit>/<file>` as a relative link to `blobs/<etag>`, as Python's cache lays it out.
 fn link_into_snapshot(snapshot: &Path, file: &str, etag: &str) -> Result<(), HubError> {
     let io = |path: &Path| {
@@ -579,6 +613,8 @@ mod tests {
             assert_eq!(HubModel::parse(not_an_id), None, "{not_an_id}");
         }
         assert_eq!(HubModel::parse("o/n@refs/pr/1").unwrap().revision, "refs/pr/1");
+        let upper = "ABCDEF0123456789ABCDEF0123456789ABCDEF01";
+        assert_eq!(HubModel::parse(&format!("o/n@{upper}")).unwrap().revision, upper.to_ascii_lowercase());
         for revision in
             ["../../../../hub/revtrav", "main?x=1", "main#frag", "a//b", "/main", "main/", "m%2F..", "a b", ".x"]
         {

@@ -77,7 +77,7 @@ macro_rules! errln {
 /// stdout itself (`--output -`), whose data it must not mix into.
 pub fn report_line(output: &std::path::Path, args: std::fmt::Arguments<'_>) {
     use codon_model::files::OutputTarget;
-    if matches!(OutputTarget::of(output), Ok(OutputTarget::Stdio(1))) {
+    if matches!(OutputTarget::of(output), Ok(OutputTarget::Descriptor(1))) {
         stderr_line(args);
     } else {
         stdout_line(args);

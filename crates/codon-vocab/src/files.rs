@@ -71,25 +71,35 @@ pub enum OutputTarget {
     /// A regular file, or a new one: written under a temporary name beside it, then renamed in.
     /// For a symlink this is the file the link leads to.
     File(PathBuf),
-    /// One of this process's streams (`-`, `/dev/stdout`: 1; `/dev/stderr`: 2), written through.
-    Stdio(u8),
-    /// A device, a FIFO or an inherited descriptor (`/dev/fd/N`): opened and written through.
+    /// A descriptor this process holds, written through a duplicate of it: `-` and
+    /// `/dev/stdout` (1), `/dev/stderr` (2), `/dev/fd/N` and `/proc/self/fd/N` (N), so that a
+    /// shell's `>>` or `3>` keeps its meaning.
+    Descriptor(i32),
+    /// A device or a FIFO: opened and written through.
     Stream(PathBuf),
 }
 
-impl OutputTarget {
-    /// What `path` names now; a folder, a socket or a symlink loop is an error.
-    pub fn of(path: &Path) -> Result<Self> {
-        match path.to_str() {
-            Some("-" | "/dev/stdout") => return Ok(Self::Stdio(1)),
-            Some("/dev/stderr") => return Ok(Self::Stdio(2)),
-            Some(p) if p.starts_with("/dev/fd/") || p.starts_with("/proc/self/fd/") => {
-                return Ok(Self::Stream(path.to_path_buf()))
-            }
-            _ => {}
+/// The descriptor a path names, if it is one of the spellings [`OutputTarget::Descriptor`] lists.
+fn descriptor_of(path: &Path) -> Option<i32> {
+    match path.to_str()? {
+        "-" | "/dev/stdout" => Some(1),
+        "/dev/stderr" => Some(2),
+        p => {
+            let n = p.strip_prefix("/dev/fd/").or_else(|| p.strip_prefix("/proc/self/fd/"))?;
+            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok()).flatten()
         }
+    }
+}
+
+impl OutputTarget {
+    /// What `path` names now; a folder, a socket, a symlink loop, or a symlink that another user
+    /// left in a shared sticky folder (such as /tmp) is an error.
+    pub fn of(path: &Path) -> Result<Self> {
         let mut current = path.to_path_buf();
         for _ in 0..MAX_LINKS {
+            if let Some(fd) = descriptor_of(&current) {
+                return Ok(Self::Descriptor(fd));
+            }
             let meta = match std::fs::symlink_metadata(&current) {
                 Ok(meta) => meta,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::File(current)),
@@ -97,6 +107,7 @@ impl OutputTarget {
             };
             let kind = meta.file_type();
             if kind.is_symlink() {
+                refuse_planted_link(&current, &meta)?;
                 let link = std::fs::read_link(&current).map_err(|e| VocabError::io(&current, e))?;
                 current = parent_dir(&current).join(link);
             } else if kind.is_file() {
@@ -115,22 +126,68 @@ impl OutputTarget {
         Err(VocabError::io(path, std::io::Error::other(format!("more than {MAX_LINKS} symlinks: refused"))))
     }
 
-    /// Open a stream target for writing, without truncating or replacing it.
+    /// Open a descriptor or stream target for writing, without truncating or replacing it.
     fn open_stream(&self, path: &Path) -> Result<File> {
         let io = |e| VocabError::io(path, e);
         match self {
-            Self::Stdio(fd) => {
-                use std::os::fd::AsFd;
-                let dup = if *fd == 1 {
-                    std::io::stdout().as_fd().try_clone_to_owned()
-                } else {
-                    std::io::stderr().as_fd().try_clone_to_owned()
-                };
-                Ok(File::from(dup.map_err(io)?))
-            }
+            Self::Descriptor(fd) => duplicate(*fd).map_err(io),
             Self::Stream(p) => std::fs::OpenOptions::new().write(true).open(p).map_err(io),
             Self::File(_) => Err(io(std::io::Error::other("a regular file is written atomically"))),
         }
+    }
+}
+
+/// The kernel's `protected_symlinks` rule, which following a link by hand would bypass: a link
+/// in a sticky, world-writable folder is followed only when it is ours or the folder owner's.
+#[cfg(unix)]
+fn refuse_planted_link(link: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::metadata(parent_dir(link)) else { return Ok(()) };
+    let shared = dir.mode() & 0o1002 == 0o1002;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if shared && meta.uid() != me && meta.uid() != dir.uid() {
+        return Err(VocabError::io(
+            link,
+            std::io::Error::other(
+                "a symlink another user left in a shared folder: refused (as protected_symlinks does)",
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn refuse_planted_link(_: &Path, _: &std::fs::Metadata) -> Result<()> {
+    Ok(())
+}
+
+/// A duplicate of descriptor `fd`, as a file (close-on-exec).
+#[cfg(unix)]
+fn duplicate(fd: i32) -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) reads no memory; an fd that is not open gives EBADF.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` is a descriptor this process just opened and nothing else owns.
+    Ok(unsafe { File::from_raw_fd(new) })
+}
+
+#[cfg(not(unix))]
+fn duplicate(_: i32) -> std::io::Result<File> {
+    Err(std::io::Error::other("descriptors by number are a Unix feature"))
+}
+
+/// Give `tmp` the permissions of the file it will replace, if there is one (a `chmod 600`
+/// output stays private); a new file keeps the ordinary create's.
+fn keep_permissions(tmp: &Path, replaced: &Path) -> Result<()> {
+    match std::fs::metadata(replaced) {
+        Ok(meta) if meta.is_file() => {
+            std::fs::set_permissions(tmp, meta.permissions()).map_err(|e| VocabError::io(replaced, e))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -155,16 +212,24 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut BufWriter<File>) ->
     let target = OutputTarget::of(path)?;
     let OutputTarget::File(file_path) = &target else {
         let mut out = BufWriter::new(target.open_stream(path)?);
-        write(&mut out).map_err(io)?;
-        return out.flush().map_err(io);
+        return write(&mut out).and_then(|()| out.flush()).or_else(|e| closed_pipe_is_fine(&target, e)).map_err(io);
     };
     let tmp = temp_sibling(file_path)?;
     let mut out = BufWriter::new(tmp.as_file().try_clone().map_err(io)?);
     write(&mut out).map_err(io)?;
     let file = out.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
+    keep_permissions(tmp.path(), file_path)?;
     tmp.persist(file_path).map_err(|e| io(e.error))?;
     Ok(())
+}
+
+/// A descriptor whose reader has gone (`--output - | head`) is no error, as in coreutils.
+fn closed_pipe_is_fine(target: &OutputTarget, e: std::io::Error) -> std::io::Result<()> {
+    match target {
+        OutputTarget::Descriptor(_) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        _ => Err(e),
+    }
 }
 
 /// [`write_atomically`] for writers that take a path: `write` writes the temporary path given,
@@ -181,13 +246,15 @@ pub fn write_atomically_at<E: From<VocabError>>(
         let io = |e| VocabError::io(path, e);
         let mut written = File::open(tmp.path()).map_err(io)?;
         let mut out = target.open_stream(path)?;
-        std::io::copy(&mut written, &mut out).map_err(io)?;
-        out.flush().map_err(io)?;
-        return Ok(());
+        let copied = std::io::copy(&mut written, &mut out).and_then(|_| out.flush());
+        return Ok(copied.or_else(|e| closed_pipe_is_fine(&target, e)).map_err(io)?);
     };
     let tmp = temp_sibling(file_path)?;
     write(tmp.path())?;
-    tmp.persist(file_path).map_err(|e| VocabError::io(path, e.error))?;
+    let io = |e| VocabError::io(path, e);
+    File::open(tmp.path()).and_then(|f| f.sync_all()).map_err(io)?;
+    keep_permissions(tmp.path(), file_path)?;
+    tmp.persist(file_path).map_err(|e| io(e.error))?;
     Ok(())
 }
 
@@ -210,7 +277,7 @@ pub fn write_atomically_replaced<E: From<VocabError>>(
 pub fn check_output_location(path: &Path) -> Result<()> {
     let path = match OutputTarget::of(path)? {
         OutputTarget::File(file) => file,
-        OutputTarget::Stdio(_) | OutputTarget::Stream(_) => return Ok(()),
+        OutputTarget::Descriptor(_) | OutputTarget::Stream(_) => return Ok(()),
     };
     let path = path.as_path();
     let dir = parent_dir(path);
@@ -277,9 +344,11 @@ pub fn clash(input: &Path, output: &Path) -> Option<Clash> {
 /// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
 pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
     for output in outputs {
+        // What would be written: a symlink's target (even a dangling one's); a stream, nothing.
+        let OutputTarget::File(written) = OutputTarget::of(output)? else { continue };
         for input in inputs {
             let (output, input) = (output.to_path_buf(), input.to_path_buf());
-            match clash(&input, &output) {
+            match clash(&input, &written) {
                 Some(Clash::Same) => return Err(VocabError::OutputIsInput { output, input }),
                 Some(Clash::InsideFolder) => return Err(VocabError::OutputInInputFolder { output, input }),
                 None => {}
@@ -351,13 +420,61 @@ mod tests {
         assert_eq!(reader.join().unwrap(), "through");
         assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
         // Standard streams by name; a link loop and a folder are refused.
-        assert_eq!(OutputTarget::of(Path::new("-")).unwrap(), OutputTarget::Stdio(1));
-        assert_eq!(OutputTarget::of(Path::new("/dev/stdout")).unwrap(), OutputTarget::Stdio(1));
+        assert_eq!(OutputTarget::of(Path::new("-")).unwrap(), OutputTarget::Descriptor(1));
+        assert_eq!(OutputTarget::of(Path::new("/dev/stdout")).unwrap(), OutputTarget::Descriptor(1));
         let looped = dir.path().join("loop");
         std::os::unix::fs::symlink("loop", &looped).unwrap();
         assert!(write_atomically(&looped, |w| w.write_all(b"x")).is_err());
         assert!(std::fs::symlink_metadata(&looped).unwrap().file_type().is_symlink());
         assert!(write_atomically(dir.path(), |w| w.write_all(b"x")).is_err());
+        assert_eq!(OutputTarget::of(Path::new("/dev/fd/3")).unwrap(), OutputTarget::Descriptor(3));
+        assert_eq!(OutputTarget::of(Path::new("/proc/self/fd/12")).unwrap(), OutputTarget::Descriptor(12));
+        let to_stdout = dir.path().join("to-stdout");
+        std::os::unix::fs::symlink("/dev/stdout", &to_stdout).unwrap();
+        assert_eq!(OutputTarget::of(&to_stdout).unwrap(), OutputTarget::Descriptor(1), "caught on the way");
+        assert!(!matches!(OutputTarget::of(Path::new("/dev/fd/../null")).unwrap(), OutputTarget::Descriptor(_)));
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_permissions_and_a_dangling_link_into_an_input_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let private = dir.path().join("designs.csv");
+        std::fs::write(&private, "old").unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomically(&private, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(private.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        write_atomically_at(&private, |tmp| std::fs::write(tmp, "newer").map_err(|e| VocabError::io(tmp, e))).unwrap();
+        assert_eq!(private.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+        // A dangling link whose target lies inside an input folder.
+        let model = dir.path().join("model");
+        std::fs::create_dir(&model).unwrap();
+        let out = dir.path().join("out.csv");
+        std::os::unix::fs::symlink("model/new.csv", &out).unwrap();
+        assert!(refuse_overwriting(&[&model], &[&out]).is_err());
+        // Standard output is never an input's file, whatever the folder.
+        refuse_overwriting(&[Path::new(".")], &[Path::new("-")]).unwrap();
+    }
+
+    #[test]
+    fn a_link_another_user_planted_in_a_sticky_shared_folder_is_not_followed() {
+        // Only root can make a link owned by another user; elsewhere the rule is not exercised.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "mine").unwrap();
+        let planted = shared.join("out.csv");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let path = std::ffi::CString::new(planted.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string; lchown changes the link's owner to uid/gid 65534 (nobody).
+        assert_eq!(unsafe { libc::lchown(path.as_ptr(), 65534, 65534) }, 0);
+        assert!(write_atomically(&planted, |w| w.write_all(b"theirs")).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
     }
 
     #[test]
