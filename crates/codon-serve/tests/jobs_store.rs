@@ -213,12 +213,17 @@ fn sigterm_saves_the_part_in_flight_and_says_how_many_jobs_are_left() {
     assert_eq!(next_word(&mut lines, "LEFT "), "1", "one job left to resume");
     assert!(child.wait().unwrap().success());
 
-    let server = start(slow_jobs(&db, Duration::ZERO));
+    finishes_after_a_restart(&db, &id, &proteins);
+}
+
+/// A new server on `db` holds whole saved parts of job `id` (of 40 proteins) and finishes it.
+fn finishes_after_a_restart(db: &Path, id: &str, proteins: &[String]) {
+    let server = start(slow_jobs(db, Duration::ZERO));
     let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
     assert!(resumed.done >= 8 && resumed.done.is_multiple_of(8), "whole parts were saved: {resumed:?}");
-    let done = wait_for(server.addr, &id, |r| r.status != JobStatus::Running);
+    let done = wait_for(server.addr, id, |r| r.status != JobStatus::Running);
     assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
-    check_results(server.addr, &proteins, &all_results(server.addr, &id));
+    check_results(server.addr, proteins, &all_results(server.addr, id));
 }
 
 #[test]
@@ -233,12 +238,7 @@ fn a_stop_saves_the_part_in_flight_and_the_next_start_finishes_the_job() {
     let stopped = server.stop().unwrap();
     assert_eq!(stopped.jobs_left, 1, "the job is left to resume");
 
-    let server = start(slow_jobs(&db, Duration::ZERO));
-    let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
-    assert!(resumed.done >= 8 && resumed.done.is_multiple_of(8), "whole parts were saved: {resumed:?}");
-    let done = wait_for(server.addr, &id, |r| r.status != JobStatus::Running);
-    assert_eq!((done.status, done.done), (JobStatus::Done, 40), "{done:?}");
-    check_results(server.addr, &proteins, &all_results(server.addr, &id));
+    finishes_after_a_restart(&db, &id, &proteins);
 }
 
 #[test]
