@@ -19,6 +19,8 @@
 pub mod bigbird;
 pub mod error;
 pub mod files;
+#[cfg(feature = "hub")]
+pub mod hub;
 pub mod predict;
 #[cfg(feature = "training")]
 pub mod training;

@@ -7,7 +7,7 @@
 //! fetched is reused without a request), honouring the variables Python users set:
 //! `HF_ENDPOINT` (mirrors), `HF_HUB_CACHE` / `HF_HOME`, `HF_HUB_OFFLINE` and `HF_TOKEN`.
 //! A snapshot already in the cache is used without any request.
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -277,9 +277,9 @@ fn download(model: &HubModel, settings: &HubSettings) -> Result<PathBuf, HubErro
     }
     if model.revision != info.sha {
         let refs = repo_dir.join("refs").join(&model.revision);
-        let dir = codon_model::files::parent_dir(&refs);
+        let dir = crate::files::parent_dir(&refs);
         std::fs::create_dir_all(dir).map_err(|source| HubError::Io { path: dir.to_path_buf(), source })?;
-        codon_model::files::write_atomically(&refs, |w| std::io::Write::write_all(w, info.sha.as_bytes()))
+        crate::files::write_atomically(&refs, |w| std::io::Write::write_all(w, info.sha.as_bytes()))
             .map_err(|e| HubError::Io { path: refs.clone(), source: std::io::Error::other(e.to_string()) })?;
     }
     Ok(snapshot)
@@ -347,7 +347,13 @@ impl<'a> Downloader<'a> {
         match file.try_lock() {
             Ok(()) => return Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => {
-                crate::errln!("waiting for another process downloading {} (lock {})", self.model.repo, path.display());
+                // Best effort: a closed stderr must not stop the download.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "waiting for another process downloading {} (lock {})",
+                    self.model.repo,
+                    path.display()
+                );
             }
             Err(std::fs::TryLockError::Error(source)) => return Err(HubError::Io { path, source }),
         }
@@ -455,10 +461,12 @@ impl<'a> Downloader<'a> {
         }
         std::fs::create_dir_all(blobs).map_err(|source| HubError::Io { path: blobs.to_path_buf(), source })?;
         let io = |source| HubError::Io { path: blobs.to_path_buf(), source };
-        let tmp = codon_model::files::temp_file_in(blobs, &format!("{etag}.incomplete.")).map_err(io)?;
-        let bar = (self.settings.progress && length > 1 << 20)
-            .then(|| codon_train::progress::terminal_bar(length as usize, "{msg} {bar:40} {bytes}/{total_bytes} {eta}"))
-            .flatten();
+        let tmp = crate::files::temp_file_in(blobs, &format!("{etag}.incomplete.")).map_err(io)?;
+        let bar = (self.settings.progress && length > 1 << 20).then(|| {
+            let style = indicatif::ProgressStyle::with_template("{msg} {bar:40} {bytes}/{total_bytes} {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            indicatif::ProgressBar::new(length).with_style(style)
+        });
         if let Some(bar) = &bar {
             bar.set_message(file.to_string());
         }
