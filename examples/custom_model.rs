@@ -55,7 +55,10 @@ fn main() -> anyhow::Result<()> {
     let report = Trainer::new(config).fit(&model, &Points, None)?;
     let (w, b) = (model.w.as_tensor().to_vec1::<f32>()?[0], model.b.as_tensor().to_vec1::<f32>()?[0]);
     let (first, last) = (report.steps[0].loss, report.steps[report.steps.len() - 1].loss);
-    println!("{} steps: loss {first:.3} -> {last:.5}; w = {w:.3}, b = {b:.3} (truth: 3, -1)", report.steps.len());
+    codon_ascend::outln!(
+        "{} steps: loss {first:.3} -> {last:.5}; w = {w:.3}, b = {b:.3} (truth: 3, -1)",
+        report.steps.len()
+    );
     anyhow::ensure!(last < first / 10.0, "the loss did not go down");
     Ok(())
 }

@@ -11,6 +11,10 @@ use codon_ascend::model::bigbird::load_model;
 use codon_ascend::model::{PredictOptions, Predictor};
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        codon_ascend::outln!("usage: predict [MODEL_DIR] [PROTEIN] [ORGANISM]");
+        return Ok(());
+    }
     let mut args = std::env::args().skip(1);
     let model_dir = args.next().unwrap_or_else(|| format!("{}/tests/fixtures/bigbird", env!("CARGO_MANIFEST_DIR")));
     let protein = args.next().unwrap_or_else(|| "MALWMRLLPLLALLALWGPDPAAA".into());
@@ -22,7 +26,7 @@ fn main() -> anyhow::Result<()> {
     let options = PredictOptions { match_protein: true, ..Default::default() };
     let predictions = predictor.predict(&protein, organism.as_str(), &options)?;
     let dna = &predictions[0].predicted_dna;
-    println!("{dna}");
+    codon_ascend::outln!("{dna}");
     anyhow::ensure!(dna.len() == 3 * (protein.len() + 1), "one codon per residue and a stop codon");
     Ok(())
 }
