@@ -27,7 +27,7 @@ pub fn long_version() -> &'static str {
 /// The kernels this CPU runs: the widest instruction set found at run time (`CODON_CPU_ISA=avx2`
 /// forces the portable path, as the kernels do).
 pub fn cpu_path() -> String {
-    let forced = std::env::var("CODON_CPU_ISA").is_ok_and(|isa| isa.eq_ignore_ascii_case("avx2"));
+    let forced = codon_ops::cpu_bf16::portable_forced();
     #[cfg(target_arch = "x86_64")]
     {
         let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");

@@ -20,12 +20,16 @@ pub enum Bf16Path {
     WidenedF32,
 }
 
+/// Whether `CODON_CPU_ISA=avx2` asks the kernels for the portable path.
+pub fn portable_forced() -> bool {
+    std::env::var("CODON_CPU_ISA").is_ok_and(|isa| isa.eq_ignore_ascii_case("avx2"))
+}
+
 /// The path this machine takes (see the module doc).
 pub fn bf16_path() -> Bf16Path {
     static PATH: std::sync::OnceLock<Bf16Path> = std::sync::OnceLock::new();
     *PATH.get_or_init(|| {
-        let forced_portable = std::env::var("CODON_CPU_ISA").is_ok_and(|isa| isa.eq_ignore_ascii_case("avx2"));
-        if !forced_portable && avx512_bf16::available() {
+        if !portable_forced() && avx512_bf16::available() {
             Bf16Path::Avx512Bf16
         } else {
             Bf16Path::WidenedF32
