@@ -49,7 +49,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("forward");
     group.sample_size(10);
     let full = BigBirdConfig::default();
-    let small = codon_ascend::demo_model_config();
+    let small = codon_ascend::model::bigbird::BigBirdConfig::demo();
     for d in devices() {
         let f32 = DType::F32;
         let workloads: Vec<(&str, &BigBirdConfig, AttentionType, usize, DType)> = if d.emulated() {

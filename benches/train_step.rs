@@ -32,7 +32,7 @@ fn bench(c: &mut Criterion) {
     // One step takes seconds: run each sample once instead of criterion's growing counts.
     group.sampling_mode(SamplingMode::Flat);
     let full = BigBirdConfig::default();
-    let small = codon_ascend::demo_model_config();
+    let small = codon_ascend::model::bigbird::BigBirdConfig::demo();
     for d in devices() {
         let mut workloads: Vec<(&str, &BigBirdConfig, Precision, usize)> = Vec::new();
         if !d.emulated() {
@@ -45,7 +45,7 @@ fn bench(c: &mut Criterion) {
             workloads.push(("small-f32-2x128", &small, Precision::F32, 128));
         }
         for (name, config, precision, len) in workloads {
-            let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(2, len));
+            let data = codon_ascend::train::SameBatch(codon_ascend::data::synthetic_mlm_batch(2, len));
             let weights = init_weights(config, 0, &d.device, DType::F32).expect("init");
             let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
             let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");
@@ -82,7 +82,7 @@ fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
     let mut group = c.benchmark_group("train_step_modelled");
     group.sampling_mode(modelled::MODELLED_SAMPLING);
     for (batch, len) in [(2, 1024), (6, 2048)] {
-        let data = codon_ascend::SameBatch(codon_ascend::synthetic_mlm_batch(batch, len));
+        let data = codon_ascend::train::SameBatch(codon_ascend::data::synthetic_mlm_batch(batch, len));
         let weights = init_weights(&full, 0, &device, DType::F32).expect("init");
         let model = BigBirdForMaskedLM::from_named(full.clone(), weights).expect("model");
         let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");

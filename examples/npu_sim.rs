@@ -8,11 +8,11 @@ use candle_core::{DType, Device};
 use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdForMaskedLM, ForwardMode, ModelInput};
 
 fn logits(device: &Device) -> anyhow::Result<Vec<f32>> {
-    let config = codon_ascend::demo_model_config();
+    let config = codon_ascend::model::bigbird::BigBirdConfig::demo();
     let weights = init_weights(&config, 7, device, DType::F32)?;
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     // One sequence of 64 tokens: [CLS], codons, [SEP], for upstream's default organism.
-    let batch = codon_ascend::synthetic_mlm_batch(1, 64).encoding;
+    let batch = codon_ascend::data::synthetic_mlm_batch(1, 64).encoding;
     let input = ModelInput::from_encoding(&batch, model.config(), device)?;
     let out = model.forward(&input, ForwardMode::eval(AttentionType::OriginalFull))?;
     Ok(out.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?)

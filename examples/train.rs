@@ -22,7 +22,7 @@ fn main() -> anyhow::Result<()> {
     let loader = DataLoader::new(dataset, collator, LoaderConfig { batch_size: 6, ..Default::default() })?;
 
     // A 2-layer BigBird from a random initialisation, as a trainable masked LM.
-    let config = codon_ascend::demo_model_config();
+    let config = codon_ascend::model::bigbird::BigBirdConfig::demo();
     let weights = init_weights(&config, 0, &Device::Cpu, DType::F32)?;
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     let model = MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse)?;

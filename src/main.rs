@@ -1,5 +1,5 @@
 //! `codon`: CodonTransformer's command-line program (`codon --help`).
 
 fn main() {
-    codon_ascend::commands::main();
+    codon_cli::commands::main();
 }

@@ -76,7 +76,7 @@ fn train(
     resume: Option<&std::path::Path>,
     max_steps: Option<usize>,
 ) -> TrainReport {
-    let data = Batches((0..12).map(|i| codon_ascend::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
+    let data = Batches((0..12).map(|i| codon_ascend::data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder()
             .max_steps(max_steps)
@@ -124,7 +124,7 @@ fn data_parallel_training_on_the_cpu_is_a_clear_error() {
             MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse).unwrap()
         })
         .collect();
-    let data = Batches(vec![codon_ascend::synthetic_mlm_batch(2, 96)]);
+    let data = Batches(vec![codon_ascend::data::synthetic_mlm_batch(2, 96)]);
     let trainer = Trainer::new(TrainerConfig::builder().max_steps(Some(1)).quiet(true).build().unwrap());
     let err = codon_ascend::train_ascend::fit_data_parallel(&trainer, &cpu, &data, None).unwrap_err().to_string();
     assert!(err.contains("HCCL") && err.contains("npu"), "{err}");
@@ -178,7 +178,7 @@ fn a_rank_zero_write_failure_stops_every_rank_at_the_next_step() {
     unsafe { std::env::set_var("HCCL_EXEC_TIMEOUT", "30") };
     let dir = tempfile::tempdir().unwrap();
     let unwritable = dir.path().join("missing").join("metrics.jsonl");
-    let data = Batches((0..4).map(|i| codon_ascend::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
+    let data = Batches((0..4).map(|i| codon_ascend::data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder().max_steps(Some(2)).metrics_path(Some(unwritable)).quiet(true).build().unwrap(),
     );

@@ -13,7 +13,7 @@ fn sim() -> Device {
 
 /// Four steps of the self-test's tiny BigBird, dropout on.
 fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {
-    codon_ascend::selftest::tiny_training_losses(device, precision, 4, 0.1).unwrap()
+    codon_ascend::cli::selftest::tiny_training_losses(device, precision, 4, 0.1).unwrap()
 }
 
 /// Per-op counts of `now` less those of `then`, the ops with none left out.
@@ -79,7 +79,7 @@ fn inference_stays_on_the_device() {
     let dev = sim();
     let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
     let model = tiny_model(2, &dev);
-    let batch = codon_ascend::synthetic_mlm_batch(2, 120);
+    let batch = codon_ascend::data::synthetic_mlm_batch(2, 120);
     let input = ModelInput::from_encoding(&batch.encoding, model.config(), &dev).unwrap();
     for attention in [AttentionType::OriginalFull, AttentionType::BlockSparse] {
         let before = ascend.sim_counters().unwrap();
@@ -221,7 +221,7 @@ fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}"#,
     )
     .unwrap();
-    let batch = codon_ascend::synthetic_mlm_batch(2, 120);
+    let batch = codon_ascend::data::synthetic_mlm_batch(2, 120);
     for device in [Device::Cpu, sim()] {
         let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).unwrap();
         let on_device = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();

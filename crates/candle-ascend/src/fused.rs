@@ -326,7 +326,7 @@ pub fn dropout_grad(
     Ok(Box::new(out))
 }
 
-pub use crate::ops::attention::FlashLayout;
+use crate::ops::attention::FlashLayout;
 
 /// What an Ascend flash attention forward pass keeps for its backward pass: the row maxima and
 /// sums (B, N, S1, 8) FLOAT, the dropout bits if any, the layout and (B, N, S1).
@@ -360,39 +360,28 @@ fn flash_geometry(layout: FlashLayout, heads: usize, ql: &Layout, kl: &Layout) -
     }
 }
 
-/// How flash attention leaves keys out.
-#[derive(Debug, Clone)]
-pub enum FlashKeys {
-    /// `attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked; or
-    /// (1, N, S1, S2) for every sequence, which takes a launch per sequence.
-    Mask(Tensor),
-    /// `realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype, added to q·kᵀ before
-    /// the scale (a penalty divided by the scale masks a key).
-    Bias(Tensor),
-    /// Both: the mask leaves keys out, the bias adds to the others (the documented formula
-    /// adds the bias, then masks).
-    MaskAndBias {
-        /// As [`FlashKeys::Mask`].
-        mask: Tensor,
-        /// As [`FlashKeys::Bias`].
-        bias: Tensor,
-    },
+/// (mask, pse) views of flash attention's key operands.
+fn key_views(mask: Option<&Tensor>, bias: Option<&Tensor>) -> candle_core::Result<(Option<View>, Option<View>)> {
+    let view = |t: Option<&Tensor>| t.map(|t| tensor_view(t).map(|(_, v)| v)).transpose();
+    Ok((view(mask)?, view(bias)?))
 }
 
-impl FlashKeys {
-    /// (mask, pse) views.
-    fn views(&self) -> candle_core::Result<(Option<View>, Option<View>)> {
-        Ok(match self {
-            Self::Mask(m) => (Some(tensor_view(m)?.1), None),
-            Self::Bias(b) => (None, Some(tensor_view(b)?.1)),
-            Self::MaskAndBias { mask, bias } => (Some(tensor_view(mask)?.1), Some(tensor_view(bias)?.1)),
-        })
+/// The layout of flash attention's operands, from the query's rank: (batch, seq, heads·dim)
+/// is BSH, (batch, heads, seq, dim) BNSD.
+fn flash_layout(ql: &Layout) -> candle_core::Result<FlashLayout> {
+    match ql.dims().len() {
+        3 => Ok(FlashLayout::Bsh),
+        4 => Ok(FlashLayout::Bnsd),
+        rank => candle_core::bail!("flash attention: a rank-3 (BSH) or rank-4 (BNSD) query, got rank {rank}"),
     }
 }
 
-/// The Ascend body of attention over q, k, v in `layout` (`heads` heads for BSH; BNSD
-/// operands carry theirs): `softmax(scale·(q·kᵀ + bias), masked)·v` in one
-/// `aclnnFlashAttentionScore`, the keys left out as `keys` says. With
+/// The Ascend body of attention over q, k, v, (batch, seq, heads·dim) with `heads` heads or
+/// (batch, heads, seq, dim): `softmax(scale·(q·kᵀ + bias), masked)·v` in one
+/// `aclnnFlashAttentionScore`. `mask` (`attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1
+/// where a key is masked; or (1, N, S1, S2) for every sequence, a launch per sequence) leaves
+/// keys out; `bias` (`realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype) adds
+/// to q·kᵀ before the scale, and the documented formula adds it before masking. With
 /// `dropout` = (p, seed, offset), one `aclnnDropoutGenMaskV2` draws the (B, N, S1, S2) bits
 /// first, as torch_npu's `npu_fusion_attention` does.
 #[allow(clippy::too_many_arguments)]
@@ -403,16 +392,16 @@ pub fn flash_attention(
     kl: &Layout,
     v: &dyn DynBackendStorage,
     vl: &Layout,
-    keys: &FlashKeys,
-    layout: FlashLayout,
+    (mask, bias): (Option<&Tensor>, Option<&Tensor>),
     heads: usize,
     scale: f64,
     dropout: Option<(f64, u64, u64)>,
 ) -> candle_core::Result<(BoxStorage, FlashSaved)> {
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
+    let layout = flash_layout(ql)?;
     let [b, heads, s1, s2] = flash_geometry(layout, heads, ql, kl)?;
     let dev = &qs.device;
-    let (mask, pse) = keys.views()?;
+    let (mask, pse) = key_views(mask, bias)?;
     let drop_mask = match dropout {
         Some((p, seed, offset)) => {
             let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s1 * s2);
@@ -459,7 +448,7 @@ pub fn flash_attention(
 
 /// The Ascend body of flash attention's backward: `[dq | dk | dv]` packed in one buffer of q's
 /// dtype, from the output's gradient `dy` and the forward's output `out`
-/// (`aclnnFlashAttentionScoreGrad`).
+/// (`aclnnFlashAttentionScoreGrad`); `mask` and `bias` as the forward's.
 #[allow(clippy::too_many_arguments)]
 pub fn flash_attention_grad(
     q: &dyn DynBackendStorage,
@@ -470,14 +459,14 @@ pub fn flash_attention_grad(
     vl: &Layout,
     dy: &Tensor,
     out: &Tensor,
-    keys: &FlashKeys,
+    (mask, bias): (Option<&Tensor>, Option<&Tensor>),
     saved: &FlashSaved,
     scale: f64,
     keep: f64,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
     let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
     let ((_, dyv), (_, ov)) = (tensor_view(dy)?, tensor_view(out)?);
-    let (mask, pse) = keys.views()?;
+    let (mask, pse) = key_views(mask, bias)?;
     let (nq, nk, nv) = (ql.shape().elem_count(), kl.shape().elem_count(), vl.shape().elem_count());
     let packed = AscendStorage::empty(&qs.device, nq + nk + nv, qs.dtype)?;
     let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {

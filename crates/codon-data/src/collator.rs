@@ -167,6 +167,35 @@ impl MlmCollator {
     }
 }
 
+/// A deterministic masked-LM batch of `b` sequences of `n` tokens (`[CLS]`, codon tokens,
+/// `[SEP]`, all of upstream's default organism; every 7th token from the 4th masked as the
+/// collator masks), for benchmarks, timing runs and self-tests. `n` is at least 2.
+pub fn synthetic_mlm_batch(b: usize, n: usize) -> MlmBatch {
+    use codon_vocab::vocab::{CLS_ID, SEP_ID};
+    let n = n.max(2);
+    let organism = codon_vocab::organism_id(codon_vocab::DEFAULT_ORGANISM).unwrap_or_default();
+    let mut input_ids = Vec::with_capacity(b * n);
+    let mut labels = Vec::with_capacity(b * n);
+    for i in 0..b * n {
+        let id = match i % n {
+            0 => CLS_ID,
+            p if p == n - 1 => SEP_ID,
+            p => FIRST_CODON_ID + ((p * 7 + i / n) % 64) as u32,
+        };
+        let masked = i % 7 == 3 && id >= FIRST_CODON_ID;
+        input_ids.push(if masked { TOKEN2MASK[id as usize] } else { id });
+        labels.push(if masked { i64::from(id) } else { IGNORE_INDEX });
+    }
+    let encoding = BatchEncoding {
+        batch_size: b,
+        seq_len: n,
+        input_ids,
+        attention_mask: vec![1; b * n],
+        token_type_ids: vec![organism; b * n],
+    };
+    MlmBatch { encoding, labels }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

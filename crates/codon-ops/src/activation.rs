@@ -3,8 +3,10 @@
 //! largest activations of a training step; fused, one. CPU bodies are parallel kernels; CUDA
 //! bodies are this crate's kernels (`kernels/codon_ops.cu`); Ascend bodies are
 //! `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
+use crate::support::AscendBody;
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -20,9 +22,7 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     if x.device().is_cpu() || crate::cuda_kernels_take(&x) {
         return x.contiguous()?.apply_op1(Softmax);
     }
-    if fused::runs_natively(&x, AclnnOp::Softmax, DType::F32)
-        && fused::runs_natively(&x, AclnnOp::SoftmaxBackward, DType::F32)
-    {
+    if crate::support::runs_on_ascend(AscendBody::Softmax, x.device(), DType::F32) {
         return x.apply_op1(Softmax);
     }
     softmax_reference(&x)
@@ -36,8 +36,7 @@ pub fn native_half_softmax_runs(t: &Tensor) -> bool {
     dtype != DType::F32
         && !t.device().is_cpu()
         && !t.device().is_cuda()
-        && fused::runs_natively(t, AclnnOp::Softmax, dtype)
-        && fused::runs_natively(t, AclnnOp::SoftmaxBackward, dtype)
+        && crate::support::runs_on_ascend(AscendBody::Softmax, t.device(), dtype)
 }
 
 /// The composed softmax over the last dimension.
@@ -54,7 +53,10 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if y.device().is_cpu() || crate::cuda_kernels_take(y) || fused::runs_natively(y, AclnnOp::SoftmaxBackward, dtype) {
+    if y.device().is_cpu()
+        || crate::cuda_kernels_take(y)
+        || crate::support::runs_on_ascend(AscendBody::SoftmaxGrad, y.device(), dtype)
+    {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -67,9 +69,7 @@ pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
     if x.device().is_cpu() || crate::cuda_kernels_take(x) {
         return x.contiguous()?.apply_op1(GeluNew);
     }
-    if fused::runs_natively(x, AclnnOp::GeluV2, x.dtype())
-        && fused::runs_natively(x, AclnnOp::GeluBackwardV2, x.dtype())
-    {
+    if crate::support::runs_on_ascend(AscendBody::Gelu, x.device(), x.dtype()) {
         return x.apply_op1(GeluNew);
     }
     x.gelu()
@@ -124,6 +124,7 @@ impl CustomOp1 for GeluNew {
         Ok((crate::cuda::gelu_new(s, l, None)?, l.shape().clone()))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::gelu_tanh(s, l)
     }
@@ -164,6 +165,7 @@ impl CustomOp2 for GeluNewGrad {
         Ok((crate::cuda::gelu_new_grad(s1, l1, None, s2, l2)?, l1.shape().clone()))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -280,6 +282,7 @@ impl CustomOp1 for Softmax {
         Ok((crate::cuda::softmax(s, l, 1.0, None)?, l.shape().clone()))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::softmax_last_dim(s, l)
     }
@@ -330,6 +333,7 @@ impl CustomOp2 for SoftmaxGrad {
         Ok((crate::cuda::softmax_grad(s1, l1, s2, l2, self.scale)?, l1.shape().clone()))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,

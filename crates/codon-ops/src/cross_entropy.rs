@@ -5,8 +5,10 @@
 //! forward and `aclnnNLLLossBackward` + `aclnnLogSoftmaxBackward` backward.
 use std::sync::Mutex;
 
+use crate::support::{AscendBody, LaunchState};
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -29,9 +31,7 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Te
 
 /// Whether the part runs [`CrossEntropy`]'s Ascend body for f32 logits.
 fn ascend_has_body(logits: &Tensor) -> bool {
-    [AclnnOp::LogSoftmax, AclnnOp::NLLLoss, AclnnOp::NLLLossBackward, AclnnOp::LogSoftmaxBackward]
-        .into_iter()
-        .all(|op| fused::runs_natively(logits, op, DType::F32))
+    crate::support::runs_on_ascend(AscendBody::CrossEntropy, logits.device(), DType::F32)
 }
 
 /// The composed loss: log-softmax, the labelled rows' log-probabilities, their mean.
@@ -53,7 +53,7 @@ enum Saved {
     /// CPU: the log of each row's softmax denominator, with the row maximum folded in.
     LogSumExp(Vec<f32>),
     /// Ascend: the log-probabilities and the labelled-row count (NLLLoss's totalWeight).
-    Device(fused::CrossEntropySaved),
+    Device(LaunchState),
 }
 
 /// The loss op over f32 logits (rows, classes) and i64 labels (rows); see the module.
@@ -122,6 +122,7 @@ impl CustomOp2 for CrossEntropy {
         Ok((CpuStorage::F32(vec![(total / count as f64) as f32]), Shape::from(())))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -131,7 +132,7 @@ impl CustomOp2 for CrossEntropy {
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         dims(l1.dims(), l2.dims())?;
         let (loss, saved) = fused::cross_entropy(s1, l1, s2, l2, IGNORE_INDEX)?;
-        self.keep(Saved::Device(saved));
+        self.keep(Saved::Device(LaunchState::new(saved)));
         Ok((loss, Shape::from(())))
     }
 
@@ -172,7 +173,7 @@ impl CustomOp2 for CrossEntropy {
 /// The Ascend backward pass: d loss/d logits from the saved log-probabilities (labels first,
 /// so the op reads them as its first operand; the second is the incoming scalar gradient).
 struct CrossEntropyGrad {
-    saved: fused::CrossEntropySaved,
+    saved: LaunchState,
     rows: usize,
     classes: usize,
 }
@@ -192,6 +193,7 @@ impl CustomOp2 for CrossEntropyGrad {
         candle_core::bail!("cross_entropy_grad is the accelerator body; the CPU has its own backward")
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -199,7 +201,7 @@ impl CustomOp2 for CrossEntropyGrad {
         s2: &dyn DynBackendStorage,
         l2: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let out = fused::cross_entropy_grad(s1, l1, s2, l2, &self.saved, IGNORE_INDEX)?;
+        let out = fused::cross_entropy_grad(s1, l1, s2, l2, self.saved.get("cross_entropy_grad")?, IGNORE_INDEX)?;
         Ok((out, Shape::from_dims(&[self.rows, self.classes])))
     }
 }

@@ -15,8 +15,10 @@
 //! whose algorithm is not published: the same distribution, other bits.
 use std::sync::Mutex;
 
+use crate::support::{AscendBody, LaunchState};
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -167,7 +169,7 @@ impl CustomOp1 for PhiloxDropout {
 
 /// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.
 fn ascend_has_body(x: &Tensor) -> bool {
-    [AclnnOp::DropoutGenMaskV2, AclnnOp::DropoutDoMask].into_iter().all(|op| fused::runs_natively(x, op, x.dtype()))
+    crate::support::runs_on_ascend(AscendBody::Dropout, x.device(), x.dtype())
 }
 
 /// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and
@@ -184,7 +186,7 @@ struct Dropout {
     p: f64,
     seed: u64,
     offset: u64,
-    mask: Mutex<Option<fused::DropoutMask>>,
+    mask: Mutex<Option<LaunchState>>,
 }
 
 impl CustomOp1 for Dropout {
@@ -196,9 +198,10 @@ impl CustomOp1 for Dropout {
         candle_core::bail!("dropout: the op is the accelerator body; the CPU multiplies by the mask")
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         let (out, mask) = fused::dropout(s, l, self.p, self.seed, self.offset)?;
-        *self.mask.lock().unwrap_or_else(|e| e.into_inner()) = Some(mask);
+        *self.mask.lock().unwrap_or_else(|e| e.into_inner()) = Some(LaunchState::new(mask));
         Ok((out, l.shape().clone()))
     }
 
@@ -212,7 +215,7 @@ impl CustomOp1 for Dropout {
 /// The gradient through a kept mask (Ascend only).
 struct DropoutGrad {
     p: f64,
-    mask: fused::DropoutMask,
+    mask: LaunchState,
 }
 
 impl CustomOp1 for DropoutGrad {
@@ -224,8 +227,9 @@ impl CustomOp1 for DropoutGrad {
         candle_core::bail!("dropout_grad is the accelerator body; the CPU multiplies by the mask")
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
-        Ok((fused::dropout_grad(s, l, &self.mask, self.p)?, l.shape().clone()))
+        Ok((fused::dropout_grad(s, l, self.mask.get("dropout_grad")?, self.p)?, l.shape().clone()))
     }
 }
 

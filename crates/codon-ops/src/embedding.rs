@@ -6,9 +6,11 @@
 //! `aclnnEmbeddingDenseBackward` backward on an Ascend part, and on a CUDA GPU candle's
 //! index-select forward and one GEMM backward (the ids' one-hot rows, the padding id's left
 //! empty, times the rows' gradient: candle's index-add loops over every id in each thread).
+use crate::support::AscendBody;
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
 use candle_core::backend::BackendStorage;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -38,9 +40,7 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
 /// Whether the part runs [`Embedding`]'s Ascend body for this table and these ids.
 fn ascend_has_body(weight: &Tensor, ids: &Tensor) -> bool {
     let ids_ok = matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64);
-    ids_ok
-        && fused::runs_natively(weight, AclnnOp::Embedding, weight.dtype())
-        && fused::runs_natively(weight, AclnnOp::EmbeddingDenseBackward, weight.dtype())
+    ids_ok && crate::support::runs_on_ascend(AscendBody::Embedding, weight.device(), weight.dtype())
 }
 
 /// The composed lookup of 1-D `ids`: an index_select whose padding rows come from a detached
@@ -110,6 +110,7 @@ impl CustomOp2 for Embedding {
         Ok((out, Shape::from_dims(&[ids.len(), dim])))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -189,6 +190,7 @@ impl CustomOp2 for EmbeddingGrad {
         Ok((store_like(s2, out), Shape::from_dims(&[self.vocab, dim])))
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,

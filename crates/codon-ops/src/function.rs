@@ -4,7 +4,9 @@
 //! what the gradient needs.
 use std::sync::Mutex;
 
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
@@ -88,6 +90,7 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         _: &dyn DynBackendStorage,

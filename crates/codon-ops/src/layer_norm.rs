@@ -10,11 +10,14 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
+use crate::support::AscendBody;
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::f32_views::{f32_vec, pair_f32, store_like};
+use crate::support::LaunchState;
 
 /// LayerNorm of the residual sum `x + residual`. Parts with `aclnnAddLayerNorm` add and
 /// normalize in one launch (the sum is kept for LayerNorm's backward pass); elsewhere the sum
@@ -30,7 +33,7 @@ pub fn add_layer_norm(
     let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
     let fused_add = same
         && (weight.dtype() == dtype || weight.dtype() == DType::F32)
-        && fused::runs_natively(x, AclnnOp::AddLayerNorm, dtype)
+        && crate::support::runs_on_ascend(AscendBody::AddLayerNorm, x.device(), dtype)
         && ascend_has_body(x, weight, bias);
     if !fused_add {
         return layer_norm(&(x + residual)?, weight, bias, eps);
@@ -44,7 +47,7 @@ pub fn add_layer_norm(
 }
 
 /// The normalized output that [`ResidualSum`] computed along with the sum.
-type Pending = std::sync::Arc<Mutex<Option<fused::AddLayerNormOut>>>;
+type Pending = std::sync::Arc<Mutex<Option<LaunchState>>>;
 
 /// `x + residual` through `aclnnAddLayerNorm`, which also normalizes the sum; the [`LayerNorm`]
 /// op applied next to the sum takes that output instead of launching. Its backward pass hands
@@ -71,6 +74,7 @@ impl CustomOp2 for ResidualSum {
         candle_core::bail!("residual_sum is the accelerator body; the CPU adds, then normalizes")
     }
 
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -79,7 +83,7 @@ impl CustomOp2 for ResidualSum {
         l2: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         let (sum, normalized) = fused::add_layer_norm(s1, l1, s2, l2, &self.weight, &self.bias, self.eps)?;
-        *self.normalized.lock().unwrap_or_else(|p| p.into_inner()) = Some(normalized);
+        *self.normalized.lock().unwrap_or_else(|p| p.into_inner()) = Some(LaunchState::new(normalized));
         Ok((sum, l1.shape().clone()))
     }
 
@@ -128,10 +132,7 @@ const CUDA_MAX_HIDDEN: usize = (48 * 1024 - 128) / 8;
 fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
     let param_ok = weight.dtype() == bias.dtype() && (weight.dtype() == dtype || weight.dtype() == DType::F32);
-    param_ok
-        && weight.rank() == 1
-        && fused::runs_natively(x, AclnnOp::LayerNorm, dtype)
-        && fused::runs_natively(x, AclnnOp::LayerNormBackward, dtype)
+    param_ok && weight.rank() == 1 && crate::support::runs_on_ascend(AscendBody::LayerNorm, x.device(), dtype)
 }
 
 /// The composed layer norm, in f32 whatever the input dtype; the result takes x's dtype.
@@ -158,7 +159,7 @@ fn moments(row: &[f32], eps: f32) -> (f32, f32) {
 pub struct LayerNorm {
     eps: f32,
     /// The Ascend forward pass's row statistics, for the backward pass (`None`: not kept).
-    stats: Option<Mutex<Option<fused::LayerNormStats>>>,
+    stats: Option<Mutex<Option<LaunchState>>>,
     /// The output already computed by the [`ResidualSum`] that made the input, if any.
     normalized: Option<Pending>,
 }
@@ -213,6 +214,7 @@ impl CustomOp3 for LayerNorm {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -224,15 +226,15 @@ impl CustomOp3 for LayerNorm {
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         let ready = self.normalized.as_ref().and_then(|n| n.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Some(ready) = ready {
-            let (out, stats) = ready.into_parts();
+            let (out, stats) = ready.into_inner::<fused::AddLayerNormOut>("layer_norm")?.into_parts();
             if let Some(slot) = &self.stats {
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(stats);
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(LaunchState::new(stats));
             }
             return Ok((out, l1.shape().clone()));
         }
         let (out, shape, stats) = fused::layer_norm(s1, l1, s2, l2, s3, l3, f64::from(self.eps), self.stats.is_some())?;
         if let Some(slot) = &self.stats {
-            *slot.lock().unwrap_or_else(|p| p.into_inner()) = stats;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = stats.map(LaunchState::new);
         }
         Ok((out, shape))
     }
@@ -274,7 +276,7 @@ impl CustomOp3 for LayerNorm {
 /// LayerNorm's three gradients on an accelerator, packed as `[dx | dw | db]` in x's dtype; the CPU uses
 /// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
 struct LayerNormGrads {
-    stats: fused::LayerNormStats,
+    stats: LaunchState,
 }
 
 impl CustomOp3 for LayerNormGrads {
@@ -295,6 +297,7 @@ impl CustomOp3 for LayerNormGrads {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -304,7 +307,7 @@ impl CustomOp3 for LayerNormGrads {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, &self.stats)
+        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, self.stats.get("layer_norm_grads")?)
     }
 }
 

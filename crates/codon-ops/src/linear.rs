@@ -21,8 +21,10 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
+use crate::support::AscendBody;
+#[cfg(feature = "ascend")]
 use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::cpu_gemm::{matmul_into, Mat};
@@ -296,9 +298,7 @@ fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
     weight.dtype() == dtype
         && bias.dtype() == dtype
-        && [AclnnOp::Addmm, AclnnOp::BatchMatMul, AclnnOp::ReduceSum]
-            .into_iter()
-            .all(|op| fused::runs_natively(x, op, dtype))
+        && crate::support::runs_on_ascend(AscendBody::Linear, x.device(), dtype)
 }
 
 /// The composed linear layer: a matmul over the flattened rows and a broadcast add.
@@ -457,6 +457,7 @@ impl CustomOp3 for Linear {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -484,7 +485,7 @@ impl CustomOp3 for Linear {
         grad: &Tensor,
         acc: &Tensor,
     ) -> candle_core::Result<Option<(Tensor, Option<Tensor>, Option<Tensor>)>> {
-        if !fused::runs_natively(x, AclnnOp::Addmm, grad.dtype())
+        if !crate::support::runs_on_ascend(AscendBody::LinearGradAccumulate, x.device(), grad.dtype())
             || acc.dtype() != grad.dtype()
             || w.dtype() != grad.dtype()
         {
@@ -593,6 +594,7 @@ impl CustomOp3 for MatmulAdd {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,

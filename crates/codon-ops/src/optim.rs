@@ -8,28 +8,25 @@
 //! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
 use std::sync::OnceLock;
 
+use crate::support::AscendBody;
+#[cfg(feature = "ascend")]
 use candle_ascend::fused::{self, AdamWHyper};
-use candle_ascend::soc::AclnnOp;
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::f32_views::{f32_slice, f32_slice_mut};
 
-/// The Ascend fused operator of the update.
-const FUSED_ADAMW: AclnnOp = AclnnOp::ApplyAdamWV2;
-/// The Ascend operator that casts straight into a destination buffer.
-const CAST: AclnnOp = AclnnOp::Cast;
-
 /// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
 /// part's cast): the optimizer then writes a group's parameters in one call.
 pub fn assigns_in_one_launch(src: &Tensor) -> bool {
-    fused::runs_natively(src, CAST, src.dtype())
+    crate::support::runs_on_ascend(AscendBody::Cast, src.device(), src.dtype())
 }
 
 /// `dst ← src` in dst's dtype, into dst's own storage (parameters and the optimizer's views of
 /// them share it): one cast or copy launch on an Ascend part, a converted copy elsewhere.
 /// Both have one shape; dst is contiguous.
 pub fn assign(dst: &Tensor, src: &Tensor) -> candle_core::Result<()> {
+    #[cfg(feature = "ascend")]
     if assigns_in_one_launch(src) {
         return fused::assign(dst, src);
     }
@@ -82,7 +79,8 @@ impl AdamWStep {
             theta.inplace_op3(m, v, &ParameterUpdate { decay, step_size, bias2_sqrt, eps })?;
             return Ok(None);
         }
-        if fused::runs_natively(theta, FUSED_ADAMW, DType::F32) {
+        #[cfg(feature = "ascend")]
+        if crate::support::runs_on_ascend(AscendBody::AdamW, theta.device(), DType::F32) {
             let step = match self.device_step.get() {
                 Some(s) => s,
                 None => {

@@ -4,8 +4,8 @@
 //! precision with f32 master weights, f16 with dynamic loss scaling, gradient accumulation
 //! and clipping, anomaly detection, JSONL metrics, atomic resumable checkpoints.
 //!
-//! The trainer's code names no model and no device (though its build pulls in the Ascend backend
-//! through codon-ops' fused optimizer step): a model implements [`TrainableModel`] (BigBird's
+//! The trainer names no model and no device, in its code and in its build (the Ascend bodies of
+//! the optimizer step come with the `ascend` feature): a model implements [`TrainableModel`] (BigBird's
 //! masked LM does in `codon_model::training`), data-parallel ranks talk through a
 //! [`Collective`], and device counters come through a [`DeviceProbe`].
 #![warn(missing_docs)]
@@ -29,7 +29,7 @@ pub use candle_core::backprop::GradientObserver;
 pub use collective::Collective;
 pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};
 pub use error::{Result, TrainError};
-pub use model::{backward_scaled, BatchSource, Checkpointable, TrainableModel};
+pub use model::{backward_scaled, BatchSource, Checkpointable, SameBatch, TrainableModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use precision::Precision;
 pub use progress::{DeviceProbe, DeviceSample, DeviceStepStats, StepMetrics, TrainReport};

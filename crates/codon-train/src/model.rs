@@ -74,3 +74,17 @@ pub trait BatchSource {
     /// The batches of epoch `epoch`, deterministic for a given epoch.
     fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<Self::Batch>> + '_>;
 }
+
+/// A [`BatchSource`] that yields the same batch once per epoch, for benchmarks, timing runs and
+/// tests.
+pub struct SameBatch<B>(pub B);
+
+impl<B: Clone> BatchSource for SameBatch<B> {
+    type Batch = B;
+    fn batches_per_epoch(&self) -> usize {
+        1
+    }
+    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = Result<B>> + '_> {
+        Box::new(std::iter::once(Ok(self.0.clone())))
+    }
+}

@@ -179,6 +179,22 @@ impl Default for BigBirdConfig {
 }
 
 impl BigBirdConfig {
+    /// The small BigBird of the demo run, the tests and the benches' emulator workloads: 2 layers,
+    /// hidden 64, 4 heads, intermediate 128, block 16. It trains in seconds on a CPU, and the
+    /// emulator, whose kernels are plain C, can time it.
+    pub fn demo() -> Self {
+        Self {
+            hidden_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            intermediate_size: 128,
+            block_size: 16,
+            num_random_blocks: 1,
+            max_position_embeddings: 1024,
+            ..Default::default()
+        }
+    }
+
     /// Parse and validate a `config.json` text.
     pub fn from_json(text: &str) -> Result<Self> {
         let config: Self = serde_json::from_str(text).map_err(|e| CodonError::Config(e.to_string()))?;

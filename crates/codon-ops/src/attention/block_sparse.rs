@@ -22,9 +22,8 @@ use candle_core::{DType, Tensor};
 
 use super::block_table::BlockTable;
 use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
-use super::flash::{flash_attention_heads, flash_attention_packed, FlashState};
+use super::flash::{flash_attention_heads, flash_attention_packed, FlashKeys, FlashState};
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
-use candle_ascend::fused::FlashKeys;
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
 /// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16

@@ -5,11 +5,45 @@
 //! seq, d) heads with any mask for ops that write their own backward pass.
 use std::sync::Mutex;
 
-use candle_ascend::fused::{self, FlashKeys, FlashLayout};
+#[cfg(feature = "ascend")]
+use candle_ascend::fused;
+#[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
 use crate::dropout::DropoutStream;
+use crate::support::LaunchState;
+
+/// How flash attention leaves keys out.
+#[derive(Debug, Clone)]
+pub enum FlashKeys {
+    /// (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1 where a key is masked; or (1, N, S1, S2) for
+    /// every sequence, which takes a launch per sequence.
+    Mask(Tensor),
+    /// (B, N, 1, S2) or (B, N, S1, S2) in q's dtype, added to q·kᵀ before the scale (a penalty
+    /// divided by the scale masks a key).
+    Bias(Tensor),
+    /// Both: the mask leaves keys out, the bias adds to the others (the bias is added, then
+    /// the mask applied).
+    MaskAndBias {
+        /// As [`FlashKeys::Mask`].
+        mask: Tensor,
+        /// As [`FlashKeys::Bias`].
+        bias: Tensor,
+    },
+}
+
+impl FlashKeys {
+    /// The (mask, bias) operands of the launch.
+    #[cfg(feature = "ascend")]
+    fn operands(&self) -> (Option<&Tensor>, Option<&Tensor>) {
+        match self {
+            Self::Mask(m) => (Some(m), None),
+            Self::Bias(b) => (None, Some(b)),
+            Self::MaskAndBias { mask, bias } => (Some(mask), Some(bias)),
+        }
+    }
+}
 
 /// Full attention over q, k, v of shape (batch, seq, heads·d) with the additive key mask
 /// `key_bias` (batch, 1, 1, seq; nonzero where a key is masked) and dropout of the
@@ -36,14 +70,7 @@ pub fn flash_attention(
         }
         _ => None,
     };
-    let op = FlashAttention {
-        layout: FlashLayout::Bsh,
-        heads,
-        scale,
-        keys: FlashKeys::Mask(mask),
-        dropout,
-        saved: Mutex::default(),
-    };
+    let op = FlashAttention { heads, scale, keys: FlashKeys::Mask(mask), dropout, saved: Mutex::default() };
     q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)
 }
 
@@ -60,7 +87,7 @@ pub fn flash_attention_heads(
     scale: f64,
 ) -> candle_core::Result<(Tensor, FlashState)> {
     let heads = q.dims4()?.1;
-    detached(q, k, v, FlashLayout::Bnsd, heads, keys, scale)
+    detached(q, k, v, heads, keys, scale)
 }
 
 /// [`flash_attention_heads`] over (batch, seq, heads·d) projections as they are (the BSH
@@ -77,20 +104,20 @@ pub fn flash_attention_packed(
     if heads == 0 || hidden % heads != 0 {
         candle_core::bail!("flash_attention_packed: hidden size {hidden} is not a multiple of {heads} heads")
     }
-    detached(q, k, v, FlashLayout::Bsh, heads, keys, scale)
+    detached(q, k, v, heads, keys, scale)
 }
 
-/// One flash attention launch outside autograd: the output and the backward pass's state.
+/// One flash attention launch outside autograd, over (batch, seq, heads·d) or (batch, heads,
+/// seq, d) operands (the query's rank says which): the output and the backward pass's state.
 fn detached(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    layout: FlashLayout,
     heads: usize,
     keys: &FlashKeys,
     scale: f64,
 ) -> candle_core::Result<(Tensor, FlashState)> {
-    let op = FlashAttention { layout, heads, scale, keys: keys.clone(), dropout: None, saved: Mutex::default() };
+    let op = FlashAttention { heads, scale, keys: keys.clone(), dropout: None, saved: Mutex::default() };
     let out = q.contiguous()?.apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &op)?;
     let state = op.state()?;
     Ok((out, state))
@@ -98,14 +125,14 @@ fn detached(
 
 /// The Ascend attention op; it keeps the forward's statistics for its backward pass.
 struct FlashAttention {
-    layout: FlashLayout,
+    /// Heads of (batch, seq, heads·d) operands; (batch, heads, seq, d) operands carry theirs.
     heads: usize,
     scale: f64,
     /// Which keys are left out.
     keys: FlashKeys,
     /// (p, seed, offset) of the probabilities' dropout.
     dropout: Option<(f64, u64, u64)>,
-    saved: Mutex<Option<fused::FlashSaved>>,
+    saved: Mutex<Option<LaunchState>>,
 }
 
 impl FlashAttention {
@@ -137,6 +164,7 @@ impl CustomOp3 for FlashAttention {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -146,20 +174,9 @@ impl CustomOp3 for FlashAttention {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let (out, saved) = fused::flash_attention(
-            s1,
-            l1,
-            s2,
-            l2,
-            s3,
-            l3,
-            &self.keys,
-            self.layout,
-            self.heads,
-            self.scale,
-            self.dropout,
-        )?;
-        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(saved);
+        let (out, saved) =
+            fused::flash_attention(s1, l1, s2, l2, s3, l3, self.keys.operands(), self.heads, self.scale, self.dropout)?;
+        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = Some(LaunchState::new(saved));
         Ok((out, l1.shape().clone()))
     }
 
@@ -178,7 +195,7 @@ impl CustomOp3 for FlashAttention {
 
 /// What flash attention's backward pass needs from its forward pass, besides the mask.
 pub struct FlashState {
-    saved: fused::FlashSaved,
+    saved: LaunchState,
     scale: f64,
     keep: f64,
 }
@@ -229,6 +246,7 @@ impl CustomOp3 for FlashAttentionGrad<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
         s1: &dyn DynBackendStorage,
@@ -239,8 +257,20 @@ impl CustomOp3 for FlashAttentionGrad<'_> {
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         let st = self.state;
+        let saved = st.saved.get::<fused::FlashSaved>("flash_attention_grad")?;
         fused::flash_attention_grad(
-            s1, l1, s2, l2, s3, l3, &self.dy, &self.out, self.keys, &st.saved, st.scale, st.keep,
+            s1,
+            l1,
+            s2,
+            l2,
+            s3,
+            l3,
+            &self.dy,
+            &self.out,
+            self.keys.operands(),
+            saved,
+            st.scale,
+            st.keep,
         )
     }
 }

@@ -11,12 +11,11 @@ pub mod cpu_inference;
 pub mod cpu_training;
 pub mod flash;
 
-use candle_ascend::fused;
-use candle_ascend::soc::AclnnOp;
+use crate::support::AscendBody;
 use candle_core::{DType, Tensor, D};
 
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
-pub use flash::{flash_attention, flash_attention_heads, flash_attention_packed, FlashState};
+pub use flash::{flash_attention, flash_attention_heads, flash_attention_packed, FlashKeys, FlashState};
 
 use crate::activation::ScaledSoftmax;
 use crate::dropout::DropoutStream;
@@ -27,9 +26,7 @@ const FULL_QUERY_BLOCK: usize = 64;
 
 /// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype.
 pub fn fused_attention_runs(q: &Tensor) -> bool {
-    [AclnnOp::FlashAttentionScore, AclnnOp::FlashAttentionScoreGrad]
-        .into_iter()
-        .all(|op| fused::runs_natively(q, op, q.dtype()))
+    crate::support::runs_on_ascend(AscendBody::FlashAttention, q.device(), q.dtype())
 }
 
 /// Full attention over q, k, v of shape (b, n, heads·d), with an additive key mask

@@ -1,0 +1,84 @@
+//! Time batch prediction of a protein file with the model loaded once: the first call (which
+//! also pays the device's one-time costs: kernel modules, cuBLAS's first use) and the median of
+//! the calls after it, as a server or a second run sees them. Used by `benches/gpu_compare.sh`
+//! beside PyTorch's per-protein loop, which is timed after a warm-up protein.
+//!
+//! ```text
+//! codon predict-timing --model DIR --input proteins.csv --repeats 3
+//! ```
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::cli::{DTypeArg, DeviceArg};
+use crate::outln;
+use clap::Parser;
+use codon_model::bigbird::load_model;
+use codon_model::predict::max_padding_fraction_on;
+use codon_model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+
+/// Batch-prediction timing.
+#[derive(Parser)]
+pub struct Args {
+    /// The model folder.
+    #[arg(long)]
+    model: PathBuf,
+    /// CSV with `protein_sequence` (or `protein`) and `organism` columns.
+    #[arg(long)]
+    input: PathBuf,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
+    /// Timed calls after the first.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Most tokens per forward pass (`predict --batch-tokens`).
+    #[arg(long, default_value_t = PredictOptions::default().max_batch_tokens)]
+    batch_tokens: usize,
+    /// Most padding per batch as a fraction of its tokens (default: the device's, as `predict`).
+    #[arg(long)]
+    max_padding: Option<f64>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let device = args.device.open()?;
+    codon_ops::malloc_tuning::retain_freed_memory();
+    let table = crate::commands::common::csv_table::CsvTable::read(&args.input)?;
+    let (protein, organism) = (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
+    let items: Vec<ProteinInput> = table
+        .rows
+        .iter()
+        .map(|r| ProteinInput {
+            protein: r.get(protein).unwrap_or("").to_string(),
+            organism: OrganismRef::parse(r.get(organism).unwrap_or("")),
+            known_dna: None,
+        })
+        .collect();
+    let model = load_model(&args.model, None, &device, args.dtype.into())?;
+    let predictor = Predictor::with_organisms(model, OrganismTable::for_model(&args.model)?)?;
+    let options = PredictOptions {
+        max_batch_tokens: args.batch_tokens,
+        max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
+        ..Default::default()
+    };
+    let mut seconds = Vec::with_capacity(args.repeats + 1);
+    for _ in 0..=args.repeats {
+        let start = Instant::now();
+        for result in predictor.predict_batch_with_progress(&items, &options, &mut |_| {})? {
+            result?;
+        }
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    let first = seconds.remove(0);
+    seconds.sort_by(f64::total_cmp);
+    let median = seconds.get(seconds.len() / 2).copied().unwrap_or(first);
+    outln!(
+        "{{\"side\": \"ours\", \"what\": \"predict_batch\", \"device\": \"{}\", \"dtype\": \"{}\", \"proteins\": {}, \"batch_tokens\": {}, \"max_padding\": {}, \"first_s\": {first:.4}, \"median_s\": {median:.4}}}",
+        args.device,
+        args.dtype,
+        items.len(),
+        options.max_batch_tokens,
+        options.max_padding_fraction
+    );
+    Ok(())
+}

@@ -1,0 +1,132 @@
+//! CodonTransformer as an HTTP service: the model loaded once, a JSON API on 127.0.0.1, and
+//! concurrent predict requests batched into shared forward passes (crate `codon-serve`).
+//! SIGINT or SIGTERM stops it after the requests in flight; batch jobs are kept in an SQLite file
+//! (`--jobs-db`), and the next start resumes the unfinished ones.
+//!
+//! ```text
+//! codon serve --model adibvafa/CodonTransformer --port 8080
+//! curl -s localhost:8080/v1/predict -H 'Content-Type: application/json' -d '{"proteins": [{"protein": "MALWMRLLPLL", "organism": "Escherichia coli general"}]}'
+//! ```
+//!
+//! The page at http://127.0.0.1:8080/ designs a gene in a browser; `--reference train.jsonl` (or
+//! `--codon-table FILE`) adds each sequence's metrics.
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::{DTypeArg, DeviceArg, ModelArg};
+use clap::Parser;
+use codon_model::predict::max_padding_fraction_on;
+use codon_model::PredictOptions;
+use codon_serve::batcher::BatchPolicy;
+use codon_serve::{RunningServer, ServeConfig};
+
+use crate::commands::common::reference_args;
+
+/// Reference sequences kept per organism for its %MinMax band.
+const BAND_SEQUENCES: usize = 200;
+
+/// The design service.
+#[derive(Parser)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArg,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// The port.
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// A bearer token every request but /health must carry (default: CODON_API_KEY, if set).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// How long a request waits for others to share its forward pass, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    batch_window_ms: u64,
+    /// Most requests waiting; past it the answer is 503 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+    /// Most proteins in one request.
+    #[arg(long, default_value_t = 256)]
+    max_proteins: usize,
+    /// Most residues in one protein.
+    #[arg(long, default_value_t = 10_000)]
+    max_residues: usize,
+    /// Codon statistics for the metrics (optional): every sequence then carries its CSI, GC,
+    /// CFD and %MinMax.
+    #[command(flatten)]
+    reference: reference_args::ReferenceArgs,
+    /// An origin a browser may call the API from, such as https://lab.example.org (repeatable;
+    /// CORS is off without it).
+    #[arg(long, value_name = "ORIGIN")]
+    cors: Vec<String>,
+    /// A DNS name the server answers to besides its address, such as design.lab.example.org
+    /// (repeatable): requests naming any other host are refused (against DNS rebinding).
+    #[arg(long, value_name = "NAME")]
+    host_name: Vec<String>,
+    /// The SQLite file batch jobs are kept in, so that a restart resumes them (default:
+    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3).
+    #[arg(long, value_name = "PATH")]
+    jobs_db: Option<PathBuf>,
+}
+
+/// Run the command.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    // A key, origin or name that cannot work is one line now, not after the model loads.
+    let checked = ServeConfig {
+        api_key: args.api_key.clone().or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
+        cors_origins: args.cors.clone(),
+        allowed_hosts: args.host_name.clone(),
+        ..ServeConfig::default()
+    };
+    checked.validate()?;
+    let device = args.device.open()?;
+    let predictor = crate::predictor::open_predictor(args.model.as_deref(), None, &device, args.dtype.into())?;
+    // The first sequences of each organism are kept for its %MinMax band (a bounded sample).
+    let kept = std::cell::RefCell::new(std::collections::HashMap::<u32, usize>::new());
+    let keep = |organism: u32| {
+        let mut kept = kept.borrow_mut();
+        let n = kept.entry(organism).or_default();
+        *n += 1;
+        *n <= BAND_SEQUENCES
+    };
+    let reference = match args.reference.paths().next() {
+        Some(_) => Some(Arc::new(args.reference.load(keep)?)),
+        None => None,
+    };
+    let jobs_db = match args.jobs_db.clone().or_else(codon_serve::jobs::default_db_path) {
+        Some(path) => path,
+        None => anyhow::bail!("no data folder for the jobs database (HOME is not set): give --jobs-db PATH"),
+    };
+    let defaults = ServeConfig::default();
+    let config = ServeConfig {
+        host: args.host,
+        port: args.port,
+        api_key: checked.api_key,
+        queue_capacity: args.queue,
+        max_proteins: args.max_proteins,
+        max_residues: args.max_residues,
+        batch: BatchPolicy { window: Duration::from_millis(args.batch_window_ms), ..defaults.batch },
+        forward: PredictOptions { max_padding_fraction: max_padding_fraction_on(&device), ..Default::default() },
+        reference,
+        cors_origins: checked.cors_origins,
+        allowed_hosts: checked.allowed_hosts,
+        jobs_db: Some(jobs_db.clone()),
+        ..defaults
+    };
+    let server = RunningServer::start(predictor, config)?;
+    crate::errln!(
+        "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
+        args.model.as_deref().map_or(codon_model::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
+        server.addr,
+        jobs_db.display()
+    );
+    let stopped = server.stop_on_signal()?;
+    crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Tokenize proteins (with optional DNA) for CodonTransformer.
+//!
+//! Input lines: `{"protein": str, "dna": str (optional), "organism": name or id}`.
+//! Output lines: `{"merged", "input_ids", "attention_mask", "token_type_ids"}`, or
+//! `{"error": str}` for a record that fails; the run continues past failures, and exits
+//! non-zero when any record failed unless `--allow-failures`.
+//!
+//! ```text
+//! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
+//! ```
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use codon_data::write_atomically;
+use codon_model::{merged_sequence_with, CodonTokenizer, OrganismRef};
+use rand::SeedableRng;
+use serde::Deserialize;
+use serde_json::json;
+
+/// Turn protein records into model inputs.
+#[derive(Parser)]
+pub struct Args {
+    /// Input JSONL.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSONL (written atomically).
+    #[arg(long)]
+    output: PathBuf,
+    /// Use this tokenizer.json instead of the built-in tokenizer.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    protein: super::common::protein_args::ProteinArgs,
+    /// Exit 0 even when some records fail (their errors are in the output's error field).
+    #[arg(long, alias = "allow_failures")]
+    allow_failures: bool,
+}
+
+#[derive(Deserialize)]
+struct Input {
+    protein: String,
+    #[serde(default)]
+    dna: Option<String>,
+    organism: OrganismRef,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output])?;
+    codon_model::files::check_output_location(&args.output)?;
+    let tokenizer = match &args.tokenizer {
+        Some(path) => CodonTokenizer::from_file(path)?,
+        None => CodonTokenizer::new()?,
+    };
+    let config = args.protein.config();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed);
+    let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    let (mut ok, mut failed) = (0usize, 0usize);
+    // A read error belongs to the input, not to the output being written.
+    let mut read_error = None;
+    let written = write_atomically(&args.output, |out| {
+        for (i, line) in BufReader::new(file).lines().enumerate() {
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => {
+                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.input.display(), i + 1));
+                    return Err(std::io::Error::other("the input could not be read"));
+                }
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let result =
+                serde_json::from_str::<Input>(&line).map_err(|e| format!("line {}: {e}", i + 1)).and_then(|input| {
+                    let organism = input.organism.resolve().map_err(|e| e.to_string())?;
+                    let merged = merged_sequence_with(
+                        &input.protein,
+                        input.dna.as_deref().unwrap_or(""),
+                        "_",
+                        &config,
+                        &mut rng,
+                    )
+                    .map_err(|e| e.to_string())?;
+                    let enc = tokenizer.encode_batch(&[&merged], &[organism]).map_err(|e| e.to_string())?;
+                    Ok(json!({
+                        "merged": merged,
+                        "input_ids": enc.input_ids,
+                        "attention_mask": enc.attention_mask,
+                        "token_type_ids": enc.token_type_ids,
+                    }))
+                });
+            let value = result.unwrap_or_else(|e| {
+                failed += 1;
+                json!({ "error": e })
+            });
+            ok += usize::from(value.get("error").is_none());
+            writeln!(out, "{value}")?;
+        }
+        Ok(())
+    });
+    if let Some(e) = read_error {
+        return Err(e);
+    }
+    written?;
+    crate::reportln!(&args.output, "tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    if failed > 0 && !args.allow_failures {
+        anyhow::bail!(
+            "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
+            ok + failed,
+            args.output.display()
+        );
+    }
+    Ok(())
+}
