@@ -38,7 +38,7 @@ pub use crate::device::DeviceSpec;
 #[derive(clap::Args, Debug)]
 pub struct DeviceArg {
     /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(long = "device", default_value = "cpu")]
+    #[arg(id = "device", long = "device", default_value = "cpu")]
     pub spec: DeviceSpec,
 }
 
@@ -55,11 +55,43 @@ impl std::fmt::Display for DeviceArg {
     }
 }
 
+/// `--device` of the commands that only inspect Ascend NPUs (`codon npu`, the launch counters):
+/// `npu:N` or `npu-sim:N`, by default `npu:0`, or `npu-sim:0` where `EMULATED`. It reads as
+/// the [`DeviceSpec`] it holds.
+#[derive(clap::Args, Debug)]
+pub struct NpuDeviceArg<const EMULATED: bool> {
+    /// npu:N or npu-sim:N.
+    #[arg(id = "device", long = "device", default_value = if EMULATED { "npu-sim:0" } else { "npu:0" })]
+    pub spec: DeviceSpec,
+}
+
+impl<const EMULATED: bool> std::ops::Deref for NpuDeviceArg<EMULATED> {
+    type Target = DeviceSpec;
+    fn deref(&self) -> &DeviceSpec {
+        &self.spec
+    }
+}
+
+/// `--precision`, the precision a training step runs in, as every command that trains reads it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct PrecisionArg {
+    /// Training precision.
+    #[arg(id = "precision", long = "precision", value_enum, default_value_t = PrecisionChoice::Auto)]
+    pub choice: PrecisionChoice,
+}
+
+impl std::ops::Deref for PrecisionArg {
+    type Target = PrecisionChoice;
+    fn deref(&self) -> &PrecisionChoice {
+        &self.choice
+    }
+}
+
 /// `--dtype`, the dtype a model is loaded in, as every command that loads one reads it.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct DTypeArg {
     /// The dtype the model runs in.
-    #[arg(long = "dtype", value_enum, default_value_t = DTypeChoice::F32)]
+    #[arg(id = "dtype", long = "dtype", value_enum, default_value_t = DTypeChoice::F32)]
     pub choice: DTypeChoice,
 }
 
@@ -80,14 +112,80 @@ impl From<DTypeArg> for DType {
 #[derive(clap::Args, Debug)]
 pub struct ModelArg {
     /// Model folder (config.json + model.safetensors), checkpoint file (.pt, .ckpt, .safetensors),
-    /// or Hugging Face Hub id owner/name[@revision] [default: adibvafa/CodonTransformer].
-    #[arg(long = "model")]
+    /// or Hugging Face Hub id owner/name[@revision] [default: adibvafa/CodonTransformer; finetune:
+    /// adibvafa/CodonTransformer-base].
+    #[arg(id = "model", long = "model", value_name = "MODEL")]
     pub path: Option<std::path::PathBuf>,
 }
 
 impl std::ops::Deref for ModelArg {
     type Target = Option<std::path::PathBuf>;
     fn deref(&self) -> &Option<std::path::PathBuf> {
+        &self.path
+    }
+}
+
+/// `--config`, a transformers config.json, as every command that builds a model from one reads
+/// it; it reads as the `Option<PathBuf>` it holds.
+#[derive(clap::Args, Debug)]
+pub struct ConfigArg {
+    /// A transformers config.json: the model's size for a random initialisation, or a checkpoint
+    /// file's model when it is not CodonTransformer's size [default: CodonTransformer's].
+    #[arg(id = "config", long = "config", value_name = "PATH")]
+    pub path: Option<std::path::PathBuf>,
+}
+
+impl std::ops::Deref for ConfigArg {
+    type Target = Option<std::path::PathBuf>;
+    fn deref(&self) -> &Option<std::path::PathBuf> {
+        &self.path
+    }
+}
+
+/// `--attention`, the attention a model runs, as every command that builds or runs one reads it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct AttentionArg {
+    /// The attention the model runs.
+    #[arg(id = "attention", long = "attention", value_enum, default_value_t = AttentionChoice::BlockSparse)]
+    pub choice: AttentionChoice,
+}
+
+impl From<AttentionArg> for AttentionType {
+    fn from(arg: AttentionArg) -> AttentionType {
+        arg.choice.into()
+    }
+}
+
+impl std::fmt::Display for AttentionArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.choice.fmt(f)
+    }
+}
+
+/// `--seed`, the seed of every random choice a command makes (shuffling, masking, dropout,
+/// sampling, initialisation), as every such command reads it. `DEFAULT` is the command's
+/// default: 123 where upstream's scripts use it (training, collation), else 0.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct SeedArg<const DEFAULT: u64> {
+    /// Seed of every random choice the command makes (shuffling, masking, dropout, sampling,
+    /// initialisation): the same seed gives the same result.
+    #[arg(id = "seed", long = "seed", value_name = "N", default_value_t = DEFAULT)]
+    pub value: u64,
+}
+
+/// `--output`, the file or folder a command writes, as every such command reads it; the
+/// command's description says what it holds.
+#[derive(clap::Args, Debug)]
+pub struct OutputArg {
+    /// Where the command writes its result (its description says the format), written
+    /// atomically; `-` is standard output where the format is text.
+    #[arg(id = "output", long = "output", value_name = "PATH")]
+    pub path: std::path::PathBuf,
+}
+
+impl std::ops::Deref for OutputArg {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
         &self.path
     }
 }
@@ -185,23 +283,24 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// The shared flags as a command flattens them.
     #[derive(Debug, Parser)]
     struct Args {
-        #[arg(long, default_value = "cpu")]
-        device: DeviceSpec,
-        #[arg(long, default_value = "f32")]
-        dtype: DTypeChoice,
-        #[arg(long, default_value = "auto")]
-        precision: PrecisionChoice,
-        #[arg(long, default_value = "block-sparse")]
-        attention: AttentionChoice,
+        #[command(flatten)]
+        device: DeviceArg,
+        #[command(flatten)]
+        dtype: DTypeArg,
+        #[command(flatten)]
+        precision: PrecisionArg,
+        #[command(flatten)]
+        attention: AttentionArg,
     }
 
     #[test]
     fn values_parse_with_their_aliases_and_typos_are_refused_with_a_suggestion() {
         let a = Args::try_parse_from(["p", "--device", "npu-sim:3", "--dtype", "bfloat16", "--precision", "16-mixed"])
             .unwrap();
-        assert_eq!(a.device, DeviceSpec::Ascend { kind: candle_ascend::ToolkitKind::Emulated, id: 3 });
+        assert_eq!(a.device.spec, DeviceSpec::Ascend { kind: candle_ascend::ToolkitKind::Emulated, id: 3 });
         assert_eq!(a.device.to_string(), "npu-sim:3");
         assert_eq!(DType::from(a.dtype), DType::BF16);
         assert_eq!(a.precision.resolve(&Device::Cpu), Precision::F16);

@@ -7,6 +7,7 @@
 //! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
 //! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
 
+use crate::cli::{OutputArg, SeedArg};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -25,13 +26,10 @@ pub struct Args {
     /// Records per batch.
     #[arg(long = "batch_size", alias = "batch-size")]
     batch_size: usize,
-    /// Seed of shuffling and masking.
-    #[arg(long, default_value_t = 123)]
-    seed: u64,
-    /// Output JSONL, one batch per line (written atomically); or, named `*.safetensors`, the
-    /// first batch as `score --inputs`.
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    seed: SeedArg<123>,
+    #[command(flatten)]
+    output: OutputArg,
     /// Shuffle within a buffer of this many records (0: file order).
     #[arg(long, alias = "shuffle_buffer", default_value_t = 0)]
     shuffle_buffer: usize,
@@ -74,8 +72,8 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output])?;
-    codon_model::files::check_output_location(&args.output)?;
+    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output.path])?;
+    codon_model::files::check_output_location(&args.output.path)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.input, policy)?;
     if dataset.malformed_lines() > 0 {
@@ -84,25 +82,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = LoaderConfig {
         batch_size: args.batch_size,
         num_workers: args.workers,
-        seed: args.seed,
+        seed: args.seed.value,
         shuffle_buffer: args.shuffle_buffer,
         bucket_batches: args.bucket_batches,
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
-    if args.output.extension().is_some_and(|e| e == "safetensors") {
+    if args.output.path.extension().is_some_and(|e| e == "safetensors") {
         let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
-        codon_model::files::write_safetensors(&score_inputs(&batch)?, &args.output)?;
+        codon_model::files::write_safetensors(&score_inputs(&batch)?, &args.output.path)?;
         outln!(
             "wrote the first batch ({} x {}) to {}",
             batch.encoding.batch_size,
             batch.encoding.seq_len,
-            args.output.display()
+            args.output.path.display()
         );
         return Ok(());
     }
     let mut batches = 0;
-    write_atomically(&args.output, |out| {
+    write_atomically(&args.output.path, |out| {
         for batch in loader.epoch(0) {
             let batch = batch.map_err(std::io::Error::other)?;
             writeln!(out, "{}", batch_json(&batch))?;
@@ -111,10 +109,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Ok(())
     })?;
     crate::reportln!(
-        &args.output,
+        &args.output.path,
         "wrote {batches} batches of up to {} records to {}",
         args.batch_size,
-        args.output.display()
+        args.output.path.display()
     );
     Ok(())
 }

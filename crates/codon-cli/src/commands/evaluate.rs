@@ -10,6 +10,7 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
+use crate::cli::OutputArg;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -33,9 +34,8 @@ pub struct Args {
     input: PathBuf,
     #[command(flatten)]
     reference: ReferenceArgs,
-    /// Output CSV: the input's columns plus the metrics (written atomically).
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    output: OutputArg,
     /// %MinMax window, in codons.
     #[arg(long, default_value_t = DEFAULT_MINMAX_WINDOW, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     window: usize,
@@ -68,12 +68,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
     let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
-    codon_model::files::refuse_overwriting(&inputs, &[&args.output])?;
+    codon_model::files::refuse_overwriting(&inputs, &[&args.output.path])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
-    codon_model::files::check_output_location(&args.output)?;
+    codon_model::files::check_output_location(&args.output.path)?;
     let table = CsvTable::read_any(&args.input, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
@@ -132,24 +132,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             errln!("{}: {e}", table.location(i));
         }
     }
-    write_output(&args.output, &table, reference_col.is_some(), &results)?;
+    write_output(&args.output.path, &table, reference_col.is_some(), &results)?;
     print_summary(&rows, &results, reference_col.is_some());
     if let Some(dir) = &args.plot {
         let written = write_plots(dir, &rows, &results, &references, &by_organism, &options)?;
         outln!("plots: {written} SVG files in {}", dir.display());
     }
     crate::reportln!(
-        &args.output,
+        &args.output.path,
         "evaluated {} of {} rows; wrote {}",
         results.len() - failed,
         results.len(),
-        args.output.display()
+        args.output.path.display()
     );
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} rows could not be evaluated (their errors are in the error column of {}; --allow-failures exits 0)",
             results.len(),
-            args.output.display()
+            args.output.path.display()
         );
     }
     Ok(())

@@ -7,7 +7,7 @@
 //! The output folder must be new or empty: a folder with files in it (a trained checkpoint, say)
 //! is refused unless `--overwrite`, which replaces the whole folder once the new model is written.
 
-use std::path::PathBuf;
+use crate::cli::{ConfigArg, OutputArg, SeedArg};
 
 use crate::outln;
 use candle_core::{DType, Device};
@@ -17,48 +17,45 @@ use codon_model::bigbird::{init_weights, save_model, BigBirdConfig, BigBirdForMa
 /// Initialise a model.
 #[derive(Parser)]
 pub struct Args {
-    /// Output directory (config.json + model.safetensors).
-    #[arg(long)]
-    output: PathBuf,
-    /// A transformers config.json (default: the CodonTransformer configuration).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Seed of the initialisation.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    output: OutputArg,
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    seed: SeedArg<0>,
     /// Replace a non-empty output folder (all its files, not only the model's).
     #[arg(long)]
     overwrite: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = match &args.config {
+    let config = match &args.config.path {
         Some(path) => BigBirdConfig::from_file(path)?,
         None => BigBirdConfig::default(),
     };
     let replacing = refuse_a_used_folder(&args)?;
-    let weights = init_weights(&config, args.seed, &Device::Cpu, DType::F32)?;
+    let weights = init_weights(&config, args.seed.value, &Device::Cpu, DType::F32)?;
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     if replacing {
         // Written beside the old folder, then swapped in: a failure leaves the old one whole.
-        let parent = codon_model::files::parent_dir(&args.output);
+        let parent = codon_model::files::parent_dir(&args.output.path);
         let fresh = codon_model::files::temp_dir_in(parent, ".init_model.")?;
         save_model(&model, fresh.path())?;
         let aside = codon_model::files::temp_dir_in(parent, ".init_model.replaced.")?;
-        std::fs::rename(&args.output, aside.path().join("old"))?;
-        std::fs::rename(fresh.keep(), &args.output)?;
+        std::fs::rename(&args.output.path, aside.path().join("old"))?;
+        std::fs::rename(fresh.keep(), &args.output.path)?;
         drop(aside);
     } else {
-        save_model(&model, &args.output)?;
+        save_model(&model, &args.output.path)?;
     }
-    outln!("wrote {} ({} parameters)", args.output.display(), model.num_parameters());
+    outln!("wrote {} ({} parameters)", args.output.path.display(), model.num_parameters());
     Ok(())
 }
 
 /// Refuse an output that is a file, or a folder with files unless `--overwrite`; true when a
 /// non-empty folder is to be replaced.
 fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
-    let out = &args.output;
+    let out = &args.output.path;
     if out.exists() && !out.is_dir() {
         anyhow::bail!("--output {}: a file is there; give a folder", out.display());
     }
@@ -74,7 +71,7 @@ fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
             names.iter().take(4).cloned().collect::<Vec<_>>().join(", ") + if names.len() > 4 { ", …" } else { "" }
         );
     }
-    if let Some(config) = &args.config {
+    if let Some(config) = &args.config.path {
         if codon_model::files::clash(out, config).is_some() {
             anyhow::bail!("--overwrite would delete --config {}: copy it out of the folder first", config.display());
         }

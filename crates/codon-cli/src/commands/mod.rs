@@ -62,9 +62,9 @@ pub enum Command {
     /// The organisms a model knows, by id.
     #[command(after_help = examples::ORGANISMS)]
     Organisms {
-        /// Model folder whose own organism table to list (default: the built-in 164).
-        #[arg(long)]
-        model: Option<std::path::PathBuf>,
+        /// The model whose organism table to list (default: the built-in 164).
+        #[command(flatten)]
+        model: crate::cli::ModelArg,
     },
     /// Ascend NPUs: the environment, the toolkit, a self-test and a monitor.
     #[command(subcommand, after_help = examples::NPU)]
@@ -153,4 +153,40 @@ mod examples {
   codon npu watch 60";
     pub const COMPLETIONS: &str = "Example:
   codon completions bash > ~/.local/share/bash-completion/completions/codon";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every flag of `command` and its subcommands, by id and spelled each way (long names and
+    /// their aliases), is declared once: a second declaration would shadow the first without a word
+    /// (clap checks this only in debug builds, and the suite runs in release).
+    fn check_spellings(command: &clap::Command, path: &str, clashes: &mut Vec<String>) {
+        let mut seen = std::collections::HashMap::new();
+        let mut ids = std::collections::HashSet::new();
+        for arg in command.get_arguments() {
+            if !ids.insert(arg.get_id().to_string()) {
+                clashes.push(format!("{path}: two flags have the id {}", arg.get_id()));
+            }
+            let longs = arg.get_long().into_iter().chain(arg.get_all_aliases().into_iter().flatten());
+            for long in longs {
+                if let Some(first) = seen.insert(long.to_string(), arg.get_id().to_string()) {
+                    clashes.push(format!("{path}: --{long} is both {first} and {}", arg.get_id()));
+                }
+            }
+        }
+        for sub in command.get_subcommands() {
+            check_spellings(sub, &format!("{path} {}", sub.get_name()), clashes);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_declares_each_flag_once() {
+        let mut clashes = Vec::new();
+        check_spellings(&Cli::command(), "codon", &mut clashes);
+        assert!(clashes.is_empty(), "{clashes:#?}");
+        Cli::command().debug_assert();
+    }
 }

@@ -50,12 +50,7 @@ pub enum NpuCommand {
 }
 
 /// The device a `codon npu` command inspects.
-#[derive(clap::Args)]
-pub struct DeviceArg {
-    /// npu:N or npu-sim:N.
-    #[arg(long, default_value = "npu:0")]
-    device: DeviceSpec,
-}
+type DeviceArg = crate::cli::NpuDeviceArg<false>;
 
 /// Run a `codon npu` command.
 pub fn run(command: NpuCommand) -> anyhow::Result<()> {
@@ -65,9 +60,9 @@ pub fn run(command: NpuCommand) -> anyhow::Result<()> {
             Ok(())
         }
         NpuCommand::CheckToolkit { root } => check_toolkit(&root.unwrap_or_default()),
-        NpuCommand::Watch { device, seconds } => watch(&device.device, seconds),
-        NpuCommand::Selftest { device, report } => selftest(&device.device.open()?, &report),
-        NpuCommand::Env(device) => env(&device.device),
+        NpuCommand::Watch { device, seconds } => watch(&device.spec, seconds),
+        NpuCommand::Selftest { device, report } => selftest(&device.spec.open()?, &report),
+        NpuCommand::Env(device) => env(&device.spec),
     }
 }
 

@@ -31,6 +31,7 @@
 //! `edits`, `edit_cost` and `remaining` columns). A constraint no change can meet is an error
 //! naming it and its position, unless `--best-effort`.
 
+use crate::cli::{ConfigArg, DTypeArg, DeviceArg, ModelArg, OutputArg, SeedArg};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,7 +40,6 @@ use super::common::csv_table::CsvTable;
 use super::common::design_args::{edit_lines, DesignArgs};
 use super::common::prediction_output::{codon_probabilities, render, score_fields, OutputFormat, OutputRow};
 use super::common::reference_args::{ReferenceArgs, References};
-use crate::cli::{DTypeArg, DeviceArg, ModelArg};
 use crate::{errln, outln};
 use anyhow::Context;
 use clap::Parser;
@@ -75,9 +75,8 @@ pub struct Args {
     model: ModelArg,
     #[command(flatten)]
     reference: ReferenceArgs,
-    /// config.json of a checkpoint file's model, when it is not CodonTransformer's size.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArg,
     /// Print the organisms (id and name) the model knows (with --model, its own table), and exit.
     #[arg(long, alias = "list_organisms")]
     list_organisms: bool,
@@ -98,10 +97,8 @@ pub struct Args {
     /// or FASTA (as --input). Written to --output, or as CSV on stdout.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "protein"])]
     score: Option<PathBuf>,
-    /// Output file, written atomically, in the format its extension names: .fasta/.fa/.fna, .jsonl,
-    /// else CSV.
-    #[arg(long)]
-    output: Option<PathBuf>,
+    #[command(flatten)]
+    output: Option<OutputArg>,
     /// With a .jsonl --output: each codon position's allowed codons and their probabilities.
     #[arg(long, alias = "per_codon", requires = "output")]
     per_codon: bool,
@@ -128,11 +125,17 @@ pub struct Args {
     /// length share a pass. Larger batches need more memory.
     #[arg(long, alias = "batch_tokens", default_value_t = PredictOptions::default().max_batch_tokens, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     batch_tokens: usize,
-    /// Sampling seed (the model's sampler, and the random baselines).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    seed: SeedArg<0>,
     #[command(flatten)]
     design: DesignArgs,
+}
+
+impl Args {
+    /// The `--output` file, when one was given.
+    fn output_path(&self) -> Option<&std::path::Path> {
+        self.output.as_ref().map(|o| o.path.as_path())
+    }
 }
 
 /// One predicted DNA, with the model's codon scores when constraints or --per-codon need them,
@@ -238,7 +241,7 @@ impl Baseline {
 /// Print the organisms (id and name) a model knows: the built-in ones, or with `model` its own
 /// table (a model taught more keeps one beside its weights).
 pub fn list_organisms(model: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let organisms = model.map(OrganismTable::for_model).transpose()?.unwrap_or_default();
+    let organisms = model_organisms(model)?;
     for (id, name) in organisms.names().iter().enumerate() {
         if crate::output::stdout_closed() {
             break;
@@ -248,17 +251,23 @@ pub fn list_organisms(model: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The organisms of the model `--model` names (a folder, a checkpoint file or a Hub id): the
+/// built-in ones, or the table stored with a model taught more.
+fn model_organisms(model: Option<&std::path::Path>) -> anyhow::Result<OrganismTable> {
+    let Some(spec) = model else { return Ok(OrganismTable::default()) };
+    Ok(OrganismTable::for_model(&codon_model::hub::resolve_model(spec)?)?)
+}
+
 /// Run `codon predict`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.list_organisms {
         return list_organisms(args.model.as_deref());
     }
-    // The model's organisms: the built-in ones, or the table stored with a model taught more.
-    let organisms = args.model.as_deref().map(OrganismTable::for_model).transpose()?.unwrap_or_default();
-    if let Some(output) = &args.output {
+    let organisms = model_organisms(args.model.as_deref())?;
+    if let Some(output) = args.output_path() {
         // A model folder's files are inputs too: an output inside the folder is refused.
         let inputs: Vec<&std::path::Path> =
-            [args.input.as_deref(), args.score.as_deref(), args.model.as_deref(), args.config.as_deref()]
+            [args.input.as_deref(), args.score.as_deref(), args.model.as_deref(), args.config.path.as_deref()]
                 .into_iter()
                 .flatten()
                 .chain(args.reference.paths())
@@ -287,14 +296,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if no_math {
         errln!("{}", crate::NO_MATH_WARNING);
     }
-    let table = match (&args.protein, &args.input, &args.output) {
+    let table = match (&args.protein, &args.input, args.output_path()) {
         (Some(protein), _, None) => return print_predictions(&args, protein, &designer, &predict),
         // One protein with --output: a one-row batch, written as a batch is.
         (Some(protein), _, Some(_)) => one_row_table(&args, protein)?,
         (None, Some(input), Some(_)) => CsvTable::read_any(input, "protein_sequence", args.organism.as_deref(), true)?,
         _ => anyhow::bail!("give --protein and --organism, --input FILE and --output FILE, or --score FILE"),
     };
-    let output = args.output.as_deref().unwrap_or(std::path::Path::new(""));
+    let output = args.output_path().unwrap_or(std::path::Path::new(""));
     let format = OutputFormat::of(output);
     anyhow::ensure!(
         !args.per_codon || format == OutputFormat::Jsonl,
@@ -441,7 +450,7 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
         })
         .collect();
     let mark = no_math.then_some(("no_math", "true"));
-    match &args.output {
+    match args.output_path() {
         Some(output) => {
             let bytes = render(OutputFormat::of(output), &table.headers, &["error"], &rows, mark)?;
             codon_data::write_atomically(output, |w| w.write_all(&bytes))?;
@@ -594,7 +603,7 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
         top_p: args.top_p.unwrap_or(0.95),
         num_sequences: args.num_sequences,
         match_protein: args.match_protein,
-        seed: args.seed,
+        seed: args.seed.value,
         keep_codon_scores,
         max_batch_tokens: args.batch_tokens,
         max_padding_fraction: codon_model::predict::max_padding_fraction_on(&device),
@@ -602,8 +611,12 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
     };
     options.validate()?;
     // The arguments were checked before this, so a mistake costs no download.
-    let predictor =
-        crate::predictor::open_predictor(args.model.as_deref(), args.config.as_deref(), &device, args.dtype.into())?;
+    let predictor = crate::predictor::open_predictor(
+        args.model.as_deref(),
+        args.config.path.as_deref(),
+        &device,
+        args.dtype.into(),
+    )?;
     if let Some(ascend) = candle_ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
     }
@@ -618,7 +631,7 @@ fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn
         anyhow::bail!("--method high-frequency is deterministic: --num-sequences must be 1");
     }
     let references = (method != Method::Uniform).then(|| args.reference.load(|_| false)).transpose()?;
-    let baseline = Baseline { method, references, seed: args.seed, num_sequences: args.num_sequences.max(1) };
+    let baseline = Baseline { method, references, seed: args.seed.value, num_sequences: args.num_sequences.max(1) };
     Ok(Box::new(move |items, progress| {
         Ok(items
             .iter()

@@ -5,6 +5,7 @@
 //! codon prepare-data --input genes.fasta --output train.jsonl --organism "Homo sapiens"
 //! ```
 
+use crate::cli::OutputArg;
 use std::path::PathBuf;
 
 use crate::outln;
@@ -18,9 +19,8 @@ pub struct Args {
     /// Input file: .csv with a `dna` column (and optionally `protein`, `organism`), or FASTA.
     #[arg(long)]
     input: PathBuf,
-    /// Output JSONL file (written atomically).
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    output: OutputArg,
     /// Organism name or id for records that name none.
     #[arg(long)]
     organism: Option<String>,
@@ -47,12 +47,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         keep_mismatched: args.keep_mismatched,
         shuffle_seed: args.shuffle_seed,
         protein_config: args.protein.config(),
-        seed: args.protein.seed,
+        seed: args.protein.seed.value,
     };
     // Its errors name the file at fault: the input, or the output.
-    let report = prepare(&args.input, &args.output, &options)?;
+    let report = prepare(&args.input, &args.output.path, &options)?;
     outln!("{report}");
-    crate::reportln!(&args.output, "wrote {}", args.output.display());
+    crate::reportln!(&args.output.path, "wrote {}", args.output.path.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",

@@ -10,10 +10,10 @@
 //! transformers state-dict name (tied decoder keys excluded). On a device that skips its
 //! arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) a warning is printed and the file holds `no_math` = 1.
 
+use crate::cli::{AttentionArg, DTypeArg, DeviceArg, ModelArg, OutputArg, SeedArg};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::cli::{AttentionChoice, DTypeArg, DeviceArg};
 use crate::{errln, outln};
 use anyhow::Context;
 use candle_core::{Tensor, Var};
@@ -23,28 +23,23 @@ use codon_model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMod
 /// Score inputs with a model.
 #[derive(Parser)]
 pub struct Args {
-    /// Model directory (config.json + model.safetensors), checkpoint file, or Hugging Face Hub id
-    /// `owner/name[@revision]`.
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: ModelArg,
     /// Input safetensors file.
     #[arg(long)]
     inputs: PathBuf,
-    /// Output safetensors file.
-    #[arg(long)]
-    output: PathBuf,
-    /// Attention.
-    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
-    attention: AttentionChoice,
+    #[command(flatten)]
+    output: OutputArg,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// Training-mode semantics: random tables, dropout as configured.
     #[arg(long)]
     train: bool,
     /// Also write the gradient of the loss for every parameter.
     #[arg(long)]
     grads: bool,
-    /// Seed of the dropout masks in training mode.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    seed: SeedArg<0>,
     #[command(flatten)]
     device: DeviceArg,
     #[command(flatten)]
@@ -52,18 +47,19 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.inputs, &args.model], &[&args.output])?;
-    codon_model::files::check_output_location(&args.output)?;
+    let model_spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL));
+    codon_model::files::refuse_overwriting(&[&args.inputs, &model_spec], &[&args.output.path])?;
+    codon_model::files::check_output_location(&args.output.path)?;
     let device = args.device.open()?;
     let no_math = crate::skips_math(&device);
     if no_math {
         errln!("{}", crate::NO_MATH_WARNING);
     }
     let dtype = candle_core::DType::from(args.dtype);
-    let attention = AttentionType::from(args.attention);
+    let attention = AttentionType::from(args.attention.choice);
     let inputs = candle_core::safetensors::load(&args.inputs, &device)
         .with_context(|| format!("--inputs {}: not a safetensors file of model inputs", args.inputs.display()))?;
-    let mut model = load_model(codon_model::hub::resolve_model(&args.model)?, None, &device, dtype)?;
+    let mut model = load_model(codon_model::hub::resolve_model(&model_spec)?, None, &device, dtype)?;
     let get = |k: &str| -> anyhow::Result<Tensor> {
         inputs.get(k).cloned().ok_or_else(|| anyhow::anyhow!("{}: no tensor {k:?}", args.inputs.display()))
     };
@@ -80,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Vec::new()
     };
-    let mode = if args.train { ForwardMode::train(attention, args.seed) } else { ForwardMode::eval(attention) };
+    let mode = if args.train { ForwardMode::train(attention, args.seed.value) } else { ForwardMode::eval(attention) };
     let (logits, info) = model.forward_with_info(&input, mode)?;
     let loss = masked_lm_loss(&logits, &labels)?;
     let mut out: HashMap<String, Tensor> = HashMap::new();
@@ -111,7 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .into_iter()
         .map(|(k, v)| Ok((k, v.to_device(&candle_core::Device::Cpu)?)))
         .collect::<candle_core::Result<_>>()?;
-    codon_model::files::write_safetensors(&out, &args.output)?;
-    crate::reportln!(&args.output, "wrote {}", args.output.display());
+    codon_model::files::write_safetensors(&out, &args.output.path)?;
+    crate::reportln!(&args.output.path, "wrote {}", args.output.path.display());
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
+use crate::cli::OutputArg;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
@@ -26,9 +27,8 @@ pub struct Args {
     /// Input JSONL.
     #[arg(long)]
     input: PathBuf,
-    /// Output JSONL (written atomically).
-    #[arg(long)]
-    output: PathBuf,
+    #[command(flatten)]
+    output: OutputArg,
     /// Use this tokenizer.json instead of the built-in tokenizer.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -48,19 +48,19 @@ struct Input {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output])?;
-    codon_model::files::check_output_location(&args.output)?;
+    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output.path])?;
+    codon_model::files::check_output_location(&args.output.path)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
     };
     let config = args.protein.config();
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed.value);
     let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);
     // A read error belongs to the input, not to the output being written.
     let mut read_error = None;
-    let written = write_atomically(&args.output, |out| {
+    let written = write_atomically(&args.output.path, |out| {
         for (i, line) in BufReader::new(file).lines().enumerate() {
             let line = match line {
                 Ok(line) => line,
@@ -104,12 +104,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Err(e);
     }
     written?;
-    crate::reportln!(&args.output, "tokenized {ok} records, {failed} failed; wrote {}", args.output.display());
+    crate::reportln!(
+        &args.output.path,
+        "tokenized {ok} records, {failed} failed; wrote {}",
+        args.output.path.display()
+    );
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
             ok + failed,
-            args.output.display()
+            args.output.path.display()
         );
     }
     Ok(())

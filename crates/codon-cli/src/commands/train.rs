@@ -3,10 +3,10 @@
 //! `--dataset_dir`) from `adibvafa/CodonTransformer-base` as upstream does; the demo (no
 //! `--dataset_dir`), `--from-scratch` and `--config` start from a random initialisation.
 
+use crate::cli::{AttentionArg, ConfigArg, DeviceArg, DeviceSpec, ModelArg, PrecisionArg, SeedArg};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::cli::{AttentionChoice, DeviceArg, DeviceSpec, PrecisionChoice};
 use crate::{errln, outln};
 use anyhow::Context;
 use candle_core::DType;
@@ -69,29 +69,23 @@ pub struct Args {
     /// Checkpoint every N optimizer steps.
     #[arg(long = "save_every_n_steps", alias = "save-every-n-steps", default_value_t = 512)]
     pub save_every_n_steps: usize,
-    /// Seed.
-    #[arg(long, default_value_t = 123)]
-    pub seed: u64,
-    /// Starting model (finetune only): a transformers directory, a checkpoint file, or a Hugging
-    /// Face Hub id `owner/name[@revision]` [default with --dataset_dir: adibvafa/CodonTransformer-base,
-    /// as upstream's finetune.py; --config or --from-scratch start from a random initialisation].
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    #[command(flatten)]
+    pub seed: SeedArg<123>,
+    /// The starting model (finetune only; --config or --from-scratch start from a random
+    /// initialisation instead).
+    #[command(flatten)]
+    pub model: ModelArg,
     /// Start from a random initialisation (CodonTransformer's configuration unless --config).
     #[arg(long = "from-scratch", alias = "from_scratch", conflicts_with = "model")]
     pub from_scratch: bool,
-    /// A config.json for a random initialisation [default: CodonTransformer's; demo: the small
-    /// demo model; with --resume: the checkpoint's].
-    #[arg(long)]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub config: ConfigArg,
     #[command(flatten)]
     pub device: DeviceArg,
-    /// Training precision.
-    #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
-    pub precision: PrecisionChoice,
-    /// Attention.
-    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
-    pub attention: AttentionChoice,
+    #[command(flatten)]
+    pub precision: PrecisionArg,
+    #[command(flatten)]
+    pub attention: AttentionArg,
     /// Stop after N optimizer steps.
     #[arg(long = "max_steps", alias = "max-steps")]
     pub max_steps: Option<usize>,
@@ -172,16 +166,16 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let device = devices[0].clone();
     // Finetuning real data starts from the published base model unless told otherwise (upstream's
     // finetune.py); a Hub id becomes the cached snapshot's folder.
-    let random_start = args.config.is_some() || args.from_scratch || args.resume.is_some() || demo;
-    if mode == Mode::Finetune && args.model.is_none() && !random_start {
-        args.model = Some(PathBuf::from(codon_model::hub::DEFAULT_BASE_MODEL));
+    let random_start = args.config.path.is_some() || args.from_scratch || args.resume.is_some() || demo;
+    if mode == Mode::Finetune && args.model.path.is_none() && !random_start {
+        args.model.path = Some(PathBuf::from(codon_model::hub::DEFAULT_BASE_MODEL));
     }
     if mode == Mode::Finetune {
         // A missing dataset is reported before any download.
         if let Some(path) = &args.dataset_dir {
             std::fs::metadata(path).with_context(|| format!("--dataset_dir {}", path.display()))?;
         }
-        args.model = args.model.as_deref().map(codon_model::hub::resolve_model).transpose()?;
+        args.model.path = args.model.path.as_deref().map(codon_model::hub::resolve_model).transpose()?;
     }
     // An emulator that skips arithmetic counts launches and memory; its values mean nothing.
     let no_math = crate::skips_math(&device);
@@ -200,7 +194,8 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let status = Arc::new(RunStatus::default());
     crate::interrupt::exit_on_interrupt(status.clone(), checkpoint_dir.clone())?;
     // What the run reads: the trainer refuses any output that would replace one, or lie inside one.
-    let inputs: Vec<PathBuf> = [&args.dataset_dir, &args.model, &args.config].into_iter().flatten().cloned().collect();
+    let inputs: Vec<PathBuf> =
+        [&args.dataset_dir, &args.model.path, &args.config.path].into_iter().flatten().cloned().collect();
     let precision = args.precision.resolve(&device);
     if let Some(ascend) = candle_ascend::ascend_device(&device) {
         let soc = ascend.soc();
@@ -215,7 +210,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     } else {
         outln!("device: {}, precision {:?}", args.device, precision);
     }
-    let attention = AttentionType::from(args.attention);
+    let attention = AttentionType::from(args.attention.choice);
     let epochs = args.max_epochs.unwrap_or(match (mode, demo) {
         (_, true) => 6,
         (Mode::Finetune, false) => 15,
@@ -223,7 +218,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     });
     let learning_rate = args.learning_rate.unwrap_or(if demo { 2e-3 } else { 5e-5 });
 
-    let (config, config_source) = match (&args.config, &args.resume, demo) {
+    let (config, config_source) = match (&args.config.path, &args.resume, demo) {
         (Some(p), _, _) => (BigBirdConfig::from_file(p)?, format!("{}", p.display())),
         (None, Some(step), _) => {
             let file = step.join("config.json");
@@ -233,7 +228,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
             (config, format!("the checkpoint's {}", file.display()))
         }
         (None, None, true) => (codon_model::bigbird::BigBirdConfig::demo(), "the demo model".to_string()),
-        (None, None, false) => match &args.model {
+        (None, None, false) => match &args.model.path {
             Some(path) => (BigBirdConfig::default(), format!("{}'s own", path.display())),
             None => (BigBirdConfig::default(), "CodonTransformer's".to_string()),
         },
@@ -260,21 +255,24 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         }
     };
 
-    let model = match (&args.model, mode) {
+    let model = match (&args.model.path, mode) {
         (Some(_), Mode::Pretrain) => anyhow::bail!("pretrain trains from scratch: drop --model (or use finetune)"),
         (Some(path), Mode::Finetune) => {
             outln!("starting from {}", path.display());
-            load_model(path, args.config.as_ref().map(|_| config.clone()), &device, DType::F32)?
+            load_model(path, args.config.path.as_ref().map(|_| config.clone()), &device, DType::F32)?
         }
         (None, _) => {
             if mode == Mode::Finetune && args.resume.is_none() {
-                outln!("no --model given: starting from a random initialisation (seed {})", args.seed);
+                outln!("no --model given: starting from a random initialisation (seed {})", args.seed.value);
             }
-            BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, args.seed, &device, DType::F32)?)?
+            BigBirdForMaskedLM::from_named(
+                config.clone(),
+                init_weights(&config, args.seed.value, &device, DType::F32)?,
+            )?
         }
     };
     outln!("model: {} parameters, {:?} attention, {:?} precision", model.num_parameters(), attention, precision);
-    let new_organism = match (&args.add_organism, &args.model) {
+    let new_organism = match (&args.add_organism, &args.model.path) {
         (None, _) => None,
         (Some(name), Some(path)) if mode == Mode::Finetune => {
             if devices.len() > 1 || layout.is_some() {
@@ -337,7 +335,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let loader_config = LoaderConfig {
         batch_size: args.batch_size,
         num_workers: args.num_workers,
-        seed: args.seed,
+        seed: args.seed.value,
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), loader_config)?;
@@ -352,7 +350,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         .accumulate_grad_batches(args.accumulate_grad_batches)
         .gradient_clip(args.gradient_clip)
         .precision(precision)
-        .seed(args.seed)
+        .seed(args.seed.value)
         .checkpoint_dir(checkpoint_dir.clone())
         .checkpoint_filename(checkpoint_dir.as_ref().map(|_| checkpoint_filename.clone()))
         .inputs(inputs)

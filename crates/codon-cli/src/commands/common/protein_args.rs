@@ -1,5 +1,6 @@
 //! The protein-preprocessing flags shared by `prepare_data` and `tokenize`.
 
+use crate::cli::SeedArg;
 use codon_model::{AmbiguousBehavior, ProteinConfig};
 
 /// How ambiguous amino acids are resolved.
@@ -8,9 +9,8 @@ pub struct ProteinArgs {
     /// Ambiguous amino acids: standardize_random, standardize_deterministic or raise_error.
     #[arg(long, default_value = "standardize_random")]
     pub ambiguous: AmbiguousBehavior,
-    /// Seed for resolving ambiguous amino acids at random.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub seed: SeedArg<0>,
 }
 
 impl ProteinArgs {

@@ -6,9 +6,9 @@
 //! codon forward-timing --length 2048 --attention block-sparse --repeats 3
 //! ```
 
+use crate::cli::{AttentionArg, DTypeArg, DeviceArg};
 use std::time::Instant;
 
-use crate::cli::{AttentionChoice, DTypeArg, DeviceArg};
 use crate::outln;
 use candle_core::{DType, Tensor};
 use clap::Parser;
@@ -25,9 +25,8 @@ pub struct Args {
     batch: usize,
     #[command(flatten)]
     device: DeviceArg,
-    /// Attention.
-    #[arg(long, value_enum, default_value_t = AttentionChoice::Full)]
-    attention: AttentionChoice,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// Timed repetitions after one warm-up pass.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -43,7 +42,7 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let attention = AttentionType::from(args.attention);
+    let attention = AttentionType::from(args.attention.choice);
     let dtype = candle_core::DType::from(args.dtype);
     let config = BigBirdConfig::default();
     let device = args.device.open()?;
@@ -76,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     outln!(
         "{{\"batch\": {b}, \"length\": {n}, \"device\": \"{}\", \"attention\": \"{}\", \"median_s\": {:.4}, \"peak_rss_mb\": {:.0}}}",
         args.device,
-        args.attention,
+        args.attention.choice,
         times[times.len() / 2],
         peak_rss_mb().unwrap_or(f64::NAN)
     );

@@ -5,6 +5,7 @@
 //! codon pipeline --input genes.csv --batch-size 8 --epochs 3
 //! ```
 
+use crate::cli::SeedArg;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -31,9 +32,8 @@ pub struct Args {
     /// Loader worker threads.
     #[arg(long = "num_workers", alias = "num-workers", alias = "workers", default_value_t = 2)]
     workers: usize,
-    /// Seed.
-    #[arg(long, default_value_t = 123)]
-    seed: u64,
+    #[command(flatten)]
+    seed: SeedArg<123>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -49,7 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = LoaderConfig {
         batch_size: args.batch_size,
         num_workers: args.workers,
-        seed: args.seed,
+        seed: args.seed.value,
         bucket_batches: Some(4),
         ..Default::default()
     };

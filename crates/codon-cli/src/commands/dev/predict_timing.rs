@@ -9,19 +9,17 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::cli::{DTypeArg, DeviceArg};
+use crate::cli::{DTypeArg, DeviceArg, ModelArg};
 use crate::outln;
 use clap::Parser;
-use codon_model::bigbird::load_model;
 use codon_model::predict::max_padding_fraction_on;
-use codon_model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
+use codon_model::{OrganismRef, PredictOptions, ProteinInput};
 
 /// Batch-prediction timing.
 #[derive(Parser)]
 pub struct Args {
-    /// The model folder.
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: ModelArg,
     /// CSV with `protein_sequence` (or `protein`) and `organism` columns.
     #[arg(long)]
     input: PathBuf,
@@ -54,8 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             known_dna: None,
         })
         .collect();
-    let model = load_model(&args.model, None, &device, args.dtype.into())?;
-    let predictor = Predictor::with_organisms(model, OrganismTable::for_model(&args.model)?)?;
+    let predictor = crate::predictor::open_predictor(args.model.as_deref(), None, &device, args.dtype.into())?;
     let options = PredictOptions {
         max_batch_tokens: args.batch_tokens,
         max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),

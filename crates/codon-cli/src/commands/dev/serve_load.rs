@@ -8,10 +8,9 @@
 //! ```
 //! Without `--model` the model is CodonTransformer's size with random weights (the time is the
 //! same as the published model's; the DNA is not).
-use std::path::PathBuf;
+use crate::cli::{DTypeArg, DeviceArg, ModelArg, SeedArg};
 use std::time::{Duration, Instant};
 
-use crate::cli::{DTypeChoice, DeviceSpec};
 use crate::outln;
 use clap::Parser;
 use codon_model::bigbird::{init_weights, load_model, BigBirdConfig, BigBirdForMaskedLM};
@@ -22,24 +21,21 @@ use codon_serve::{RunningServer, ServeConfig};
 /// The load test.
 #[derive(Parser)]
 pub struct Args {
-    /// A model folder (default: CodonTransformer's size, random weights).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// cpu, npu:N, npu-sim:N or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: DeviceSpec,
-    /// The dtype the model runs in.
-    #[arg(long, value_enum, default_value_t = DTypeChoice::F32)]
-    dtype: DTypeChoice,
+    /// Without one: random weights of CodonTransformer's size.
+    #[command(flatten)]
+    model: ModelArg,
+    #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
+    dtype: DTypeArg,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
     /// Requests per client.
     #[arg(long, default_value_t = 50)]
     requests: usize,
-    /// Seed of the proteins' lengths and letters.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    seed: SeedArg<1>,
     /// Most padding per forward pass, as a fraction of its tokens, for both sides (default: the
     /// device's, as `predict`).
     #[arg(long)]
@@ -88,8 +84,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     codon_ops::malloc_tuning::retain_freed_memory();
     let predictor = || -> anyhow::Result<Predictor> {
-        let (model, organisms) = match &args.model {
-            Some(dir) => (load_model(dir, None, &device, args.dtype.into())?, OrganismTable::for_model(dir)?),
+        let (model, organisms) = match args.model.as_deref() {
+            Some(spec) => {
+                let dir = codon_model::hub::resolve_model(spec)?;
+                (load_model(&dir, None, &device, args.dtype.into())?, OrganismTable::for_model(&dir)?)
+            }
             None => {
                 let config = BigBirdConfig::default();
                 let weights = init_weights(&config, 0, &device, args.dtype.into())?;
@@ -103,7 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     let total = args.clients * args.requests;
-    let proteins = proteins(total, args.seed);
+    let proteins = proteins(total, args.seed.value);
     let items: Vec<ProteinInput> = proteins
         .iter()
         .map(|p| ProteinInput { protein: p.clone(), organism: OrganismRef::Id(51), known_dna: None })

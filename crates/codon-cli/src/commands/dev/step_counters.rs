@@ -6,9 +6,9 @@
 //! ```text
 //! codon step-counters --device npu-sim:0 --precision bf16 --batch 2 --length 256 [--profile]
 //! ```
+use crate::cli::{AttentionArg, NpuDeviceArg, PrecisionArg};
 use std::path::Path;
 
-use crate::cli::{AttentionChoice, DeviceSpec, PrecisionChoice};
 use crate::outln;
 use candle_core::DType;
 use clap::Parser;
@@ -19,19 +19,16 @@ use codon_train::{Trainer, TrainerConfig};
 /// Per-step device counters.
 #[derive(Parser)]
 pub struct Args {
-    /// npu:N or npu-sim:N.
-    #[arg(long, default_value = "npu-sim:0")]
-    device: DeviceSpec,
+    #[command(flatten)]
+    device: NpuDeviceArg<true>,
     /// Optimizer steps; the last one is reported (the first ones warm the allocator cache, so
     /// a single step counts the cold first allocations too).
     #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     steps: usize,
-    /// Training precision.
-    #[arg(long, value_enum, default_value_t = PrecisionChoice::Auto)]
-    precision: PrecisionChoice,
-    /// Attention.
-    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
-    attention: AttentionChoice,
+    #[command(flatten)]
+    precision: PrecisionArg,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// Sequences per batch.
     #[arg(long, default_value_t = 2)]
     batch: usize,
@@ -52,10 +49,10 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     let Some(ascend) = candle_ascend::ascend_device(&device) else {
-        anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device);
+        anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device.spec);
     };
     let precision = args.precision.resolve(&device);
-    let attention = AttentionType::from(args.attention);
+    let attention = AttentionType::from(args.attention.choice);
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
     let weights = init_weights(&config, 0, &device, DType::F32)?;
     let parameters: usize = weights.values().map(|t| t.elem_count()).sum();

@@ -5,9 +5,9 @@
 //! ```text
 //! codon train-step-timing --steps 3 --precision f32 --attention block-sparse
 //! ```
+use crate::cli::{AttentionArg, DeviceArg, PrecisionArg};
 use std::path::Path;
 
-use crate::cli::{AttentionChoice, DeviceArg, PrecisionChoice};
 use crate::outln;
 use candle_core::DType;
 use clap::Parser;
@@ -21,12 +21,10 @@ pub struct Args {
     /// Optimizer steps; the first is reported separately (fresh optimizer state, first-touch page faults).
     #[arg(long, default_value_t = 3)]
     steps: usize,
-    /// Training precision.
-    #[arg(long, value_enum, default_value_t = PrecisionChoice::F32)]
-    precision: PrecisionChoice,
-    /// Attention.
-    #[arg(long, value_enum, default_value_t = AttentionChoice::BlockSparse)]
-    attention: AttentionChoice,
+    #[command(flatten)]
+    precision: PrecisionArg,
+    #[command(flatten)]
+    attention: AttentionArg,
     /// Sequences per batch.
     #[arg(long, default_value_t = 2)]
     batch: usize,
@@ -46,7 +44,7 @@ fn peak_rss_mb() -> Option<f64> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     let precision = args.precision.resolve(&device);
-    let attention = AttentionType::from(args.attention);
+    let attention = AttentionType::from(args.attention.choice);
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
