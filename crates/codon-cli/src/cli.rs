@@ -38,7 +38,7 @@ pub use crate::device::DeviceSpec;
 #[derive(clap::Args, Debug)]
 pub struct DeviceArg {
     /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(id = "device", long = "device", default_value = "cpu")]
+    #[arg(id = "device", long = "device", value_name = "DEVICE", default_value = "cpu")]
     pub spec: DeviceSpec,
 }
 
@@ -61,7 +61,7 @@ impl std::fmt::Display for DeviceArg {
 #[derive(clap::Args, Debug)]
 pub struct NpuDeviceArg<const EMULATED: bool> {
     /// npu:N or npu-sim:N.
-    #[arg(id = "device", long = "device", default_value = if EMULATED { "npu-sim:0" } else { "npu:0" })]
+    #[arg(id = "device", long = "device", value_name = "DEVICE", default_value = if EMULATED { "npu-sim:0" } else { "npu:0" })]
     pub spec: DeviceSpec,
 }
 
@@ -91,7 +91,7 @@ impl std::ops::Deref for PrecisionArg {
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct DTypeArg {
     /// The dtype the model runs in.
-    #[arg(id = "dtype", long = "dtype", value_enum, default_value_t = DTypeChoice::F32)]
+    #[arg(id = "dtype", long = "dtype", value_name = "DTYPE", value_enum, default_value_t = DTypeChoice::F32)]
     pub choice: DTypeChoice,
 }
 
@@ -123,6 +123,20 @@ impl std::ops::Deref for ModelArg {
     fn deref(&self) -> &Option<std::path::PathBuf> {
         &self.path
     }
+}
+
+/// `--model`, `--device` and `--dtype`: the model a command runs, where, and in what dtype.
+#[derive(clap::Args, Debug)]
+pub struct ModelRunArgs {
+    /// The model.
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Where it runs.
+    #[command(flatten)]
+    pub device: DeviceArg,
+    /// In what dtype.
+    #[command(flatten)]
+    pub dtype: DTypeArg,
 }
 
 /// `--config`, a transformers config.json, as every command that builds a model from one reads
@@ -173,17 +187,27 @@ pub struct SeedArg<const DEFAULT: u64> {
     pub value: u64,
 }
 
-/// `--output`, the file or folder a command writes, as every such command reads it; the
-/// command's description says what it holds.
+/// `--input`, the file a command reads, as every such command reads it; the command's
+/// description says its format.
 #[derive(clap::Args, Debug)]
-pub struct OutputArg {
-    /// Where the command writes its result (its description says the format), written
-    /// atomically; `-` is standard output where the format is text.
-    #[arg(id = "output", long = "output", value_name = "PATH")]
+pub struct InputArg {
+    /// The file the command reads (its description says the format).
+    #[arg(id = "input", long = "input", value_name = "PATH")]
     pub path: std::path::PathBuf,
 }
 
-impl std::ops::Deref for OutputArg {
+/// `--output`, the file or folder a command writes, as every such command reads it; the
+/// command's description says what it holds. A command whose output is optional flattens an
+/// `Option<OutputArg<false>>`.
+#[derive(clap::Args, Debug)]
+pub struct OutputArg<const REQUIRED: bool = true> {
+    /// Where the command writes its result (its description says the format), written
+    /// atomically; `-` is standard output where the format is text.
+    #[arg(id = "output", long = "output", value_name = "PATH", required = REQUIRED)]
+    pub path: std::path::PathBuf,
+}
+
+impl<const REQUIRED: bool> std::ops::Deref for OutputArg<REQUIRED> {
     type Target = std::path::Path;
     fn deref(&self) -> &std::path::Path {
         &self.path

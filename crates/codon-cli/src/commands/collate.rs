@@ -7,9 +7,8 @@
 //! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
 //! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
 
-use crate::cli::{OutputArg, SeedArg};
+use crate::cli::{InputArg, OutputArg, SeedArg};
 use std::io::Write;
-use std::path::PathBuf;
 
 use crate::{errln, outln};
 use clap::Parser;
@@ -20,9 +19,8 @@ use serde_json::json;
 /// Tokenize, pad and mask training records into batches.
 #[derive(Parser)]
 pub struct Args {
-    /// Input JSONL of training records ({"idx", "codons", "organism"}).
-    #[arg(long)]
-    input: PathBuf,
+    #[command(flatten)]
+    input: InputArg,
     /// Records per batch.
     #[arg(long = "batch_size", alias = "batch-size")]
     batch_size: usize,
@@ -72,10 +70,10 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output.path])?;
+    codon_model::files::refuse_overwriting(&[&args.input.path], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
-    let dataset = JsonlDataset::open(&args.input, policy)?;
+    let dataset = JsonlDataset::open(&args.input.path, policy)?;
     if dataset.malformed_lines() > 0 {
         errln!("skipped {} malformed lines", dataset.malformed_lines());
     }
@@ -89,7 +87,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
     if args.output.path.extension().is_some_and(|e| e == "safetensors") {
-        let batch = loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.display()))??;
+        let batch =
+            loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.path.display()))??;
         codon_model::files::write_safetensors(&score_inputs(&batch)?, &args.output.path)?;
         outln!(
             "wrote the first batch ({} x {}) to {}",

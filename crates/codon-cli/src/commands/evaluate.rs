@@ -10,7 +10,7 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
-use crate::cli::OutputArg;
+use crate::cli::{InputArg, OutputArg};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,10 +28,8 @@ use rayon::prelude::*;
 /// Evaluate DNA sequences against their organism's reference codon usage.
 #[derive(Parser)]
 pub struct Args {
-    /// CSV with `dna`, `organism` (name or id) and optionally `reference_dna` columns, or FASTA
-    /// (the organism from each header's [organism=NAME] tag).
-    #[arg(long)]
-    input: PathBuf,
+    #[command(flatten)]
+    input: InputArg,
     #[command(flatten)]
     reference: ReferenceArgs,
     #[command(flatten)]
@@ -67,14 +65,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.cfd_threshold.is_finite() && args.cfd_threshold >= 0.0) {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
-    let inputs: Vec<&Path> = std::iter::once(args.input.as_path()).chain(args.reference.paths()).collect();
+    let inputs: Vec<&Path> = std::iter::once(args.input.path.as_path()).chain(args.reference.paths()).collect();
     codon_model::files::refuse_overwriting(&inputs, &[&args.output.path])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
     codon_model::files::check_output_location(&args.output.path)?;
-    let table = CsvTable::read_any(&args.input, "dna", None, false)?;
+    let table = CsvTable::read_any(&args.input.path, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
         None => table.first_column(&["dna", "predicted_dna"])?,

@@ -30,9 +30,15 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Predict organism-specific DNA for proteins (upstream's predict_dna_sequence).
+    ///
+    /// --input: CSV with `protein_sequence` (or `protein`) and `organism` columns, or FASTA.
+    ///
+    /// --output: written in the format its extension names: .fasta/.fa/.fna, .jsonl, else CSV.
     #[command(after_help = examples::PREDICT)]
     Predict(predict::Args),
     /// The model's logits, loss and hidden states for tokenized inputs, as safetensors.
+    ///
+    /// --output: a safetensors file.
     #[command(after_help = examples::SCORE)]
     Score(score::Args),
     /// Fine-tune a model (upstream finetune.py's flags).
@@ -42,18 +48,38 @@ pub enum Command {
     #[command(after_help = examples::PRETRAIN)]
     Pretrain(train::Args),
     /// Upstream's evaluation metrics (CSI, GC, CFD, %MinMax, …) of coding sequences.
+    ///
+    /// --input: CSV with `dna`, `organism` (name or id) and optionally `reference_dna` columns, or
+    /// FASTA (the organism from each header's [organism=NAME] tag).
+    ///
+    /// --output: CSV, the input's columns plus the metrics.
     #[command(after_help = examples::EVALUATE)]
     Evaluate(evaluate::Args),
     /// CSV or FASTA genes to the JSONL training format.
+    ///
+    /// --input: .csv with a `dna` column (and optionally `protein`, `organism`), or FASTA.
+    ///
+    /// --output: JSONL training records ({"idx", "codons", "organism"}).
     #[command(after_help = examples::PREPARE_DATA)]
     PrepareData(prepare_data::Args),
     /// Proteins to model inputs (token ids).
+    ///
+    /// --input: JSONL protein records.
+    ///
+    /// --output: JSONL model inputs.
     #[command(after_help = examples::TOKENIZE)]
     Tokenize(tokenize::Args),
     /// Training records to masked-LM batches.
+    ///
+    /// --input: JSONL training records ({"idx", "codons", "organism"}).
+    ///
+    /// --output: JSONL, one batch per line; or, named `*.safetensors`, the first batch as
+    /// `score --inputs`.
     #[command(after_help = examples::COLLATE)]
     Collate(collate::Args),
     /// A randomly initialised model in the transformers layout.
+    ///
+    /// --output: a folder (config.json + model.safetensors).
     #[command(after_help = examples::INIT_MODEL)]
     InitModel(init_model::Args),
     /// The design service: a web page and a JSON API over one loaded model.

@@ -31,7 +31,7 @@
 //! `edits`, `edit_cost` and `remaining` columns). A constraint no change can meet is an error
 //! naming it and its position, unless `--best-effort`.
 
-use crate::cli::{ConfigArg, DTypeArg, DeviceArg, ModelArg, OutputArg, SeedArg};
+use crate::cli::{ConfigArg, ModelRunArgs, OutputArg, SeedArg};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -72,7 +72,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Method::Model)]
     method: Method,
     #[command(flatten)]
-    model: ModelArg,
+    run: ModelRunArgs,
     #[command(flatten)]
     reference: ReferenceArgs,
     #[command(flatten)]
@@ -98,14 +98,10 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "protein"])]
     score: Option<PathBuf>,
     #[command(flatten)]
-    output: Option<OutputArg>,
+    output: Option<OutputArg<false>>,
     /// With a .jsonl --output: each codon position's allowed codons and their probabilities.
     #[arg(long, alias = "per_codon", requires = "output")]
     per_codon: bool,
-    #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    dtype: DTypeArg,
     /// Only codons of each residue's amino acid.
     #[arg(long, alias = "match_protein")]
     match_protein: bool,
@@ -261,13 +257,13 @@ fn model_organisms(model: Option<&std::path::Path>) -> anyhow::Result<OrganismTa
 /// Run `codon predict`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.list_organisms {
-        return list_organisms(args.model.as_deref());
+        return list_organisms(args.run.model.as_deref());
     }
-    let organisms = model_organisms(args.model.as_deref())?;
+    let organisms = model_organisms(args.run.model.as_deref())?;
     if let Some(output) = args.output_path() {
         // A model folder's files are inputs too: an output inside the folder is refused.
         let inputs: Vec<&std::path::Path> =
-            [args.input.as_deref(), args.score.as_deref(), args.model.as_deref(), args.config.path.as_deref()]
+            [args.input.as_deref(), args.score.as_deref(), args.run.model.as_deref(), args.config.path.as_deref()]
                 .into_iter()
                 .flatten()
                 .chain(args.reference.paths())
@@ -595,7 +591,7 @@ fn model_predictions(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Pr
 /// The model on its device with the prediction options the flags give, and whether the device
 /// skips arithmetic.
 fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predictor, PredictOptions, bool)> {
-    let device = args.device.open()?;
+    let device = args.run.device.open()?;
     let no_math = crate::skips_math(&device);
     let options = PredictOptions {
         deterministic: args.temperature.is_none(),
@@ -612,10 +608,10 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
     options.validate()?;
     // The arguments were checked before this, so a mistake costs no download.
     let predictor = crate::predictor::open_predictor(
-        args.model.as_deref(),
+        args.run.model.as_deref(),
         args.config.path.as_deref(),
         &device,
-        args.dtype.into(),
+        args.run.dtype.into(),
     )?;
     if let Some(ascend) = candle_ascend::ascend_device(&device) {
         preflight(ascend, &predictor, &options)?;
@@ -624,7 +620,7 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
 }
 
 fn baseline_predictions(args: &Args, method: Method) -> anyhow::Result<PredictFn<'static>> {
-    if args.temperature.is_some() || args.model.is_some() {
+    if args.temperature.is_some() || args.run.model.is_some() {
         anyhow::bail!("--method {method}: --model and --temperature belong to --method model");
     }
     if method == Method::HighFrequency && args.num_sequences > 1 {

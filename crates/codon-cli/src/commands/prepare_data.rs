@@ -5,8 +5,7 @@
 //! codon prepare-data --input genes.fasta --output train.jsonl --organism "Homo sapiens"
 //! ```
 
-use crate::cli::OutputArg;
-use std::path::PathBuf;
+use crate::cli::{InputArg, OutputArg};
 
 use crate::outln;
 use anyhow::Context;
@@ -16,9 +15,8 @@ use codon_data::{prepare, PrepareOptions};
 /// Turn gene records into CodonTransformer training records ({"idx", "codons", "organism"}).
 #[derive(Parser)]
 pub struct Args {
-    /// Input file: .csv with a `dna` column (and optionally `protein`, `organism`), or FASTA.
-    #[arg(long)]
-    input: PathBuf,
+    #[command(flatten)]
+    input: InputArg,
     #[command(flatten)]
     output: OutputArg,
     /// Organism name or id for records that name none.
@@ -50,14 +48,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seed: args.protein.seed.value,
     };
     // Its errors name the file at fault: the input, or the output.
-    let report = prepare(&args.input, &args.output.path, &options)?;
+    let report = prepare(&args.input.path, &args.output.path, &options)?;
     outln!("{report}");
     crate::reportln!(&args.output.path, "wrote {}", args.output.path.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",
             report.read,
-            args.input.display()
+            args.input.path.display()
         );
     }
     Ok(())

@@ -10,7 +10,7 @@
 //! transformers state-dict name (tied decoder keys excluded). On a device that skips its
 //! arithmetic (`CANDLE_ASCEND_SIM_NO_MATH=1`) a warning is printed and the file holds `no_math` = 1.
 
-use crate::cli::{AttentionArg, DTypeArg, DeviceArg, ModelArg, OutputArg, SeedArg};
+use crate::cli::{AttentionArg, ModelRunArgs, OutputArg, SeedArg};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -24,7 +24,7 @@ use codon_model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMod
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    model: ModelArg,
+    run: ModelRunArgs,
     /// Input safetensors file.
     #[arg(long)]
     inputs: PathBuf,
@@ -40,22 +40,18 @@ pub struct Args {
     grads: bool,
     #[command(flatten)]
     seed: SeedArg<0>,
-    #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    dtype: DTypeArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let model_spec = args.model.clone().unwrap_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL));
+    let model_spec = args.run.model.clone().unwrap_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL));
     codon_model::files::refuse_overwriting(&[&args.inputs, &model_spec], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
-    let device = args.device.open()?;
+    let device = args.run.device.open()?;
     let no_math = crate::skips_math(&device);
     if no_math {
         errln!("{}", crate::NO_MATH_WARNING);
     }
-    let dtype = candle_core::DType::from(args.dtype);
+    let dtype = candle_core::DType::from(args.run.dtype);
     let attention = AttentionType::from(args.attention.choice);
     let inputs = candle_core::safetensors::load(&args.inputs, &device)
         .with_context(|| format!("--inputs {}: not a safetensors file of model inputs", args.inputs.display()))?;

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cli::{DTypeArg, DeviceArg, ModelArg};
+use crate::cli::ModelRunArgs;
 use clap::Parser;
 use codon_model::predict::max_padding_fraction_on;
 use codon_model::PredictOptions;
@@ -31,11 +31,7 @@ const BAND_SEQUENCES: usize = 200;
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    model: ModelArg,
-    #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    dtype: DTypeArg,
+    run: ModelRunArgs,
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -85,8 +81,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..ServeConfig::default()
     };
     checked.validate()?;
-    let device = args.device.open()?;
-    let predictor = crate::predictor::open_predictor(args.model.as_deref(), None, &device, args.dtype.into())?;
+    let device = args.run.device.open()?;
+    let predictor = crate::predictor::open_predictor(args.run.model.as_deref(), None, &device, args.run.dtype.into())?;
     // The first sequences of each organism are kept for its %MinMax band (a bounded sample).
     let kept = std::cell::RefCell::new(std::collections::HashMap::<u32, usize>::new());
     let keep = |organism: u32| {
@@ -122,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let server = RunningServer::start(predictor, config)?;
     crate::errln!(
         "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
-        args.model.as_deref().map_or(codon_model::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
+        args.run.model.as_deref().map_or(codon_model::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
         server.addr,
         jobs_db.display()
     );

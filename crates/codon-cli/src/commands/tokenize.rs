@@ -9,7 +9,7 @@
 //! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
-use crate::cli::OutputArg;
+use crate::cli::{InputArg, OutputArg};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
@@ -24,9 +24,8 @@ use serde_json::json;
 /// Turn protein records into model inputs.
 #[derive(Parser)]
 pub struct Args {
-    /// Input JSONL.
-    #[arg(long)]
-    input: PathBuf,
+    #[command(flatten)]
+    input: InputArg,
     #[command(flatten)]
     output: OutputArg,
     /// Use this tokenizer.json instead of the built-in tokenizer.
@@ -48,7 +47,7 @@ struct Input {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input], &[&args.output.path])?;
+    codon_model::files::refuse_overwriting(&[&args.input.path], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
@@ -56,7 +55,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = args.protein.config();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed.value);
-    let file = std::fs::File::open(&args.input).with_context(|| format!("opening {}", args.input.display()))?;
+    let file =
+        std::fs::File::open(&args.input.path).with_context(|| format!("opening {}", args.input.path.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);
     // A read error belongs to the input, not to the output being written.
     let mut read_error = None;
@@ -65,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let line = match line {
                 Ok(line) => line,
                 Err(e) => {
-                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.input.display(), i + 1));
+                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.input.path.display(), i + 1));
                     return Err(std::io::Error::other("the input could not be read"));
                 }
             };

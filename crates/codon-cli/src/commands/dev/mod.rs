@@ -10,6 +10,22 @@ pub mod serve_load;
 pub mod step_counters;
 pub mod train_step_timing;
 
+/// The training step a timing tool runs: its precision and attention, and a synthetic batch of
+/// `--batch` sequences of `--length` tokens (`LENGTH` by default).
+#[derive(clap::Args)]
+pub struct StepWorkload<const LENGTH: usize> {
+    #[command(flatten)]
+    precision: crate::cli::PrecisionArg,
+    #[command(flatten)]
+    attention: crate::cli::AttentionArg,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 2)]
+    batch: usize,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = LENGTH)]
+    length: usize,
+}
+
 /// The developer tools.
 #[derive(clap::Subcommand)]
 pub enum DevCommand {

@@ -6,10 +6,9 @@
 //! ```text
 //! codon predict-timing --model DIR --input proteins.csv --repeats 3
 //! ```
-use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::cli::{DTypeArg, DeviceArg, ModelArg};
+use crate::cli::{InputArg, ModelRunArgs};
 use crate::outln;
 use clap::Parser;
 use codon_model::predict::max_padding_fraction_on;
@@ -19,14 +18,9 @@ use codon_model::{OrganismRef, PredictOptions, ProteinInput};
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    model: ModelArg,
-    /// CSV with `protein_sequence` (or `protein`) and `organism` columns.
-    #[arg(long)]
-    input: PathBuf,
+    run: ModelRunArgs,
     #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    dtype: DTypeArg,
+    input: InputArg,
     /// Timed calls after the first.
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -39,9 +33,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let device = args.device.open()?;
+    let device = args.run.device.open()?;
     codon_ops::malloc_tuning::retain_freed_memory();
-    let table = crate::commands::common::csv_table::CsvTable::read(&args.input)?;
+    let table = crate::commands::common::csv_table::CsvTable::read(&args.input.path)?;
     let (protein, organism) = (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
     let items: Vec<ProteinInput> = table
         .rows
@@ -52,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             known_dna: None,
         })
         .collect();
-    let predictor = crate::predictor::open_predictor(args.model.as_deref(), None, &device, args.dtype.into())?;
+    let predictor = crate::predictor::open_predictor(args.run.model.as_deref(), None, &device, args.run.dtype.into())?;
     let options = PredictOptions {
         max_batch_tokens: args.batch_tokens,
         max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
@@ -71,8 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let median = seconds.get(seconds.len() / 2).copied().unwrap_or(first);
     outln!(
         "{{\"side\": \"ours\", \"what\": \"predict_batch\", \"device\": \"{}\", \"dtype\": \"{}\", \"proteins\": {}, \"batch_tokens\": {}, \"max_padding\": {}, \"first_s\": {first:.4}, \"median_s\": {median:.4}}}",
-        args.device,
-        args.dtype,
+        args.run.device,
+        args.run.dtype,
         items.len(),
         options.max_batch_tokens,
         options.max_padding_fraction

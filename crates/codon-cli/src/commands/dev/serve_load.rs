@@ -8,7 +8,7 @@
 //! ```
 //! Without `--model` the model is CodonTransformer's size with random weights (the time is the
 //! same as the published model's; the DNA is not).
-use crate::cli::{DTypeArg, DeviceArg, ModelArg, SeedArg};
+use crate::cli::{ModelRunArgs, SeedArg};
 use std::time::{Duration, Instant};
 
 use crate::outln;
@@ -23,11 +23,7 @@ use codon_serve::{RunningServer, ServeConfig};
 pub struct Args {
     /// Without one: random weights of CodonTransformer's size.
     #[command(flatten)]
-    model: ModelArg,
-    #[command(flatten)]
-    device: DeviceArg,
-    #[command(flatten)]
-    dtype: DTypeArg,
+    run: ModelRunArgs,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -81,17 +77,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Run the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let device = args.device.open()?;
+    let device = args.run.device.open()?;
     codon_ops::malloc_tuning::retain_freed_memory();
     let predictor = || -> anyhow::Result<Predictor> {
-        let (model, organisms) = match args.model.as_deref() {
+        let (model, organisms) = match args.run.model.as_deref() {
             Some(spec) => {
                 let dir = codon_model::hub::resolve_model(spec)?;
-                (load_model(&dir, None, &device, args.dtype.into())?, OrganismTable::for_model(&dir)?)
+                (load_model(&dir, None, &device, args.run.dtype.into())?, OrganismTable::for_model(&dir)?)
             }
             None => {
                 let config = BigBirdConfig::default();
-                let weights = init_weights(&config, 0, &device, args.dtype.into())?;
+                let weights = init_weights(&config, 0, &device, args.run.dtype.into())?;
                 (BigBirdForMaskedLM::from_named(config, weights)?, OrganismTable::builtin())
             }
         };
@@ -179,8 +175,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
          \"max_padding\": {}, \"served_first\": {}, \"throughput_ratio\": {:.3}, \"p50_s\": {:.3}, \"p99_s\": {:.3}, \"gathered_batches\": {batches}, \"forward_passes\": {passes}, \"errors\": {errors}, \
          \"rss_mib_start\": {rss_start:.0}, \"rss_mib_mid\": {rss_mid:.0}, \"rss_mib_end\": {rss_end:.0}}}",
         args.clients,
-        args.device,
-        args.dtype,
+        args.run.device,
+        args.run.dtype,
         forward_padding,
         args.served_first,
         served / batched,

@@ -6,7 +6,7 @@
 //! ```text
 //! codon step-counters --device npu-sim:0 --precision bf16 --batch 2 --length 256 [--profile]
 //! ```
-use crate::cli::{AttentionArg, NpuDeviceArg, PrecisionArg};
+use crate::cli::NpuDeviceArg;
 use std::path::Path;
 
 use crate::outln;
@@ -26,15 +26,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     steps: usize,
     #[command(flatten)]
-    precision: PrecisionArg,
-    #[command(flatten)]
-    attention: AttentionArg,
-    /// Sequences per batch.
-    #[arg(long, default_value_t = 2)]
-    batch: usize,
-    /// Tokens per sequence.
-    #[arg(long, default_value_t = 256)]
-    length: usize,
+    step: super::StepWorkload<256>,
     /// Encoder layers (CodonTransformer: 12).
     #[arg(long, default_value_t = 12)]
     layers: usize,
@@ -51,15 +43,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(ascend) = candle_ascend::ascend_device(&device) else {
         anyhow::bail!("--device {}: counters exist on npu:N and npu-sim:N", args.device.spec);
     };
-    let precision = args.precision.resolve(&device);
-    let attention = AttentionType::from(args.attention.choice);
+    let precision = args.step.precision.resolve(&device);
+    let attention = AttentionType::from(args.step.attention.choice);
     let config = BigBirdConfig { num_hidden_layers: args.layers, ..BigBirdConfig::default() };
     let weights = init_weights(&config, 0, &device, DType::F32)?;
     let parameters: usize = weights.values().map(|t| t.elem_count()).sum();
     let model = BigBirdForMaskedLM::from_named(config.clone(), weights)?;
     let model =
         MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
-    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.batch, args.length));
+    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.batch, args.step.length));
     let steps = args.steps;
     let probe = codon_train_ascend::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
@@ -85,8 +77,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         attention,
         if args.gradient_checkpointing { ", gradient checkpointing" } else { "" },
         args.layers,
-        args.batch,
-        args.length,
+        args.step.batch,
+        args.step.length,
     );
     outln!(
         "launches {} (AI CPU {})  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
@@ -101,8 +93,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     outln!("uploads {}", last_step.uploads);
     let model_time = candle_ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
-        let tokens = (args.batch * args.length) as f64;
-        let flops = config.training_flops_per_token(parameters, attention, args.length) * tokens;
+        let tokens = (args.step.batch * args.step.length) as f64;
+        let flops = config.training_flops_per_token(parameters, attention, args.step.length) * tokens;
         let mfu = model_time.mfu(flops, t.host_us);
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",

@@ -5,7 +5,7 @@
 //! ```text
 //! codon train-step-timing --steps 3 --precision f32 --attention block-sparse
 //! ```
-use crate::cli::{AttentionArg, DeviceArg, PrecisionArg};
+use crate::cli::DeviceArg;
 use std::path::Path;
 
 use crate::outln;
@@ -22,15 +22,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     steps: usize,
     #[command(flatten)]
-    precision: PrecisionArg,
-    #[command(flatten)]
-    attention: AttentionArg,
-    /// Sequences per batch.
-    #[arg(long, default_value_t = 2)]
-    batch: usize,
-    /// Tokens per sequence.
-    #[arg(long, default_value_t = 1024)]
-    length: usize,
+    step: super::StepWorkload<1024>,
     #[command(flatten)]
     device: DeviceArg,
 }
@@ -43,12 +35,12 @@ fn peak_rss_mb() -> Option<f64> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
-    let precision = args.precision.resolve(&device);
-    let attention = AttentionType::from(args.attention.choice);
+    let precision = args.step.precision.resolve(&device);
+    let attention = AttentionType::from(args.step.attention.choice);
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
-    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.batch, args.length));
+    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.batch, args.step.length));
     let steps = args.steps.max(2);
     let trainer = Trainer::new(
         TrainerConfig::builder()
