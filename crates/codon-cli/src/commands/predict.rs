@@ -259,7 +259,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.list_organisms {
         return list_organisms(args.run.model.as_deref());
     }
-    let organisms = model_organisms(args.run.model.as_deref())?;
+    // The organism is checked before the model is opened (a Hub model may need a download): a
+    // local model's own table, else the built-in one.
+    let organisms = args.run.model.as_deref().map(OrganismTable::for_model).transpose()?.unwrap_or_default();
     if let Some(output) = args.output_path() {
         // A model folder's files are inputs too: an output inside the folder is refused.
         let inputs: Vec<&std::path::Path> =
