@@ -3,12 +3,12 @@
 //! largest activations of a training step; fused, one. CPU bodies are parallel kernels; CUDA
 //! bodies are this crate's kernels (`kernels/codon_ops.cu`); Ascend bodies are
 //! `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use crate::f32_views::{contiguous, pair_f32, store_like};
@@ -19,11 +19,8 @@ use crate::fast_math;
 /// [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if x.device().is_cpu() || crate::cuda_kernels_take(&x) {
+    if runs_natively(FusedOp::Softmax, x.device(), DType::F32) {
         return x.contiguous()?.apply_op1(Softmax);
-    }
-    if crate::support::runs_on_ascend(AscendBody::Softmax, x.device(), DType::F32) {
-        return x.apply_op1(Softmax);
     }
     softmax_reference(&x)
 }
@@ -33,10 +30,11 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
 /// that dtype, accumulating in f32 and rounding once).
 pub fn native_half_softmax_runs(t: &Tensor) -> bool {
     let dtype = t.dtype();
+    // The CPU and CUDA bodies take the scores in f32 (`softmax_last_dim_f32`, `ScaledSoftmax`).
     dtype != DType::F32
         && !t.device().is_cpu()
         && !t.device().is_cuda()
-        && crate::support::runs_on_ascend(AscendBody::Softmax, t.device(), dtype)
+        && runs_natively(FusedOp::Softmax, t.device(), dtype)
 }
 
 /// The composed softmax over the last dimension.
@@ -53,10 +51,7 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if y.device().is_cpu()
-        || crate::cuda_kernels_take(y)
-        || crate::support::runs_on_ascend(AscendBody::SoftmaxGrad, y.device(), dtype)
-    {
+    if runs_natively(FusedOp::SoftmaxGrad, y.device(), dtype) {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -66,11 +61,8 @@ pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tens
 /// and aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the
 /// same function, with a composed backward).
 pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
-    if x.device().is_cpu() || crate::cuda_kernels_take(x) {
+    if runs_natively(FusedOp::Gelu, x.device(), x.dtype()) {
         return x.contiguous()?.apply_op1(GeluNew);
-    }
-    if crate::support::runs_on_ascend(AscendBody::Gelu, x.device(), x.dtype()) {
-        return x.apply_op1(GeluNew);
     }
     x.gelu()
 }
@@ -174,84 +166,6 @@ impl CustomOp2 for GeluNewGrad {
         l2: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::gelu_tanh_grad(s1, l1, s2, l2)
-    }
-}
-
-/// `gelu_new(x + bias)`, the bias along the last dimension: a linear layer's bias and its
-/// activation in one pass each way on a CUDA GPU (the bias's gradient is the column sums of the
-/// activation's). CUDA body only: other devices add, then apply [`GeluNew`].
-pub struct BiasGeluNew;
-
-impl CustomOp2 for BiasGeluNew {
-    fn name(&self) -> &'static str {
-        "bias_gelu_new"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("bias_gelu_new is the CUDA body; the CPU fuses the bias into its GEMM")
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
-    }
-
-    fn bwd(
-        &self,
-        x: &Tensor,
-        bias: &Tensor,
-        _res: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let d = x.apply_op3_no_bwd(bias, &grad.contiguous()?, &BiasGeluNewGrad)?;
-        let db = crate::linear::bias_grad(&d)?.to_dtype(bias.dtype())?;
-        Ok((Some(d), Some(db)))
-    }
-}
-
-/// `grad · gelu_new'(x + bias)` in one pass.
-struct BiasGeluNewGrad;
-
-impl CustomOp3 for BiasGeluNewGrad {
-    fn name(&self) -> &'static str {
-        "bias_gelu_new_grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("bias_gelu_new_grad is the CUDA body")
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-        s3: &candle_core::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::gelu_new_grad(s1, l1, Some((s2, l2)), s3, l3)?, l1.shape().clone()))
     }
 }
 

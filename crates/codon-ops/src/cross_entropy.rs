@@ -5,7 +5,7 @@
 //! forward and `aclnnNLLLossBackward` + `aclnnLogSoftmaxBackward` backward.
 use std::sync::Mutex;
 
-use crate::support::{AscendBody, LaunchState};
+use crate::support::{runs_natively, FusedOp, LaunchState};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -23,15 +23,10 @@ pub const IGNORE_INDEX: i64 = -100;
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
     let logits = logits.to_dtype(DType::F32)?;
     let labels = labels.to_dtype(DType::I64)?;
-    if logits.device().is_cpu() || ascend_has_body(&logits) {
+    if runs_natively(FusedOp::CrossEntropy, logits.device(), DType::F32) {
         return logits.contiguous()?.apply_op2(&labels.contiguous()?, CrossEntropy::default());
     }
     reference(&logits, &labels)
-}
-
-/// Whether the part runs [`CrossEntropy`]'s Ascend body for f32 logits.
-fn ascend_has_body(logits: &Tensor) -> bool {
-    crate::support::runs_on_ascend(AscendBody::CrossEntropy, logits.device(), DType::F32)
 }
 
 /// The composed loss: log-softmax, the labelled rows' log-probabilities, their mean.

@@ -15,7 +15,7 @@
 //! whose algorithm is not published: the same distribution, other bits.
 use std::sync::Mutex;
 
-use crate::support::{AscendBody, LaunchState};
+use crate::support::{runs_natively, FusedOp, LaunchState};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -101,13 +101,13 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
         return Ok(x.clone());
     }
     let (seed, offset) = stream.next_draw();
-    if ascend_has_body(x) {
-        return x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() });
+    if !runs_natively(FusedOp::Dropout, x.device(), x.dtype()) {
+        return reference(x, p, seed, offset);
     }
-    if crate::cuda_kernels_take(x) {
-        return x.contiguous()?.apply_op1(PhiloxDropout { p, seed, offset });
+    match x.device() {
+        Device::Cuda(_) => x.contiguous()?.apply_op1(PhiloxDropout { p, seed, offset }),
+        _ => x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() }),
     }
-    reference(x, p, seed, offset)
 }
 
 /// The Philox words that keep an element: w keeps when (w + ½)/2³² < 1 − p (the FLOAT keep
@@ -165,11 +165,6 @@ impl CustomOp1 for PhiloxDropout {
         let again = Self { p: self.p, seed: self.seed, offset: self.offset };
         Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&again)?))
     }
-}
-
-/// Whether the part runs [`Dropout`]'s Ascend body for x's dtype.
-fn ascend_has_body(x: &Tensor) -> bool {
-    crate::support::runs_on_ascend(AscendBody::Dropout, x.device(), x.dtype())
 }
 
 /// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and

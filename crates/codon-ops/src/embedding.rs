@@ -6,13 +6,13 @@
 //! `aclnnEmbeddingDenseBackward` backward on an Ascend part, and on a CUDA GPU candle's
 //! index-select forward and one GEMM backward (the ids' one-hot rows, the padding id's left
 //! empty, times the rows' gradient: candle's index-add loops over every id in each thread).
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 use candle_core::backend::BackendStorage;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::f32_views::{contiguous, f32_vec, store_like};
@@ -29,7 +29,7 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
     let mut dims = ids.dims().to_vec();
     dims.push(dim);
     let flat = ids.flatten_all()?;
-    let rows = if weight.device().is_cpu() || weight.device().is_cuda() || ascend_has_body(weight, &flat) {
+    let rows = if runs_natively(FusedOp::Embedding, weight.device(), weight.dtype()) && ids_fit(weight, &flat) {
         weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx })?
     } else {
         reference(weight, &flat, padding_idx)?
@@ -37,10 +37,10 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
     rows.reshape(dims)
 }
 
-/// Whether the part runs [`Embedding`]'s Ascend body for this table and these ids.
-fn ascend_has_body(weight: &Tensor, ids: &Tensor) -> bool {
-    let ids_ok = matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64);
-    ids_ok && crate::support::runs_on_ascend(AscendBody::Embedding, weight.device(), weight.dtype())
+/// Whether these ids fit the device's body: the Ascend body takes U32, I32 and I64 ids; the
+/// CPU and CUDA bodies every integer dtype.
+fn ids_fit(weight: &Tensor, ids: &Tensor) -> bool {
+    !matches!(weight.device(), Device::Custom(_)) || matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64)
 }
 
 /// The composed lookup of 1-D `ids`: an index_select whose padding rows come from a detached

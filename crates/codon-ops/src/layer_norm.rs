@@ -5,12 +5,12 @@
 //! CUDA GPU this crate's kernels, shaped like the CPU body (one pass forward; the input gradient
 //! in one pass per row, the weight and bias gradients in one reduction); elsewhere the composed
 //! reference. Everything is computed in f32; results take each operand's dtype.
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -33,8 +33,9 @@ pub fn add_layer_norm(
     let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
     let fused_add = same
         && (weight.dtype() == dtype || weight.dtype() == DType::F32)
-        && crate::support::runs_on_ascend(AscendBody::AddLayerNorm, x.device(), dtype)
-        && ascend_has_body(x, weight, bias);
+        && runs_natively(FusedOp::AddLayerNorm, x.device(), dtype)
+        && runs_natively(FusedOp::LayerNorm, x.device(), dtype)
+        && ascend_operands_fit(x, weight, bias);
     if !fused_add {
         return layer_norm(&(x + residual)?, weight, bias, eps);
     }
@@ -103,36 +104,49 @@ impl CustomOp2 for ResidualSum {
 /// [`LayerNorm`] (weight and bias in x's dtype); parts with the operators their Ascend body;
 /// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    let training = [x, weight, bias].iter().any(|t| t.track_op());
-    let same_dtype = weight.dtype() == x.dtype() && bias.dtype() == x.dtype();
-    if x.device().is_cpu() && !training && x.is_contiguous() && same_dtype {
-        return candle_nn::ops::layer_norm(x, weight, bias, eps as f32);
-    }
-    if crate::cuda_kernels_take(x) && x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN {
-        let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
-        return x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32));
-    }
-    if x.device().is_cpu() {
-        return x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32));
-    }
-    if ascend_has_body(x, weight, bias) {
-        let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
-        return x.apply_op3(weight, bias, op);
+    if runs_natively(FusedOp::LayerNorm, x.device(), x.dtype()) {
+        if let Some(y) = native(x, weight, bias, eps)? {
+            return Ok(y);
+        }
     }
     reference(x, weight, bias, eps)
+}
+
+/// The device's own body, where the operands fit it (`None` where they do not).
+fn native(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Option<Tensor>> {
+    let training = [x, weight, bias].iter().any(|t| t.track_op());
+    let y = match x.device() {
+        Device::Cpu => {
+            let same_dtype = weight.dtype() == x.dtype() && bias.dtype() == x.dtype();
+            if !training && x.is_contiguous() && same_dtype {
+                candle_nn::ops::layer_norm(x, weight, bias, eps as f32)?
+            } else {
+                x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32))?
+            }
+        }
+        Device::Cuda(_) if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
+            let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
+            x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32))?
+        }
+        Device::Cuda(_) => return Ok(None),
+        _ if ascend_operands_fit(x, weight, bias) => {
+            let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
+            x.apply_op3(weight, bias, op)?
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(y))
 }
 
 /// The widest rows the CUDA body takes: its weight-gradient kernel keeps two f32 sums per
 /// column in 48 KiB of shared memory beside a 128-byte scratch.
 const CUDA_MAX_HIDDEN: usize = (48 * 1024 - 128) / 8;
 
-/// Whether the part runs [`LayerNorm`]'s Ascend body for these operands: aclnnLayerNorm and
-/// aclnnLayerNormBackward for x's dtype, weight and bias in x's dtype or FLOAT, and one dtype
-/// (ops-nn `aclnn_layer_norm.cpp` CheckInputDtype).
-fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
+/// Whether these operands fit [`LayerNorm`]'s Ascend body: a 1-D weight and bias of one
+/// dtype, x's or FLOAT (ops-nn `aclnn_layer_norm.cpp` CheckInputDtype).
+fn ascend_operands_fit(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
-    let param_ok = weight.dtype() == bias.dtype() && (weight.dtype() == dtype || weight.dtype() == DType::F32);
-    param_ok && weight.rank() == 1 && crate::support::runs_on_ascend(AscendBody::LayerNorm, x.device(), dtype)
+    weight.dtype() == bias.dtype() && (weight.dtype() == dtype || weight.dtype() == DType::F32) && weight.rank() == 1
 }
 
 /// The composed layer norm, in f32 whatever the input dtype; the result takes x's dtype.

@@ -31,8 +31,7 @@ pub use activation::{gelu_new, softmax_last_dim_f32};
 /// Whether `t` is on a CUDA GPU in a dtype this crate's kernels take (f32, bf16, f16): the ops
 /// then run their CUDA bodies; other dtypes on a GPU take the composed paths.
 pub(crate) fn cuda_kernels_take(t: &candle_core::Tensor) -> bool {
-    t.device().is_cuda()
-        && matches!(t.dtype(), candle_core::DType::F32 | candle_core::DType::BF16 | candle_core::DType::F16)
+    t.device().is_cuda() && support::cuda_kernels_take(t.dtype())
 }
 pub use cross_entropy::cross_entropy;
 pub use dropout::{dropout, DropoutStream};

@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -37,19 +37,32 @@ const EPILOGUE_CHUNK: usize = 16 * 1024;
 
 /// `x·Wᵀ + b` for x (…, in), W (out, in) and b (out), on any device (see the module).
 pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
-    let training = [x, weight, bias].iter().any(|t| t.track_op());
-    if x.device().is_cpu() && !training {
-        if let Some(y) = fused_linear(x, weight, Some(bias), None, None)? {
+    if runs_natively(FusedOp::Linear, x.device(), x.dtype()) {
+        if let Some(y) = native(x, weight, bias)? {
             return Ok(y);
         }
     }
-    if x.device().is_cpu() || ascend_has_body(x, weight, bias) {
-        return x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
-    }
-    if crate::cuda_kernels_take(x) {
-        return cuda_linear(x, weight, Some(bias), None);
-    }
     reference(x, weight, bias)
+}
+
+/// The device's own body, where the operands fit it (`None` where they do not): on the CPU the
+/// in-place GEMM for inference, else the [`Linear`] op; on a CUDA GPU cuBLAS and this crate's
+/// bias kernel; on an Ascend part the [`Linear`] op, its operands of one dtype.
+fn native(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Option<Tensor>> {
+    let op = || x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
+    match x.device() {
+        Device::Cpu => {
+            if !needs_grad(&[x, weight, bias]) {
+                if let Some(y) = fused_linear(x, weight, Some(bias), None, None)? {
+                    return Ok(Some(y));
+                }
+            }
+            op().map(Some)
+        }
+        Device::Cuda(_) => cuda_linear(x, weight, Some(bias), None).map(Some),
+        _ if weight.dtype() == x.dtype() && bias.dtype() == x.dtype() => op().map(Some),
+        _ => Ok(None),
+    }
 }
 
 /// A CUDA GPU's linear layer: cuBLAS's `x·Wᵀ`, then the bias (and a residual) added in one
@@ -119,7 +132,7 @@ pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> ca
     }
     if let (true, Some(b)) = (crate::cuda_kernels_take(x), bias) {
         let y = product(x, weight)?;
-        return y.apply_op2(&b.to_dtype(y.dtype())?, crate::activation::BiasGeluNew);
+        return y.apply_op2(&b.to_dtype(y.dtype())?, BiasGeluNew);
     }
     match cpu_linear_op(x, weight, bias, Epilogue::GeluNew)? {
         Some(y) => Ok(y),
@@ -135,6 +148,84 @@ pub fn bias_grad(t: &Tensor) -> candle_core::Result<Tensor> {
         return t.contiguous()?.apply_op1_no_bwd(&ColumnSums);
     }
     t.reshape(((), cols))?.to_dtype(DType::F32)?.sum(0)
+}
+
+/// `gelu_new(x + bias)`, the bias along the last dimension: a linear layer's bias and its
+/// activation in one pass each way on a CUDA GPU (the bias's gradient is the column sums of the
+/// activation's). CUDA body only: other devices add, then apply [`GeluNew`].
+pub struct BiasGeluNew;
+
+impl CustomOp2 for BiasGeluNew {
+    fn name(&self) -> &'static str {
+        "bias_gelu_new"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("bias_gelu_new is the CUDA body; the CPU fuses the bias into its GEMM")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let d = x.apply_op3_no_bwd(bias, &grad.contiguous()?, &BiasGeluNewGrad)?;
+        let db = bias_grad(&d)?.to_dtype(bias.dtype())?;
+        Ok((Some(d), Some(db)))
+    }
+}
+
+/// `grad · gelu_new'(x + bias)` in one pass.
+struct BiasGeluNewGrad;
+
+impl CustomOp3 for BiasGeluNewGrad {
+    fn name(&self) -> &'static str {
+        "bias_gelu_new_grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+        _: &CpuStorage,
+        _: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("bias_gelu_new_grad is the CUDA body")
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        Ok((crate::cuda::gelu_new_grad(s1, l1, Some((s2, l2)), s3, l3)?, l1.shape().clone()))
+    }
 }
 
 /// [`bias_grad`]'s CUDA body.
@@ -290,15 +381,6 @@ fn bias_or_zeros(weight: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<
         Some(b) => Ok(b.clone()),
         None => Tensor::zeros(weight.dim(0)?, weight.dtype(), weight.device()),
     }
-}
-
-/// Whether the part runs [`Linear`]'s Ascend body: its three aclnn operators for the
-/// operands' one dtype.
-fn ascend_has_body(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
-    let dtype = x.dtype();
-    weight.dtype() == dtype
-        && bias.dtype() == dtype
-        && crate::support::runs_on_ascend(AscendBody::Linear, x.device(), dtype)
 }
 
 /// The composed linear layer: a matmul over the flattened rows and a broadcast add.
@@ -485,7 +567,7 @@ impl CustomOp3 for Linear {
         grad: &Tensor,
         acc: &Tensor,
     ) -> candle_core::Result<Option<(Tensor, Option<Tensor>, Option<Tensor>)>> {
-        if !crate::support::runs_on_ascend(AscendBody::LinearGradAccumulate, x.device(), grad.dtype())
+        if !runs_natively(FusedOp::LinearGradAccumulate, x.device(), grad.dtype())
             || acc.dtype() != grad.dtype()
             || w.dtype() != grad.dtype()
         {

@@ -8,7 +8,7 @@
 //! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
 use std::sync::OnceLock;
 
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused::{self, AdamWHyper};
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
@@ -19,7 +19,7 @@ use crate::f32_views::{f32_slice, f32_slice_mut};
 /// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
 /// part's cast): the optimizer then writes a group's parameters in one call.
 pub fn assigns_in_one_launch(src: &Tensor) -> bool {
-    crate::support::runs_on_ascend(AscendBody::Cast, src.device(), src.dtype())
+    runs_natively(FusedOp::Cast, src.device(), src.dtype())
 }
 
 /// `dst ← src` in dst's dtype, into dst's own storage (parameters and the optimizer's views of
@@ -72,7 +72,8 @@ impl AdamWStep {
         let step_size = self.lr / (1.0 - beta1.powi(self.t));
         let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
         let decay = 1.0 - self.lr * self.weight_decay;
-        if theta.device().is_cpu() || (theta.device().is_cuda() && theta.dtype() == DType::F32) {
+        let native = runs_natively(FusedOp::AdamW, theta.device(), theta.dtype());
+        if native && (theta.device().is_cpu() || theta.device().is_cuda()) {
             let g = g.contiguous()?;
             m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
             v.inplace_op2(&g, &MomentUpdate { beta: beta2, squared: true })?;
@@ -80,7 +81,7 @@ impl AdamWStep {
             return Ok(None);
         }
         #[cfg(feature = "ascend")]
-        if crate::support::runs_on_ascend(AscendBody::AdamW, theta.device(), DType::F32) {
+        if native {
             let step = match self.device_step.get() {
                 Some(s) => s,
                 None => {

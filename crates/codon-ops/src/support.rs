@@ -1,44 +1,49 @@
-//! Which fused ops an Ascend part runs natively: one table from each fused body to the aclnn
-//! operators it launches, read against the part's support table (`candle_ascend::soc`). Every
-//! op asks here before taking its Ascend body; without the `ascend` feature no device has one,
-//! and the ops take their composed references there.
+//! Which body runs each fused op, on each device, in each dtype: one table. [`body`] answers
+//! native (the op's own body for that device: a CPU kernel, this crate's CUDA kernel, the
+//! Ascend fused operators), composed (the op's reference, from candle's tensor ops) or refused
+//! (the device has no such dtype). Every op asks here before taking a native body; what remains
+//! in the op is whether its operands fit that body (shapes, the dtypes of its other operands).
+//!
+//! The Ascend answers come from the part's support table (`candle_ascend::soc`, every operator a
+//! body launches must run in the dtype); without the `ascend` feature no device has an Ascend
+//! body, and the ops take their composed references there.
 use candle_core::{DType, Device};
 
-/// A fused op's Ascend body, named by what it computes (forward and backward together, unless
-/// the name says otherwise).
+/// A fused op, as the table names it (forward and backward together, unless the name says
+/// otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AscendBody {
+pub enum FusedOp {
     /// Softmax over the last dimension and its gradient.
     Softmax,
     /// Softmax's gradient alone, given the softmax output.
     SoftmaxGrad,
     /// GELU (tanh form) and its gradient.
     Gelu,
-    /// LayerNorm, keeping the row statistics, and its gradient.
+    /// LayerNorm and its gradient.
     LayerNorm,
     /// The residual add fused with the LayerNorm that follows it.
     AddLayerNorm,
-    /// The linear layer: one matmul-plus-bias forward, batched matmuls and a sum backward.
+    /// The linear layer and its gradients.
     Linear,
-    /// A weight gradient added into an accumulator in one matmul launch.
+    /// A linear layer's input gradient added into an accumulator in the product's own launch.
     LinearGradAccumulate,
     /// Log-softmax with NLL loss, and their gradients.
     CrossEntropy,
-    /// The embedding lookup and its dense gradient.
+    /// The embedding lookup and its gradient.
     Embedding,
-    /// Dropout by generated mask, and the mask applied again backward.
+    /// Dropout by generated mask, and its gradient.
     Dropout,
-    /// Fused attention (scores never in memory) and its gradient.
-    FlashAttention,
+    /// Attention in one body (on Ascend parts flash attention: scores never in memory).
+    Attention,
     /// The AdamW update in place.
     AdamW,
     /// A cast written straight into a destination buffer.
     Cast,
 }
 
-impl AscendBody {
-    /// Every body, in declaration order.
-    pub const ALL: [AscendBody; 13] = [
+impl FusedOp {
+    /// Every op, in declaration order.
+    pub const ALL: [FusedOp; 13] = [
         Self::Softmax,
         Self::SoftmaxGrad,
         Self::Gelu,
@@ -49,51 +54,148 @@ impl AscendBody {
         Self::CrossEntropy,
         Self::Embedding,
         Self::Dropout,
-        Self::FlashAttention,
+        Self::Attention,
         Self::AdamW,
         Self::Cast,
     ];
+
+    /// The op's name in tables and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Softmax => "softmax",
+            Self::SoftmaxGrad => "softmax_grad",
+            Self::Gelu => "gelu",
+            Self::LayerNorm => "layer_norm",
+            Self::AddLayerNorm => "add_layer_norm",
+            Self::Linear => "linear",
+            Self::LinearGradAccumulate => "linear_grad_accumulate",
+            Self::CrossEntropy => "cross_entropy",
+            Self::Embedding => "embedding",
+            Self::Dropout => "dropout",
+            Self::Attention => "attention",
+            Self::AdamW => "adamw",
+            Self::Cast => "cast",
+        }
+    }
 }
 
-/// Whether `device` is an Ascend part (or its emulator) whose support table has every operator
-/// of `body` in `dtype`. False on every other device, and everywhere without the `ascend`
-/// feature.
-pub fn runs_on_ascend(body: AscendBody, device: &Device, dtype: DType) -> bool {
+/// Which body runs an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Body {
+    /// The op's own body for the device.
+    Native,
+    /// The op's composed reference, from candle's tensor ops.
+    Composed,
+    /// Nothing: the device has no such dtype.
+    Refused,
+}
+
+impl Body {
+    /// The answer's name in tables and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Composed => "composed",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// Which body runs `op` on `device` in `dtype`.
+pub fn body(op: FusedOp, device: &Device, dtype: DType) -> Body {
+    match device {
+        Device::Cpu => cpu_body(op),
+        Device::Cuda(_) => cuda_body(op, dtype),
+        _ => ascend_body(op, device, dtype),
+    }
+}
+
+/// Whether `op` runs its own body (not the composed reference) on `device` in `dtype`.
+pub fn runs_natively(op: FusedOp, device: &Device, dtype: DType) -> bool {
+    body(op, device, dtype) == Body::Native
+}
+
+/// The CPU: the ops' kernels, whatever the dtype (they compute in f32); the rest composed.
+fn cpu_body(op: FusedOp) -> Body {
+    use FusedOp as F;
+    match op {
+        F::Softmax
+        | F::SoftmaxGrad
+        | F::Gelu
+        | F::LayerNorm
+        | F::Linear
+        | F::CrossEntropy
+        | F::Embedding
+        | F::Attention
+        | F::AdamW => Body::Native,
+        F::AddLayerNorm | F::LinearGradAccumulate | F::Dropout | F::Cast => Body::Composed,
+    }
+}
+
+/// Whether this crate's CUDA kernels (`kernels/codon_ops.cu`) take `dtype`.
+pub fn cuda_kernels_take(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
+}
+
+/// A CUDA GPU: this crate's kernels in the dtypes they take, the embedding's in every dtype,
+/// AdamW's in f32; the rest composed (attention: cuBLAS products around the fused softmax).
+fn cuda_body(op: FusedOp, dtype: DType) -> Body {
+    use FusedOp as F;
+    let kernels_take = cuda_kernels_take(dtype);
+    let native = match op {
+        F::Embedding => true,
+        F::AdamW => dtype == DType::F32,
+        F::Softmax | F::SoftmaxGrad | F::Gelu | F::LayerNorm | F::Linear | F::Dropout => kernels_take,
+        F::AddLayerNorm | F::LinearGradAccumulate | F::CrossEntropy | F::Attention | F::Cast => false,
+    };
+    if native {
+        Body::Native
+    } else {
+        Body::Composed
+    }
+}
+
+/// An Ascend part (or its emulator): native where the part's table runs every operator of the
+/// op's body in `dtype`; refused in a dtype the part lacks (BF16 on the Atlas training series);
+/// composed elsewhere, and on every other device.
+fn ascend_body(op: FusedOp, device: &Device, dtype: DType) -> Body {
     #[cfg(feature = "ascend")]
-    {
-        ascend::operators(body).iter().all(|&op| ascend::runs(device, op, dtype))
+    if let Some(part) = candle_ascend::ascend_device(device) {
+        if dtype == DType::BF16 && !part.soc().has_bf16() {
+            return Body::Refused;
+        }
+        if ascend::operators(op).iter().all(|&aclnn| ascend::runs(device, aclnn, dtype)) {
+            return Body::Native;
+        }
     }
-    #[cfg(not(feature = "ascend"))]
-    {
-        let _ = (body, device, dtype);
-        false
-    }
+    let _ = (op, device, dtype);
+    Body::Composed
 }
 
-/// The aclnn operators behind each body, as `candle_ascend::soc` names them.
+/// The aclnn operators behind each op's Ascend body, as `candle_ascend::soc` names them.
 #[cfg(feature = "ascend")]
 pub mod ascend {
-    use super::AscendBody;
+    use super::FusedOp;
     use candle_ascend::soc::AclnnOp;
     use candle_core::{DType, Device};
 
-    /// The operators `body` launches; the part must run each of them in the op's dtype.
-    pub fn operators(body: AscendBody) -> &'static [AclnnOp] {
+    /// The operators `op`'s Ascend body launches; the part must run each of them in the op's dtype.
+    pub fn operators(op: FusedOp) -> &'static [AclnnOp] {
         use AclnnOp as A;
-        match body {
-            AscendBody::Softmax => &[A::Softmax, A::SoftmaxBackward],
-            AscendBody::SoftmaxGrad => &[A::SoftmaxBackward],
-            AscendBody::Gelu => &[A::GeluV2, A::GeluBackwardV2],
-            AscendBody::LayerNorm => &[A::LayerNorm, A::LayerNormBackward],
-            AscendBody::AddLayerNorm => &[A::AddLayerNorm],
-            AscendBody::Linear => &[A::Addmm, A::BatchMatMul, A::ReduceSum],
-            AscendBody::LinearGradAccumulate => &[A::Addmm],
-            AscendBody::CrossEntropy => &[A::LogSoftmax, A::NLLLoss, A::NLLLossBackward, A::LogSoftmaxBackward],
-            AscendBody::Embedding => &[A::Embedding, A::EmbeddingDenseBackward],
-            AscendBody::Dropout => &[A::DropoutGenMaskV2, A::DropoutDoMask],
-            AscendBody::FlashAttention => &[A::FlashAttentionScore, A::FlashAttentionScoreGrad],
-            AscendBody::AdamW => &[A::ApplyAdamWV2],
-            AscendBody::Cast => &[A::Cast],
+        match op {
+            FusedOp::Softmax => &[A::Softmax, A::SoftmaxBackward],
+            FusedOp::SoftmaxGrad => &[A::SoftmaxBackward],
+            FusedOp::Gelu => &[A::GeluV2, A::GeluBackwardV2],
+            FusedOp::LayerNorm => &[A::LayerNorm, A::LayerNormBackward],
+            FusedOp::AddLayerNorm => &[A::AddLayerNorm],
+            FusedOp::Linear => &[A::Addmm, A::BatchMatMul, A::ReduceSum],
+            FusedOp::LinearGradAccumulate => &[A::Addmm],
+            FusedOp::CrossEntropy => &[A::LogSoftmax, A::NLLLoss, A::NLLLossBackward, A::LogSoftmaxBackward],
+            FusedOp::Embedding => &[A::Embedding, A::EmbeddingDenseBackward],
+            FusedOp::Dropout => &[A::DropoutGenMaskV2, A::DropoutDoMask],
+            FusedOp::Attention => &[A::FlashAttentionScore, A::FlashAttentionScoreGrad],
+            FusedOp::AdamW => &[A::ApplyAdamWV2],
+            FusedOp::Cast => &[A::Cast],
         }
     }
 
@@ -104,6 +206,31 @@ pub mod ascend {
             _ => false,
         }
     }
+}
+
+/// The table for `devices` (name and device) in `dtypes`: a row per op, a column per device and
+/// dtype, for `codon npu env` and the self-test.
+pub fn table(devices: &[(&str, &Device)], dtypes: &[DType]) -> String {
+    let mut header = vec!["op".to_string()];
+    for (name, _) in devices {
+        header.extend(dtypes.iter().map(|d| format!("{name} {}", d.as_str())));
+    }
+    let mut rows = vec![header];
+    for op in FusedOp::ALL {
+        let mut row = vec![op.name().to_string()];
+        for (_, device) in devices {
+            row.extend(dtypes.iter().map(|&d| body(op, device, d).name().to_string()));
+        }
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// What a backend launch keeps for a later launch (row statistics, a dropout mask), opaque to
@@ -135,5 +262,42 @@ impl LaunchState {
             .downcast::<T>()
             .map_err(|_| candle_core::Error::msg(format!("{op}: the kept state is another launch's")))?;
         std::sync::Arc::try_unwrap(kept).map_err(|_| candle_core::Error::msg(format!("{op}: the kept state is shared")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU and CUDA columns, written out by hand from the ops' bodies: an op whose body moves
+    /// changes a row here.
+    #[test]
+    fn the_cpu_and_cuda_rows_name_the_bodies_the_ops_have() {
+        use FusedOp as F;
+        let native = |op| cpu_body(op) == Body::Native;
+        let cpu_native: Vec<FusedOp> = FusedOp::ALL.into_iter().filter(|&op| native(op)).collect();
+        assert_eq!(
+            cpu_native,
+            [
+                F::Softmax,
+                F::SoftmaxGrad,
+                F::Gelu,
+                F::LayerNorm,
+                F::Linear,
+                F::CrossEntropy,
+                F::Embedding,
+                F::Attention,
+                F::AdamW
+            ]
+        );
+        let cuda = |dtype| -> Vec<FusedOp> {
+            FusedOp::ALL.into_iter().filter(|&op| cuda_body(op, dtype) == Body::Native).collect()
+        };
+        let kernels = [F::Softmax, F::SoftmaxGrad, F::Gelu, F::LayerNorm, F::Linear, F::Embedding, F::Dropout];
+        assert_eq!(cuda(DType::F32), [&kernels[..], &[F::AdamW]].concat());
+        assert_eq!(cuda(DType::BF16), kernels);
+        assert_eq!(cuda(DType::F16), kernels);
+        assert_eq!(cuda(DType::F64), [F::Embedding]);
+        assert!(FusedOp::ALL.into_iter().all(|op| body(op, &Device::Cpu, DType::BF16) != Body::Refused));
     }
 }

@@ -121,7 +121,21 @@ fn env(spec: &DeviceSpec) -> anyhow::Result<()> {
             outln!("  {:<14} {}", op.to_string(), cells.join(" / "));
         }
     }
+    outln!("fused ops (codon-ops): which body runs each, here and on the CPU:");
+    for line in fused_op_table(&device).lines() {
+        outln!("  {line}");
+    }
     Ok(())
+}
+
+/// codon-ops' support table for the CPU and `device`, in f32, f16 and bf16.
+fn fused_op_table(device: &candle_core::Device) -> String {
+    use candle_core::DType;
+    let name = ascend::ascend_device(device).map_or_else(|| "device".to_string(), |d| d.name().to_string());
+    codon_ops::support::table(
+        &[("cpu", &candle_core::Device::Cpu), (&name, device)],
+        &[DType::F32, DType::F16, DType::BF16],
+    )
 }
 
 /// `--check-toolkit`: what the toolkit at `root` (or the first one found) lacks.
@@ -228,6 +242,10 @@ fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyh
     let report = crate::selftest::run(device)?;
     for line in crate::selftest::table(&report) {
         outln!("{line}");
+    }
+    outln!("fused ops: which body ran each case above");
+    for line in fused_op_table(device).lines() {
+        outln!("  {line}");
     }
     let json = serde_json::to_vec_pretty(&report)?;
     codon_data::write_atomically(report_path, |w| w.write_all(&json))?;

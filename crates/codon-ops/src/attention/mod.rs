@@ -11,7 +11,7 @@ pub mod cpu_inference;
 pub mod cpu_training;
 pub mod flash;
 
-use crate::support::AscendBody;
+use crate::support::{runs_natively, FusedOp};
 use candle_core::{DType, Tensor, D};
 
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
@@ -24,9 +24,10 @@ use cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 /// Query rows per block when full attention trains on the CPU.
 const FULL_QUERY_BLOCK: usize = 64;
 
-/// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype.
+/// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype (the CPU's native
+/// attention is its own kernels, below).
 pub fn fused_attention_runs(q: &Tensor) -> bool {
-    crate::support::runs_on_ascend(AscendBody::FlashAttention, q.device(), q.dtype())
+    matches!(q.device(), candle_core::Device::Custom(_)) && runs_natively(FusedOp::Attention, q.device(), q.dtype())
 }
 
 /// Full attention over q, k, v of shape (b, n, heads·d), with an additive key mask
