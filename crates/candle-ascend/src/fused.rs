@@ -553,12 +553,38 @@ fn output_like(like: &AscendStorage, shape: &Shape) -> candle_core::Result<(Asce
     Ok((out, view))
 }
 
-/// The Ascend body of a softmax over the last dimension (`aclnnSoftmax`).
-pub fn softmax_last_dim(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+/// The Ascend body of an element-wise op of one operand: a fresh output shaped and typed as `x`,
+/// written by one `launch` (device, x's view, the output's view).
+fn unary_body(
+    x: &dyn DynBackendStorage,
+    xl: &Layout,
+    launch: impl FnOnce(&Arc<DeviceInner>, &View, &View) -> crate::error::Result<()>,
+) -> candle_core::Result<(BoxStorage, Shape)> {
     let xs = ascend_storage(x)?;
     let (out, ov) = output_like(xs, xl.shape())?;
-    crate::ops::activation::softmax(xs.dev(), &xs.view(xl)?, -1, &ov)?;
+    launch(xs.dev(), &xs.view(xl)?, &ov)?;
     Ok((Box::new(out), xl.shape().clone()))
+}
+
+/// The Ascend body of a gradient from what the forward pass saved (`saved`: its input or its
+/// output) and the incoming gradient `g`: a fresh output shaped and typed as `g`, written by one
+/// `launch` (device, g's view, saved's view, the output's view).
+fn grad_body(
+    saved: &dyn DynBackendStorage,
+    sl: &Layout,
+    g: &dyn DynBackendStorage,
+    gl: &Layout,
+    launch: impl FnOnce(&Arc<DeviceInner>, &View, &View, &View) -> crate::error::Result<()>,
+) -> candle_core::Result<(BoxStorage, Shape)> {
+    let (ss, gs) = (ascend_storage(saved)?, ascend_storage(g)?);
+    let (out, ov) = output_like(gs, gl.shape())?;
+    launch(gs.dev(), &gs.view(gl)?, &ss.view(sl)?, &ov)?;
+    Ok((Box::new(out), gl.shape().clone()))
+}
+
+/// The Ascend body of a softmax over the last dimension (`aclnnSoftmax`).
+pub fn softmax_last_dim(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+    unary_body(x, xl, |dev, x, out| crate::ops::activation::softmax(dev, x, -1, out))
 }
 
 /// The Ascend body of the softmax gradient from its output `y` and the incoming gradient `g`
@@ -569,18 +595,12 @@ pub fn softmax_last_dim_grad(
     g: &dyn DynBackendStorage,
     gl: &Layout,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
-    let (ys, gs) = (ascend_storage(y)?, ascend_storage(g)?);
-    let (out, ov) = output_like(gs, gl.shape())?;
-    crate::ops::activation::softmax_backward(gs.dev(), &gs.view(gl)?, &ys.view(yl)?, -1, &ov)?;
-    Ok((Box::new(out), gl.shape().clone()))
+    grad_body(y, yl, g, gl, |dev, g, y, out| crate::ops::activation::softmax_backward(dev, g, y, -1, out))
 }
 
 /// The Ascend body of GELU's tanh approximation (`aclnnGeluV2`, approximate = 1).
 pub fn gelu_tanh(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
-    let xs = ascend_storage(x)?;
-    let (out, ov) = output_like(xs, xl.shape())?;
-    crate::ops::elementwise::gelu(xs.dev(), true, &xs.view(xl)?, &ov)?;
-    Ok((Box::new(out), xl.shape().clone()))
+    unary_body(x, xl, |dev, x, out| crate::ops::elementwise::gelu(dev, true, x, out))
 }
 
 /// The Ascend body of its gradient from the input `x` and the incoming gradient `g`
@@ -591,10 +611,7 @@ pub fn gelu_tanh_grad(
     g: &dyn DynBackendStorage,
     gl: &Layout,
 ) -> candle_core::Result<(BoxStorage, Shape)> {
-    let (xs, gs) = (ascend_storage(x)?, ascend_storage(g)?);
-    let (out, ov) = output_like(gs, gl.shape())?;
-    crate::ops::activation::gelu_tanh_backward(gs.dev(), &gs.view(gl)?, &xs.view(xl)?, &ov)?;
-    Ok((Box::new(out), gl.shape().clone()))
+    grad_body(x, xl, g, gl, crate::ops::activation::gelu_tanh_backward)
 }
 
 /// A contiguous copy of `t` (any layout) in a fresh storage: the output of an op whose value

@@ -27,6 +27,21 @@ macro_rules! function {
     }};
 }
 
+/// A fresh output of `$n` elements of `$t`, written by kernel `$func` launched over `$cfg` with
+/// `$args` and then the output, wrapped as a storage: the allocate/build/launch/wrap of every
+/// launch that makes one output. Unsafe: expand it inside `unsafe`, whose SAFETY comment says
+/// why the arguments match the kernel's signature and why the kernel writes every element.
+macro_rules! launch_into_fresh {
+    ($dev:expr, $func:expr, $cfg:expr, $t:ty, $n:expr; $($arg:expr),+ $(,)?) => {{
+        let out = $dev.alloc::<$t>($n)?;
+        let mut builder = $func.builder();
+        $( builder.arg($arg); )+
+        builder.arg(&out);
+        builder.launch($cfg).w()?;
+        CudaStorage::wrap_cuda_slice(out, $dev.clone())
+    }};
+}
+
 fn elementwise_config(n: usize) -> LaunchConfig {
     let blocks = (n as u64).div_ceil(256).clamp(1, MAX_BLOCKS) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
@@ -304,15 +319,12 @@ pub fn gather_blocks(
         // above); the kernel copies them without reading their values.
         let sv = unsafe { sv.transmute::<u128>((end - start) * size / 16) }
             .ok_or_else(|| candle_core::Error::msg("gather_blocks: the source is shorter than its layout"))?;
-        // SAFETY: every element is written by the kernel.
-        let out = unsafe { dev.alloc::<T>(sequences * out_blocks * block_elems)? };
-        let mut b = func.builder();
-        b.arg(&vecs).arg(&src32).arg(&out32).arg(&iv).arg(&sv).arg(&out);
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match the kernel's signature; every index is below src_blocks (the
-        // caller's table is checked when the op is built).
-        unsafe { b.launch(cfg) }.w()?;
-        CudaStorage::wrap_cuda_slice(out, dev.clone())
+        // SAFETY: the arguments match the kernel's signature, and it writes every output block;
+        // every index is below src_blocks (the caller's table is checked when the op is built).
+        unsafe {
+            launch_into_fresh!(dev, func, cfg, T, sequences * out_blocks * block_elems; &vecs, &src32, &out32, &iv, &sv)
+        }
     });
     Ok(Some(out))
 }
@@ -355,15 +367,10 @@ pub fn scatter_add_blocks(
     let (ov, sv) = (view::<u32>(offsets, ol, "scatter_add_blocks")?, view::<u32>(sources, srcl, "scatter_add_blocks")?);
     with_float_type!(base.dtype(), "scatter_add_blocks", T => {
         let (bv, gv) = (view::<T>(base, bl, "scatter_add_blocks")?, view::<T>(gathered, gl, "scatter_add_blocks")?);
-        // SAFETY: every element is written by the kernel.
-        let out = unsafe { dev.alloc::<T>(n)? };
-        let mut b = func.builder();
-        b.arg(&elems32).arg(&blocks32).arg(&gathered32).arg(&ov).arg(&sv).arg(&bv).arg(&gv).arg(&out);
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match the kernel's signature; the offsets and sources come from a
-        // checked inverse of the gather table.
-        unsafe { b.launch(cfg) }.w()?;
-        Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+        // SAFETY: the arguments match the kernel's signature, and it writes every element; the
+        // offsets and sources come from a checked inverse of the gather table.
+        Ok(unsafe { launch_into_fresh!(dev, func, cfg, T, n; &elems32, &blocks32, &gathered32, &ov, &sv, &bv, &gv) })
     })
 }
 
@@ -454,13 +461,9 @@ pub fn softmax_grad(y: &CudaStorage, yl: &Layout, g: &CudaStorage, gl: &Layout, 
     let cols32 = u32::try_from(cols).w_msg("softmax_grad")?;
     with_float_type!(y.dtype(), "softmax_grad", T => {
         let (yv, gv) = (view::<T>(y, yl, "softmax_grad")?, view::<T>(g, gl, "softmax_grad")?);
-        // SAFETY: every element is written by the kernel.
-        let dx = unsafe { dev.alloc::<T>(n)? };
-        let mut b = func.builder();
-        b.arg(&cols32).arg(&yv).arg(&gv).arg(&scale).arg(&dx);
-        // SAFETY: the arguments match the kernel's signature.
-        unsafe { b.launch(rows_config(n / cols)?) }.w()?;
-        Ok(CudaStorage::wrap_cuda_slice(dx, dev.clone()))
+        let cfg = rows_config(n / cols)?;
+        // SAFETY: the arguments match the kernel's signature, and it writes every element.
+        Ok(unsafe { launch_into_fresh!(dev, func, cfg, T, n; &cols32, &yv, &gv, &scale) })
     })
 }
 
@@ -486,13 +489,9 @@ pub fn layer_norm(
     let cols32 = u32::try_from(cols).w_msg("layer_norm")?;
     with_float_type!(x.dtype(), "layer_norm", T => {
         let (xv, wv, bv) = (view::<T>(x, xl, "layer_norm")?, view::<T>(w, wl, "layer_norm")?, view::<T>(b, bl, "layer_norm")?);
-        // SAFETY: every element is written by the kernel.
-        let y = unsafe { dev.alloc::<T>(n)? };
-        let mut launch = func.builder();
-        launch.arg(&cols32).arg(&xv).arg(&wv).arg(&bv).arg(&eps).arg(&y);
-        // SAFETY: the arguments match the kernel's signature.
-        unsafe { launch.launch(rows_config(n / cols)?) }.w()?;
-        Ok(CudaStorage::wrap_cuda_slice(y, dev.clone()))
+        let cfg = rows_config(n / cols)?;
+        // SAFETY: the arguments match the kernel's signature, and it writes every element.
+        Ok(unsafe { launch_into_fresh!(dev, func, cfg, T, n; &cols32, &xv, &wv, &bv, &eps) })
     })
 }
 
@@ -519,13 +518,9 @@ pub fn layer_norm_input_grad(
     let cols32 = u32::try_from(cols).w_msg("layer_norm_input_grad")?;
     with_float_type!(x.dtype(), "layer_norm_input_grad", T => {
         let (xv, wv, gv) = (view::<T>(x, xl, "layer_norm_input_grad")?, view::<T>(w, wl, "layer_norm_input_grad")?, view::<T>(dy, dyl, "layer_norm_input_grad")?);
-        // SAFETY: every element is written by the kernel.
-        let dx = unsafe { dev.alloc::<T>(n)? };
-        let mut launch = func.builder();
-        launch.arg(&cols32).arg(&xv).arg(&wv).arg(&gv).arg(&eps).arg(&dx);
-        // SAFETY: the arguments match the kernel's signature.
-        unsafe { launch.launch(rows_config(n / cols)?) }.w()?;
-        Ok(CudaStorage::wrap_cuda_slice(dx, dev.clone()))
+        let cfg = rows_config(n / cols)?;
+        // SAFETY: the arguments match the kernel's signature, and it writes every element.
+        Ok(unsafe { launch_into_fresh!(dev, func, cfg, T, n; &cols32, &xv, &wv, &gv, &eps) })
     })
 }
 
