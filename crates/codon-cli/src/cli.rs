@@ -196,6 +196,17 @@ pub struct InputArg {
     pub path: std::path::PathBuf,
 }
 
+/// `--input` and `--output` of a command that turns one file into another.
+#[derive(clap::Args, Debug)]
+pub struct FileArgs {
+    /// The file read.
+    #[command(flatten)]
+    pub input: InputArg,
+    /// The file written.
+    #[command(flatten)]
+    pub output: OutputArg,
+}
+
 /// `--output`, the file or folder a command writes, as every such command reads it; the
 /// command's description says what it holds. A command whose output is optional flattens an
 /// `Option<OutputArg<false>>`.

@@ -7,7 +7,7 @@
 //! A `.safetensors` output holds the first batch as `score --inputs` reads it: `input_ids`,
 //! `attention_mask`, `token_type_ids` and `labels`, i64 (batch, length).
 
-use crate::cli::{InputArg, OutputArg, SeedArg};
+use crate::cli::{FileArgs, SeedArg};
 use std::io::Write;
 
 use crate::{errln, outln};
@@ -20,14 +20,12 @@ use serde_json::json;
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    input: InputArg,
+    files: FileArgs,
     /// Records per batch.
     #[arg(long = "batch_size", alias = "batch-size")]
     batch_size: usize,
     #[command(flatten)]
     seed: SeedArg<123>,
-    #[command(flatten)]
-    output: OutputArg,
     /// Shuffle within a buffer of this many records (0: file order).
     #[arg(long, alias = "shuffle_buffer", default_value_t = 0)]
     shuffle_buffer: usize,
@@ -70,10 +68,10 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input.path], &[&args.output.path])?;
-    codon_model::files::check_output_location(&args.output.path)?;
+    codon_model::files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
+    codon_model::files::check_output_location(&args.files.output.path)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
-    let dataset = JsonlDataset::open(&args.input.path, policy)?;
+    let dataset = JsonlDataset::open(&args.files.input.path, policy)?;
     if dataset.malformed_lines() > 0 {
         errln!("skipped {} malformed lines", dataset.malformed_lines());
     }
@@ -86,20 +84,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new()?), config)?;
-    if args.output.path.extension().is_some_and(|e| e == "safetensors") {
-        let batch =
-            loader.epoch(0).next().ok_or_else(|| anyhow::anyhow!("{}: no batch", args.input.path.display()))??;
-        codon_model::files::write_safetensors(&score_inputs(&batch)?, &args.output.path)?;
+    if args.files.output.path.extension().is_some_and(|e| e == "safetensors") {
+        let batch = loader
+            .epoch(0)
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("{}: no batch", args.files.input.path.display()))??;
+        codon_model::files::write_safetensors(&score_inputs(&batch)?, &args.files.output.path)?;
         outln!(
             "wrote the first batch ({} x {}) to {}",
             batch.encoding.batch_size,
             batch.encoding.seq_len,
-            args.output.path.display()
+            args.files.output.path.display()
         );
         return Ok(());
     }
     let mut batches = 0;
-    write_atomically(&args.output.path, |out| {
+    write_atomically(&args.files.output.path, |out| {
         for batch in loader.epoch(0) {
             let batch = batch.map_err(std::io::Error::other)?;
             writeln!(out, "{}", batch_json(&batch))?;
@@ -108,10 +108,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Ok(())
     })?;
     crate::reportln!(
-        &args.output.path,
+        &args.files.output.path,
         "wrote {batches} batches of up to {} records to {}",
         args.batch_size,
-        args.output.path.display()
+        args.files.output.path.display()
     );
     Ok(())
 }

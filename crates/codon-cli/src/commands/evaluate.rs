@@ -10,7 +10,7 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
-use crate::cli::{InputArg, OutputArg};
+use crate::cli::FileArgs;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,11 +29,9 @@ use rayon::prelude::*;
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    input: InputArg,
+    files: FileArgs,
     #[command(flatten)]
     reference: ReferenceArgs,
-    #[command(flatten)]
-    output: OutputArg,
     /// %MinMax window, in codons.
     #[arg(long, default_value_t = DEFAULT_MINMAX_WINDOW, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     window: usize,
@@ -65,14 +63,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !(args.cfd_threshold.is_finite() && args.cfd_threshold >= 0.0) {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
-    let inputs: Vec<&Path> = std::iter::once(args.input.path.as_path()).chain(args.reference.paths()).collect();
-    codon_model::files::refuse_overwriting(&inputs, &[&args.output.path])?;
+    let inputs: Vec<&Path> = std::iter::once(args.files.input.path.as_path()).chain(args.reference.paths()).collect();
+    codon_model::files::refuse_overwriting(&inputs, &[&args.files.output.path])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
-    codon_model::files::check_output_location(&args.output.path)?;
-    let table = CsvTable::read_any(&args.input.path, "dna", None, false)?;
+    codon_model::files::check_output_location(&args.files.output.path)?;
+    let table = CsvTable::read_any(&args.files.input.path, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
         None => table.first_column(&["dna", "predicted_dna"])?,
@@ -130,24 +128,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             errln!("{}: {e}", table.location(i));
         }
     }
-    write_output(&args.output.path, &table, reference_col.is_some(), &results)?;
+    write_output(&args.files.output.path, &table, reference_col.is_some(), &results)?;
     print_summary(&rows, &results, reference_col.is_some());
     if let Some(dir) = &args.plot {
         let written = write_plots(dir, &rows, &results, &references, &by_organism, &options)?;
         outln!("plots: {written} SVG files in {}", dir.display());
     }
     crate::reportln!(
-        &args.output.path,
+        &args.files.output.path,
         "evaluated {} of {} rows; wrote {}",
         results.len() - failed,
         results.len(),
-        args.output.path.display()
+        args.files.output.path.display()
     );
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} rows could not be evaluated (their errors are in the error column of {}; --allow-failures exits 0)",
             results.len(),
-            args.output.path.display()
+            args.files.output.path.display()
         );
     }
     Ok(())

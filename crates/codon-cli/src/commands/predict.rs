@@ -307,19 +307,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         !args.per_codon || format == OutputFormat::Jsonl,
         "--per-codon writes each position's codon probabilities into a .jsonl --output"
     );
-    // `protein` is prepare_data's name for the column.
-    let (protein_col, organism_col) =
-        (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
-    let dna_col = table.optional_column("dna");
-    let items: Vec<ProteinInput> = table
-        .rows
-        .iter()
-        .map(|r| ProteinInput {
-            protein: r.get(protein_col).unwrap_or("").to_string(),
-            organism: OrganismRef::parse(r.get(organism_col).unwrap_or("")),
-            known_dna: dna_col.and_then(|c| r.get(c)).filter(|d| !d.trim().is_empty()).map(str::to_string),
-        })
-        .collect();
+    let items = table.protein_inputs()?;
     let mut progress = Progress::new(items.len(), "predicted");
     let results = predict(&items, &mut |n| progress.advance(n))?;
     progress.finish();

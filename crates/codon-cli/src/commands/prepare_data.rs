@@ -5,7 +5,7 @@
 //! codon prepare-data --input genes.fasta --output train.jsonl --organism "Homo sapiens"
 //! ```
 
-use crate::cli::{InputArg, OutputArg};
+use crate::cli::FileArgs;
 
 use crate::outln;
 use anyhow::Context;
@@ -16,9 +16,7 @@ use codon_data::{prepare, PrepareOptions};
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    input: InputArg,
-    #[command(flatten)]
-    output: OutputArg,
+    files: FileArgs,
     /// Organism name or id for records that name none.
     #[arg(long)]
     organism: Option<String>,
@@ -48,14 +46,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seed: args.protein.seed.value,
     };
     // Its errors name the file at fault: the input, or the output.
-    let report = prepare(&args.input.path, &args.output.path, &options)?;
+    let report = prepare(&args.files.input.path, &args.files.output.path, &options)?;
     outln!("{report}");
-    crate::reportln!(&args.output.path, "wrote {}", args.output.path.display());
+    crate::reportln!(&args.files.output.path, "wrote {}", args.files.output.path.display());
     if report.written == 0 {
         anyhow::bail!(
             "no records written: all {} records of {} were dropped (reasons above)",
             report.read,
-            args.input.path.display()
+            args.files.input.path.display()
         );
     }
     Ok(())

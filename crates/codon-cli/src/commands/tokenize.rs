@@ -9,7 +9,7 @@
 //! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
-use crate::cli::{InputArg, OutputArg};
+use crate::cli::FileArgs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
@@ -25,9 +25,7 @@ use serde_json::json;
 #[derive(Parser)]
 pub struct Args {
     #[command(flatten)]
-    input: InputArg,
-    #[command(flatten)]
-    output: OutputArg,
+    files: FileArgs,
     /// Use this tokenizer.json instead of the built-in tokenizer.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -47,25 +45,25 @@ struct Input {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.input.path], &[&args.output.path])?;
-    codon_model::files::check_output_location(&args.output.path)?;
+    codon_model::files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
+    codon_model::files::check_output_location(&args.files.output.path)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,
     };
     let config = args.protein.config();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.protein.seed.value);
-    let file =
-        std::fs::File::open(&args.input.path).with_context(|| format!("opening {}", args.input.path.display()))?;
+    let file = std::fs::File::open(&args.files.input.path)
+        .with_context(|| format!("opening {}", args.files.input.path.display()))?;
     let (mut ok, mut failed) = (0usize, 0usize);
     // A read error belongs to the input, not to the output being written.
     let mut read_error = None;
-    let written = write_atomically(&args.output.path, |out| {
+    let written = write_atomically(&args.files.output.path, |out| {
         for (i, line) in BufReader::new(file).lines().enumerate() {
             let line = match line {
                 Ok(line) => line,
                 Err(e) => {
-                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.input.path.display(), i + 1));
+                    read_error = Some(anyhow::anyhow!("{}: line {}: {e}", args.files.input.path.display(), i + 1));
                     return Err(std::io::Error::other("the input could not be read"));
                 }
             };
@@ -105,15 +103,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     written?;
     crate::reportln!(
-        &args.output.path,
+        &args.files.output.path,
         "tokenized {ok} records, {failed} failed; wrote {}",
-        args.output.path.display()
+        args.files.output.path.display()
     );
     if failed > 0 && !args.allow_failures {
         anyhow::bail!(
             "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
             ok + failed,
-            args.output.path.display()
+            args.files.output.path.display()
         );
     }
     Ok(())

@@ -145,4 +145,20 @@ impl CsvTable {
             anyhow::anyhow!("{}: no {} column (found: {})", self.path.display(), wanted.join(" or "), found.join(", "))
         })
     }
+
+    /// The rows as prediction inputs: the protein from `protein_sequence` (or `protein`, as
+    /// prepare-data names it), the organism, and a non-empty `dna` as the known DNA.
+    pub fn protein_inputs(&self) -> anyhow::Result<Vec<codon_model::ProteinInput>> {
+        let (protein, organism) = (self.first_column(&["protein_sequence", "protein"])?, self.column("organism")?);
+        let dna = self.optional_column("dna");
+        Ok(self
+            .rows
+            .iter()
+            .map(|r| codon_model::ProteinInput {
+                protein: r.get(protein).unwrap_or("").to_string(),
+                organism: codon_model::OrganismRef::parse(r.get(organism).unwrap_or("")),
+                known_dna: dna.and_then(|c| r.get(c)).filter(|d| !d.trim().is_empty()).map(str::to_string),
+            })
+            .collect())
+    }
 }

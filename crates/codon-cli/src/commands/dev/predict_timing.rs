@@ -12,7 +12,7 @@ use crate::cli::{InputArg, ModelRunArgs};
 use crate::outln;
 use clap::Parser;
 use codon_model::predict::max_padding_fraction_on;
-use codon_model::{OrganismRef, PredictOptions, ProteinInput};
+use codon_model::PredictOptions;
 
 /// Batch-prediction timing.
 #[derive(Parser)]
@@ -36,16 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.run.device.open()?;
     codon_ops::malloc_tuning::retain_freed_memory();
     let table = crate::commands::common::csv_table::CsvTable::read(&args.input.path)?;
-    let (protein, organism) = (table.first_column(&["protein_sequence", "protein"])?, table.column("organism")?);
-    let items: Vec<ProteinInput> = table
-        .rows
-        .iter()
-        .map(|r| ProteinInput {
-            protein: r.get(protein).unwrap_or("").to_string(),
-            organism: OrganismRef::parse(r.get(organism).unwrap_or("")),
-            known_dna: None,
-        })
-        .collect();
+    let items = table.protein_inputs()?;
     let predictor = crate::predictor::open_predictor(args.run.model.as_deref(), None, &device, args.run.dtype.into())?;
     let options = PredictOptions {
         max_batch_tokens: args.batch_tokens,
