@@ -145,8 +145,13 @@ impl CustomOp1 for PhiloxDropout {
         "philox_dropout"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("philox_dropout is the CUDA body; the CPU multiplies by the mask")
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        // The same draw's mask on the CPU: the CUDA kernel's layout is the CPU's (philox.rs).
+        let mut x = crate::f32_views::f32_vec(s, l, "philox_dropout")?;
+        let dtype = candle_core::backend::BackendStorage::dtype(s);
+        let m = multipliers(self.seed, self.offset, x.len(), self.p, dtype);
+        x.par_iter_mut().zip(&m).for_each(|(x, m)| *x *= m);
+        Ok((crate::f32_views::store_like(s, x), l.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -232,8 +237,23 @@ impl CustomOp1 for DropoutGrad {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
-    use super::{dropout, multipliers, DropoutStream};
+    use super::{dropout, multipliers, reference, DropoutStream, PhiloxDropout};
     use crate::philox::philox4x32_10;
+
+    /// The CUDA-shaped dropout op on the CPU draws the CPU's mask, both ways.
+    #[test]
+    fn the_philox_op_runs_the_cpu_mask_on_the_cpu() {
+        let x = Tensor::randn(0f32, 1.0, (6, 50), &Device::Cpu).unwrap();
+        let xv = Var::from_tensor(&x).unwrap();
+        let y = xv.as_tensor().apply_op1(PhiloxDropout { p: 0.3, seed: 7, offset: 2 }).unwrap();
+        let expected = reference(&x, 0.3, 7, 2).unwrap();
+        assert_eq!(y.to_vec2::<f32>().unwrap(), expected.to_vec2::<f32>().unwrap());
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        let ones = reference(&x.ones_like().unwrap(), 0.3, 7, 2).unwrap();
+        assert_eq!(grads.get(&xv).unwrap().to_vec2::<f32>().unwrap(), ones.to_vec2::<f32>().unwrap());
+        let half = x.to_dtype(DType::BF16).unwrap().apply_op1(PhiloxDropout { p: 0.3, seed: 7, offset: 2 }).unwrap();
+        assert_eq!(half.dtype(), DType::BF16);
+    }
 
     #[test]
     fn masks_follow_the_published_layout_and_rate() {

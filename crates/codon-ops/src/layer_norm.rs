@@ -67,12 +67,15 @@ impl CustomOp2 for ResidualSum {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("residual_sum is the accelerator body; the CPU adds, then normalizes")
+        // The sum alone: the CPU's LayerNorm that follows normalizes it itself.
+        let (mut x, r) = pair_f32(s1, l1, s2, l2, "residual_sum")?;
+        x.iter_mut().zip(&r).for_each(|(x, r)| *x += r);
+        Ok((store_like(s1, x), l1.shape().clone()))
     }
 
     #[cfg(feature = "ascend")]
@@ -443,6 +446,26 @@ mod tests {
     use candle_core::{Device, Tensor, Var};
 
     use crate::f32_views::max_abs_diff as max_diff;
+
+    /// The residual add that Ascend parts fuse with LayerNorm is the plain sum on the CPU, and
+    /// passes its gradient to both operands.
+    #[test]
+    fn the_residual_sum_op_adds_on_the_cpu() {
+        let dev = Device::Cpu;
+        let x = Var::from_tensor(&Tensor::randn(0f32, 1.0, (4, 16), &dev).unwrap()).unwrap();
+        let r = Var::from_tensor(&Tensor::randn(0f32, 1.0, (4, 16), &dev).unwrap()).unwrap();
+        let (w, b) = (
+            Tensor::ones(16, candle_core::DType::F32, &dev).unwrap(),
+            Tensor::zeros(16, candle_core::DType::F32, &dev).unwrap(),
+        );
+        let op = super::ResidualSum { weight: w, bias: b, eps: 1e-12, normalized: Default::default() };
+        let sum = x.as_tensor().apply_op2(r.as_tensor(), op).unwrap();
+        assert!(max_diff(&sum, &(x.as_tensor() + r.as_tensor()).unwrap()) < 1e-6);
+        let grads = sum.sum_all().unwrap().backward().unwrap();
+        for v in [&x, &r] {
+            assert!(max_diff(grads.get(v).unwrap(), &v.as_tensor().ones_like().unwrap()) == 0.0);
+        }
+    }
 
     #[test]
     fn layer_norm_and_all_three_gradients_match_the_composed_ops() {

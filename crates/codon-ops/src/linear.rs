@@ -162,12 +162,16 @@ impl CustomOp2 for BiasGeluNew {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("bias_gelu_new is the CUDA body; the CPU fuses the bias into its GEMM")
+        // The CPU's linear layers fuse the bias into the GEMM; this body serves CPU operands
+        // given to the op directly.
+        let mut y = with_bias(s1, l1, s2, l2, None, "bias_gelu_new")?;
+        y.par_chunks_mut(EPILOGUE_CHUNK).for_each(fast_math::gelu_new_in_place);
+        Ok((store_like(s1, y), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -204,14 +208,22 @@ impl CustomOp3 for BiasGeluNewGrad {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("bias_gelu_new_grad is the CUDA body")
+        let z = with_bias(s1, l1, s2, l2, None, "bias_gelu_new_grad")?;
+        let mut g = crate::f32_views::f32_vec(s3, l3, "bias_gelu_new_grad")?;
+        if g.len() != z.len() {
+            candle_core::bail!("bias_gelu_new_grad: {} gradients for {} inputs", g.len(), z.len())
+        }
+        g.par_chunks_mut(EPILOGUE_CHUNK)
+            .zip(z.par_chunks(EPILOGUE_CHUNK))
+            .for_each(|(g, z)| fast_math::gelu_new_grad(z, g));
+        Ok((store_like(s3, g), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -236,8 +248,10 @@ impl CustomOp1 for ColumnSums {
         "column_sums"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("column_sums: the CPU sums with candle")
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let cols = l.dims().last().copied().unwrap_or(1).max(1);
+        let v = crate::f32_views::f32_vec(s, l, "column_sums")?;
+        Ok((CpuStorage::F32(column_sums(&v, cols)), Shape::from(cols)))
     }
 
     #[cfg(feature = "cuda")]
@@ -262,12 +276,12 @@ impl CustomOp2 for AddBias {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("add_bias is the CUDA body; the CPU adds the bias in its GEMM")
+        Ok((store_like(s1, with_bias(s1, l1, s2, l2, None, "add_bias")?), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -302,14 +316,15 @@ impl CustomOp3 for AddBiasResidual {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("add_bias_residual is the CUDA body; the CPU adds both in its GEMM")
+        let y = with_bias(s1, l1, s2, l2, Some((s3, l3)), "add_bias_residual")?;
+        Ok((store_like(s1, y), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -638,6 +653,35 @@ impl CustomOp3 for Linear {
 
 /// Σ over rows of a row-major (rows × width) matrix: partial sums over fixed blocks of rows
 /// in parallel, then added in block order, so the result does not depend on the schedule.
+/// `x + bias (+ residual)` in f32 on the CPU, the bias along x's last dimension and the
+/// residual of x's shape: the CPU body of the CUDA-shaped bias ops.
+fn with_bias(
+    x: &CpuStorage,
+    xl: &Layout,
+    bias: &CpuStorage,
+    bl: &Layout,
+    residual: Option<(&CpuStorage, &Layout)>,
+    op: &str,
+) -> candle_core::Result<Vec<f32>> {
+    let mut y = crate::f32_views::f32_vec(x, xl, op)?;
+    let b = crate::f32_views::f32_vec(bias, bl, op)?;
+    let cols = xl.dims().last().copied().unwrap_or(1);
+    if b.len() != cols {
+        candle_core::bail!("{op}: a bias of {} for rows of {cols}", b.len())
+    }
+    if cols > 0 {
+        y.par_chunks_mut(cols).for_each(|row| row.iter_mut().zip(&b).for_each(|(v, b)| *v += b));
+    }
+    if let Some((r, rl)) = residual {
+        let r = crate::f32_views::f32_vec(r, rl, op)?;
+        if r.len() != y.len() {
+            candle_core::bail!("{op}: a residual of {} elements for {}", r.len(), y.len())
+        }
+        y.par_iter_mut().zip(&r).for_each(|(v, r)| *v += r);
+    }
+    Ok(y)
+}
+
 fn column_sums(m: &[f32], width: usize) -> Vec<f32> {
     let rows_per_task = (EPILOGUE_CHUNK / width).max(1);
     let partial: Vec<Vec<f32>> = m
@@ -694,9 +738,38 @@ impl CustomOp3 for MatmulAdd {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
-    use super::{Epilogue, Linear};
+    use super::{AddBias, AddBiasResidual, BiasGeluNew, ColumnSums, Epilogue, Linear};
 
     use crate::f32_views::max_abs_diff as max_diff;
+
+    /// The bias ops shaped for the CUDA GEMM's epilogue run on the CPU too, as their composed
+    /// references: values and (for bias + GELU) gradients.
+    #[test]
+    fn the_bias_ops_run_their_composed_reference_on_the_cpu() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 5, 8), &dev).unwrap();
+        let b = Tensor::randn(0f32, 1.0, 8, &dev).unwrap();
+        let r = Tensor::randn(0f32, 1.0, (3, 5, 8), &dev).unwrap();
+        let plus_bias = x.broadcast_add(&b).unwrap();
+        assert!(max_diff(&x.apply_op2(&b, AddBias).unwrap(), &plus_bias) < 1e-6);
+        let with_residual = x.apply_op3(&b, &r, AddBiasResidual).unwrap();
+        assert!(max_diff(&with_residual, &(&plus_bias + &r).unwrap()) < 1e-6);
+        let sums = x.apply_op1_no_bwd(&ColumnSums).unwrap();
+        assert!(max_diff(&sums, &x.reshape((15, 8)).unwrap().sum(0).unwrap()) < 1e-5);
+
+        let (xv, bv) = (Var::from_tensor(&x).unwrap(), Var::from_tensor(&b).unwrap());
+        let fused = xv.as_tensor().apply_op2(bv.as_tensor(), BiasGeluNew).unwrap();
+        let composed = xv.as_tensor().broadcast_add(bv.as_tensor()).unwrap().gelu().unwrap();
+        assert!(max_diff(&fused, &composed) < 1e-5);
+        let upstream = Tensor::randn(0f32, 1.0, (3, 5, 8), &dev).unwrap();
+        let grads = |y: &Tensor| (y * &upstream).unwrap().sum_all().unwrap().backward().unwrap();
+        let (gf, gc) = (grads(&fused), grads(&composed));
+        for v in [&xv, &bv] {
+            assert!(max_diff(gf.get(v).unwrap(), gc.get(v).unwrap()) < 1e-4);
+        }
+        let bf = x.to_dtype(DType::BF16).unwrap().apply_op2(&b.to_dtype(DType::BF16).unwrap(), AddBias).unwrap();
+        assert_eq!(bf.dtype(), DType::BF16);
+    }
 
     #[test]
     fn the_layer_entries_match_composed_ops_with_and_without_gradients() {
