@@ -709,14 +709,37 @@ impl CustomOp3 for MatmulAdd {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("matmul_add is the Ascend body; other devices add the product's result")
+        let (&[rows, in_f], &[g_rows, out_f], &[w_out, w_in]) = (l1.dims(), l2.dims(), l3.dims()) else {
+            candle_core::bail!(
+                "matmul_add: expected matrices, got {:?}, {:?} and {:?}",
+                l1.dims(),
+                l2.dims(),
+                l3.dims()
+            )
+        };
+        if g_rows != rows || w_out != out_f || w_in != in_f {
+            candle_core::bail!("matmul_add: {:?} + {:?}·{:?} do not fit", l1.dims(), l2.dims(), l3.dims())
+        }
+        let mut acc = crate::f32_views::f32_vec(s1, l1, "matmul_add")?;
+        let g = crate::f32_views::f32_vec(s2, l2, "matmul_add")?;
+        let w = crate::f32_views::f32_vec(s3, l3, "matmul_add")?;
+        matmul_into(
+            &mut acc,
+            in_f,
+            Mat::rows(&g, rows, out_f, out_f),
+            Mat::rows(&w, out_f, in_f, in_f),
+            1.0,
+            true,
+            true,
+        )?;
+        Ok((store_like(s1, acc), l1.shape().clone()))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -738,9 +761,21 @@ impl CustomOp3 for MatmulAdd {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
-    use super::{AddBias, AddBiasResidual, BiasGeluNew, ColumnSums, Epilogue, Linear};
+    use super::{AddBias, AddBiasResidual, BiasGeluNew, ColumnSums, Epilogue, Linear, MatmulAdd};
 
     use crate::f32_views::max_abs_diff as max_diff;
+
+    /// The Ascend input-gradient accumulation is `acc + g·w` on the CPU.
+    #[test]
+    fn matmul_add_accumulates_the_product_on_the_cpu() {
+        let dev = Device::Cpu;
+        let acc = Tensor::randn(0f32, 1.0, (7, 12), &dev).unwrap();
+        let g = Tensor::randn(0f32, 1.0, (7, 5), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (5, 12), &dev).unwrap();
+        let fused = acc.apply_op3_no_bwd(&g, &w, &MatmulAdd).unwrap();
+        assert!(max_diff(&fused, &(&acc + g.matmul(&w).unwrap()).unwrap()) < 1e-5);
+        assert!(acc.apply_op3_no_bwd(&g, &w.t().unwrap().contiguous().unwrap(), &MatmulAdd).is_err());
+    }
 
     /// The bias ops shaped for the CUDA GEMM's epilogue run on the CPU too, as their composed
     /// references: values and (for bias + GELU) gradients.

@@ -91,8 +91,19 @@ impl CustomOp1 for BlockGather {
         "gather_blocks"
     }
 
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("gather_blocks is the CUDA body; the CPU selects with index_select")
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        // BlockTable takes index_select on the CPU; this body serves CPU operands given to the op.
+        let index = self.index.to_vec1::<u32>()?;
+        let (mut dims, block) = block_dims(l, self.blocks, "gather_blocks")?;
+        let v = crate::f32_views::f32_vec(s, l, "gather_blocks")?;
+        let mut out = Vec::with_capacity(dims[0] * index.len() * block);
+        for sequence in v.chunks(self.blocks * block.max(1)).take(dims[0]) {
+            for &i in &index {
+                out.extend_from_slice(&sequence[i as usize * block..(i as usize + 1) * block]);
+            }
+        }
+        dims[1] = index.len();
+        Ok((crate::f32_views::store_like(s, out), Shape::from(dims)))
     }
 
     #[cfg(feature = "cuda")]
@@ -129,12 +140,31 @@ impl CustomOp2 for BlockScatterAdd {
 
     fn cpu_fwd(
         &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("scatter_add_blocks is the CUDA body; the CPU adds with index_add")
+        // The same fixed order as the CUDA kernel: each block's copies in ascending order.
+        let (offsets, sources) = (self.offsets.to_vec1::<u32>()?, self.sources.to_vec1::<u32>()?);
+        let blocks = offsets.len().saturating_sub(1);
+        let (dims, block) = block_dims(l1, blocks, "scatter_add_blocks")?;
+        let (gathered_dims, _) = block_dims(l2, self.gathered, "scatter_add_blocks")?;
+        if gathered_dims[0] != dims[0] || gathered_dims[2..] != dims[2..] {
+            candle_core::bail!("scatter_add_blocks: gathered {:?} for blocks {:?}", l2.dims(), l1.dims())
+        }
+        let mut out = crate::f32_views::f32_vec(s1, l1, "scatter_add_blocks")?;
+        let g = crate::f32_views::f32_vec(s2, l2, "scatter_add_blocks")?;
+        for q in 0..dims[0] {
+            for b in 0..blocks {
+                let dst = (q * blocks + b) * block;
+                for &j in &sources[offsets[b] as usize..offsets[b + 1] as usize] {
+                    let src = (q * self.gathered + j as usize) * block;
+                    out[dst..dst + block].iter_mut().zip(&g[src..src + block]).for_each(|(o, g)| *o += g);
+                }
+            }
+        }
+        Ok((crate::f32_views::store_like(s1, out), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -157,8 +187,47 @@ impl CustomOp2 for BlockScatterAdd {
     }
 }
 
+/// The dims of (sequences, `blocks`, …) operands and the elements per block; an error naming
+/// `op` when the operand is not so shaped.
+fn block_dims(l: &Layout, blocks: usize, op: &str) -> candle_core::Result<(Vec<usize>, usize)> {
+    let dims = l.dims().to_vec();
+    if dims.len() < 2 || dims[1] != blocks {
+        candle_core::bail!("{op}: expected (sequences, {blocks}, …) blocks, got {dims:?}")
+    }
+    Ok((dims.clone(), dims[2..].iter().product()))
+}
+
 #[cfg(test)]
 mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::{inverse, BlockGather, BlockScatterAdd};
+
+    /// The CUDA-shaped block ops on the CPU give index_select's and index_add's results.
+    #[test]
+    fn the_block_ops_run_on_the_cpu_as_index_select_and_index_add() {
+        let dev = Device::Cpu;
+        let index = vec![3u32, 0, 3, 1, 3, 0];
+        let full = Tensor::randn(0f32, 1.0, (2, 5, 4, 3), &dev).unwrap();
+        let table = Tensor::new(index.as_slice(), &dev).unwrap();
+        let gathered = full.apply_op1_no_bwd(&BlockGather { index: table.clone(), blocks: 5 }).unwrap();
+        let selected = full.index_select(&table, 1).unwrap();
+        assert_eq!(
+            gathered.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            selected.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        );
+        let grads = Tensor::randn(0f32, 1.0, (2, 6, 4, 3), &dev).unwrap();
+        let (offsets, sources) = inverse(&index, 5);
+        let op = BlockScatterAdd {
+            offsets: Tensor::new(offsets.as_slice(), &dev).unwrap(),
+            sources: Tensor::new(sources.as_slice(), &dev).unwrap(),
+            gathered: 6,
+        };
+        let summed = full.apply_op2_no_bwd(&grads, &op).unwrap();
+        let expected = full.index_add(&table, &grads, 1).unwrap();
+        assert!(crate::f32_views::max_abs_diff(&summed, &expected) < 1e-5);
+    }
+
     #[test]
     fn the_inverse_lists_every_copy_of_each_block_in_order() {
         let index = [3u32, 0, 3, 1, 3, 0];
