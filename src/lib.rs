@@ -5,8 +5,6 @@
 //! The README follows (its Rust examples are compiled as doc tests).
 #![doc = include_str!("../README.md")]
 
-use std::path::PathBuf;
-
 pub mod bench;
 
 pub use candle_ascend as ascend;
@@ -21,7 +19,4 @@ pub use codon_ops as ops;
 pub use codon_train as train;
 pub use codon_train_ascend as train_ascend;
 
-/// The bundled demo data (`data/demo` in the repository).
-pub fn demo_data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join("demo")
-}
+pub use codon_cli::demo_data_dir;

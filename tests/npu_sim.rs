@@ -417,7 +417,7 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
         assert!(rel_diff(g, w) < 1e-5);
     }
     let fused = codon_ascend::ascend::fused::runs_natively(
-        vd[0].as_tensor(),
+        vd[0].as_tensor().device(),
         codon_ascend::ascend::soc::AclnnOp::AddLayerNorm,
         DType::F32,
     );

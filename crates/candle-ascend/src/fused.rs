@@ -15,9 +15,9 @@ use crate::storage::AscendStorage;
 
 pub use crate::ops::optim::AdamWHyper;
 
-/// Whether `op` runs natively for `dtype` on the device of `t` (false on other devices).
-pub fn runs_natively(t: &Tensor, op: AclnnOp, dtype: DType) -> bool {
-    match (crate::ascend_device(t.device()), acl_dtype(dtype)) {
+/// Whether `op` runs natively for `dtype` on `device` (false on devices other than Ascend parts).
+pub fn runs_natively(device: &candle_core::Device, op: AclnnOp, dtype: DType) -> bool {
+    match (crate::ascend_device(device), acl_dtype(dtype)) {
         (Some(dev), Ok(acl)) => dev.soc().runs(op, acl),
         _ => false,
     }

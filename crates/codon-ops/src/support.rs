@@ -164,7 +164,7 @@ fn ascend_body(op: FusedOp, device: &Device, dtype: DType) -> Body {
         if dtype == DType::BF16 && !part.soc().has_bf16() {
             return Body::Refused;
         }
-        if ascend::operators(op).iter().all(|&aclnn| ascend::runs(device, aclnn, dtype)) {
+        if ascend::operators(op).iter().all(|&aclnn| candle_ascend::fused::runs_natively(device, aclnn, dtype)) {
             return Body::Native;
         }
     }
@@ -177,7 +177,6 @@ fn ascend_body(op: FusedOp, device: &Device, dtype: DType) -> Body {
 pub mod ascend {
     use super::FusedOp;
     use candle_ascend::soc::AclnnOp;
-    use candle_core::{DType, Device};
 
     /// The operators `op`'s Ascend body launches; the part must run each of them in the op's dtype.
     pub fn operators(op: FusedOp) -> &'static [AclnnOp] {
@@ -196,14 +195,6 @@ pub mod ascend {
             FusedOp::Attention => &[A::FlashAttentionScore, A::FlashAttentionScoreGrad],
             FusedOp::AdamW => &[A::ApplyAdamWV2],
             FusedOp::Cast => &[A::Cast],
-        }
-    }
-
-    /// Whether `device` is an Ascend part whose table runs `op` in `dtype`.
-    pub fn runs(device: &Device, op: AclnnOp, dtype: DType) -> bool {
-        match (candle_ascend::ascend_device(device), candle_ascend::ops::acl_dtype(dtype)) {
-            (Some(dev), Ok(acl)) => dev.soc().runs(op, acl),
-            _ => false,
         }
     }
 }
