@@ -33,42 +33,48 @@ fn one_line(rendered: &str) -> String {
 /// A `--device` value: `cpu`, `npu:N`, `npu-sim:N` or `cuda:N`.
 pub use crate::device::DeviceSpec;
 
-/// `--device`, as every command that runs a model reads it (`#[command(flatten)]`); it reads as
-/// the [`DeviceSpec`] it holds.
+/// `--device`, as every command that runs a model reads it (`#[command(flatten)]`), by default
+/// `cpu`. The commands that only inspect Ascend NPUs flatten an [`NpuDeviceArg`] instead. It
+/// reads as the [`DeviceSpec`] it holds.
 #[derive(clap::Args, Debug)]
-pub struct DeviceArg {
-    /// cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature).
-    #[arg(id = "device", long = "device", value_name = "DEVICE", default_value = "cpu")]
+pub struct DeviceArg<const NPU: bool = false, const EMULATED: bool = false> {
+    #[arg(id = "device", long = "device", value_name = "DEVICE", help = device_help(NPU),
+          default_value = default_device(NPU, EMULATED))]
     pub spec: DeviceSpec,
-}
-
-impl std::ops::Deref for DeviceArg {
-    type Target = DeviceSpec;
-    fn deref(&self) -> &DeviceSpec {
-        &self.spec
-    }
-}
-
-impl std::fmt::Display for DeviceArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.spec.fmt(f)
-    }
 }
 
 /// `--device` of the commands that only inspect Ascend NPUs (`codon npu`, the launch counters):
-/// `npu:N` or `npu-sim:N`, by default `npu:0`, or `npu-sim:0` where `EMULATED`. It reads as
-/// the [`DeviceSpec`] it holds.
-#[derive(clap::Args, Debug)]
-pub struct NpuDeviceArg<const EMULATED: bool> {
-    /// npu:N or npu-sim:N.
-    #[arg(id = "device", long = "device", value_name = "DEVICE", default_value = if EMULATED { "npu-sim:0" } else { "npu:0" })]
-    pub spec: DeviceSpec,
+/// by default `npu:0`, or `npu-sim:0` where `EMULATED`.
+pub type NpuDeviceArg<const EMULATED: bool> = DeviceArg<true, EMULATED>;
+
+/// `--device`'s help: the devices a command takes.
+const fn device_help(npu: bool) -> &'static str {
+    if npu {
+        "npu:N or npu-sim:N"
+    } else {
+        "cpu, npu:N, npu-sim:N or cuda:N (builds with the `cuda` feature)"
+    }
 }
 
-impl<const EMULATED: bool> std::ops::Deref for NpuDeviceArg<EMULATED> {
+/// `--device`'s default.
+const fn default_device(npu: bool, emulated: bool) -> &'static str {
+    match (npu, emulated) {
+        (false, _) => "cpu",
+        (true, false) => "npu:0",
+        (true, true) => "npu-sim:0",
+    }
+}
+
+impl<const NPU: bool, const EMULATED: bool> std::ops::Deref for DeviceArg<NPU, EMULATED> {
     type Target = DeviceSpec;
     fn deref(&self) -> &DeviceSpec {
         &self.spec
+    }
+}
+
+impl<const NPU: bool, const EMULATED: bool> std::fmt::Display for DeviceArg<NPU, EMULATED> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.spec.fmt(f)
     }
 }
 
@@ -179,21 +185,99 @@ impl std::fmt::Display for AttentionArg {
 /// `--seed`, the seed of every random choice a command makes (shuffling, masking, dropout,
 /// sampling, initialisation), as every such command reads it. `DEFAULT` is the command's
 /// default: 123 where upstream's scripts use it (training, collation), else 0.
+///
+/// A const-generic default is given as `default_value = N.to_string()`, never
+/// `default_value_t = N`: clap's derive caches that string in a `static`, which every
+/// instantiation of a generic shares, so each command would get the first one's default.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SeedArg<const DEFAULT: u64> {
     /// Seed of every random choice the command makes (shuffling, masking, dropout, sampling,
     /// initialisation): the same seed gives the same result.
-    #[arg(id = "seed", long = "seed", value_name = "N", default_value_t = DEFAULT)]
+    #[arg(id = "seed", long = "seed", value_name = "N", default_value = DEFAULT.to_string())]
     pub value: u64,
 }
 
 /// `--input`, the file a command reads, as every such command reads it; the command's
-/// description says its format.
+/// description says its format. A command whose input is optional flattens an
+/// `Option<InputArg<false>>`.
 #[derive(clap::Args, Debug)]
-pub struct InputArg {
+pub struct InputArg<const REQUIRED: bool = true> {
     /// The file the command reads (its description says the format).
-    #[arg(id = "input", long = "input", value_name = "PATH")]
+    #[arg(id = "input", long = "input", value_name = "PATH", required = REQUIRED)]
     pub path: std::path::PathBuf,
+}
+
+/// `--organism`, the organism (name or id) of the inputs that name none, as every command that
+/// reads organism-tagged records takes it.
+#[derive(clap::Args, Debug)]
+pub struct OrganismArg {
+    /// Organism name or id of the inputs that name none: --protein, a FASTA entry without an
+    /// [organism=NAME] tag, a record without an organism.
+    #[arg(id = "organism", long = "organism", value_name = "ORGANISM")]
+    pub name: Option<String>,
+}
+
+/// `--allow-failures`, as every command that goes on past a failed row reads it: the failed
+/// rows are written with their errors either way, and this decides the exit status.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct AllowFailuresArg {
+    /// Exit 0 even when some rows fail (their errors are in the output).
+    #[arg(id = "allow_failures", long = "allow-failures", alias = "allow_failures")]
+    pub allowed: bool,
+}
+
+/// `--overwrite`, as every command that writes into an output folder reads it: without it, a
+/// folder that holds another run's files is refused.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct OverwriteArg {
+    /// Replace what another run left in the output folder (the command's description says
+    /// what); never one of this run's inputs. Without it such a folder is refused.
+    #[arg(id = "overwrite", long = "overwrite")]
+    pub allowed: bool,
+}
+
+/// `--batch_size` and `--num_workers`, upstream's data-loader flags, as every command that
+/// batches records reads them; `WORKERS` is the command's default worker count.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct LoaderArgs<const WORKERS: usize> {
+    /// Records per batch.
+    #[arg(id = "batch_size", long = "batch_size", alias = "batch-size", value_name = "N", default_value_t = 6,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub batch_size: usize,
+    /// Data-loader worker threads (the batches do not depend on it).
+    #[arg(id = "num_workers", long = "num_workers", alias = "num-workers", alias = "workers", value_name = "N",
+          default_value = WORKERS.to_string())]
+    pub num_workers: usize,
+}
+
+/// `--max_epochs`, as every command that trains reads it; the command's description gives its
+/// default.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct MaxEpochsArg {
+    /// Epochs to train (the command's description gives the default).
+    #[arg(id = "max_epochs", long = "max_epochs", alias = "max-epochs", alias = "epochs", value_name = "N")]
+    pub value: Option<usize>,
+}
+
+/// `--gradient_checkpointing`, as every command that trains reads it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct GradientCheckpointingArg {
+    /// Recompute each encoder layer's activations in the backward pass (transformers' gradient
+    /// checkpointing): a fraction of the device memory for about a third more compute.
+    #[arg(id = "gradient_checkpointing", long = "gradient_checkpointing", alias = "gradient-checkpointing")]
+    pub enabled: bool,
+}
+
+/// `--batch-tokens`, the most tokens a prediction's forward pass holds, as every command that
+/// predicts in batches reads it.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct BatchTokensArg {
+    /// Most tokens per forward pass of a batch (rows × padded length); proteins of similar
+    /// length share a pass. Larger batches need more memory.
+    #[arg(id = "batch_tokens", long = "batch-tokens", alias = "batch_tokens", value_name = "N",
+          default_value_t = codon_model::PredictOptions::default().max_batch_tokens,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub value: usize,
 }
 
 /// `--input` and `--output` of a command that turns one file into another.

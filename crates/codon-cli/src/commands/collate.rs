@@ -21,9 +21,8 @@ use serde_json::json;
 pub struct Args {
     #[command(flatten)]
     files: FileArgs,
-    /// Records per batch.
-    #[arg(long = "batch_size", alias = "batch-size")]
-    batch_size: usize,
+    #[command(flatten)]
+    loader: crate::cli::LoaderArgs<2>,
     #[command(flatten)]
     seed: SeedArg<123>,
     /// Shuffle within a buffer of this many records (0: file order).
@@ -32,9 +31,6 @@ pub struct Args {
     /// Length bucketing window, in batches.
     #[arg(long, alias = "bucket_batches")]
     bucket_batches: Option<usize>,
-    /// Worker threads (the output does not depend on it).
-    #[arg(long = "num_workers", alias = "num-workers", alias = "workers", default_value_t = 2)]
-    workers: usize,
     /// Skip malformed lines instead of failing.
     #[arg(long, alias = "skip_malformed")]
     skip_malformed: bool,
@@ -76,8 +72,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         errln!("skipped {} malformed lines", dataset.malformed_lines());
     }
     let config = LoaderConfig {
-        batch_size: args.batch_size,
-        num_workers: args.workers,
+        batch_size: args.loader.batch_size,
+        num_workers: args.loader.num_workers,
         seed: args.seed.value,
         shuffle_buffer: args.shuffle_buffer,
         bucket_batches: args.bucket_batches,
@@ -110,7 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     crate::reportln!(
         &args.files.output.path,
         "wrote {batches} batches of up to {} records to {}",
-        args.batch_size,
+        args.loader.batch_size,
         args.files.output.path.display()
     );
     Ok(())

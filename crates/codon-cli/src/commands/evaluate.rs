@@ -10,7 +10,7 @@
 //! be evaluated is reported with its row number, keeps its place with an empty result and an
 //! error, and makes the command exit non-zero once every row is written (unless `--allow-failures`).
 
-use crate::cli::FileArgs;
+use crate::cli::{AllowFailuresArg, FileArgs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -44,9 +44,8 @@ pub struct Args {
     /// The column holding the DNA to evaluate [default: dna, or predict's predicted_dna].
     #[arg(long, alias = "dna_column")]
     dna_column: Option<String>,
-    /// Exit 0 even when some rows fail (their errors are in the output's error column).
-    #[arg(long, alias = "allow_failures")]
-    allow_failures: bool,
+    #[command(flatten)]
+    allow_failures: AllowFailuresArg,
 }
 
 /// One input row, resolved.
@@ -141,7 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         results.len(),
         args.files.output.path.display()
     );
-    if failed > 0 && !args.allow_failures {
+    if failed > 0 && !args.allow_failures.allowed {
         anyhow::bail!(
             "{failed} of {} rows could not be evaluated (their errors are in the error column of {}; --allow-failures exits 0)",
             results.len(),

@@ -23,9 +23,8 @@ pub struct Args {
     config: ConfigArg,
     #[command(flatten)]
     seed: SeedArg<0>,
-    /// Replace a non-empty output folder (all its files, not only the model's).
-    #[arg(long)]
-    overwrite: bool,
+    #[command(flatten)]
+    overwrite: crate::cli::OverwriteArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -64,7 +63,7 @@ fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
     if names.is_empty() {
         return Ok(false);
     }
-    if !args.overwrite {
+    if !args.overwrite.allowed {
         anyhow::bail!(
             "--output {} is not empty (it holds {}): give a new or empty folder, or --overwrite to replace the whole folder",
             out.display(),

@@ -42,9 +42,19 @@ pub enum Command {
     #[command(after_help = examples::SCORE)]
     Score(score::Args),
     /// Fine-tune a model (upstream finetune.py's flags).
+    ///
+    /// --max_epochs: 15 by default (the demo, without --dataset_dir: 6).
+    ///
+    /// --overwrite: lets the run remove another run's step-<N> folders and state-dict file from
+    /// --checkpoint_dir.
     #[command(after_help = examples::FINETUNE)]
     Finetune(train::Args),
     /// Train a model from a random initialisation.
+    ///
+    /// --max_epochs: 5 by default.
+    ///
+    /// --overwrite: lets the run remove another run's step-<N> folders and state-dict file from
+    /// --checkpoint_dir.
     #[command(after_help = examples::PRETRAIN)]
     Pretrain(train::Args),
     /// Upstream's evaluation metrics (CSI, GC, CFD, %MinMax, …) of coding sequences.
@@ -79,7 +89,8 @@ pub enum Command {
     Collate(collate::Args),
     /// A randomly initialised model in the transformers layout.
     ///
-    /// --output: a folder (config.json + model.safetensors).
+    /// --output: a folder (config.json + model.safetensors), new or empty unless --overwrite,
+    /// which replaces the whole folder (all its files, not only a model's).
     #[command(after_help = examples::INIT_MODEL)]
     InitModel(init_model::Args),
     /// The design service: a web page and a JSON API over one loaded model.
@@ -206,6 +217,89 @@ mod tests {
         for sub in command.get_subcommands() {
             check_spellings(sub, &format!("{path} {}", sub.get_name()), clashes);
         }
+    }
+
+    /// The long name of each `#[arg(...)]` declaration in `source`: its `long = "NAME"`, or for a
+    /// bare `long` the field's name in kebab-case.
+    fn declared_longs(source: &str) -> Vec<String> {
+        let mut longs = Vec::new();
+        let mut rest = source;
+        while let Some(start) = rest.find("#[arg(") {
+            rest = &rest[start + "#[arg(".len()..];
+            let Some(end) = rest.find(")]\n") else { break };
+            let (attrs, after) = (&rest[..end], &rest[end..]);
+            if let Some(named) = attrs.split("long = \"").nth(1) {
+                longs.push(named.split('"').next().unwrap_or_default().to_string());
+            } else if attrs.split([',', ' ', '(', '\n']).any(|word| word == "long") {
+                // The field's name: the first line after the attribute that is not a doc line.
+                let field = after.lines().skip(1).map(str::trim).find(|l| !l.starts_with("///"));
+                let name = field.and_then(|l| l.trim_start_matches("pub ").split(':').next()).unwrap_or_default();
+                longs.push(name.replace('_', "-"));
+            }
+        }
+        longs
+    }
+
+    #[test]
+    fn each_flag_is_declared_in_one_place_in_the_source() {
+        let mut declared: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        let mut folders = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().map(Result::unwrap) {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    for long in declared_longs(&std::fs::read_to_string(&path).unwrap()) {
+                        declared.entry(long).or_default().push(path.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(declared.len() > 80, "the scan found only {} flags", declared.len());
+        let twice: Vec<_> = declared.iter().filter(|(_, files)| files.len() > 1).collect();
+        assert!(twice.is_empty(), "flags declared more than once (flatten one shared type instead): {twice:#?}");
+    }
+
+    #[test]
+    fn the_scan_finds_named_and_bare_long_flags() {
+        let source = "#[arg(long, alias = \"x_y\")]\n    /// Doc.\n    pub x_y: bool,\n#[arg(id = \"a\", long = \"batch_size\")]\n    b: usize,\n#[arg(short)]\n    c: u8,\n";
+        assert_eq!(declared_longs(source), ["x-y", "batch_size"]);
+    }
+
+    /// A shared flag with a const-generic default has each command's own default, not the first
+    /// command's (clap's `default_value_t` caches it in a static the instantiations share).
+    #[test]
+    fn shared_flags_keep_each_commands_default() {
+        let cli = Cli::command();
+        let default_of = |path: &[&str], id: &str| {
+            let command = path.iter().fold(&cli, |c, name| c.find_subcommand(name).expect(name));
+            let arg = command.get_arguments().find(|a| a.get_id() == id).expect(id);
+            arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect::<Vec<_>>().join(",")
+        };
+        let expected = [
+            (&["finetune"][..], "seed", "123"),
+            (&["collate"], "seed", "123"),
+            (&["predict"], "seed", "0"),
+            (&["dev", "serve-load"], "seed", "1"),
+            (&["finetune"], "num_workers", "5"),
+            (&["collate"], "num_workers", "2"),
+            (&["dev", "forward-timing"], "length", "502"),
+            (&["dev", "op-timing"], "length", "2048"),
+            (&["dev", "train-step-timing"], "length", "1024"),
+            (&["dev", "step-counters"], "length", "256"),
+            (&["dev", "forward-timing"], "repeats", "3"),
+            (&["dev", "op-timing"], "repeats", "5"),
+            (&["npu", "env"], "device", "npu:0"),
+            (&["dev", "step-counters"], "device", "npu-sim:0"),
+            (&["predict"], "device", "cpu"),
+        ];
+        let wrong: Vec<String> = expected
+            .iter()
+            .filter(|(path, id, want)| default_of(path, id) != *want)
+            .map(|(path, id, want)| format!("{} --{id}: {} (want {want})", path.join(" "), default_of(path, id)))
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]

@@ -31,7 +31,9 @@
 //! `edits`, `edit_cost` and `remaining` columns). A constraint no change can meet is an error
 //! naming it and its position, unless `--best-effort`.
 
-use crate::cli::{ConfigArg, ModelRunArgs, OutputArg, SeedArg};
+use crate::cli::{
+    AllowFailuresArg, BatchTokensArg, ConfigArg, InputArg, ModelRunArgs, OrganismArg, OutputArg, SeedArg,
+};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -67,6 +69,7 @@ crate::display_as_spelled!(Method);
 
 /// Predict DNA for a protein and an organism.
 #[derive(Parser)]
+#[command(mut_arg("input", |a| a.requires("output")))]
 pub struct Args {
     /// How codons are chosen: the model, or a baseline.
     #[arg(long, value_enum, default_value_t = Method::Model)]
@@ -83,16 +86,15 @@ pub struct Args {
     /// Protein sequence.
     #[arg(long, conflicts_with = "input")]
     protein: Option<String>,
-    /// Organism name or id (for --protein, and for FASTA entries without an [organism=NAME] tag).
-    #[arg(long)]
-    organism: Option<String>,
+    #[command(flatten)]
+    organism: OrganismArg,
     /// Infill (with --protein): the protein's DNA with NNN for each codon to predict.
     #[arg(long, value_name = "PARTIAL", requires = "protein")]
     dna: Option<String>,
     /// Proteins: CSV with protein_sequence (or protein) and organism columns, or FASTA (`>name`,
-    /// the organism from an [organism=NAME] header tag or --organism).
-    #[arg(long, requires = "output")]
-    input: Option<PathBuf>,
+    /// the organism from an [organism=NAME] header tag or --organism); needs --output.
+    #[command(flatten)]
+    input: Option<InputArg<false>>,
     /// Score existing coding sequences instead of predicting: CSV with dna and organism columns,
     /// or FASTA (as --input). Written to --output, or as CSV on stdout.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["input", "protein"])]
@@ -114,13 +116,10 @@ pub struct Args {
     /// Sequences per protein (sampling), at most 100 as in the design service.
     #[arg(long, alias = "num_sequences", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
     num_sequences: usize,
-    /// Exit 0 even when some rows fail (their errors are in the output's error column).
-    #[arg(long, alias = "allow_failures")]
-    allow_failures: bool,
-    /// Most tokens per forward pass of a batch (rows × padded length); proteins of similar
-    /// length share a pass. Larger batches need more memory.
-    #[arg(long, alias = "batch_tokens", default_value_t = PredictOptions::default().max_batch_tokens, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    batch_tokens: usize,
+    #[command(flatten)]
+    allow_failures: AllowFailuresArg,
+    #[command(flatten)]
+    batch_tokens: BatchTokensArg,
     #[command(flatten)]
     seed: SeedArg<0>,
     #[command(flatten)]
@@ -131,6 +130,11 @@ impl Args {
     /// The `--output` file, when one was given.
     fn output_path(&self) -> Option<&std::path::Path> {
         self.output.as_ref().map(|o| o.path.as_path())
+    }
+
+    /// The `--input` file, when one was given.
+    fn input_path(&self) -> Option<&std::path::Path> {
+        self.input.as_ref().map(|i| i.path.as_path())
     }
 }
 
@@ -265,7 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(output) = args.output_path() {
         // A model folder's files are inputs too: an output inside the folder is refused.
         let inputs: Vec<&std::path::Path> =
-            [args.input.as_deref(), args.score.as_deref(), args.run.model.as_deref(), args.config.path.as_deref()]
+            [args.input_path(), args.score.as_deref(), args.run.model.as_deref(), args.config.path.as_deref()]
                 .into_iter()
                 .flatten()
                 .chain(args.reference.paths())
@@ -273,7 +277,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         codon_model::files::refuse_overwriting(&inputs, &[output])?;
         codon_model::files::check_output_location(output)?;
     }
-    if let Some(organism) = &args.organism {
+    if let Some(organism) = &args.organism.name {
         organisms.resolve(&OrganismRef::parse(organism)).context("--organism (predict --list-organisms lists them)")?;
     }
     let constraints = args.design.constraints()?;
@@ -294,11 +298,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if no_math {
         errln!("{}", crate::NO_MATH_WARNING);
     }
-    let table = match (&args.protein, &args.input, args.output_path()) {
+    let table = match (&args.protein, args.input_path(), args.output_path()) {
         (Some(protein), _, None) => return print_predictions(&args, protein, &designer, &predict),
         // One protein with --output: a one-row batch, written as a batch is.
         (Some(protein), _, Some(_)) => one_row_table(&args, protein)?,
-        (None, Some(input), Some(_)) => CsvTable::read_any(input, "protein_sequence", args.organism.as_deref(), true)?,
+        (None, Some(input), Some(_)) => {
+            CsvTable::read_any(input, "protein_sequence", args.organism.name.as_deref(), true)?
+        }
         _ => anyhow::bail!("give --protein and --organism, --input FILE and --output FILE, or --score FILE"),
     };
     let output = args.output_path().unwrap_or(std::path::Path::new(""));
@@ -377,7 +383,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         table.rows.len() - failed,
         output.display()
     );
-    if failed > 0 && !args.allow_failures {
+    if failed > 0 && !args.allow_failures.allowed {
         let hint = match unsatisfied {
             0 => String::new(),
             n => format!(
@@ -396,7 +402,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// `--score FILE`: the model's score of each sequence as given.
 fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
-    let table = CsvTable::read_any(file, "dna", args.organism.as_deref(), true)?;
+    let table = CsvTable::read_any(file, "dna", args.organism.name.as_deref(), true)?;
     // predict's own output can be scored as it is.
     let (dna_col, organism_col) = (table.first_column(&["dna", "predicted_dna"])?, table.column("organism")?);
     let items: Vec<(String, OrganismRef)> = table
@@ -455,7 +461,7 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
             }
         }
     }
-    if failed > 0 && !args.allow_failures {
+    if failed > 0 && !args.allow_failures.allowed {
         anyhow::bail!("{failed} of {} sequences could not be scored (--allow-failures exits 0)", rows.len());
     }
     Ok(())
@@ -463,7 +469,7 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
 
 /// `--protein` without `--output`: each sequence on stdout, with the edits that met the constraints.
 fn print_predictions(args: &Args, protein: &str, designer: &Designer, predict: &PredictFn<'_>) -> anyhow::Result<()> {
-    let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+    let organism = args.organism.name.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
     let items = [ProteinInput {
         protein: protein.to_string(),
         organism: OrganismRef::parse(organism),
@@ -524,7 +530,7 @@ fn mismatch_warning(protein: &str, dna: &str) -> Option<String> {
 
 /// `--protein`, `--organism` and `--dna` as the one row of a batch table.
 fn one_row_table(args: &Args, protein: &str) -> anyhow::Result<CsvTable> {
-    let organism = args.organism.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
+    let organism = args.organism.name.as_deref().ok_or_else(|| anyhow::anyhow!("--protein needs --organism"))?;
     let mut headers = vec!["protein_sequence", "organism"];
     let mut row = vec![protein, organism];
     if let Some(dna) = &args.dna {
@@ -591,7 +597,7 @@ fn load_predictor(args: &Args, keep_codon_scores: bool) -> anyhow::Result<(Predi
         match_protein: args.match_protein,
         seed: args.seed.value,
         keep_codon_scores,
-        max_batch_tokens: args.batch_tokens,
+        max_batch_tokens: args.batch_tokens.value,
         max_padding_fraction: codon_model::predict::max_padding_fraction_on(&device),
         ..Default::default()
     };

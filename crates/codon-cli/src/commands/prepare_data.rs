@@ -17,9 +17,8 @@ use codon_data::{prepare, PrepareOptions};
 pub struct Args {
     #[command(flatten)]
     files: FileArgs,
-    /// Organism name or id for records that name none.
-    #[arg(long)]
-    organism: Option<String>,
+    #[command(flatten)]
+    organism: crate::cli::OrganismArg,
     /// Keep records that fail the is_correct_seq CDS checks.
     #[arg(long, alias = "keep_incorrect")]
     keep_incorrect: bool,
@@ -34,11 +33,11 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if let Some(organism) = &args.organism {
+    if let Some(organism) = &args.organism.name {
         codon_model::parse_organism(organism).context("--organism")?;
     }
     let options = PrepareOptions {
-        organism: args.organism,
+        organism: args.organism.name,
         keep_incorrect: args.keep_incorrect,
         keep_mismatched: args.keep_mismatched,
         shuffle_seed: args.shuffle_seed,

@@ -31,9 +31,8 @@ pub struct Args {
     tokenizer: Option<PathBuf>,
     #[command(flatten)]
     protein: super::common::protein_args::ProteinArgs,
-    /// Exit 0 even when some records fail (their errors are in the output's error field).
-    #[arg(long, alias = "allow_failures")]
-    allow_failures: bool,
+    #[command(flatten)]
+    allow_failures: crate::cli::AllowFailuresArg,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "tokenized {ok} records, {failed} failed; wrote {}",
         args.files.output.path.display()
     );
-    if failed > 0 && !args.allow_failures {
+    if failed > 0 && !args.allow_failures.allowed {
         anyhow::bail!(
             "{failed} of {} records failed (their errors are in the error field of {}; --allow-failures exits 0)",
             ok + failed,

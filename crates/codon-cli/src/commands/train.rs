@@ -3,7 +3,10 @@
 //! `--dataset_dir`) from `adibvafa/CodonTransformer-base` as upstream does; the demo (no
 //! `--dataset_dir`), `--from-scratch` and `--config` start from a random initialisation.
 
-use crate::cli::{AttentionArg, ConfigArg, DeviceArg, DeviceSpec, ModelArg, PrecisionArg, SeedArg};
+use crate::cli::{
+    AttentionArg, ConfigArg, DeviceArg, DeviceSpec, GradientCheckpointingArg, LoaderArgs, MaxEpochsArg, ModelArg,
+    OverwriteArg, PrecisionArg, SeedArg,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -41,19 +44,12 @@ pub struct Args {
     /// --checkpoint_dir [default: finetune.ckpt, pretrain: pretrain.ckpt].
     #[arg(long = "checkpoint_filename", alias = "checkpoint-filename")]
     pub checkpoint_filename: Option<String>,
-    /// Let the run remove another run's step-<N> folders and state-dict file from --checkpoint_dir
-    /// (never one of this run's inputs); without it such a folder is refused.
-    #[arg(long)]
-    pub overwrite: bool,
-    /// Records per batch.
-    #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
-    pub batch_size: usize,
-    /// Epochs [default: finetune 15, pretrain 5, demo 6].
-    #[arg(long = "max_epochs", alias = "max-epochs")]
-    pub max_epochs: Option<usize>,
-    /// Data-loader worker threads.
-    #[arg(long = "num_workers", alias = "num-workers", default_value_t = 5)]
-    pub num_workers: usize,
+    #[command(flatten)]
+    pub overwrite: OverwriteArg,
+    #[command(flatten)]
+    pub loader: LoaderArgs<5>,
+    #[command(flatten)]
+    pub max_epochs: MaxEpochsArg,
     /// Micro-batches per optimizer step.
     #[arg(long = "accumulate_grad_batches", alias = "accumulate-grad-batches", default_value_t = 1)]
     pub accumulate_grad_batches: usize,
@@ -107,10 +103,8 @@ pub struct Args {
     /// Clip gradients to this global norm.
     #[arg(long = "gradient_clip", alias = "gradient-clip")]
     pub gradient_clip: Option<f64>,
-    /// Recompute each encoder layer's activations in the backward pass (transformers'
-    /// gradient checkpointing): a fraction of the device memory for about a third more compute.
-    #[arg(long = "gradient_checkpointing", alias = "gradient-checkpointing")]
-    pub gradient_checkpointing: bool,
+    #[command(flatten)]
+    pub gradient_checkpointing: GradientCheckpointingArg,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -187,7 +181,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let checkpoint_dir =
         args.checkpoint_dir.clone().or_else(|| (demo && !no_math).then(|| out_dir.join("checkpoints")));
     // The demo's own folder holds whatever the last demo run left: each demo run replaces it.
-    let overwrite = args.overwrite || (demo && args.checkpoint_dir.is_none());
+    let overwrite = args.overwrite.allowed || (demo && args.checkpoint_dir.is_none());
     if checkpoint_dir.is_none() {
         outln!("no --checkpoint_dir: nothing will be saved");
     }
@@ -211,7 +205,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         outln!("device: {}, precision {:?}", args.device, precision);
     }
     let attention = AttentionType::from(args.attention.choice);
-    let epochs = args.max_epochs.unwrap_or(match (mode, demo) {
+    let epochs = args.max_epochs.value.unwrap_or(match (mode, demo) {
         (_, true) => 6,
         (Mode::Finetune, false) => 15,
         (Mode::Pretrain, false) => 5,
@@ -308,7 +302,8 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         .into_iter()
         .filter(|_| new_organism.is_none())
         .map(|m| {
-            Ok(MaskedLmModel::new(m, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing))
+            Ok(MaskedLmModel::new(m, precision, attention)?
+                .with_gradient_checkpointing(args.gradient_checkpointing.enabled))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     if replicas.len() > 1 {
@@ -333,8 +328,8 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         );
     }
     let loader_config = LoaderConfig {
-        batch_size: args.batch_size,
-        num_workers: args.num_workers,
+        batch_size: args.loader.batch_size,
+        num_workers: args.loader.num_workers,
         seed: args.seed.value,
         ..Default::default()
     };

@@ -17,19 +17,14 @@ use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdFo
 /// Forward-pass timing.
 #[derive(Parser)]
 pub struct Args {
-    /// Sequence length.
-    #[arg(long, default_value_t = 502)]
-    length: usize,
-    /// Sequences per forward pass.
-    #[arg(long, default_value_t = 1)]
-    batch: usize,
+    #[command(flatten)]
+    shape: super::BatchShape<1, 502>,
     #[command(flatten)]
     device: DeviceArg,
     #[command(flatten)]
     attention: AttentionArg,
-    /// Timed repetitions after one warm-up pass.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
+    #[command(flatten)]
+    repeats: super::Repeats<3>,
     #[command(flatten)]
     dtype: DTypeArg,
 }
@@ -47,7 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = BigBirdConfig::default();
     let device = args.device.open()?;
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, dtype)?)?;
-    let (b, n) = (args.batch.max(1), args.length);
+    let (b, n) = (args.shape.batch, args.shape.length);
     let ids: Vec<u32> = (0..b * n)
         .map(|i| match i % n {
             0 => 1,
@@ -63,8 +58,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mode = ForwardMode::eval(attention);
     model.forward(&input, mode)?;
     device.synchronize()?;
-    let mut times = Vec::with_capacity(args.repeats);
-    for _ in 0..args.repeats.max(1) {
+    let mut times = Vec::with_capacity(args.repeats.count);
+    for _ in 0..args.repeats.count {
         let start = Instant::now();
         model.forward(&input, mode)?;
         // Asynchronous devices (CUDA) have finished the pass only after a synchronisation.

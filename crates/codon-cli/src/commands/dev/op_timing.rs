@@ -18,17 +18,12 @@ use codon_ops as ops;
 pub struct Args {
     #[command(flatten)]
     device: DeviceArg,
-    /// Sequences.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    /// Tokens per sequence.
-    #[arg(long, default_value_t = 2048)]
-    length: usize,
+    #[command(flatten)]
+    shape: super::BatchShape<8, 2048>,
     #[command(flatten)]
     dtype: DTypeArg,
-    /// Timed repetitions after one warm-up.
-    #[arg(long, default_value_t = 5)]
-    repeats: usize,
+    #[command(flatten)]
+    repeats: super::Repeats<5>,
     /// Time each trainable op's forward and backward pass together instead (as a training step
     /// runs them).
     #[arg(long)]
@@ -38,7 +33,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let device = args.device.open()?;
     let dtype = DType::from(args.dtype);
-    let (b, n, heads, hidden, inner) = (args.batch, args.length, 12, 768, 3072);
+    let (b, n, heads, hidden, inner) = (args.shape.batch, args.shape.length, 12, 768, 3072);
     let d = hidden / heads;
     let randn = |shape: &[usize]| -> candle_core::Result<Tensor> {
         Tensor::randn(0f32, 1.0, shape, &Device::Cpu)?.to_dtype(dtype)?.to_device(&device)
@@ -60,8 +55,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let time = |name: &str, f: &dyn Fn() -> candle_core::Result<Tensor>| -> anyhow::Result<()> {
         f()?;
         device.synchronize()?;
-        let mut ms = Vec::with_capacity(args.repeats);
-        for _ in 0..args.repeats.max(1) {
+        let mut ms = Vec::with_capacity(args.repeats.count);
+        for _ in 0..args.repeats.count {
             let start = Instant::now();
             f()?;
             device.synchronize()?;

@@ -5,7 +5,7 @@
 //! codon pipeline --input genes.csv --batch-size 8 --epochs 3
 //! ```
 
-use crate::cli::SeedArg;
+use crate::cli::{InputArg, LoaderArgs, MaxEpochsArg, SeedArg};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -18,26 +18,22 @@ use codon_model::{vocab, CodonTokenizer};
 #[derive(Parser)]
 pub struct Args {
     /// CSV or FASTA gene records (default: the bundled demo data).
-    #[arg(long)]
-    input: Option<PathBuf>,
+    #[command(flatten)]
+    input: Option<InputArg<false>>,
     /// Folder for the prepared JSONL file.
     #[arg(long, alias = "out_dir", default_value = "demo-output")]
     out_dir: PathBuf,
-    /// Records per batch.
-    #[arg(long = "batch_size", alias = "batch-size", default_value_t = 6)]
-    batch_size: usize,
-    /// Epochs to run.
-    #[arg(long = "max_epochs", alias = "max-epochs", alias = "epochs", default_value_t = 2)]
-    epochs: u64,
-    /// Loader worker threads.
-    #[arg(long = "num_workers", alias = "num-workers", alias = "workers", default_value_t = 2)]
-    workers: usize,
+    #[command(flatten)]
+    loader: LoaderArgs<2>,
+    #[command(flatten)]
+    epochs: MaxEpochsArg,
     #[command(flatten)]
     seed: SeedArg<123>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let input = args.input.unwrap_or_else(|| crate::demo_data_dir().join("genes.csv"));
+    let epochs = args.epochs.value.unwrap_or(2) as u64;
+    let input = args.input.map(|i| i.path).unwrap_or_else(|| crate::demo_data_dir().join("genes.csv"));
     std::fs::create_dir_all(&args.out_dir)?;
     let train = args.out_dir.join("train.jsonl");
 
@@ -47,8 +43,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let dataset = JsonlDataset::open(&train, MalformedPolicy::Error)?;
     let config = LoaderConfig {
-        batch_size: args.batch_size,
-        num_workers: args.workers,
+        batch_size: args.loader.batch_size,
+        num_workers: args.loader.num_workers,
         seed: args.seed.value,
         bucket_batches: Some(4),
         ..Default::default()
@@ -58,13 +54,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "{} records, {} batches per epoch of up to {} records (steps known up front: {})",
         loader.records_per_epoch(),
         loader.batches_per_epoch(),
-        args.batch_size,
-        loader.batches_per_epoch() as u64 * args.epochs
+        args.loader.batch_size,
+        loader.batches_per_epoch() as u64 * epochs
     );
 
     let start = Instant::now();
     let (mut tokens, mut padded, mut masked) = (0usize, 0usize, 0usize);
-    for epoch in 0..args.epochs {
+    for epoch in 0..epochs {
         for (step, batch) in loader.epoch(epoch).enumerate() {
             let batch = batch?;
             tokens += batch.encoding.num_tokens();
@@ -87,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let secs = start.elapsed().as_secs_f64();
     outln!(
         "{} epochs: {tokens} tokens ({:.1}% padding), {masked} labelled ({:.1}%), {:.0} tokens/s",
-        args.epochs,
+        epochs,
         100.0 * (padded - tokens) as f64 / padded.max(1) as f64,
         100.0 * masked as f64 / tokens.max(1) as f64,
         tokens as f64 / secs.max(1e-9)

@@ -8,10 +8,9 @@
 //! ```
 use std::time::Instant;
 
-use crate::cli::{InputArg, ModelRunArgs};
+use crate::cli::{BatchTokensArg, InputArg, ModelRunArgs};
 use crate::outln;
 use clap::Parser;
-use codon_model::predict::max_padding_fraction_on;
 use codon_model::PredictOptions;
 
 /// Batch-prediction timing.
@@ -21,15 +20,12 @@ pub struct Args {
     run: ModelRunArgs,
     #[command(flatten)]
     input: InputArg,
-    /// Timed calls after the first.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
-    /// Most tokens per forward pass (`predict --batch-tokens`).
-    #[arg(long, default_value_t = PredictOptions::default().max_batch_tokens)]
-    batch_tokens: usize,
-    /// Most padding per batch as a fraction of its tokens (default: the device's, as `predict`).
-    #[arg(long)]
-    max_padding: Option<f64>,
+    #[command(flatten)]
+    repeats: super::Repeats<3>,
+    #[command(flatten)]
+    batch_tokens: BatchTokensArg,
+    #[command(flatten)]
+    max_padding: super::MaxPadding,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -39,12 +35,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let items = table.protein_inputs()?;
     let predictor = crate::predictor::open_predictor(args.run.model.as_deref(), None, &device, args.run.dtype.into())?;
     let options = PredictOptions {
-        max_batch_tokens: args.batch_tokens,
-        max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
+        max_batch_tokens: args.batch_tokens.value,
+        max_padding_fraction: args.max_padding.on(&device),
         ..Default::default()
     };
-    let mut seconds = Vec::with_capacity(args.repeats + 1);
-    for _ in 0..=args.repeats {
+    let mut seconds = Vec::with_capacity(args.repeats.count + 1);
+    for _ in 0..=args.repeats.count {
         let start = Instant::now();
         for result in predictor.predict_batch_with_progress(&items, &options, &mut |_| {})? {
             result?;

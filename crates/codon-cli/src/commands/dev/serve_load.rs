@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use crate::outln;
 use clap::Parser;
 use codon_model::bigbird::{init_weights, load_model, BigBirdConfig, BigBirdForMaskedLM};
-use codon_model::predict::max_padding_fraction_on;
 use codon_model::{OrganismRef, OrganismTable, PredictOptions, Predictor, ProteinInput};
 use codon_serve::{RunningServer, ServeConfig};
 
@@ -32,10 +31,9 @@ pub struct Args {
     requests: usize,
     #[command(flatten)]
     seed: SeedArg<1>,
-    /// Most padding per forward pass, as a fraction of its tokens, for both sides (default: the
-    /// device's, as `predict`).
-    #[arg(long)]
-    max_padding: Option<f64>,
+    /// Most padding per forward pass, for both sides.
+    #[command(flatten)]
+    max_padding: super::MaxPadding,
     /// Run the server's side first and the batch prediction after it.
     #[arg(long)]
     served_first: bool,
@@ -93,10 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         Ok(Predictor::with_organisms(model, organisms)?)
     };
-    let forward = PredictOptions {
-        max_padding_fraction: args.max_padding.unwrap_or_else(|| max_padding_fraction_on(&device)),
-        ..Default::default()
-    };
+    let forward = PredictOptions { max_padding_fraction: args.max_padding.on(&device), ..Default::default() };
     let total = args.clients * args.requests;
     let proteins = proteins(total, args.seed.value);
     let items: Vec<ProteinInput> = proteins

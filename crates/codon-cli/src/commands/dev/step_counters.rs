@@ -21,18 +21,13 @@ use codon_train::{Trainer, TrainerConfig};
 pub struct Args {
     #[command(flatten)]
     device: NpuDeviceArg<true>,
-    /// Optimizer steps; the last one is reported (the first ones warm the allocator cache, so
-    /// a single step counts the cold first allocations too).
-    #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
-    steps: usize,
     #[command(flatten)]
     step: super::StepWorkload<256>,
     /// Encoder layers (CodonTransformer: 12).
     #[arg(long, default_value_t = 12)]
     layers: usize,
-    /// Recompute each layer's activations in the backward pass.
-    #[arg(long, alias = "gradient_checkpointing")]
-    gradient_checkpointing: bool,
+    #[command(flatten)]
+    gradient_checkpointing: crate::cli::GradientCheckpointingArg,
     /// List the ops by modelled device time (launches, µs, share), like msprof's op summary.
     #[arg(long)]
     profile: bool,
@@ -49,10 +44,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let weights = init_weights(&config, 0, &device, DType::F32)?;
     let parameters: usize = weights.values().map(|t| t.elem_count()).sum();
     let model = BigBirdForMaskedLM::from_named(config.clone(), weights)?;
-    let model =
-        MaskedLmModel::new(model, precision, attention)?.with_gradient_checkpointing(args.gradient_checkpointing);
-    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.batch, args.step.length));
-    let steps = args.steps;
+    let model = MaskedLmModel::new(model, precision, attention)?
+        .with_gradient_checkpointing(args.gradient_checkpointing.enabled);
+    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.shape.batch, args.step.shape.length));
+    let steps = args.step.steps;
     let probe = codon_train_ascend::AscendProbe::new(ascend.clone());
     let last_step = probe.last_step();
     let trainer = Trainer::new(
@@ -75,10 +70,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if ascend.skips_math() { ", no math" } else { "" },
         precision,
         attention,
-        if args.gradient_checkpointing { ", gradient checkpointing" } else { "" },
+        if args.gradient_checkpointing.enabled { ", gradient checkpointing" } else { "" },
         args.layers,
-        args.step.batch,
-        args.step.length,
+        args.step.shape.batch,
+        args.step.shape.length,
     );
     outln!(
         "launches {} (AI CPU {})  allocations {}  syncs {}  reads {}  peak device memory {:.1} MiB",
@@ -93,8 +88,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     outln!("uploads {}", last_step.uploads);
     let model_time = candle_ascend::runtime::time_model::TimeModel::for_soc(&ascend.soc().name);
     if let (Some(t), Some(model_time)) = (&last_step.modelled, model_time) {
-        let tokens = (args.step.batch * args.step.length) as f64;
-        let flops = config.training_flops_per_token(parameters, attention, args.step.length) * tokens;
+        let tokens = (args.step.shape.batch * args.step.shape.length) as f64;
+        let flops = config.training_flops_per_token(parameters, attention, args.step.shape.length) * tokens;
         let mfu = model_time.mfu(flops, t.host_us);
         outln!(
             "modelled step {:.1} ms (device {:.1} ms, host {:.1} ms, cube {:.1} ms = {:.0} % of the device time), MFU {:.1} % ({:.2} TFLOP of {:.0} TFLOP/s peak; modelled, not measured)",

@@ -18,9 +18,6 @@ use codon_train::{Trainer, TrainerConfig};
 /// Train-step timing.
 #[derive(Parser)]
 pub struct Args {
-    /// Optimizer steps; the first is reported separately (fresh optimizer state, first-touch page faults).
-    #[arg(long, default_value_t = 3)]
-    steps: usize,
     #[command(flatten)]
     step: super::StepWorkload<1024>,
     #[command(flatten)]
@@ -40,8 +37,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let config = BigBirdConfig::default();
     let model = BigBirdForMaskedLM::from_named(config.clone(), init_weights(&config, 0, &device, DType::F32)?)?;
     let model = MaskedLmModel::new(model, precision, attention)?;
-    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.batch, args.step.length));
-    let steps = args.steps.max(2);
+    let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(args.step.shape.batch, args.step.shape.length));
+    let steps = args.step.steps.max(2);
     let trainer = Trainer::new(
         TrainerConfig::builder()
             .max_steps(Some(steps))
