@@ -5,7 +5,9 @@
 //! forward and `aclnnNLLLossBackward` + `aclnnLogSoftmaxBackward` backward.
 use std::sync::Mutex;
 
-use crate::support::{runs_natively, FusedOp, LaunchState};
+#[cfg(feature = "ascend")]
+use crate::support::LaunchState;
+use crate::support::{runs_natively, FusedOp};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -48,6 +50,7 @@ enum Saved {
     /// CPU: the log of each row's softmax denominator, with the row maximum folded in.
     LogSumExp(Vec<f32>),
     /// Ascend: the log-probabilities and the labelled-row count (NLLLoss's totalWeight).
+    #[cfg(feature = "ascend")]
     Device(LaunchState),
 }
 
@@ -140,8 +143,14 @@ impl CustomOp2 for CrossEntropy {
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let (rows, classes) = dims(logits.dims(), labels.dims())?;
         match self.take()? {
+            #[cfg(feature = "ascend")]
             Saved::Device(saved) => {
-                let dx = labels.apply_op2_no_bwd(grad, &CrossEntropyGrad { saved, rows, classes })?;
+                // d loss/d logits from the saved log-probabilities, in one launch.
+                let dx = crate::support::ascend_launch("cross_entropy_grad", [labels, grad], |[(s1, l1), (s2, l2)]| {
+                    let out =
+                        fused::cross_entropy_grad(s1, l1, s2, l2, saved.get("cross_entropy_grad")?, IGNORE_INDEX)?;
+                    Ok((out, Shape::from_dims(&[rows, classes])))
+                })?;
                 Ok((Some(dx), None))
             }
             Saved::LogSumExp(lse) => {
@@ -162,42 +171,6 @@ impl CustomOp2 for CrossEntropy {
                 Ok((Some(Tensor::from_vec(dx, (rows, classes), logits.device())?), None))
             }
         }
-    }
-}
-
-/// The Ascend backward pass: d loss/d logits from the saved log-probabilities (labels first,
-/// so the op reads them as its first operand; the second is the incoming scalar gradient).
-struct CrossEntropyGrad {
-    saved: LaunchState,
-    rows: usize,
-    classes: usize,
-}
-
-impl CustomOp2 for CrossEntropyGrad {
-    fn name(&self) -> &'static str {
-        "cross_entropy_grad"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("cross_entropy_grad is the accelerator body; the CPU has its own backward")
-    }
-
-    #[cfg(feature = "ascend")]
-    fn custom_fwd(
-        &self,
-        s1: &dyn DynBackendStorage,
-        l1: &Layout,
-        s2: &dyn DynBackendStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(BoxStorage, Shape)> {
-        let out = fused::cross_entropy_grad(s1, l1, s2, l2, self.saved.get("cross_entropy_grad")?, IGNORE_INDEX)?;
-        Ok((out, Shape::from_dims(&[self.rows, self.classes])))
     }
 }
 

@@ -4,7 +4,7 @@
 //! runs it: the mask never leaves the device. On the CPU (and devices without the two
 //! operators) the mask multiplies the input, one pass each way; the CPU's fused kernels take the
 //! same mask as multipliers ([`DropoutStream::multipliers`]). A CUDA GPU draws the same mask
-//! inside its dropout kernel (`PhiloxDropout`), and again for the backward pass: bit for bit
+//! inside its dropout kernel (the op's CUDA body), and again for the backward pass: bit for bit
 //! the CPU's, never stored.
 //!
 //! Mask layout: draw (seed, offset) keeps element i when `(w + ½)/2³²` is below the FLOAT keep
@@ -104,10 +104,9 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
     if !runs_natively(FusedOp::Dropout, x.device(), x.dtype()) {
         return reference(x, p, seed, offset);
     }
-    match x.device() {
-        Device::Cuda(_) => x.contiguous()?.apply_op1(PhiloxDropout { p, seed, offset }),
-        _ => x.apply_op1(Dropout { p, seed, offset, mask: Mutex::default() }),
-    }
+    // The CUDA kernel reads its operand in order.
+    let x = if x.device().is_cuda() { x.contiguous()? } else { x.clone() };
+    x.apply_op1(Dropout::new(p, (seed, offset)))
 }
 
 /// The Philox words that keep an element: w keeps when (w + ½)/2³² < 1 − p (the FLOAT keep
@@ -131,23 +130,40 @@ fn kept_scale(p: f64, dtype: DType) -> f32 {
     }
 }
 
-/// Dropout of draw (seed, offset) on a CUDA GPU: the kernel draws the mask of the layout above
-/// for each element and multiplies, in one pass; the backward pass is the same op on the
-/// gradient, so the mask is drawn again rather than kept.
-struct PhiloxDropout {
+/// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and
+/// the composed path of devices without the operators).
+pub fn reference(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_core::Result<Tensor> {
+    let m = multipliers(seed, offset, x.elem_count(), p, x.dtype());
+    // Converted on the host: the upload is then in x's dtype, with no cast on the device.
+    let m = Tensor::from_vec(m, x.shape(), &Device::Cpu)?.to_dtype(x.dtype())?.to_device(x.device())?;
+    x * m
+}
+
+/// Dropout of draw (seed, offset), one op with a body per device. The CPU multiplies by the
+/// draw's mask. A CUDA GPU's kernel draws the same mask for each element and multiplies, in one
+/// pass; its backward pass is the same op on the gradient (the mask drawn again, never stored).
+/// An Ascend part generates the mask on the device and keeps it for the backward pass.
+struct Dropout {
     p: f64,
     seed: u64,
     offset: u64,
+    /// The Ascend forward's mask, for its backward pass.
+    mask: Mutex<Option<LaunchState>>,
 }
 
-impl CustomOp1 for PhiloxDropout {
+impl Dropout {
+    fn new(p: f64, (seed, offset): (u64, u64)) -> Self {
+        Self { p, seed, offset, mask: Mutex::default() }
+    }
+}
+
+impl CustomOp1 for Dropout {
     fn name(&self) -> &'static str {
-        "philox_dropout"
+        "dropout"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        // The same draw's mask on the CPU: the CUDA kernel's layout is the CPU's (philox.rs).
-        let mut x = crate::f32_views::f32_vec(s, l, "philox_dropout")?;
+        let mut x = crate::f32_views::f32_vec(s, l, "dropout")?;
         let dtype = candle_core::backend::BackendStorage::dtype(s);
         let m = multipliers(self.seed, self.offset, x.len(), self.p, dtype);
         x.par_iter_mut().zip(&m).for_each(|(x, m)| *x *= m);
@@ -166,38 +182,6 @@ impl CustomOp1 for PhiloxDropout {
         Ok((out, l.shape().clone()))
     }
 
-    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let again = Self { p: self.p, seed: self.seed, offset: self.offset };
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&again)?))
-    }
-}
-
-/// Dropout by draw (seed, offset) as a product with the uploaded multipliers (the CPU body, and
-/// the composed path of devices without the operators).
-pub fn reference(x: &Tensor, p: f64, seed: u64, offset: u64) -> candle_core::Result<Tensor> {
-    let m = multipliers(seed, offset, x.elem_count(), p, x.dtype());
-    // Converted on the host: the upload is then in x's dtype, with no cast on the device.
-    let m = Tensor::from_vec(m, x.shape(), &Device::Cpu)?.to_dtype(x.dtype())?.to_device(x.device())?;
-    x * m
-}
-
-/// The Ascend dropout op of one draw; it keeps its mask for the backward pass.
-struct Dropout {
-    p: f64,
-    seed: u64,
-    offset: u64,
-    mask: Mutex<Option<LaunchState>>,
-}
-
-impl CustomOp1 for Dropout {
-    fn name(&self) -> &'static str {
-        "dropout"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("dropout: the op is the accelerator body; the CPU multiplies by the mask")
-    }
-
     #[cfg(feature = "ascend")]
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
         let (out, mask) = fused::dropout(s, l, self.p, self.seed, self.offset)?;
@@ -206,30 +190,14 @@ impl CustomOp1 for Dropout {
     }
 
     fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        let mask = self.mask.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mask = mask.ok_or_else(|| candle_core::Error::msg("dropout: backward pass without its forward"))?;
-        Ok(Some(grad.apply_op1_no_bwd(&DropoutGrad { p: self.p, mask })?))
-    }
-}
-
-/// The gradient through a kept mask (Ascend only).
-struct DropoutGrad {
-    p: f64,
-    mask: LaunchState,
-}
-
-impl CustomOp1 for DropoutGrad {
-    fn name(&self) -> &'static str {
-        "dropout_grad"
-    }
-
-    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("dropout_grad is the accelerator body; the CPU multiplies by the mask")
-    }
-
-    #[cfg(feature = "ascend")]
-    fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
-        Ok((fused::dropout_grad(s, l, self.mask.get("dropout_grad")?, self.p)?, l.shape().clone()))
+        #[cfg(feature = "ascend")]
+        if let Some(mask) = self.mask.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            // The kept mask times the gradient, in one aclnnDropoutDoMask.
+            return Ok(Some(crate::support::ascend_launch("dropout_grad", [grad], |[(s, l)]| {
+                Ok((fused::dropout_grad(s, l, mask.get("dropout_grad")?, self.p)?, l.shape().clone()))
+            })?));
+        }
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&Dropout::new(self.p, (self.seed, self.offset)))?))
     }
 }
 
@@ -237,21 +205,21 @@ impl CustomOp1 for DropoutGrad {
 mod tests {
     use candle_core::{DType, Device, Tensor, Var};
 
-    use super::{dropout, multipliers, reference, DropoutStream, PhiloxDropout};
+    use super::{dropout, multipliers, reference, Dropout, DropoutStream};
     use crate::philox::philox4x32_10;
 
-    /// The CUDA-shaped dropout op on the CPU draws the CPU's mask, both ways.
+    /// The dropout op on the CPU draws the CPU's mask, both ways.
     #[test]
-    fn the_philox_op_runs_the_cpu_mask_on_the_cpu() {
+    fn the_op_runs_the_cpu_mask_on_the_cpu() {
         let x = Tensor::randn(0f32, 1.0, (6, 50), &Device::Cpu).unwrap();
         let xv = Var::from_tensor(&x).unwrap();
-        let y = xv.as_tensor().apply_op1(PhiloxDropout { p: 0.3, seed: 7, offset: 2 }).unwrap();
+        let y = xv.as_tensor().apply_op1(Dropout::new(0.3, (7, 2))).unwrap();
         let expected = reference(&x, 0.3, 7, 2).unwrap();
         assert_eq!(y.to_vec2::<f32>().unwrap(), expected.to_vec2::<f32>().unwrap());
         let grads = y.sum_all().unwrap().backward().unwrap();
         let ones = reference(&x.ones_like().unwrap(), 0.3, 7, 2).unwrap();
         assert_eq!(grads.get(&xv).unwrap().to_vec2::<f32>().unwrap(), ones.to_vec2::<f32>().unwrap());
-        let half = x.to_dtype(DType::BF16).unwrap().apply_op1(PhiloxDropout { p: 0.3, seed: 7, offset: 2 }).unwrap();
+        let half = x.to_dtype(DType::BF16).unwrap().apply_op1(Dropout::new(0.3, (7, 2))).unwrap();
         assert_eq!(half.dtype(), DType::BF16);
     }
 

@@ -264,6 +264,7 @@ impl CustomOp3 for LayerNorm {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        #[cfg(feature = "ascend")]
         if !x.device().is_cpu() && !crate::cuda_kernels_take(x) {
             let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
             let Some(stats) = stats else {
@@ -274,7 +275,7 @@ impl CustomOp3 for LayerNorm {
             // f32 weight beside half activations) is rounded to x's for it.
             let w_dtype = w.dtype();
             let w = &w.to_dtype(x.dtype())?;
-            let packed = x.apply_op3_no_bwd(w, grad, &LayerNormGrads { stats })?;
+            let packed = layer_norm_grads(x, w, grad, &stats)?;
             let (n, hidden) = (x.elem_count(), w.elem_count());
             let dx = packed.narrow(0, 0, n)?.reshape(x.shape())?;
             let dw = packed.narrow(0, n, hidden)?.reshape(w.shape())?.to_dtype(w_dtype)?;
@@ -290,42 +291,14 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
-/// LayerNorm's three gradients on an accelerator, packed as `[dx | dw | db]` in x's dtype; the CPU uses
+/// LayerNorm's three gradients on an Ascend part from the forward's kept statistics, packed
+/// as `[dx | dw | db]` in x's dtype (`aclnnLayerNormBackward`); the CPU and CUDA have
 /// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
-struct LayerNormGrads {
-    stats: LaunchState,
-}
-
-impl CustomOp3 for LayerNormGrads {
-    fn name(&self) -> &'static str {
-        "layer_norm_grads"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-        _: &CpuStorage,
-        _: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("layer_norm_grads is the accelerator body; the CPU has its own backward")
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[cfg(feature = "ascend")]
-    fn custom_fwd(
-        &self,
-        s1: &dyn DynBackendStorage,
-        l1: &Layout,
-        s2: &dyn DynBackendStorage,
-        l2: &Layout,
-        s3: &dyn DynBackendStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(BoxStorage, Shape)> {
-        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, self.stats.get("layer_norm_grads")?)
-    }
+#[cfg(feature = "ascend")]
+fn layer_norm_grads(x: &Tensor, w: &Tensor, grad: &Tensor, stats: &LaunchState) -> candle_core::Result<Tensor> {
+    crate::support::ascend_launch("layer_norm_grads", [x, w, grad], |[(s1, l1), (s2, l2), (s3, l3)]| {
+        fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, stats.get("layer_norm_grads")?)
+    })
 }
 
 /// dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ⊙x̂)) with ĝ = g⊙w, per row.

@@ -1,7 +1,7 @@
 //! Philox4x32-10 (Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
 //! SC'11): a counter-based generator, so any element of a stream is computed on its own and a
-//! mask is drawn in parallel. Dropout masks use it in the layout of the one published Ascend
-//! kernel (see [`crate::dropout()`]).
+//! mask is drawn in parallel. The dropout module's masks use it in the layout of the one
+//! published Ascend kernel.
 
 /// The four 32-bit words of Philox4x32-10 at `counter` under `key`.
 pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {

@@ -256,6 +256,31 @@ impl LaunchState {
     }
 }
 
+/// A backend launch on the storages of `inputs`, outside the graph: the backward step of an op
+/// whose forward launch kept [`LaunchState`] (so no CPU body can exist for it), returned as a
+/// tensor that tracks nothing. Every input must live on the Ascend device.
+#[cfg(feature = "ascend")]
+pub(crate) fn ascend_launch<const N: usize>(
+    op: &str,
+    inputs: [&candle_core::Tensor; N],
+    launch: impl FnOnce(
+        [(&dyn candle_core::custom_backend::DynBackendStorage, &candle_core::Layout); N],
+    ) -> candle_core::Result<(candle_core::custom_backend::BoxStorage, candle_core::Shape)>,
+) -> candle_core::Result<candle_core::Tensor> {
+    use candle_core::Storage;
+    let held = inputs.map(|t| t.storage_and_layout());
+    let mut operands = Vec::with_capacity(N);
+    for (storage, layout) in &held {
+        let Storage::Custom(storage) = &**storage else {
+            candle_core::bail!("{op}: the backward launch takes operands on the Ascend device only")
+        };
+        operands.push((storage.as_ref(), *layout));
+    }
+    let operands: [_; N] = operands.try_into().map_err(|_| candle_core::Error::msg(format!("{op}: operands")))?;
+    let (out, shape) = launch(operands)?;
+    Ok(candle_core::Tensor::from_storage(Storage::Custom(out), shape, candle_core::op::BackpropOp::none(), false))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
