@@ -178,7 +178,7 @@ impl CustomOp1 for Dropout {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         use candle_core::backend::BackendStorage;
         let scale = kept_scale(self.p, s.dtype());
-        let out = crate::cuda::dropout(s, l, self.seed, self.offset, keep_threshold(self.p), scale)?;
+        let out = cuda_launch::dropout(s, l, self.seed, self.offset, keep_threshold(self.p), scale)?;
         Ok((out, l.shape().clone()))
     }
 
@@ -198,6 +198,39 @@ impl CustomOp1 for Dropout {
             })?));
         }
         Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&Dropout::new(self.p, (self.seed, self.offset)))?))
+    }
+}
+
+/// The CUDA launch of dropout (kernel in `kernels/codon_ops.cu`).
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda_launch {
+    use crate::cuda::prelude::*;
+
+    /// x times a Philox dropout mask: kept where the mask's word is below `threshold`, scaled by
+    /// `scale` (see the module for the layout).
+    pub(crate) fn dropout(
+        s: &CudaStorage,
+        l: &Layout,
+        seed: u64,
+        offset: u64,
+        threshold: u64,
+        scale: f32,
+    ) -> Result<CudaStorage> {
+        let dev = &s.device;
+        let n = l.shape().elem_count();
+        if n == 0 {
+            return s.try_clone(l);
+        }
+        let func = function!(dev, "dropout", s.dtype());
+        let n64 = n as u64;
+        with_float_type!(s.dtype(), "dropout", T => {
+            let x = view::<T>(s, l, "dropout")?;
+            // SAFETY: the arguments match the kernel's signature, and each thread writes a group of
+            // four elements.
+            Ok(unsafe {
+                launch_into_fresh!(dev, func, elementwise_config(n.div_ceil(4)), T, n; &n64, &x, out, &seed, &offset, &threshold, &scale)
+            })
+        })
     }
 }
 

@@ -182,7 +182,7 @@ impl CustomOp2 for BiasGeluNew {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
+        Ok((crate::activation::cuda_launch::gelu_new(s1, l1, Some((s2, l2)))?, l1.shape().clone()))
     }
 
     fn bwd(
@@ -236,7 +236,7 @@ impl CustomOp3 for BiasGeluNewGrad {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::gelu_new_grad(s1, l1, Some((s2, l2)), s3, l3)?, l1.shape().clone()))
+        Ok((crate::activation::cuda_launch::gelu_new_grad(s1, l1, Some((s2, l2)), s3, l3)?, l1.shape().clone()))
     }
 }
 
@@ -261,7 +261,7 @@ impl CustomOp1 for ColumnSums {
         l: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         let cols = l.dims().last().copied().unwrap_or(1);
-        Ok((crate::cuda::sum_rows(s, l)?, Shape::from(cols)))
+        Ok((cuda_launch::sum_rows(s, l)?, Shape::from(cols)))
     }
 }
 
@@ -292,7 +292,7 @@ impl CustomOp2 for AddBias {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::add_bias(s1, l1, (s2, l2), None)?, l1.shape().clone()))
+        Ok((cuda_launch::add_bias(s1, l1, (s2, l2), None)?, l1.shape().clone()))
     }
 
     fn bwd(
@@ -337,7 +337,7 @@ impl CustomOp3 for AddBiasResidual {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        Ok((crate::cuda::add_bias(s1, l1, (s2, l2), Some((s3, l3)))?, l1.shape().clone()))
+        Ok((cuda_launch::add_bias(s1, l1, (s2, l2), Some((s3, l3)))?, l1.shape().clone()))
     }
 
     fn bwd(
@@ -754,6 +754,69 @@ impl CustomOp3 for MatmulAdd {
         l3: &Layout,
     ) -> candle_core::Result<(BoxStorage, Shape)> {
         fused::matmul_add(s1, l1, s2, l2, s3, l3)
+    }
+}
+
+/// The CUDA launches of the bias epilogues and the bias gradient (kernels in
+/// `kernels/codon_ops.cu`).
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda_launch {
+    use crate::cuda::prelude::*;
+
+    /// `x + bias (+ residual)`, the bias along the last dimension, rounded once.
+    pub(crate) fn add_bias(
+        x: &CudaStorage,
+        xl: &Layout,
+        bias: (&CudaStorage, &Layout),
+        residual: Bias,
+    ) -> Result<CudaStorage> {
+        let dev = &x.device;
+        let n = xl.shape().elem_count();
+        if n == 0 {
+            return x.try_clone(xl);
+        }
+        let cols = xl.dims().last().copied().unwrap_or(1).max(1);
+        let func = function!(dev, "add_bias", x.dtype());
+        let (n64, cols32) = (n as u64, u32::try_from(cols).w_msg("add_bias")?);
+        with_float_type!(x.dtype(), "add_bias", T => {
+            let xv = view::<T>(x, xl, "add_bias")?;
+            let bv = bias_view::<T>(x, Some(bias), cols, "add_bias")?;
+            let rv = match residual {
+                Some((r, rl)) => {
+                    same_dtype(x, r, "add_bias")?;
+                    if rl.shape() != xl.shape() {
+                        candle_core::bail!("add_bias: a residual of {:?} for {:?}", rl.shape(), xl.shape())
+                    }
+                    Some(view::<T>(r, rl, "add_bias")?)
+                }
+                None => None,
+            };
+            // SAFETY: the arguments match the kernel's signature (a null residual is allowed), and
+            // it writes every element.
+            Ok(unsafe { launch_into_fresh!(dev, func, elementwise_config(n), T, n; &n64, &xv, opt(bv), &cols32, opt(rv), out) })
+        })
+    }
+
+    /// The sums over all rows of x's last dimension, f32 (cols,): deterministic (fixed shares,
+    /// fixed order).
+    pub(crate) fn sum_rows(x: &CudaStorage, xl: &Layout) -> Result<CudaStorage> {
+        let dev = &x.device;
+        let n = xl.shape().elem_count();
+        let cols = xl.dims().last().copied().unwrap_or(1).max(1);
+        let rows = n / cols;
+        let parts = rows.clamp(1, REDUCE_BLOCKS);
+        let func = function!(dev, "sum_rows_partial", x.dtype());
+        let (rows32, cols32) = (u32::try_from(rows).w_msg("sum_rows")?, u32::try_from(cols).w_msg("sum_rows")?);
+        let partial = dev.alloc_zeros::<f32>(parts * cols)?;
+        with_float_type!(x.dtype(), "sum_rows", T => {
+            let xv = view::<T>(x, xl, "sum_rows")?;
+            let mut b = func.builder();
+            b.arg(&rows32).arg(&cols32).arg(&xv).arg(&partial);
+            let cfg = LaunchConfig { grid_dim: (parts as u32, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match the kernel's signature.
+            unsafe { b.launch(cfg) }.w()?;
+        });
+        sum_partials(dev, &partial, parts, cols)
     }
 }
 

@@ -35,3 +35,41 @@ pub fn gelu_tanh_backward(dev: &Arc<DeviceInner>, g: &View, x: &View, out: &View
         phase1!(addr, ws, ex, fn(T, T, *const std::ffi::c_char, T), tg.ptr(), tx.ptr(), approximate.as_ptr(), to.ptr())
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// The Ascend body of a softmax over the last dimension (`aclnnSoftmax`).
+    pub fn softmax_last_dim(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        unary_body(x, xl, |dev, x, out| crate::ops::activation::softmax(dev, x, -1, out))
+    }
+
+    /// The Ascend body of the softmax gradient from its output `y` and the incoming gradient `g`
+    /// (`aclnnSoftmaxBackward`), in g's dtype.
+    pub fn softmax_last_dim_grad(
+        y: &dyn DynBackendStorage,
+        yl: &Layout,
+        g: &dyn DynBackendStorage,
+        gl: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        grad_body(y, yl, g, gl, |dev, g, y, out| crate::ops::activation::softmax_backward(dev, g, y, -1, out))
+    }
+
+    /// The Ascend body of GELU's tanh approximation (`aclnnGeluV2`, approximate = 1).
+    pub fn gelu_tanh(x: &dyn DynBackendStorage, xl: &Layout) -> candle_core::Result<(BoxStorage, Shape)> {
+        unary_body(x, xl, |dev, x, out| crate::ops::elementwise::gelu(dev, true, x, out))
+    }
+
+    /// The Ascend body of its gradient from the input `x` and the incoming gradient `g`
+    /// (`aclnnGeluBackwardV2`, approximate "tanh"), in g's dtype.
+    pub fn gelu_tanh_grad(
+        x: &dyn DynBackendStorage,
+        xl: &Layout,
+        g: &dyn DynBackendStorage,
+        gl: &Layout,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        grad_body(x, xl, g, gl, crate::ops::activation::gelu_tanh_backward)
+    }
+}

@@ -270,3 +270,177 @@ fn flash_attention_grad_launch(
         )
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// What an Ascend flash attention forward pass keeps for its backward pass: the row maxima and
+    /// sums (B, N, S1, 8) FLOAT, the dropout bits if any, the layout and (B, N, S1).
+    pub struct FlashSaved {
+        softmax_max: AscendStorage,
+        softmax_sum: AscendStorage,
+        drop_mask: Option<AscendStorage>,
+        layout: super::FlashLayout,
+        dims: [usize; 3],
+    }
+
+    impl FlashSaved {
+        fn stats(&self) -> crate::error::Result<(View, View)> {
+            let [b, n, s] = self.dims;
+            let shape = Shape::from_dims(&[b, n, s, 8]);
+            Ok((self.softmax_max.contiguous(&shape)?, self.softmax_sum.contiguous(&shape)?))
+        }
+
+        fn drop_view(&self) -> crate::error::Result<Option<View>> {
+            self.drop_mask.as_ref().map(|m| m.contiguous(&Shape::from_dims(&[m.len]))).transpose()
+        }
+    }
+
+    /// (B, N, S1, S2) of a flash attention call: BSH operands are (batch, seq, heads·dim) with
+    /// `heads` given, BNSD operands (batch, heads, seq, dim).
+    fn flash_geometry(
+        layout: super::FlashLayout,
+        heads: usize,
+        ql: &Layout,
+        kl: &Layout,
+    ) -> candle_core::Result<[usize; 4]> {
+        match (layout, ql.dims(), kl.dims()) {
+            (super::FlashLayout::Bsh, [b, s1, _], [_, s2, _]) => Ok([*b, heads, *s1, *s2]),
+            (super::FlashLayout::Bnsd, [b, n, s1, _], [_, _, s2, _]) => Ok([*b, *n, *s1, *s2]),
+            (layout, q, k) => candle_core::bail!("flash attention: {layout:?} operands, got query {q:?} and key {k:?}"),
+        }
+    }
+
+    /// (mask, pse) views of flash attention's key operands.
+    fn key_views(mask: Option<&Tensor>, bias: Option<&Tensor>) -> candle_core::Result<(Option<View>, Option<View>)> {
+        let view = |t: Option<&Tensor>| t.map(|t| tensor_view(t).map(|(_, v)| v)).transpose();
+        Ok((view(mask)?, view(bias)?))
+    }
+
+    /// The layout of flash attention's operands, from the query's rank: (batch, seq, heads·dim)
+    /// is BSH, (batch, heads, seq, dim) BNSD.
+    fn flash_layout(ql: &Layout) -> candle_core::Result<super::FlashLayout> {
+        match ql.dims().len() {
+            3 => Ok(super::FlashLayout::Bsh),
+            4 => Ok(super::FlashLayout::Bnsd),
+            rank => candle_core::bail!("flash attention: a rank-3 (BSH) or rank-4 (BNSD) query, got rank {rank}"),
+        }
+    }
+
+    /// The Ascend body of attention over q, k, v, (batch, seq, heads·dim) with `heads` heads or
+    /// (batch, heads, seq, dim): `softmax(scale·(q·kᵀ + bias), masked)·v` in one
+    /// `aclnnFlashAttentionScore`. `mask` (`attenMask`: (B, 1, S1, S2) or (B, N, S1, S2) UINT8, 1
+    /// where a key is masked; or (1, N, S1, S2) for every sequence, a launch per sequence) leaves
+    /// keys out; `bias` (`realShiftOptional`: (B, N, 1, S2) or (B, N, S1, S2) in q's dtype) adds
+    /// to q·kᵀ before the scale, and the documented formula adds it before masking. With
+    /// `dropout` = (p, seed, offset), one `aclnnDropoutGenMaskV2` draws the (B, N, S1, S2) bits
+    /// first, as torch_npu's `npu_fusion_attention` does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attention(
+        q: &dyn DynBackendStorage,
+        ql: &Layout,
+        k: &dyn DynBackendStorage,
+        kl: &Layout,
+        v: &dyn DynBackendStorage,
+        vl: &Layout,
+        (mask, bias): (Option<&Tensor>, Option<&Tensor>),
+        heads: usize,
+        scale: f64,
+        dropout: Option<(f64, u64, u64)>,
+    ) -> candle_core::Result<(BoxStorage, FlashSaved)> {
+        let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
+        let layout = flash_layout(ql)?;
+        let [b, heads, s1, s2] = flash_geometry(layout, heads, ql, kl)?;
+        let dev = &qs.device;
+        let (mask, pse) = key_views(mask, bias)?;
+        let drop_mask = match dropout {
+            Some((p, seed, offset)) => {
+                let bytes = crate::ops::random::dropout_mask_bytes(b * heads * s1 * s2);
+                let mask = AscendStorage::empty(dev, bytes, DType::U8)?;
+                let view = mask.contiguous(&Shape::from_dims(&[bytes]))?;
+                crate::ops::random::dropout_gen_mask(
+                    qs.dev(),
+                    &[b, heads, s1, s2],
+                    p,
+                    seed,
+                    offset,
+                    acl_dtype(qs.dtype)?,
+                    &view,
+                )?;
+                Some(mask)
+            }
+            None => None,
+        };
+        let stats = b * heads * s1 * 8;
+        let saved = FlashSaved {
+            softmax_max: AscendStorage::empty(dev, stats, DType::F32)?,
+            softmax_sum: AscendStorage::empty(dev, stats, DType::F32)?,
+            drop_mask,
+            layout,
+            dims: [b, heads, s1],
+        };
+        let drop = saved.drop_view()?;
+        let keep = dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
+        let args = crate::ops::attention::FlashArgs {
+            layout,
+            atten_mask: mask.as_ref(),
+            pse: pse.as_ref(),
+            drop_mask: drop.as_ref(),
+            keep,
+            heads: heads as i64,
+            scale,
+        };
+        let (out, ov) = output_like(qs, ql.shape())?;
+        let (smax, ssum) = saved.stats()?;
+        let qkv = (&qs.view(ql)?, &ks.view(kl)?, &vs.view(vl)?);
+        crate::ops::attention::flash_attention(qs.dev(), qkv, &args, (&smax, &ssum), &ov)?;
+        Ok((Box::new(out), saved))
+    }
+
+    /// The Ascend body of flash attention's backward: `[dq | dk | dv]` packed in one buffer of q's
+    /// dtype, from the output's gradient `dy` and the forward's output `out`
+    /// (`aclnnFlashAttentionScoreGrad`); `mask` and `bias` as the forward's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn flash_attention_grad(
+        q: &dyn DynBackendStorage,
+        ql: &Layout,
+        k: &dyn DynBackendStorage,
+        kl: &Layout,
+        v: &dyn DynBackendStorage,
+        vl: &Layout,
+        dy: &Tensor,
+        out: &Tensor,
+        (mask, bias): (Option<&Tensor>, Option<&Tensor>),
+        saved: &FlashSaved,
+        scale: f64,
+        keep: f64,
+    ) -> candle_core::Result<(BoxStorage, Shape)> {
+        let (qs, ks, vs) = (ascend_storage(q)?, ascend_storage(k)?, ascend_storage(v)?);
+        let ((_, dyv), (_, ov)) = (tensor_view(dy)?, tensor_view(out)?);
+        let (mask, pse) = key_views(mask, bias)?;
+        let (nq, nk, nv) = (ql.shape().elem_count(), kl.shape().elem_count(), vl.shape().elem_count());
+        let packed = AscendStorage::empty(&qs.device, nq + nk + nv, qs.dtype)?;
+        let piece = |offset: usize, shape: &Shape| -> crate::error::Result<View> {
+            let mut v = packed.contiguous(shape)?;
+            v.offset = offset as i64;
+            Ok(v)
+        };
+        let (dq, dk, dv) = (piece(0, ql.shape())?, piece(nq, kl.shape())?, piece(nq + nk, vl.shape())?);
+        let drop = saved.drop_view()?;
+        let args = crate::ops::attention::FlashArgs {
+            layout: saved.layout,
+            atten_mask: mask.as_ref(),
+            pse: pse.as_ref(),
+            drop_mask: drop.as_ref(),
+            keep,
+            heads: saved.dims[1] as i64,
+            scale,
+        };
+        let (smax, ssum) = saved.stats()?;
+        let qkv = (&qs.view(ql)?, &ks.view(kl)?, &vs.view(vl)?);
+        crate::ops::attention::flash_attention_grad(qs.dev(), qkv, &dyv, &ov, &args, (&smax, &ssum), (&dq, &dk, &dv))?;
+        Ok((Box::new(packed), Shape::from_dims(&[nq + nk + nv])))
+    }
+}

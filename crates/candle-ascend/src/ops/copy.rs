@@ -37,3 +37,34 @@ pub fn zero(dev: &Arc<DeviceInner>, dst: &View) -> Result<()> {
     let td = dst.acl(dev)?;
     launch(dev, AclnnOp::InplaceZero, &[dst], |addr, ws, ex| phase1!(addr, ws, ex, fn(T), td.ptr()))
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// A contiguous copy of `t` (any layout) in a fresh storage: the output of an op whose value
+    /// was computed by tensor ops before the op took it over (one `aclnnInplaceCopy`).
+    pub fn materialize(t: &Tensor) -> candle_core::Result<(BoxStorage, Shape)> {
+        with_storage(t, |ascend, layout| {
+            let (out, ov) = output_like(ascend, layout.shape())?;
+            crate::ops::copy::copy_into(ascend.dev(), &ov, &ascend.view(layout)?)?;
+            Ok((Box::new(out) as BoxStorage, layout.shape().clone()))
+        })
+    }
+
+    /// `dst ← src` in dst's dtype, straight into dst's storage: one `aclnnCast` (or
+    /// `aclnnInplaceCopy` for equal dtypes), where `Var::set` of a cast value costs a cast and a copy.
+    /// Both tensors live on one Ascend device and have one shape.
+    pub fn assign(dst: &Tensor, src: &Tensor) -> candle_core::Result<()> {
+        if dst.shape() != src.shape() {
+            candle_core::bail!("assign: shapes {:?} and {:?} differ", dst.shape(), src.shape())
+        }
+        let ((dev, d), (_, s)) = (tensor_view(dst)?, tensor_view(src)?);
+        if dst.dtype() == src.dtype() {
+            Ok(crate::ops::copy::copy_into(&dev, &d, &s)?)
+        } else {
+            Ok(crate::ops::copy::cast(&dev, &s, &d)?)
+        }
+    }
+}

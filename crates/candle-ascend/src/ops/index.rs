@@ -93,3 +93,43 @@ pub fn embedding_dense_backward(
         )
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// The Ascend body of an embedding lookup: the rows of the table `w` (vocab, dim) at the 1-D
+    /// integer ids, (ids, dim) in the table's dtype (`aclnnEmbedding`).
+    pub fn embedding(
+        w: &dyn DynBackendStorage,
+        wl: &Layout,
+        ids: &dyn DynBackendStorage,
+        il: &Layout,
+    ) -> candle_core::Result<BoxStorage> {
+        let (ws, is) = (ascend_storage(w)?, ascend_storage(ids)?);
+        let (iv, _cast) = is.index_view(il)?;
+        let (out, ov) = output_like(ws, &Shape::from_dims(&[il.shape().elem_count(), hidden_of(wl)]))?;
+        crate::ops::index::embedding(ws.dev(), &ws.view(wl)?, &iv, &ov)?;
+        Ok(Box::new(out))
+    }
+
+    /// The Ascend body of the embedding's backward: the table's gradient (`vocab`, dim) in the
+    /// dtype of `grad` (ids, dim), with no gradient for the row `padding_idx`
+    /// (`aclnnEmbeddingDenseBackward`).
+    pub fn embedding_grad(
+        grad: &dyn DynBackendStorage,
+        gl: &Layout,
+        ids: &dyn DynBackendStorage,
+        il: &Layout,
+        vocab: usize,
+        padding_idx: Option<usize>,
+    ) -> candle_core::Result<BoxStorage> {
+        let (gs, is) = (ascend_storage(grad)?, ascend_storage(ids)?);
+        let (iv, _cast) = is.index_view(il)?;
+        let (out, ov) = output_like(gs, &Shape::from_dims(&[vocab, hidden_of(gl)]))?;
+        let padding = padding_idx.map_or(crate::ops::index::NO_PADDING, |p| p as u64);
+        crate::ops::index::embedding_dense_backward(gs.dev(), &gs.view(gl)?, &iv, vocab as u64, padding, &ov)?;
+        Ok(Box::new(out))
+    }
+}

@@ -96,3 +96,74 @@ pub fn nll_loss_backward(
         )
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// What the Ascend body of the cross-entropy loss keeps for its backward pass: the
+    /// log-probabilities, the class weights (ones) and the labelled rows' total weight.
+    #[derive(Clone)]
+    pub struct CrossEntropySaved(Arc<(AscendStorage, AscendStorage, AscendStorage, Shape)>);
+
+    /// The Ascend body of the mean cross-entropy of f32 `logits` (rows, classes) against integer
+    /// `labels` (rows), rows labelled `ignore_index` left out: `aclnnLogSoftmax`, then
+    /// `aclnnNLLLoss` (mean) with unit class weights, as torch_npu passes them when the user gives
+    /// none. The f32 scalar loss, and what [`cross_entropy_grad`] needs.
+    pub fn cross_entropy(
+        logits: &dyn DynBackendStorage,
+        ll: &Layout,
+        labels: &dyn DynBackendStorage,
+        tl: &Layout,
+        ignore_index: i64,
+    ) -> candle_core::Result<(BoxStorage, CrossEntropySaved)> {
+        let (xs, ts) = (ascend_storage(logits)?, ascend_storage(labels)?);
+        let dev = xs.dev();
+        let classes = hidden_of(ll);
+        let (log_probs, lv) = output_like(xs, ll.shape())?;
+        crate::ops::loss::log_softmax(dev, &xs.view(ll)?, -1, &lv)?;
+        let (weight, wv) = output_like(xs, &Shape::from_dims(&[classes]))?;
+        crate::ops::copy::fill(dev, &wv, 1.0)?;
+        let scalar = Shape::from(());
+        let ((loss, ov), (total, twv)) = (output_like(xs, &scalar)?, output_like(xs, &scalar)?);
+        let mean = crate::ops::loss::REDUCTION_MEAN;
+        crate::ops::loss::nll_loss(dev, &lv, &ts.view(tl)?, &wv, mean, ignore_index, &ov, &twv)?;
+        Ok((Box::new(loss), CrossEntropySaved(Arc::new((log_probs, weight, total, ll.shape().clone())))))
+    }
+
+    /// The Ascend body of the cross-entropy's gradient with respect to the logits, from the
+    /// integer `labels` and the incoming scalar gradient `grad`: `aclnnNLLLossBackward`, then
+    /// `aclnnLogSoftmaxBackward`; f32, of the logits' shape.
+    pub fn cross_entropy_grad(
+        labels: &dyn DynBackendStorage,
+        tl: &Layout,
+        grad: &dyn DynBackendStorage,
+        gl: &Layout,
+        saved: &CrossEntropySaved,
+        ignore_index: i64,
+    ) -> candle_core::Result<BoxStorage> {
+        let (ts, gs) = (ascend_storage(labels)?, ascend_storage(grad)?);
+        let (log_probs, weight, total, shape) = &*saved.0;
+        let dev = log_probs.dev();
+        let classes = Shape::from_dims(&[shape.dims().last().copied().unwrap_or(1)]);
+        let (lv, wv, twv) =
+            (log_probs.contiguous(shape)?, weight.contiguous(&classes)?, total.contiguous(&Shape::from(()))?);
+        let (_d_log_probs, dv) = output_like(log_probs, shape)?;
+        let mean = crate::ops::loss::REDUCTION_MEAN;
+        crate::ops::loss::nll_loss_backward(
+            dev,
+            &gs.view(gl)?,
+            &lv,
+            &ts.view(tl)?,
+            &wv,
+            mean,
+            ignore_index,
+            &twv,
+            &dv,
+        )?;
+        let (out, ov) = output_like(log_probs, shape)?;
+        crate::ops::loss::log_softmax_backward(dev, &dv, &lv, -1, &ov)?;
+        Ok(Box::new(out))
+    }
+}

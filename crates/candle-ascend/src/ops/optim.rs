@@ -61,3 +61,24 @@ pub fn apply_adamw_v2(
         )
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// AdamW in place through `aclnnApplyAdamWV2`: `var`, `m` and `v` are overwritten. `step` is a
+    /// one-element FLOAT tensor holding t − 1. All five tensors live on one Ascend device.
+    pub fn apply_adamw(
+        var: &Tensor,
+        m: &Tensor,
+        v: &Tensor,
+        grad: &Tensor,
+        step: &Tensor,
+        hyper: AdamWHyper,
+    ) -> candle_core::Result<()> {
+        let (dev, var) = tensor_view(var)?;
+        let (m, v, grad, step) = (tensor_view(m)?.1, tensor_view(v)?.1, tensor_view(grad)?.1, tensor_view(step)?.1);
+        Ok(crate::ops::optim::apply_adamw_v2(&dev, &var, &m, &v, &grad, &step, hyper)?)
+    }
+}

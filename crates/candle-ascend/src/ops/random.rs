@@ -67,3 +67,48 @@ pub fn dropout_do_mask(dev: &Arc<DeviceInner>, x: &View, mask: &View, p: f64, ou
         phase1!(addr, ws, ex, fn(T, T, f64, T), tx.ptr(), tm.ptr(), p, to.ptr())
     })
 }
+
+/// The fused bodies built on these launches, for op types outside this crate (re-exported as
+/// `candle_ascend::fused`).
+pub mod fused {
+    use crate::fused::prelude::*;
+
+    /// The bit mask of an Ascend dropout forward pass, kept for its backward pass.
+    #[derive(Clone)]
+    pub struct DropoutMask(Arc<AscendStorage>);
+
+    /// The Ascend body of dropout with drop probability `p`: `aclnnDropoutGenMaskV2` draws the bit
+    /// mask keyed by (seed, offset), `aclnnDropoutDoMask` applies it (as torch_npu's `_npu_dropout`).
+    /// The result in x's dtype and shape, and the mask for [`dropout_grad`].
+    pub fn dropout(
+        x: &dyn DynBackendStorage,
+        xl: &Layout,
+        p: f64,
+        seed: u64,
+        offset: u64,
+    ) -> candle_core::Result<(BoxStorage, DropoutMask)> {
+        let xs = ascend_storage(x)?;
+        let bytes = crate::ops::random::dropout_mask_bytes(xl.shape().elem_count());
+        let mask = AscendStorage::empty(&xs.device, bytes, DType::U8)?;
+        let mv = mask.contiguous(&Shape::from_dims(&[bytes]))?;
+        crate::ops::random::dropout_gen_mask(xs.dev(), xl.dims(), p, seed, offset, acl_dtype(xs.dtype)?, &mv)?;
+        let (out, ov) = output_like(xs, xl.shape())?;
+        crate::ops::random::dropout_do_mask(xs.dev(), &xs.view(xl)?, &mv, p, &ov)?;
+        Ok((Box::new(out), DropoutMask(Arc::new(mask))))
+    }
+
+    /// The Ascend body of dropout's backward: the incoming gradient through the forward pass's mask
+    /// (`aclnnDropoutDoMask`, as torch_npu's `npu_dropout_backward`), in g's dtype.
+    pub fn dropout_grad(
+        g: &dyn DynBackendStorage,
+        gl: &Layout,
+        mask: &DropoutMask,
+        p: f64,
+    ) -> candle_core::Result<BoxStorage> {
+        let gs = ascend_storage(g)?;
+        let mv = mask.0.contiguous(&Shape::from_dims(&[mask.0.len]))?;
+        let (out, ov) = output_like(gs, gl.shape())?;
+        crate::ops::random::dropout_do_mask(gs.dev(), &gs.view(gl)?, &mv, p, &ov)?;
+        Ok(Box::new(out))
+    }
+}

@@ -117,7 +117,7 @@ impl CustomOp1 for BlockGather {
             candle_core::bail!("gather_blocks: the table is not on the GPU")
         };
         let block_elems = l.dims()[2..].iter().product::<usize>();
-        let out = crate::cuda::gather_blocks(s, l, index, il, block_elems, self.blocks)?
+        let out = cuda_launch::gather_blocks(s, l, index, il, block_elems, self.blocks)?
             .ok_or_else(|| candle_core::Error::msg("gather_blocks: blocks are not whole aligned 16-byte vectors"))?;
         let mut dims = l.dims().to_vec();
         dims[1] = il.shape().elem_count();
@@ -182,7 +182,7 @@ impl CustomOp2 for BlockScatterAdd {
         };
         let block_elems = l1.dims()[2..].iter().product::<usize>();
         let out =
-            crate::cuda::scatter_add_blocks(s1, l1, s2, l2, (offsets, ol), (sources, sl), block_elems, self.gathered)?;
+            cuda_launch::scatter_add_blocks(s1, l1, s2, l2, (offsets, ol), (sources, sl), block_elems, self.gathered)?;
         Ok((out, l1.shape().clone()))
     }
 }
@@ -195,6 +195,105 @@ fn block_dims(l: &Layout, blocks: usize, op: &str) -> candle_core::Result<(Vec<u
         candle_core::bail!("{op}: expected (sequences, {blocks}, …) blocks, got {dims:?}")
     }
     Ok((dims.clone(), dims[2..].iter().product()))
+}
+
+/// The CUDA launches of the block gather and scatter-add (kernels in `kernels/codon_ops.cu`).
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda_launch {
+    use crate::cuda::prelude::*;
+
+    /// Blocks of (sequences × src_blocks) blocks of `block_elems` elements: out block (s, j) is src
+    /// block (s, index[j]). `None` when the blocks are not whole 16-byte vectors (the caller gathers
+    /// another way).
+    pub(crate) fn gather_blocks(
+        src: &CudaStorage,
+        sl: &Layout,
+        index: &CudaStorage,
+        il: &Layout,
+        block_elems: usize,
+        src_blocks: usize,
+    ) -> Result<Option<CudaStorage>> {
+        let dev = &src.device;
+        let size = src.dtype().size_in_bytes();
+        let Some((start, end)) = sl.contiguous_offsets() else { return Ok(None) };
+        if !(block_elems * size).is_multiple_of(16)
+            || !(start * size).is_multiple_of(16)
+            || block_elems == 0
+            || src_blocks == 0
+        {
+            return Ok(None);
+        }
+        let sequences = (end - start) / (block_elems * src_blocks);
+        let out_blocks = il.shape().elem_count();
+        let grid = grid(sequences * out_blocks)?;
+        let (vecs, src32, out32) = (
+            u32::try_from(block_elems * size / 16).w_msg("gather_blocks")?,
+            u32::try_from(src_blocks).w_msg("gather_blocks")?,
+            u32::try_from(out_blocks).w_msg("gather_blocks")?,
+        );
+        let func = dev.get_or_load_custom_func("gather_blocks", MODULE, PTX)?;
+        let iv = view::<u32>(index, il, "gather_blocks")?;
+        let out = with_float_type!(src.dtype(), "gather_blocks", T => {
+            let sv = view::<T>(src, sl, "gather_blocks")?;
+            // SAFETY: the view's bytes are whole 16-byte vectors at a 16-byte aligned address (checked
+            // above); the kernel copies them without reading their values.
+            let sv = unsafe { sv.transmute::<u128>((end - start) * size / 16) }
+                .ok_or_else(|| candle_core::Error::msg("gather_blocks: the source is shorter than its layout"))?;
+            let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match the kernel's signature, and it writes every output block;
+            // every index is below src_blocks (the caller's table is checked when the op is built).
+            unsafe {
+                launch_into_fresh!(dev, func, cfg, T, sequences * out_blocks * block_elems; &vecs, &src32, &out32, &iv, &sv, out)
+            }
+        });
+        Ok(Some(out))
+    }
+
+    /// The gathered blocks' sums added back into their source blocks: out block (s, t) = base block
+    /// (s, t) + the gathered blocks (s, sources[offsets[t]..offsets[t + 1]]), in f32 in that order.
+    /// Base is (sequences × blocks) blocks and gathered (sequences × gathered_blocks) blocks of
+    /// `block_elems` elements.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn scatter_add_blocks(
+        base: &CudaStorage,
+        bl: &Layout,
+        gathered: &CudaStorage,
+        gl: &Layout,
+        (offsets, ol): (&CudaStorage, &Layout),
+        (sources, srcl): (&CudaStorage, &Layout),
+        block_elems: usize,
+        gathered_blocks: usize,
+    ) -> Result<CudaStorage> {
+        let dev = &base.device;
+        same_dtype(base, gathered, "scatter_add_blocks")?;
+        let n = bl.shape().elem_count();
+        let blocks = ol.shape().elem_count().saturating_sub(1);
+        if block_elems == 0 || blocks == 0 || !n.is_multiple_of(block_elems * blocks) {
+            candle_core::bail!(
+                "scatter_add_blocks: {n} elements are not whole sequences of {blocks} blocks of {block_elems}"
+            )
+        }
+        let sequences = n / (block_elems * blocks);
+        if gl.shape().elem_count() != sequences * gathered_blocks * block_elems {
+            candle_core::bail!("scatter_add_blocks: the gathered blocks do not match {sequences} sequences")
+        }
+        let grid = grid(sequences * blocks)?;
+        let (elems32, blocks32, gathered32) = (
+            u32::try_from(block_elems).w_msg("scatter_add_blocks")?,
+            u32::try_from(blocks).w_msg("scatter_add_blocks")?,
+            u32::try_from(gathered_blocks).w_msg("scatter_add_blocks")?,
+        );
+        let func = function!(dev, "scatter_add_blocks", base.dtype());
+        let (ov, sv) =
+            (view::<u32>(offsets, ol, "scatter_add_blocks")?, view::<u32>(sources, srcl, "scatter_add_blocks")?);
+        with_float_type!(base.dtype(), "scatter_add_blocks", T => {
+            let (bv, gv) = (view::<T>(base, bl, "scatter_add_blocks")?, view::<T>(gathered, gl, "scatter_add_blocks")?);
+            let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (ROW_THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match the kernel's signature, and it writes every element; the
+            // offsets and sources come from a checked inverse of the gather table.
+            Ok(unsafe { launch_into_fresh!(dev, func, cfg, T, n; &elems32, &blocks32, &gathered32, &ov, &sv, &bv, &gv, out) })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -223,7 +223,26 @@ impl FlashState {
     ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
         #[cfg(feature = "ascend")]
         if let Some(saved) = &self.saved {
-            let packed = self.launch_grad(saved, q, k, v, keys, out, grad)?;
+            // [dq | dk | dv] in one aclnnFlashAttentionScoreGrad.
+            let (dy, keep) = (grad.contiguous()?, self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p));
+            let packed =
+                crate::support::ascend_launch("flash_attention_grad", [q, k, v], |[(s1, l1), (s2, l2), (s3, l3)]| {
+                    let saved = saved.get::<fused::FlashSaved>("flash_attention_grad")?;
+                    fused::flash_attention_grad(
+                        s1,
+                        l1,
+                        s2,
+                        l2,
+                        s3,
+                        l3,
+                        &dy,
+                        out,
+                        keys.operands(),
+                        saved,
+                        self.scale,
+                        keep,
+                    )
+                })?;
             let (nq, nk) = (q.elem_count(), k.elem_count());
             let piece = |start: usize, like: &Tensor| packed.narrow(0, start, like.elem_count())?.reshape(like.shape());
             return Ok((piece(0, q)?, piece(nq, k)?, piece(nq + nk, v)?));
@@ -237,27 +256,6 @@ impl FlashState {
             None => like.zeros_like(),
         };
         Ok((of(&q32, q)?, of(&k32, k)?, of(&v32, v)?))
-    }
-
-    /// `[dq | dk | dv]` in one `aclnnFlashAttentionScoreGrad`.
-    #[cfg(feature = "ascend")]
-    #[allow(clippy::too_many_arguments)]
-    fn launch_grad(
-        &self,
-        saved: &LaunchState,
-        q: &Tensor,
-        k: &Tensor,
-        v: &Tensor,
-        keys: &FlashKeys,
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> candle_core::Result<Tensor> {
-        let dy = grad.contiguous()?;
-        let keep = self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p);
-        crate::support::ascend_launch("flash_attention_grad", [q, k, v], |[(s1, l1), (s2, l2), (s3, l3)]| {
-            let saved = saved.get::<fused::FlashSaved>("flash_attention_grad")?;
-            fused::flash_attention_grad(s1, l1, s2, l2, s3, l3, &dy, out, keys.operands(), saved, self.scale, keep)
-        })
     }
 }
 
