@@ -43,8 +43,9 @@ pub fn cpu_path() -> String {
     #[cfg(target_arch = "aarch64")]
     {
         let _ = forced;
+        // The kernels are the portable loops, which compile to NEON; bf16 weights are widened to f32.
         if std::arch::is_aarch64_feature_detected!("bf16") {
-            "NEON with BF16".into()
+            "NEON (this CPU's BF16 instructions are not used: bf16 weights are widened to f32)".into()
         } else {
             "NEON".into()
         }

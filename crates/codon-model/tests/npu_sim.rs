@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor, Var};
-use codon_ascend::model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
+use codon_model::bigbird::{load_model, masked_lm_loss, AttentionType, ForwardMode, ModelInput};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bigbird")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird")
 }
 
 fn sim() -> Device {
-    codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
+    candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
 /// The backend counts launches per device, and every test here launches on `npu-sim:0`: they
@@ -91,15 +91,15 @@ fn compare(dtype: DType, tolerance: f32) {
     }
 }
 
-fn soc() -> codon_ascend::ascend::Soc {
-    codon_ascend::ascend::ascend_device(&sim()).unwrap().soc().clone()
+fn soc() -> candle_ascend::Soc {
+    candle_ascend::ascend_device(&sim()).unwrap().soc().clone()
 }
 
 #[test]
 fn tiny_bigbird_f32_matches_cpu_forward_and_backward() {
     let _serial = serial();
     // The Atlas training series runs FP32 matmuls on its FP16 cube (cubeMathType USE_FP16).
-    let tolerance = if soc().family == codon_ascend::ascend::SocFamily::AtlasTraining { 2e-3 } else { 1e-5 };
+    let tolerance = if soc().family == candle_ascend::SocFamily::AtlasTraining { 2e-3 } else { 1e-5 };
     compare(DType::F32, tolerance);
 }
 
@@ -129,7 +129,7 @@ fn tiny_bigbird_f16_matches_cpu_within_f16_rounding() {
 fn backward_does_not_fill_zeros_for_first_gradients() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let x = Var::from_tensor(&Tensor::new(&[1f32, 2.0, 3.0], &Device::Cpu).unwrap().to_device(&dev).unwrap()).unwrap();
     let w = Tensor::new(&[0.5f32, -1.0, 2.0], &Device::Cpu).unwrap().to_device(&dev).unwrap();
     let loss = ((x.as_tensor() * &w).unwrap().exp().unwrap() + x.as_tensor()).unwrap().sum_all().unwrap();
@@ -155,7 +155,7 @@ fn backward_does_not_fill_zeros_for_first_gradients() {
 fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let x = Tensor::randn(0.3f32, 1.7, (2, 5, 24), &cpu).unwrap();
     let w = Tensor::randn(1f32, 0.2, 24, &cpu).unwrap();
@@ -209,7 +209,7 @@ fn layer_norm_op_matches_the_cpu_in_a_few_launches() {
 fn linear_op_matches_the_cpu_without_transposed_copies() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (2, 5, 24), &cpu).unwrap();
     let w = Tensor::randn(0f32, 0.3, (40, 24), &cpu).unwrap();
@@ -271,9 +271,9 @@ fn linear_op_matches_the_cpu_without_transposed_copies() {
 #[test]
 fn cross_entropy_op_matches_the_reference_in_four_launches() {
     let _serial = serial();
-    use codon_ascend::model::bigbird::IGNORE_INDEX;
+    use codon_model::bigbird::IGNORE_INDEX;
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let logits = Tensor::randn(0f32, 2.0, (9, 13), &cpu).unwrap();
     let labels = Tensor::new(&[3i64, IGNORE_INDEX, 0, 12, 5, IGNORE_INDEX, 7, 7, 1], &cpu).unwrap();
@@ -310,7 +310,7 @@ fn cross_entropy_op_matches_the_reference_in_four_launches() {
 fn embedding_op_matches_the_cpu_in_one_launch_each_way() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let table = Tensor::randn(0f32, 1.0, (11, 24), &cpu).unwrap();
     let ids = Tensor::new(&[[3u32, 0, 10, 3, 5], [0, 0, 7, 3, 1]], &cpu).unwrap();
@@ -344,7 +344,7 @@ fn embedding_op_matches_the_cpu_in_one_launch_each_way() {
 fn dropout_op_draws_the_cpu_mask_on_the_device() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let x = Tensor::randn(0f32, 1.0, (3, 5, 67), &cpu).unwrap();
     for dtype in [DType::F32, DType::F16] {
@@ -383,7 +383,7 @@ fn dropout_op_draws_the_cpu_mask_on_the_device() {
 fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let vars = |dev: &Device| -> Vec<Var> {
         [(2usize, 5usize, 24usize), (2, 5, 24), (1, 1, 24), (1, 1, 24)]
@@ -416,9 +416,9 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
     for (g, w) in got_grads.iter().zip(&want_grads) {
         assert!(rel_diff(g, w) < 1e-5);
     }
-    let fused = codon_ascend::ascend::fused::runs_natively(
+    let fused = candle_ascend::fused::runs_natively(
         vd[0].as_tensor().device(),
-        codon_ascend::ascend::soc::AclnnOp::AddLayerNorm,
+        candle_ascend::soc::AclnnOp::AddLayerNorm,
         DType::F32,
     );
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);
@@ -438,7 +438,7 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
 fn flash_attention_matches_the_composed_attention_where_the_part_has_it() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let (b, n, heads, d) = (2, 9, 3, 8);
     let probe = Tensor::zeros((b, n, heads * d), DType::F32, &dev).unwrap();
@@ -501,7 +501,7 @@ fn flash_attention_matches_the_composed_attention_where_the_part_has_it() {
 fn softmax_and_gelu_ops_match_the_cpu_in_one_launch_each_way() {
     let _serial = serial();
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let x = Tensor::randn(0f32, 2.0, (3, 4, 33), &cpu).unwrap();
     let up = Tensor::randn(0f32, 1.0, (3, 4, 33), &cpu).unwrap();
@@ -575,10 +575,10 @@ fn block_sparse_attention_matches_the_cpu_in(dtype: DType, chunk_bytes: Option<u
 /// it takes. `chunk_bytes` makes the device gather key blocks in chunks of that many bytes;
 /// `eval_table` takes the eval table, whose random blocks all repeat block 0.
 fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option<usize>, eval_table: bool) {
-    use codon_ascend::model::bigbird::attention::{block_sparse_attention, block_sparse_masks};
-    use codon_ascend::model::bigbird::{BlockGeometry, RandomBlocks};
+    use codon_model::bigbird::attention::{block_sparse_attention, block_sparse_masks};
+    use codon_model::bigbird::{BlockGeometry, RandomBlocks};
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let cpu = Device::Cpu;
     let (b, heads, d, wm) = (2, 2, 8, 4);
     let geometry = BlockGeometry {
@@ -618,7 +618,7 @@ fn block_sparse_attention_matches_the_cpu_with(dtype: DType, chunk_bytes: Option
     let (got, grads) = run(&dev, dtype);
     let launched = ascend.counters().since(&before).launches;
     let tolerance = match dtype {
-        DType::F32 if soc().family != codon_ascend::ascend::SocFamily::AtlasTraining => 1e-5,
+        DType::F32 if soc().family != candle_ascend::SocFamily::AtlasTraining => 1e-5,
         DType::F32 => 2e-3,
         _ => 2e-2,
     };
