@@ -5,6 +5,7 @@ pub mod collate;
 pub mod common;
 pub mod dev;
 pub mod evaluate;
+pub mod export;
 pub mod init_model;
 pub mod npu;
 pub mod predict;
@@ -41,6 +42,12 @@ pub enum Command {
     /// --output: a safetensors file.
     #[command(after_help = examples::SCORE)]
     Score(score::Args),
+    /// The model as an ONNX file, for CANN's ATC and ONNX runtimes (docs/onnx.md).
+    ///
+    /// --output: an ONNX model (full attention; inputs input_ids, attention_mask, token_type_ids;
+    /// output logits).
+    #[command(after_help = examples::EXPORT)]
+    Export(export::Args),
     /// Fine-tune a model (upstream finetune.py's flags).
     ///
     /// --max_epochs: 15 by default (the demo, without --dataset_dir: 6).
@@ -123,6 +130,7 @@ impl Cli {
         match self.command {
             Command::Predict(args) => predict::run(args),
             Command::Score(args) => score::run(args),
+            Command::Export(args) => export::run(args),
             Command::Finetune(args) => train::run(train::Mode::Finetune, args),
             Command::Pretrain(args) => train::run(train::Mode::Pretrain, args),
             Command::Evaluate(args) => evaluate::run(args),
@@ -160,6 +168,10 @@ mod examples {
     pub const SCORE: &str = "Example:
   codon collate --input train.jsonl --batch-size 2 --output inputs.safetensors
   codon score --model ./my-model --inputs inputs.safetensors --output scores.safetensors";
+    pub const EXPORT: &str = "Examples:
+  codon export --format onnx --model ./my-model --output codon.onnx
+  atc --framework=5 --model=codon.onnx --output=codon --soc_version=Ascend910B3 \\
+      --input_shape=\"input_ids:1,-1;attention_mask:1,-1;token_type_ids:1,-1\" --dynamic_dims=\"128,128,128;512,512,512\"";
     pub const FINETUNE: &str = "Examples:
   codon finetune                     # the bundled demo: a small model, a few seconds on the CPU
   codon prepare-data --input genes.csv --output train.jsonl
