@@ -9,6 +9,11 @@ use candle_core::{DType, Device};
 use codon_model::bigbird::{load_model, BigBirdConfig};
 use codon_model::{OrganismTable, Predictor};
 
+/// `--model` as given, or upstream's published model (`adibvafa/CodonTransformer`) without one.
+pub fn model_spec(model: Option<&Path>) -> PathBuf {
+    model.map_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL), Path::to_path_buf)
+}
+
 /// Open `model` (default: `adibvafa/CodonTransformer` from the Hub) on `device` in `dtype`;
 /// `config` is a checkpoint file's config.json when it is not CodonTransformer's size. Freed
 /// memory is kept in the process from here on: each forward pass allocates and frees the same
@@ -19,8 +24,7 @@ pub fn open_predictor(
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Predictor> {
-    let spec = model.map_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL), Path::to_path_buf);
-    let model = &codon_model::hub::resolve_model(&spec)?;
+    let model = &codon_model::hub::resolve_model(&model_spec(model))?;
     if let Some(ascend) = candle_ascend::ascend_device(device) {
         if dtype == DType::BF16 && !ascend.soc().has_bf16() {
             anyhow::bail!(

@@ -93,23 +93,21 @@ impl Graph {
 
     /// A node `op` over `inputs`; returns the name of its one output.
     pub fn node(&mut self, op: &str, inputs: &[&str], attrs: Vec<Attr>) -> String {
+        let output = format!("{}_{}", op.to_lowercase(), self.counter + 1);
+        self.node_named(op, inputs, attrs, &output);
+        output
+    }
+
+    /// A node `op` over `inputs` whose one output is `output` (a graph output's name).
+    pub fn node_named(&mut self, op: &str, inputs: &[&str], attrs: Vec<Attr>, output: &str) {
         self.counter += 1;
-        let output = format!("{}_{}", op.to_lowercase(), self.counter);
         let mut n = pb::NodeProto::new();
         n.name = format!("{op}_{}", self.counter);
         n.op_type = op.to_string();
         n.input = inputs.iter().map(|s| s.to_string()).collect();
-        n.output = vec![output.clone()];
+        n.output = vec![output.to_string()];
         n.attribute = attrs.into_iter().map(Attr::proto).collect();
         self.nodes.push(n);
-        output
-    }
-
-    /// Renames the output of the last node (a graph output's name).
-    pub fn rename_last_output(&mut self, name: &str) -> crate::Result<()> {
-        let last = self.nodes.last_mut().ok_or(crate::ExportError::Graph("no node to name"))?;
-        last.output = vec![name.to_string()];
-        Ok(())
     }
 
     /// A floating initializer `name` of shape `dims` from f32 values (stored in the graph's dtype).

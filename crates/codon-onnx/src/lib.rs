@@ -45,9 +45,6 @@ pub enum ExportError {
         /// candle's error.
         source: candle_core::Error,
     },
-    /// A mistake in the graph builder.
-    #[error("export: graph: {0}")]
-    Graph(&'static str),
     /// Encoding the model failed.
     #[error("export: encoding the ONNX model: {0}")]
     Encode(#[from] protobuf::Error),
@@ -76,16 +73,28 @@ pub fn model_proto(model: &BigBirdForMaskedLM, float: Float) -> Result<onnx_prot
     }
     let params: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
     let mut w = Weights { params: &params, graph: Graph::new(float) };
-    let out = w.masked_lm(c)?;
+    w.masked_lm(c)?;
     let mut g = w.graph;
-    debug_assert!(out.starts_with("add_"), "the decoder's bias add is the last node");
-    g.rename_last_output("logits")?;
-    g.float_output("logits", &["batch", "length", "vocab"]);
+    g.float_output(LOGITS, &["batch", "length", "vocab"]);
     let doc = format!(
         "CodonTransformer (BigBirdForMaskedLM, full attention): {} layers, hidden {}, {} heads, vocabulary {}",
         c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.vocab_size
     );
     Ok(g.into_model(OPSET, &doc))
+}
+
+/// The graph's output.
+const LOGITS: &str = "logits";
+
+/// `m` (rows × cols, row-major) transposed.
+fn transposed(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0f32; m.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = m[r * cols + c];
+        }
+    }
+    t
 }
 
 /// The parameters, read into the graph as initializers as they are used.
@@ -121,14 +130,8 @@ impl Weights<'_> {
     /// transposed so that the product is one MatMul.
     fn linear(&mut self, x: &str, prefix: &str, out_dim: usize, in_dim: usize) -> Result<String> {
         let name = format!("{prefix}.weight");
-        let w = self.values(&name, &[out_dim, in_dim])?;
-        let mut wt = vec![0f32; w.len()];
-        for o in 0..out_dim {
-            for i in 0..in_dim {
-                wt[i * out_dim + o] = w[o * in_dim + i];
-            }
-        }
-        let wt = self.graph.weight(&format!("{name}_transposed"), &[in_dim, out_dim], &wt);
+        let w = transposed(&self.values(&name, &[out_dim, in_dim])?, out_dim, in_dim);
+        let wt = self.graph.weight(&format!("{name}_transposed"), &[in_dim, out_dim], &w);
         let b = self.weight(&format!("{prefix}.bias"), &[out_dim])?;
         let y = self.graph.node("MatMul", &[x, &wt], vec![]);
         Ok(self.graph.node("Add", &[&y, &b], vec![]))
@@ -168,13 +171,15 @@ impl Weights<'_> {
         g.node("Mul", &[&hx, &one_t], vec![])
     }
 
-    fn masked_lm(&mut self, c: &BigBirdConfig) -> Result<String> {
+    /// The graph of the masked-LM, its last node writing [`LOGITS`].
+    fn masked_lm(&mut self, c: &BigBirdConfig) -> Result<()> {
         let (hd, heads, inter, eps) = (c.hidden_size, c.num_attention_heads, c.intermediate_size, c.layer_norm_eps);
         let ids = self.graph.int64_input("input_ids", &["batch", "length"]);
         let mask = self.graph.int64_input("attention_mask", &["batch", "length"]);
         let types = self.graph.int64_input("token_type_ids", &["batch", "length"]);
         // Embeddings: word + organism + the first `length` positions.
-        let word = self.weight(codon_model::bigbird::WORD_EMBEDDINGS, &[c.vocab_size, hd])?;
+        let word_values = self.values(codon_model::bigbird::WORD_EMBEDDINGS, &[c.vocab_size, hd])?;
+        let word = self.graph.weight(codon_model::bigbird::WORD_EMBEDDINGS, &[c.vocab_size, hd], &word_values);
         let type_table = self.weight(codon_model::bigbird::TOKEN_TYPE_EMBEDDINGS, &[c.type_vocab_size, hd])?;
         let positions = self.weight("bert.embeddings.position_embeddings.weight", &[c.max_position_embeddings, hd])?;
         let g = &mut self.graph;
@@ -236,16 +241,11 @@ impl Weights<'_> {
         let t = self.linear(&x, "cls.predictions.transform.dense", hd, hd)?;
         let t = self.gelu_new(&t);
         let t = self.layer_norm(&t, "cls.predictions.transform.LayerNorm", hd, eps)?;
-        let word = self.values(codon_model::bigbird::WORD_EMBEDDINGS, &[c.vocab_size, hd])?;
-        let mut decoder = vec![0f32; word.len()];
-        for o in 0..c.vocab_size {
-            for i in 0..hd {
-                decoder[i * c.vocab_size + o] = word[o * hd + i];
-            }
-        }
+        let decoder = transposed(&word_values, c.vocab_size, hd);
         let decoder = self.graph.weight("cls.predictions.decoder.weight_transposed", &[hd, c.vocab_size], &decoder);
         let decoder_bias = self.weight("cls.predictions.bias", &[c.vocab_size])?;
         let y = self.graph.node("MatMul", &[&t, &decoder], vec![]);
-        Ok(self.graph.node("Add", &[&y, &decoder_bias], vec![]))
+        self.graph.node_named("Add", &[&y, &decoder_bias], vec![], LOGITS);
+        Ok(())
     }
 }

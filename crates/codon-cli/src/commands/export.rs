@@ -9,7 +9,6 @@
 //! length up to `max_position_embeddings`), output `logits`, f32 or f16.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use crate::cli::{ConfigArg, DTypeArg, DTypeChoice, ModelArg, OutputArg};
 use crate::outln;
@@ -48,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         DTypeChoice::F16 => Float::F16,
         DTypeChoice::Bf16 => anyhow::bail!("--dtype bf16: the ONNX export writes f32 or f16"),
     };
-    let spec = args.model.path.clone().unwrap_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL));
+    let spec = crate::predictor::model_spec(args.model.path.as_deref());
     codon_model::files::refuse_overwriting(&[&spec], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
     let resolved = codon_model::hub::resolve_model(&spec)?;

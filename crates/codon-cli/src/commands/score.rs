@@ -43,7 +43,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let model_spec = args.run.model.clone().unwrap_or_else(|| PathBuf::from(codon_model::hub::DEFAULT_MODEL));
+    let model_spec = crate::predictor::model_spec(args.run.model.as_deref());
     codon_model::files::refuse_overwriting(&[&args.inputs, &model_spec], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
     let device = args.run.device.open()?;
