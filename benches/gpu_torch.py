@@ -5,8 +5,9 @@ usage:
   python3 benches/gpu_torch.py make DIR            # random CodonTransformer-size model + 48 proteins
   python3 benches/gpu_torch.py forward B N ATTENTION DTYPE
   python3 benches/gpu_torch.py train B N ATTENTION  # one AdamW step, bf16 autocast (Lightning's bf16-mixed)
-  python3 benches/gpu_torch.py predict-loop DIR [OURS.csv]  # upstream's per-protein loop, argmax;
-                                                           # counts proteins whose DNA equals ours
+  python3 benches/gpu_torch.py predict-loop DIR [OURS.csv] [--tf32]  # upstream's per-protein loop,
+                                                           # argmax; counts proteins whose DNA equals
+                                                           # ours; --tf32 allows TF32 in f32 GEMMs
 
 The model is BigBirdForMaskedLM with CodonTransformer's configuration (vocabulary 90, 164
 organisms) and seed-0 random weights; the proteins are 48 seeded random sequences of 100 to 600
@@ -105,7 +106,9 @@ def train(b, n, attention):
                       "precision": "bf16-mixed", "median_s": median, "peak_mib": torch.cuda.max_memory_allocated() / 2**20}))
 
 
-def predict_loop(folder, ours=None):
+def predict_loop(folder, ours=None, tf32=False):
+    # PyTorch's own switch for TF32 in f32 matrix products (off by default, as ours).
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     vocab = vocabulary()
     token_of = {t: i for i, t in enumerate(vocab)}
     model = BigBirdForMaskedLM.from_pretrained(folder).cuda().eval()
@@ -128,7 +131,7 @@ def predict_loop(folder, ours=None):
     start = time.perf_counter()
     dna = [one(p) for p in proteins]
     seconds = time.perf_counter() - start
-    result = {"side": "torch", "what": "predict_loop", "proteins": len(proteins), "seconds": seconds,
+    result = {"side": "torch", "what": "predict_loop", "tf32": tf32, "proteins": len(proteins), "seconds": seconds,
               "proteins_per_s": len(proteins) / seconds}
     if ours:
         with open(ours) as f:
@@ -149,6 +152,6 @@ if __name__ == "__main__":
     elif what == "train":
         train(int(args[0]), int(args[1]), args[2])
     elif what == "predict-loop":
-        predict_loop(*args)
+        predict_loop(*[a for a in args if a != "--tf32"], tf32="--tf32" in args)
     else:
         sys.exit(f"unknown measurement {what!r}")

@@ -65,6 +65,19 @@ fn prediction_flags_and_warnings() {
     );
     let o = run("predict", &[&args[..], &["--match-protein"]].concat());
     assert!(o.status.success() && !stderr(&o).contains("warning"), "{}", stderr(&o));
+    // --tf32 would change nothing off a GPU, so it is refused there, before any work.
+    for (command, first, device) in
+        [("predict", "--model", "cpu"), ("finetune", "--model", "cpu"), ("npu", "env", "npu-sim:0")]
+    {
+        let first: &[&str] = if first == "env" { &["env"] } else { &["--model", &model] };
+        let o = run(command, &[first, &["--device", device, "--tf32"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{command}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("--tf32 applies to NVIDIA GPUs (cuda:N), not to {device}")),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

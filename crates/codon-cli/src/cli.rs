@@ -41,6 +41,35 @@ pub struct DeviceArg<const NPU: bool = false, const EMULATED: bool = false> {
     #[arg(id = "device", long = "device", value_name = "DEVICE", help = device_help(NPU),
           default_value = default_device(NPU, EMULATED))]
     pub spec: DeviceSpec,
+    /// Let f32 matrix products on an NVIDIA GPU run on TF32 tensor cores (inputs rounded to a
+    /// 10-bit mantissa, sums in f32), as PyTorch's `allow_tf32`; off by default (docs/cuda.md
+    /// gives its accuracy cost).
+    #[arg(id = "tf32", long = "tf32", hide = NPU)]
+    pub tf32: bool,
+}
+
+impl<const NPU: bool, const EMULATED: bool> DeviceArg<NPU, EMULATED> {
+    /// Open the device, after [`DeviceArg::apply_tf32`].
+    pub fn open(&self) -> Result<Device, crate::device::DeviceError> {
+        self.apply_tf32()?;
+        self.spec.open()
+    }
+
+    /// Apply `--tf32`, for this device and any other the command opens: refused on a device that
+    /// is not an NVIDIA GPU, where it would change nothing. Without the flag f32 products stay
+    /// f32 (candle's default, like PyTorch's).
+    pub fn apply_tf32(&self) -> Result<(), crate::device::DeviceError> {
+        if !self.tf32 {
+            return Ok(());
+        }
+        match self.spec {
+            DeviceSpec::Cuda { .. } => {
+                candle_core::cuda::set_gemm_reduced_precision_f32(true);
+                Ok(())
+            }
+            spec => Err(crate::device::DeviceError::Tf32NotCuda(spec)),
+        }
+    }
 }
 
 /// `--device` of the commands that only inspect Ascend NPUs (`codon npu`, the launch counters):

@@ -12,6 +12,9 @@ pub enum DeviceError {
     /// `cuda:N` in a build without the `cuda` feature.
     #[error("cuda:{0}: this build has no CUDA; build with `--features cuda` (docs/cuda.md), or use --device cpu")]
     NoCuda(usize),
+    /// `--tf32` on a device without TF32 tensor cores.
+    #[error("--tf32 applies to NVIDIA GPUs (cuda:N), not to {0}")]
+    Tf32NotCuda(DeviceSpec),
     /// The Ascend toolkit or device failed.
     #[error(transparent)]
     Ascend(#[from] candle_ascend::AscendError),

@@ -8,7 +8,6 @@
 //! codon npu selftest --device npu:0 [--report npu-selftest.json]
 //! codon npu watch [SECONDS] [--device npu-sim:0]
 //! ```
-use crate::cli::DeviceSpec;
 use crate::outln;
 use candle_ascend::op_table::Coverage;
 use candle_ascend::{self as ascend, AscendDevice};
@@ -60,14 +59,17 @@ pub fn run(command: NpuCommand) -> anyhow::Result<()> {
             Ok(())
         }
         NpuCommand::CheckToolkit { root } => check_toolkit(&root.unwrap_or_default()),
-        NpuCommand::Watch { device, seconds } => watch(&device.spec, seconds),
-        NpuCommand::Selftest { device, report } => selftest(&device.spec.open()?, &report),
-        NpuCommand::Env(device) => env(&device.spec),
+        NpuCommand::Watch { device, seconds } => {
+            device.apply_tf32()?;
+            watch(&device.spec, seconds)
+        }
+        NpuCommand::Selftest { device, report } => selftest(&device.open()?, &report),
+        NpuCommand::Env(device) => env(&device),
     }
 }
 
 /// `codon npu env`.
-fn env(spec: &DeviceSpec) -> anyhow::Result<()> {
+fn env(spec: &DeviceArg) -> anyhow::Result<()> {
     let device = spec.open()?;
     let dev: &AscendDevice =
         ascend::ascend_device(&device).ok_or_else(|| anyhow::anyhow!("{spec} is not an Ascend device"))?;

@@ -150,6 +150,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         Some(l) => data_parallel_devices(*args.device, l.local_rank + 1)?.pop().unwrap_or(*args.device),
         None => *args.device,
     };
+    args.device.apply_tf32()?;
     let mut devices = Vec::with_capacity(args.num_gpus);
     for (k, spec) in data_parallel_devices(first, args.num_gpus)?.into_iter().enumerate() {
         devices.push(match k {
