@@ -34,6 +34,10 @@ fn training_messages_name_what_is_used() {
     let o = run("pretrain", &[&base[..], &["--config", &config, "--checkpoint_dir", &pre]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(dir.path().join("pre/pretrain.ckpt").is_file() && !dir.path().join("pre/finetune.ckpt").exists());
+    // Several devices are NPUs over HCCL or GPUs over NCCL; the CPU is one device.
+    let o = run("finetune", &[&base[..], &["--model", &model, "--num_gpus", "2"]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("over NCCL on NVIDIA GPUs (--device cuda:K)"), "{}", stderr(&o));
     // A new organism is neither a number nor a known name in another case.
     for name in ["42", "homo sapiens"] {
         let o = run("finetune", &[&base[..], &["--model", &model, "--add-organism", name]].concat());

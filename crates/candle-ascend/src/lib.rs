@@ -23,7 +23,6 @@ pub mod ffi;
 pub mod fused;
 pub mod op_table;
 pub mod ops;
-pub mod rendezvous;
 pub mod runtime;
 pub mod soc;
 pub mod storage;

@@ -6,8 +6,11 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use candle_ascend::{AscendDevice, Communicator, DeviceCounters};
+use std::time::Duration;
+
+use candle_ascend::{AscendDevice, Communicator, DeviceCounters, RootInfo};
 use candle_core::{Result, Tensor};
+use codon_train::rendezvous::{exchange, RankLayout, Rendezvous, RendezvousError};
 use codon_train::{
     BatchSource, Collective, DeviceProbe, DeviceStepStats, TrainError, TrainReport, TrainableModel, Trainer,
 };
@@ -37,6 +40,35 @@ impl Collective for Hccl {
     fn synchronize(&self) -> Result<()> {
         self.0.synchronize().map_err(candle_core::Error::from)
     }
+}
+
+/// Why a rank of a multi-process run could not join HCCL.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The ranks did not find each other.
+    #[error(transparent)]
+    Rendezvous(#[from] RendezvousError),
+    /// HCCL refused the root info or the communicator.
+    #[error(transparent)]
+    Hccl(#[from] candle_ascend::AscendError),
+}
+
+/// This rank's HCCL communicator on `device`, in a run of one process per rank: rank 0 makes
+/// the root info and hands it to the others through `how`; every rank then joins
+/// (`HcclCommInitRootInfo`). Waits up to `timeout` for the others.
+pub fn join(
+    layout: &RankLayout,
+    device: &AscendDevice,
+    how: &Rendezvous,
+    timeout: Duration,
+) -> std::result::Result<Hccl, JoinError> {
+    let own = match layout.rank {
+        0 => Some(Communicator::root_info(device)?),
+        _ => None,
+    };
+    let bytes = exchange(layout, how, timeout, own.as_ref().map(RootInfo::as_bytes))?;
+    let root = RootInfo::from_bytes(&bytes)?;
+    Ok(Hccl(Communicator::init_rank(device, layout.world, layout.rank, &root)?))
 }
 
 /// [`Trainer::fit_data_parallel`] over HCCL, one rank per replica: the replicas must live on

@@ -19,6 +19,7 @@ pub mod model;
 pub mod optim;
 pub mod precision;
 pub mod progress;
+pub mod rendezvous;
 mod run_folder;
 pub mod schedule;
 mod status;

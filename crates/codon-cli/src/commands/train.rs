@@ -20,6 +20,10 @@ use codon_model::training::{MaskedLmData, MaskedLmModel, NewOrganismModel};
 use codon_model::{CodonTokenizer, OrganismTable};
 use codon_train::{AnomalyPolicy, Precision, RunIdentity, RunStatus, TrainableModel, Trainer, TrainerConfig};
 
+/// How long the ranks of a multi-process NCCL run wait for each other at the rendezvous:
+/// torchrun's own rendezvous timeout.
+const NCCL_RENDEZVOUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(900);
+
 /// Which script.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -53,7 +57,8 @@ pub struct Args {
     /// Micro-batches per optimizer step.
     #[arg(long = "accumulate_grad_batches", alias = "accumulate-grad-batches", default_value_t = 1)]
     pub accumulate_grad_batches: usize,
-    /// Devices trained data-parallel over HCCL: --device npu:K and the next N − 1 (Ascend only).
+    /// Devices trained data-parallel over HCCL (--device npu:K) or NCCL (cuda:K): that device
+    /// and the next N − 1.
     #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1)]
     pub num_gpus: usize,
     /// Peak learning rate [default: 5e-5; demo: 2e-3].
@@ -140,7 +145,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let demo = args.dataset_dir.is_none();
     let out_dir = PathBuf::from("demo-output");
     // torchrun's layout: one process per device, --device npu:K meaning K + LOCAL_RANK.
-    let layout = candle_ascend::rendezvous::RankLayout::from_env()?;
+    let layout = codon_train::rendezvous::RankLayout::from_env()?;
     let first = match &layout {
         Some(l) if args.num_gpus != 1 => anyhow::bail!(
             "WORLD_SIZE={} runs one process per device: use --num_gpus 1 in each (rank {})",
@@ -309,7 +314,8 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     if replicas.len() > 1 {
         outln!(
-            "data-parallel over HCCL: {}",
+            "data-parallel over {}: {}",
+            if device.is_cuda() { "NCCL" } else { "HCCL" },
             devices
                 .iter()
                 .map(|d| candle_ascend::ascend_device(d).map_or_else(|| d.location().to_string(), |a| a.name()))
@@ -386,24 +392,35 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
     let trainer = Trainer::new(trainer_config);
     let report = match (&layout, candle_ascend::ascend_device(&device)) {
         (Some(l), Some(ascend)) => {
-            let how = candle_ascend::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
+            let how = codon_train::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
             let timeouts = candle_ascend::HcclTimeouts::from_env(ascend.soc());
             for note in candle_ascend::HcclTimeouts::notes(ascend.soc()) {
                 errln!("note: {note}");
             }
             let timeout = std::time::Duration::from_secs_f64(timeouts.connect_s);
-            outln!("{}", candle_ascend::rendezvous::waiting_line(l, &how, timeout));
-            let comm = codon_train_ascend::Hccl(candle_ascend::rendezvous::join(l, ascend, &how, timeout)?);
+            outln!("{}", codon_train::rendezvous::waiting_line(l, &how, timeout, Some("HCCL_CONNECT_TIMEOUT")));
+            let comm = codon_train_ascend::join(l, ascend, &how, timeout)?;
             outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, ascend.name());
             let model = replicas.first().context("no model to train")?;
             trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
         }
+        (Some(l), None) if device.is_cuda() => {
+            let how = codon_train::rendezvous::Rendezvous::from_env(args.rendezvous.clone());
+            outln!("{}", codon_train::rendezvous::waiting_line(l, &how, NCCL_RENDEZVOUS_TIMEOUT, None));
+            let comm = codon_train_cuda::Nccl::join(l, &device, &how, NCCL_RENDEZVOUS_TIMEOUT)?;
+            outln!("rank {} of {} on {} ({how:?})", l.rank, l.world, args.device);
+            let model = replicas.first().context("no model to train")?;
+            trainer.fit_distributed(model, &data, args.resume.as_deref(), &comm)?
+        }
         (Some(l), None) => anyhow::bail!(
-            "WORLD_SIZE={}: several processes train over HCCL on Ascend NPUs (--device npu:K or npu-sim:K); the CPU trains alone",
+            "WORLD_SIZE={}: several processes train over HCCL on Ascend NPUs (--device npu:K or npu-sim:K) or over NCCL on NVIDIA GPUs (--device cuda:K); the CPU trains alone",
             l.world
         ),
         (None, _) => match &new_organism {
             Some(taught) => trainer.fit(taught, &data, args.resume.as_deref())?,
+            None if device.is_cuda() => {
+                codon_train_cuda::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?
+            }
             None => codon_train_ascend::fit_data_parallel(&trainer, &replicas, &data, args.resume.as_deref())?,
         },
     };
@@ -471,15 +488,13 @@ fn preflight<M: TrainableModel<Batch = codon_data::MlmBatch>>(
     Ok(())
 }
 
-/// The devices of `--num_gpus n` from `--device`'s: that one and the next n − 1 of its kind.
-/// Several devices train data-parallel over HCCL, which the CPU does not have.
 /// The devices whose DCMI figures and health the run follows: every device of an in-process
 /// data-parallel run; in a multi-process run, rank 0 (which writes the metrics) follows every
 /// rank's device on its machine, the others their own.
 fn monitored_devices(
     ascend: &candle_ascend::AscendDevice,
     devices: &[candle_core::Device],
-    layout: Option<&candle_ascend::rendezvous::RankLayout>,
+    layout: Option<&codon_train::rendezvous::RankLayout>,
     base: DeviceSpec,
 ) -> anyhow::Result<Vec<candle_ascend::DeviceWatch>> {
     match layout {
@@ -495,15 +510,14 @@ fn monitored_devices(
     }
 }
 
+/// The devices of `--num_gpus n` from `--device`'s: that one and the next n − 1 of its kind.
+/// Several devices train data-parallel over HCCL or NCCL, which the CPU does not have.
 fn data_parallel_devices(first: DeviceSpec, n: usize) -> anyhow::Result<Vec<DeviceSpec>> {
     match (n, first) {
         (0, _) => anyhow::bail!("--num_gpus must be at least 1"),
         (1, _) => Ok(vec![first]),
         (_, DeviceSpec::Cpu) => anyhow::bail!(
-            "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator); the CPU trains with --num_gpus 1"
-        ),
-        (_, DeviceSpec::Cuda { .. }) => anyhow::bail!(
-            "--num_gpus {n}: data-parallel training on NVIDIA GPUs (over NCCL) is not built yet; train on one GPU with --num_gpus 1"
+            "--num_gpus {n}: several devices train data-parallel over HCCL on Ascend NPUs (--device npu:K, or npu-sim:K on the emulator) or over NCCL on NVIDIA GPUs (--device cuda:K); the CPU trains with --num_gpus 1"
         ),
         _ => first.and_next(n).ok_or_else(|| anyhow::anyhow!("--num_gpus {n} from --device {first}: no such devices")),
     }

@@ -1,13 +1,11 @@
 //! Several processes, one rank each: the rank layout from torchrun's environment variables, and
-//! the rendezvous that hands rank 0's HCCL root info to the other ranks, over TCP on
-//! `MASTER_ADDR:MASTER_PORT` or through a file on a shared filesystem. Only the root info goes
-//! this way; HCCL carries every tensor.
+//! the rendezvous that hands rank 0's bytes (HCCL's root info, NCCL's unique id) to the other
+//! ranks, over TCP on `MASTER_ADDR:MASTER_PORT` or through a file on a shared filesystem. Only
+//! those bytes go this way; the collective library carries every tensor.
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-use crate::{AscendDevice, Communicator, RootInfo};
 
 /// What went wrong while ranks found each other.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +32,6 @@ pub enum RendezvousError {
         /// What happened.
         why: String,
     },
-    /// HCCL refused the communicator.
-    #[error(transparent)]
-    Hccl(#[from] crate::AscendError),
 }
 
 /// This process's place among the ranks (torchrun's `RANK`, `WORLD_SIZE`, `LOCAL_RANK`).
@@ -127,7 +122,8 @@ impl Rendezvous {
 
 /// What a rank waits for, where and until when, said before it waits (a silent wait of minutes
 /// looks like a hang): rank 0 for the others to fetch the root info, the others for rank 0.
-pub fn waiting_line(layout: &RankLayout, how: &Rendezvous, timeout: Duration) -> String {
+/// `setting` names what sets the timeout (an environment variable), where something does.
+pub fn waiting_line(layout: &RankLayout, how: &Rendezvous, timeout: Duration, setting: Option<&str>) -> String {
     let whom = match (layout.rank, how) {
         (0, Rendezvous::Tcp(at)) => format!("ranks 1-{} to connect to {at}", layout.world - 1),
         (0, Rendezvous::File(path)) => format!("ranks 1-{} to read {}", layout.world - 1, path.display()),
@@ -137,34 +133,35 @@ pub fn waiting_line(layout: &RankLayout, how: &Rendezvous, timeout: Duration) ->
     let until = std::time::SystemTime::now() + timeout;
     let seconds = until.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) % 86_400;
     format!(
-        "rank {} of {}: waiting for {whom}, for up to {} s (until {:02}:{:02}:{:02} UTC; HCCL_CONNECT_TIMEOUT sets it)",
+        "rank {} of {}: waiting for {whom}, for up to {} s (until {:02}:{:02}:{:02} UTC{})",
         layout.rank,
         layout.world,
         timeout.as_secs(),
         seconds / 3600,
         seconds / 60 % 60,
-        seconds % 60
+        seconds % 60,
+        setting.map_or_else(String::new, |s| format!("; {s} sets it"))
     )
 }
 
-/// This rank's communicator on `device`: rank 0 makes the root info and hands it to the
-/// others through `how`; every rank then joins (`HcclCommInitRootInfo`). Waits up to `timeout`
-/// for the others.
-pub fn join(
+/// Rank 0's bytes on every rank: rank 0 passes them (`own`) and hands them to the others
+/// through `how`, waiting up to `timeout` for each to fetch them; the others pass `None` and
+/// wait as long for them.
+pub fn exchange(
     layout: &RankLayout,
-    device: &AscendDevice,
     how: &Rendezvous,
     timeout: Duration,
-) -> Result<Communicator, RendezvousError> {
+    own: Option<&[u8]>,
+) -> Result<Vec<u8>, RendezvousError> {
     let fail = |why: String| RendezvousError::Exchange { rank: layout.rank, world: layout.world, at: how.at(), why };
-    let root = if layout.rank == 0 {
-        let root = Communicator::root_info(device)?;
-        share(how, root.as_bytes(), layout.world - 1, timeout).map_err(fail)?;
-        root
-    } else {
-        RootInfo::from_bytes(&receive(how, timeout).map_err(fail)?)?
-    };
-    Ok(Communicator::init_rank(device, layout.world, layout.rank, &root)?)
+    match (layout.rank, own) {
+        (0, Some(bytes)) => {
+            share(how, bytes, layout.world - 1, timeout).map_err(fail)?;
+            Ok(bytes.to_vec())
+        }
+        (0, None) => Err(fail("rank 0 has nothing to share".into())),
+        _ => receive(how, timeout).map_err(fail),
+    }
 }
 
 fn share(how: &Rendezvous, bytes: &[u8], peers: usize, timeout: Duration) -> Result<(), String> {
