@@ -25,14 +25,16 @@ pub fn long_version() -> &'static str {
 }
 
 /// The kernels this CPU runs: the widest instruction set found at run time (`CODON_CPU_ISA=avx2`
-/// forces the portable path, as the kernels do).
+/// forces the portable path and `avx512` leaves AMX out, as the kernels do).
 pub fn cpu_path() -> String {
     let forced = codon_ops::cpu_bf16::portable_forced();
     #[cfg(target_arch = "x86_64")]
     {
         let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+        let amx = codon_ops::cpu_bf16::bf16_path() == codon_ops::cpu_bf16::Bf16Path::Amx;
         let path = match (forced, avx512, is_x86_feature_detected!("avx512bf16")) {
             (true, ..) => "AVX2 (forced by CODON_CPU_ISA=avx2)",
+            (false, true, true) if amx => "AVX-512 with AVX512-BF16, AMX-BF16 for bf16 weights",
             (false, true, true) => "AVX-512 with AVX512-BF16",
             (false, true, false) => "AVX-512",
             _ if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") => "AVX2",

@@ -65,15 +65,15 @@ fn strips_gflops(m: usize, n: usize, k: usize) -> f64 {
     2.0 * (m * n * k) as f64 / best / 1e9
 }
 
-/// Best-of-5 GFLOP/s of x·Wᵀ with x (m × k) f32 and W (n × k) bf16.
-fn bf16_gflops(m: usize, n: usize, k: usize) -> f64 {
+/// Best-of-5 GFLOP/s of x·Wᵀ with x (m × k) f32 and W (n × k) bf16, on `path`.
+fn bf16_gflops(path: codon_ops::cpu_bf16::Bf16Path, m: usize, n: usize, k: usize) -> f64 {
     let x: Vec<f32> = (0..m * k).map(|i| (i % 17) as f32 * 0.01).collect();
     let w: Vec<half::bf16> = (0..n * k).map(|i| half::bf16::from_f32((i % 13) as f32 * 0.01)).collect();
     let mut out = vec![0f32; m * n];
     let mut best = f64::MAX;
     for _ in 0..5 {
         let start = Instant::now();
-        codon_ops::cpu_bf16::bf16_linear_into(&mut out, &x, &w, m, k, n).expect("shapes match");
+        codon_ops::cpu_bf16::linear_on(path, &mut out, &x, &w, m, k, n).expect("shapes match");
         best = best.min(start.elapsed().as_secs_f64());
     }
     2.0 * (m * n * k) as f64 / best / 1e9
@@ -109,10 +109,16 @@ pub fn run() -> anyhow::Result<()> {
             );
         }
     }
-    // The forward products again with bf16 weights, on the path this CPU takes for them.
-    let path = codon_ops::cpu_bf16::bf16_path();
-    for (m, n, k, _, _, what) in layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed()) {
-        outln!("{what:32} {m}×{k}·{k}×{n}: {:.0} GFLOP/s (bf16 weights, {path:?})", bf16_gflops(*m, *n, *k));
+    // The forward products again with bf16 weights, on each path this CPU has, side by side (the
+    // model takes the first).
+    let paths = codon_ops::cpu_bf16::available_paths();
+    for m in [352, 2048] {
+        for (_, n, k, _, _, what) in
+            layers.iter().filter(|l| !l.3 && l.4).take_while(|_| !crate::output::stdout_closed())
+        {
+            let rates: Vec<String> = paths.iter().map(|&p| format!("{:.0} {p:?}", bf16_gflops(p, m, *n, *k))).collect();
+            outln!("{what:32} {m}×{k}·{k}×{n}: GFLOP/s with bf16 weights: {}", rates.join(", "));
+        }
     }
     let blocks = [
         (64, 512, 64, false, true, "attention scores q·kᵀ"),
