@@ -3,9 +3,9 @@
 //!
 //! The graph takes `input_ids`, `attention_mask` and `token_type_ids` (int64, batch × length, both
 //! dynamic up to `max_position_embeddings`) and gives `logits` (batch × length × vocab), in f32 or
-//! f16. It uses only the operators of [`OPERATORS`], each on CANN's ONNX operator list at
-//! [`OPSET`]; LayerNorm and GELU are written out in them (ATC lists LayerNormalization for float16
-//! only). Block-sparse attention (transformers' 5-D einsums) is not exported.
+//! f16. It uses only the operators of [`OPERATORS`], each registered with ATC's ONNX parser at
+//! [`OPSET`]; LayerNorm and GELU are written out in them (ATC registers LayerNormalization for
+//! opsets 17/18 and float16 only). Block-sparse attention (transformers' 5-D einsums) is not exported.
 #![warn(missing_docs)]
 
 pub mod graph;
@@ -19,8 +19,8 @@ pub use graph::Float;
 use graph::{Attr, Graph};
 pub use operators::{Operator, OPERATORS};
 
-/// The ONNX opset the graph is written at: every operator of [`OPERATORS`] is on CANN's list at
-/// this opset.
+/// The ONNX opset the graph is written at: every operator of [`OPERATORS`] is registered with
+/// ATC's ONNX parser at this opset.
 pub const OPSET: i64 = 13;
 
 /// What can go wrong.
