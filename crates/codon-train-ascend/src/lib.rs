@@ -11,9 +11,7 @@ use std::time::Duration;
 use candle_ascend::{AscendDevice, Communicator, DeviceCounters, RootInfo};
 use candle_core::{Result, Tensor};
 use codon_train::rendezvous::{exchange, RankLayout, Rendezvous, RendezvousError};
-use codon_train::{
-    BatchSource, Collective, DeviceProbe, DeviceStepStats, TrainError, TrainReport, TrainableModel, Trainer,
-};
+use codon_train::{BatchSource, Collective, DeviceProbe, DeviceStepStats, TrainReport, TrainableModel, Trainer};
 
 /// HCCL on Ascend devices (`npu:N`, `npu-sim:N`) as the trainer's [`Collective`].
 pub struct Hccl(pub Communicator);
@@ -83,27 +81,21 @@ where
     M: TrainableModel + Sync,
     S: BatchSource<Batch = M::Batch> + Sync,
 {
-    if replicas.len() <= 1 {
-        return trainer.fit_data_parallel::<M, S, Hccl>(replicas, &[], data, resume);
-    }
-    let mut devices = Vec::with_capacity(replicas.len());
-    for m in replicas {
-        let params = m.parameters();
-        let device = params.named().first().map(|(_, v)| v.as_tensor().device().clone());
-        match device.as_ref().and_then(candle_ascend::ascend_device) {
-            Some(d) => devices.push(d.clone()),
-            None => {
-                return Err(TrainError::Config(format!(
-                    "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {} \
-                     trains on one device",
-                    device.map_or_else(|| "a model without parameters".into(), |d| d.location().to_string())
-                )))
-            }
-        }
-    }
-    let comms: Vec<Hccl> =
-        Communicator::init_all(&devices).map_err(candle_core::Error::from)?.into_iter().map(Hccl).collect();
-    trainer.fit_data_parallel(replicas, &comms, data, resume)
+    trainer.fit_data_parallel_over(replicas, data, resume, |devices| {
+        let ascend = devices
+            .iter()
+            .map(|d| {
+                candle_ascend::ascend_device(d).cloned().ok_or_else(|| {
+                    format!(
+                        "data-parallel training runs over HCCL on Ascend devices (npu:N or npu-sim:N); {} trains on one device",
+                        d.location()
+                    )
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let comms = Communicator::init_all(&ascend).map_err(|e| e.to_string())?;
+        Ok(comms.into_iter().map(Hccl).collect::<Vec<_>>())
+    })
 }
 
 /// Watches an Ascend device (real or emulated) for [`codon_train::TrainerConfigBuilder::device_probe`].

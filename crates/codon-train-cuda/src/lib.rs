@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 use codon_train::rendezvous::{exchange, RankLayout, Rendezvous, RendezvousError};
-use codon_train::{BatchSource, Collective, TrainError, TrainReport, TrainableModel, Trainer};
+use codon_train::{BatchSource, Collective, TrainReport, TrainableModel, Trainer};
 
 pub mod nccl;
 
@@ -108,22 +108,13 @@ where
     M: TrainableModel + Sync,
     S: BatchSource<Batch = M::Batch> + Sync,
 {
-    if replicas.len() <= 1 {
-        return trainer.fit_data_parallel::<M, S, Nccl>(replicas, &[], data, resume);
-    }
-    let mut devices = Vec::with_capacity(replicas.len());
-    for m in replicas {
-        let params = m.parameters();
-        match params.named().first().map(|(_, v)| v.as_tensor().device().clone()) {
-            Some(d) if d.is_cuda() => devices.push(d),
-            other => {
-                return Err(TrainError::Config(format!(
-                    "data-parallel training over NCCL runs on NVIDIA GPUs (cuda:N); {} trains on one device",
-                    other.map_or_else(|| "a model without parameters".into(), |d| d.location().to_string())
-                )))
-            }
+    trainer.fit_data_parallel_over(replicas, data, resume, |devices| {
+        if let Some(other) = devices.iter().find(|d| !d.is_cuda()) {
+            return Err(format!(
+                "data-parallel training over NCCL runs on NVIDIA GPUs (cuda:N); {} trains on one device",
+                other.location()
+            ));
         }
-    }
-    let comms = Nccl::init_all(&devices).map_err(|e| TrainError::Config(e.to_string()))?;
-    trainer.fit_data_parallel(replicas, &comms, data, resume)
+        Nccl::init_all(devices).map_err(|e| e.to_string())
+    })
 }

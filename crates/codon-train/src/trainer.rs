@@ -54,6 +54,36 @@ impl Trainer {
         self.fit_rank(model, data, resume, None)
     }
 
+    /// [`Trainer::fit_data_parallel`] with the collectives made here: `open` gets each replica's
+    /// device (that of its first parameter), in rank order, and returns one collective per
+    /// device, or why these devices have none. One replica trains alone, without `open`.
+    pub fn fit_data_parallel_over<M, S, C>(
+        &self,
+        replicas: &[M],
+        data: &S,
+        resume: Option<&Path>,
+        open: impl FnOnce(&[candle_core::Device]) -> std::result::Result<Vec<C>, String>,
+    ) -> Result<TrainReport>
+    where
+        M: TrainableModel + Sync,
+        S: BatchSource<Batch = M::Batch> + Sync,
+        C: Collective + Sync,
+    {
+        if replicas.len() <= 1 {
+            return self.fit_data_parallel::<M, S, C>(replicas, &[], data, resume);
+        }
+        let devices = replicas
+            .iter()
+            .map(|m| {
+                let params = m.parameters();
+                let first = params.named().first().map(|(_, v)| v.as_tensor().device().clone());
+                first.ok_or_else(|| TrainError::Config("a model replica without parameters".into()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let comms = open(&devices).map_err(TrainError::Config)?;
+        self.fit_data_parallel(replicas, &comms, data, resume)
+    }
+
     /// Train one replica per device, data-parallel over `comms` (replica r is rank r of
     /// `comms[r]`), as upstream's DDP: each optimizer step, rank r of N takes micro-batches
     /// r, r + N, … of the N × accumulation that one device with N times the accumulation would
