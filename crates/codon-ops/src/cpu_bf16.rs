@@ -107,44 +107,24 @@ mod avx512_bf16 {
     use half::bf16;
     use rayon::prelude::*;
 
-    /// Rows of x per microkernel call, and output columns (two registers of 16).
+    /// Rows of x per microkernel call, and output columns (two registers of 16; AMX's two B tiles).
     const MR: usize = 8;
-    const NR: usize = 32;
+    pub(super) const NR: usize = 32;
 
     pub fn available() -> bool {
         std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
     }
 
     /// Two bf16 values in one u32, the first in the low half (the layout `vdpbf16ps` pairs).
-    pub(super) fn pair(lo: bf16, hi: bf16) -> u32 {
+    fn pair(lo: bf16, hi: bf16) -> u32 {
         u32::from(lo.to_bits()) | (u32::from(hi.to_bits()) << 16)
     }
 
     pub fn linear_into(out: &mut [f32], x: &[f32], w: &[bf16], rows: usize, k: usize, n: usize) -> Result<()> {
         let pairs = k.div_ceil(2);
-        // x rounded to bf16 (to nearest, even on ties): a row's k values in memory order are its
-        // `pairs` pairs, an odd k padded with 0.
-        let mut xp = vec![0u32; rows * pairs];
-        xp.par_chunks_mut(pairs.max(1)).zip(x.par_chunks(k.max(1))).for_each(|(dst, row)| {
-            // SAFETY: the CPU has avx512f and avx512bf16 (checked by `available`).
-            unsafe { round_row_to_pairs(row, dst) }
-        });
-        // W in panels of NR columns: panel[p][lane] pairs w[col][2p], w[col][2p + 1].
+        let xp = pack_x(x, rows, k, pairs, rows);
+        let wp = pack_w(w, k, n, pairs);
         let panels = n.div_ceil(NR);
-        let mut wp = vec![0u32; panels * pairs * NR];
-        wp.par_chunks_mut((pairs * NR).max(1)).enumerate().for_each(|(panel, dst)| {
-            for lane in 0..NR.min(n - panel * NR) {
-                let col = panel * NR + lane;
-                let row = &w[col * k..(col + 1) * k];
-                let mut two = row.chunks_exact(2);
-                for (p, v) in two.by_ref().enumerate() {
-                    dst[p * NR + lane] = pair(v[0], v[1]);
-                }
-                if let [last] = two.remainder() {
-                    dst[(pairs - 1) * NR + lane] = pair(*last, bf16::ZERO);
-                }
-            }
-        });
         // One task per panel of NR output columns; each writes its own columns of `out`.
         let out_ptr = SendPtr(out.as_mut_ptr());
         (0..panels).into_par_iter().for_each(|panel| {
@@ -165,6 +145,33 @@ mod avx512_bf16 {
         Ok(())
     }
 
+    /// x (rows × k) rounded to bf16 (to nearest, even on ties) as `pairs` ≥ ⌈k/2⌉ pairs per row,
+    /// in `padded_rows` ≥ rows rows; what lies past x (an odd k's last half, padding) is 0.
+    pub(super) fn pack_x(x: &[f32], rows: usize, k: usize, pairs: usize, padded_rows: usize) -> Vec<u32> {
+        let mut xp = vec![0u32; padded_rows * pairs];
+        xp.par_chunks_mut(pairs.max(1)).zip(x.par_chunks(k.max(1))).take(rows).for_each(|(dst, row)| {
+            // SAFETY: the CPU has avx512f and avx512bf16 (checked by the callers' `available`).
+            unsafe { round_row_to_pairs(row, &mut dst[..k.div_ceil(2)]) }
+        });
+        xp
+    }
+
+    /// W (n × k) in panels of NR columns, `pairs` ≥ ⌈k/2⌉ rows each: panel[p][lane] pairs
+    /// w[col][2p], w[col][2p + 1] (the layout `vdpbf16ps` and AMX's B tiles take); columns past
+    /// n and pairs past ⌈k/2⌉ are 0.
+    pub(super) fn pack_w(w: &[bf16], k: usize, n: usize, pairs: usize) -> Vec<u32> {
+        let mut wp = vec![0u32; n.div_ceil(NR) * pairs * NR];
+        wp.par_chunks_mut((pairs * NR).max(1)).enumerate().for_each(|(panel, dst)| {
+            for lane in 0..NR.min(n - panel * NR) {
+                let col = panel * NR + lane;
+                for (p, v) in w[col * k..(col + 1) * k].chunks(2).enumerate() {
+                    dst[p * NR + lane] = pair(v[0], v.get(1).copied().unwrap_or(bf16::ZERO));
+                }
+            }
+        });
+        wp
+    }
+
     /// A raw pointer that tasks writing disjoint parts of one buffer share.
     #[derive(Clone, Copy)]
     pub(super) struct SendPtr(pub(super) *mut f32);
@@ -179,7 +186,7 @@ mod avx512_bf16 {
 
     /// `row` (k f32 values) rounded to bf16 into `dst` (⌈k/2⌉ pairs), 16 values per instruction.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn round_row_to_pairs(row: &[f32], dst: &mut [u32]) {
+    unsafe fn round_row_to_pairs(row: &[f32], dst: &mut [u32]) {
         let mut chunks = row.chunks_exact(16);
         for (c, v) in chunks.by_ref().enumerate() {
             // SAFETY: `v` holds 16 f32 values and dst[8c..8c + 8] is inside dst (⌈k/2⌉ ≥ 8c + 8).
@@ -256,10 +263,10 @@ mod amx {
     use half::bf16;
     use rayon::prelude::*;
 
-    use super::avx512_bf16::{pair, round_row_to_pairs, SendPtr};
+    use super::avx512_bf16::{pack_w, pack_x, SendPtr, NR};
 
-    /// Output columns per task (two B tiles), rows per block (two A tiles), pairs of k per step.
-    const NR: usize = 32;
+    /// Rows per block (two A tiles), pairs of k per step; a task takes NR output columns (two B
+    /// tiles).
     const MR: usize = 32;
     const KP: usize = 16;
 
@@ -322,24 +329,9 @@ mod amx {
         // k in steps of 32 values (16 pairs) and rows in blocks of 32, both zero-padded.
         let pairs = k.div_ceil(2).next_multiple_of(KP);
         let padded_rows = rows.next_multiple_of(MR);
-        let mut xp = vec![0u32; padded_rows * pairs];
-        xp.par_chunks_mut(pairs).zip(x.par_chunks(k)).for_each(|(dst, row)| {
-            // SAFETY: AMX parts have avx512f and avx512bf16 (checked with AMX by the caller).
-            unsafe { round_row_to_pairs(row, &mut dst[..k.div_ceil(2)]) }
-        });
-        // W in panels of NR columns: panel[p][lane] pairs w[col][2p], w[col][2p + 1] (the VNNI
-        // layout of a B tile, two tiles side by side); columns past n stay 0.
+        let xp = pack_x(x, rows, k, pairs, padded_rows);
+        let wp = pack_w(w, k, n, pairs);
         let panels = n.div_ceil(NR);
-        let mut wp = vec![0u32; panels * pairs * NR];
-        wp.par_chunks_mut(pairs * NR).enumerate().for_each(|(panel, dst)| {
-            for lane in 0..NR.min(n - panel * NR) {
-                let col = panel * NR + lane;
-                let row = &w[col * k..(col + 1) * k];
-                for (p, v) in row.chunks(2).enumerate() {
-                    dst[p * NR + lane] = pair(v[0], v.get(1).copied().unwrap_or(bf16::ZERO));
-                }
-            }
-        });
         let out_ptr = SendPtr(out.as_mut_ptr());
         (0..panels).into_par_iter().for_each(|panel| {
             let b = &wp[panel * pairs * NR..(panel + 1) * pairs * NR];
