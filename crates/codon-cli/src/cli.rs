@@ -7,15 +7,20 @@ use candle_core::{DType, Device};
 use codon_model::bigbird::AttentionType;
 use codon_train::Precision;
 
-/// Parse the command line into `A`. `--help` and `--version` print as usual; a usage error is one
-/// line on stderr (clap's message and suggestions, without the usage block) and exit status 2.
-pub fn parse_args<A: clap::Parser>() -> A {
-    match A::try_parse() {
-        Ok(args) => args,
-        Err(e) if !e.use_stderr() => e.exit(),
+/// Parse `args` (the program's name first) into `A`. `--help` and `--version` print as usual and
+/// give `Err(0)`; a usage error is one line on stderr (clap's message and suggestions, without the
+/// usage block) and `Err(2)`: the exit status to end with.
+pub fn parse_args_from<A: clap::Parser>(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<A, i32> {
+    match A::try_parse_from(args) {
+        Ok(args) => Ok(args),
+        Err(e) if !e.use_stderr() => {
+            // Help or version on stdout; a closed pipe there is no error.
+            let _ = e.print();
+            Err(0)
+        }
         Err(e) => {
             crate::errln!("{}", one_line(&e.render().to_string()));
-            std::process::exit(2);
+            Err(2)
         }
     }
 }

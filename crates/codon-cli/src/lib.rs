@@ -29,20 +29,21 @@ pub fn skips_math(device: &candle_core::Device) -> bool {
 pub const NO_MATH_WARNING: &str =
     "warning: no-math mode (CANDLE_ASCEND_SIM_NO_MATH=1): the emulator skips arithmetic, so every value below is meaningless";
 
-/// Run a command-line program: on error print one line (`error: …` with its causes) to stderr
-/// and exit with status 1. Output that stdout could not take (a full disk; not a closed pipe) is
-/// such an error too, as in coreutils.
-pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnOnce() -> Result<(), E>) {
+/// Run a command-line program and give its exit status: on error print one line (`error: …` with
+/// its causes) to stderr and give 1. Output that stdout could not take (a full disk; not a closed
+/// pipe) is such an error too, as in coreutils.
+pub fn run_main<E: Into<Box<dyn std::error::Error + Send + Sync>>>(run: impl FnOnce() -> Result<(), E>) -> i32 {
     let result = run().map_err(Into::into);
     let stdout = output::stdout_error();
     if let Err(e) = result {
         crate::errln!("error: {}", error_line(e.as_ref()));
-        std::process::exit(1);
+        return 1;
     }
     if let Some(e) = stdout {
         crate::errln!("error: cannot write to standard output: {e}");
-        std::process::exit(1);
+        return 1;
     }
+    0
 }
 
 /// Longest error line printed; the rest is cut (a malformed line can be megabytes long).

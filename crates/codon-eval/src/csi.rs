@@ -49,6 +49,12 @@ impl CsiWeights {
         Ok(Self(weights))
     }
 
+    /// Weights as upstream passes them around (`get_CSI_weights`' result), by codon index; a stop
+    /// codon's entry is ignored.
+    pub fn from_weights(weights: [f64; 64]) -> Self {
+        Self(weights)
+    }
+
     /// The weight of a sense codon index; `None` for a stop.
     pub fn weight(&self, codon: usize) -> Option<f64> {
         (!is_stop(codon)).then(|| self.0[codon % 64])

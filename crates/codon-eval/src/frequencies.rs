@@ -17,13 +17,21 @@ impl CodonFrequencies {
     /// so an amino acid never seen has all frequencies 0, not NaN.
     pub fn from_counts(counts: &CodonCounts) -> Self {
         let mut frequency = [0.0; 64];
-        let (mut family_max, mut family_min, mut family_mean) = ([0.0; 21], [0.0; 21], [0.0; 21]);
-        for (f, codons) in families().iter().enumerate() {
+        for codons in families() {
             // Summed in alphabetical codon order, as Python's `sum` over the sorted family.
             let total: f64 = codons.iter().map(|&c| counts.get(c as usize)).sum();
             for &c in codons {
                 frequency[c as usize] = counts.get(c as usize) / (total + 1e-100);
             }
+        }
+        Self::from_frequencies(frequency)
+    }
+
+    /// A frequency table as upstream passes one around (each codon's share of its amino acid,
+    /// by codon index), taken as it is.
+    pub fn from_frequencies(frequency: [f64; 64]) -> Self {
+        let (mut family_max, mut family_min, mut family_mean) = ([0.0; 21], [0.0; 21], [0.0; 21]);
+        for (f, codons) in families().iter().enumerate() {
             let values = codons.iter().map(|&c| frequency[c as usize]);
             family_max[f] = values.clone().fold(f64::NEG_INFINITY, f64::max);
             family_min[f] = values.clone().fold(f64::INFINITY, f64::min);

@@ -154,8 +154,16 @@ impl Cli {
 
 /// The `codon` program: parse the command line, run the subcommand, exit as the rules say.
 pub fn main() {
-    let cli: Cli = crate::cli::parse_args();
-    crate::run_main(|| cli.run());
+    std::process::exit(main_from(std::env::args_os()));
+}
+
+/// The program run on `args` (its name first), in this process: the exit status it ends with.
+/// The Python package's `codon` command is this.
+pub fn main_from(args: impl IntoIterator<Item = impl Into<std::ffi::OsString>>) -> i32 {
+    match crate::cli::parse_args_from::<Cli>(args.into_iter().map(Into::into)) {
+        Ok(cli) => crate::run_main(|| cli.run()),
+        Err(status) => status,
+    }
 }
 
 /// A worked example for each subcommand, shown by `codon help SUBCOMMAND`.

@@ -1,0 +1,303 @@
+//! A model opened for prediction, and its `predict` and `score` over batches.
+
+use std::path::PathBuf;
+
+use candle_core::DType;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use codon_cli::device::DeviceSpec;
+use codon_design::{repair, ConstraintSpec, Repair, RepairOptions};
+use codon_model::bigbird::AttentionType;
+use codon_model::predict::SequenceScore;
+use codon_model::{DnaPrediction, OrganismRef, PredictOptions, Predictor, ProteinInput};
+
+use crate::errors::{codon_error, load_error, value_error};
+
+/// An organism as upstream takes it: its id or its name.
+#[derive(FromPyObject)]
+pub enum Organism {
+    /// An id in the model's organism table.
+    Id(i64),
+    /// A name exactly as in the model's organism table.
+    Name(String),
+}
+
+impl From<Organism> for OrganismRef {
+    fn from(o: Organism) -> Self {
+        match o {
+            Organism::Id(id) => OrganismRef::Id(id),
+            Organism::Name(name) => OrganismRef::Name(name),
+        }
+    }
+}
+
+fn attention_type(name: &str) -> PyResult<AttentionType> {
+    match name {
+        "original_full" => Ok(AttentionType::OriginalFull),
+        "block_sparse" => Ok(AttentionType::BlockSparse),
+        other => Err(PyValueError::new_err(format!(
+            "attention_type {other:?}: expected \"original_full\" or \"block_sparse\""
+        ))),
+    }
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    match name {
+        "float32" | "f32" => Ok(DType::F32),
+        "bfloat16" | "bf16" => Ok(DType::BF16),
+        "float16" | "f16" => Ok(DType::F16),
+        other => {
+            Err(PyValueError::new_err(format!("dtype {other:?}: expected \"float32\", \"bfloat16\" or \"float16\"")))
+        }
+    }
+}
+
+/// A BigBird model on a device, with its tokenizer and organism table, ready to predict.
+#[pyclass(frozen, module = "codon_ascend._native")]
+pub struct Model {
+    predictor: Predictor,
+    device: String,
+    attention: AttentionType,
+}
+
+/// Open `model` (a folder, a `.ckpt`/`.pt`/`.safetensors` file or a Hub id; upstream's published
+/// model without one) on `device` in `dtype`.
+#[pyfunction]
+#[pyo3(signature = (model=None, device="cpu", dtype="float32", attention_type="original_full", config=None))]
+fn load_model(
+    py: Python<'_>,
+    model: Option<PathBuf>,
+    device: &str,
+    dtype: &str,
+    attention_type: &str,
+    config: Option<PathBuf>,
+) -> PyResult<Model> {
+    let spec: DeviceSpec = device.parse().map_err(value_error)?;
+    let (dtype, attention) = (self::dtype(dtype)?, self::attention_type(attention_type)?);
+    let predictor = py.detach(|| -> anyhow::Result<Predictor> {
+        let device = spec.open()?;
+        codon_cli::predictor::open_predictor(model.as_deref(), config.as_deref(), &device, dtype)
+    });
+    let predictor = predictor.map_err(|e| {
+        if e.downcast_ref::<codon_cli::device::DeviceError>().is_some() {
+            PyRuntimeError::new_err(codon_cli::error_line(e.as_ref()))
+        } else {
+            load_error(&e)
+        }
+    })?;
+    Ok(Model { predictor, device: spec.to_string(), attention })
+}
+
+/// Score and, with constraints, the repair of one prediction, as a dict.
+fn prediction_dict<'py>(py: Python<'py>, p: DnaPrediction, repaired: Option<Repair>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("organism", p.organism)?;
+    d.set_item("protein", p.protein)?;
+    d.set_item("processed_input", p.processed_input)?;
+    let score = match (&repaired, &p.codon_log_probs) {
+        (Some(r), Some(log_probs)) => SequenceScore::of(log_probs, &r.dna).map_err(|e| codon_error(&e))?,
+        _ => p.score,
+    };
+    d.set_item("predicted_dna", repaired.as_ref().map_or(p.predicted_dna, |r| r.dna.clone()))?;
+    score_into(&d, &score)?;
+    if let Some(r) = repaired {
+        let edits = PyList::empty(py);
+        for e in &r.edits {
+            let edit = PyDict::new(py);
+            edit.set_item("codon", e.codon)?;
+            edit.set_item("old", &e.old)?;
+            edit.set_item("new", &e.new)?;
+            edit.set_item("reason", &e.reason)?;
+            edit.set_item("cost", e.cost)?;
+            edits.append(edit)?;
+        }
+        d.set_item("edits", edits)?;
+        d.set_item("repair_cost", r.cost)?;
+        d.set_item("unmet_constraints", r.remaining.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    }
+    Ok(d)
+}
+
+fn score_into(d: &Bound<'_, PyDict>, score: &SequenceScore) -> PyResult<()> {
+    d.set_item("log_likelihood", score.log_likelihood)?;
+    d.set_item("mean_log_likelihood", score.mean_log_likelihood)?;
+    d.set_item("least_likely_codons", &score.lowest)
+}
+
+#[pymethods]
+impl Model {
+    /// The device the model runs on (`cpu`, `cuda:N`, `npu:N`, `npu-sim:N`).
+    #[getter]
+    fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// The organisms the model knows, in id order.
+    #[getter]
+    fn organisms(&self) -> Vec<String> {
+        self.predictor.organisms().names().to_vec()
+    }
+
+    /// Predict DNA for each protein: per protein, a list of `num_sequences` dicts, or the exception
+    /// its input raised. Batches proteins of similar length; releases the GIL while it runs.
+    #[pyo3(signature = (
+        proteins, organisms, *, deterministic=true, temperature=0.2, top_p=0.95, num_sequences=1,
+        match_protein=false, seed=0, attention_type=None, known_dna=None, avoid_sites=vec![],
+        avoid_motifs=vec![], gc_window=None, max_homopolymer=None, max_repeat=None, best_effort=false
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn predict(
+        &self,
+        py: Python<'_>,
+        proteins: Vec<String>,
+        organisms: Vec<Organism>,
+        deterministic: bool,
+        temperature: f64,
+        top_p: f64,
+        num_sequences: usize,
+        match_protein: bool,
+        seed: u64,
+        attention_type: Option<&str>,
+        known_dna: Option<Vec<Option<String>>>,
+        avoid_sites: Vec<String>,
+        avoid_motifs: Vec<String>,
+        gc_window: Option<(usize, f64, f64)>,
+        max_homopolymer: Option<usize>,
+        max_repeat: Option<usize>,
+        best_effort: bool,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        if organisms.len() != proteins.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} proteins but {} organisms: give one organism per protein",
+                proteins.len(),
+                organisms.len()
+            )));
+        }
+        let known_dna = known_dna.unwrap_or_else(|| vec![None; proteins.len()]);
+        if known_dna.len() != proteins.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} proteins but {} known_dna entries",
+                proteins.len(),
+                known_dna.len()
+            )));
+        }
+        let constraints = ConstraintSpec { avoid_sites, avoid_motifs, gc_window, max_homopolymer, max_repeat }
+            .constraints()
+            .map_err(value_error)?;
+        let options = PredictOptions {
+            deterministic,
+            temperature,
+            top_p,
+            num_sequences,
+            match_protein,
+            seed,
+            attention: attention_type.map(self::attention_type).transpose()?.unwrap_or(self.attention),
+            keep_codon_scores: !constraints.is_empty(),
+            max_padding_fraction: codon_model::predict::max_padding_fraction_on(self.predictor.model().device()),
+            ..Default::default()
+        };
+        let inputs: Vec<ProteinInput> = proteins
+            .into_iter()
+            .zip(organisms)
+            .zip(known_dna)
+            .map(|((protein, organism), known_dna)| ProteinInput { protein, organism: organism.into(), known_dna })
+            .collect();
+        let repair_options = RepairOptions { best_effort, ..Default::default() };
+        let results = py.detach(|| -> codon_model::Result<_> {
+            let predicted = self.predictor.predict_batch_with_progress(&inputs, &options, &mut |_| {})?;
+            Ok(predicted
+                .into_iter()
+                .map(|each| {
+                    each.map(|predictions| {
+                        predictions
+                            .into_iter()
+                            .map(|p| {
+                                let repaired = match &p.codon_log_probs {
+                                    Some(scores) if !constraints.is_empty() => {
+                                        Some(repair(&p.predicted_dna, scores, &constraints, &repair_options))
+                                    }
+                                    _ => None,
+                                };
+                                (p, repaired)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect::<Vec<_>>())
+        });
+        let results = results.map_err(|e| codon_error(&e))?;
+        let mut out = Vec::with_capacity(results.len());
+        for each in results {
+            match each {
+                Ok(predictions) => {
+                    let list = PyList::empty(py);
+                    for (p, repaired) in predictions {
+                        let repaired = repaired.transpose().map_err(value_error)?;
+                        list.append(prediction_dict(py, p, repaired)?)?;
+                    }
+                    out.push(list.into_any().unbind());
+                }
+                Err(e) => out.push(codon_error(&e).into_value(py).into_any()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Score coding sequences: per sequence, a dict with its log-likelihood, mean log-likelihood
+    /// and least likely codons, or the exception it raised. Releases the GIL while it runs.
+    #[pyo3(signature = (dna, organisms, *, match_protein=false, attention_type=None))]
+    fn score(
+        &self,
+        py: Python<'_>,
+        dna: Vec<String>,
+        organisms: Vec<Organism>,
+        match_protein: bool,
+        attention_type: Option<&str>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        if organisms.len() != dna.len() {
+            return Err(PyValueError::new_err(format!(
+                "{} sequences but {} organisms: give one organism per sequence",
+                dna.len(),
+                organisms.len()
+            )));
+        }
+        let options = PredictOptions {
+            match_protein,
+            attention: attention_type.map(self::attention_type).transpose()?.unwrap_or(self.attention),
+            max_padding_fraction: codon_model::predict::max_padding_fraction_on(self.predictor.model().device()),
+            ..Default::default()
+        };
+        let items: Vec<(String, OrganismRef)> = dna.into_iter().zip(organisms.into_iter().map(Into::into)).collect();
+        let scores = py.detach(|| self.predictor.score_batch(&items, &options, &mut |_| {}));
+        let mut out = Vec::with_capacity(items.len());
+        for each in scores.map_err(|e| codon_error(&e))? {
+            match each {
+                Ok(score) => {
+                    let d = PyDict::new(py);
+                    score_into(&d, &score)?;
+                    out.push(d.into_any().unbind());
+                }
+                Err(e) => out.push(codon_error(&e).into_value(py).into_any()),
+            }
+        }
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.predictor.model().config();
+        format!(
+            "Model(layers={}, hidden_size={}, organisms={}, device={:?})",
+            c.num_hidden_layers,
+            c.hidden_size,
+            self.predictor.organisms().len(),
+            self.device
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Model>()?;
+    m.add_function(wrap_pyfunction!(load_model, m)?)
+}
