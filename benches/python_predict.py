@@ -6,8 +6,9 @@ predicted deterministically with full attention, as upstream does by default:
   1. upstream: a Python loop over CodonTransformer 1.6.7's `predict_dna_sequence` (torch);
   2. ours, the same loop over `codon_ascend.CodonPrediction.predict_dna_sequence`;
   3. ours, one call to `predict_dna_sequences` (the batched predictor).
-Each is timed --repeats times, interleaved; the medians and their ratios to upstream's are
-printed with the CPU and thread counts. The DNA of each protein is compared too: both take the
+Ours are timed --repeats times after a warm-up round, upstream's loop (many times slower)
+--upstream-repeats times; the medians and their ratios to upstream's are printed with the CPU and
+thread counts. The DNA of each protein is compared too: both take the
 argmax, so they agree wherever upstream's choice is a codon.
 
 Set-up (outside the repository; the venv of bindings/python/tests/upstream/make_goldens.py,
@@ -67,9 +68,13 @@ def main():
     ap.add_argument("--model", required=True, help="a transformers folder (config.json, model.safetensors)")
     ap.add_argument("--tokenizer", required=True, help="upstream's CodonTransformerTokenizer.json")
     ap.add_argument("--proteins", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs of ours, after a warm-up")
+    ap.add_argument("--upstream-repeats", type=int, default=1, help="timed runs of upstream's loop")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="torch's threads (Debian's torch starts with one); ours use every core")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
 
     rng = random.Random(args.seed)
     proteins = ["M" + "".join(rng.choice(AMINO_ACIDS) for _ in range(rng.randint(80, 600) - 1))
@@ -92,17 +97,23 @@ def main():
     def our_batch():
         return [p.predicted_dna for p in ours.predict_dna_sequences(proteins, organisms, model=model)]
 
-    # One warm-up each (page faults, first allocations), then interleaved repeats.
-    runs = {"upstream loop": upstream_loop, "ours, same loop": our_loop, "ours, batch call": our_batch}
-    outputs = {name: fn() for name, fn in runs.items()}
+    # Ours first, --repeats times each after a warm-up round (the first allocations and page
+    # faults); upstream's loop, many times slower, --upstream-repeats times. Each time is printed as
+    # it comes; the first outputs are compared.
+    runs = {"ours, same loop": (our_loop, args.repeats), "ours, batch call": (our_batch, args.repeats),
+            "upstream loop": (upstream_loop, args.upstream_repeats)}
     times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, fn in runs.items():
-            times[name].append(timed(fn)[0])
-
+    outputs = {}
+    for name, (fn, repeats) in runs.items():
+        for i in range(repeats + (name != "upstream loop")):
+            seconds, out = timed(fn)
+            outputs.setdefault(name, out)
+            if name == "upstream loop" or i > 0:
+                times[name].append(seconds)
+            print(f"  {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
     print(f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs); torch {torch.__version__} with "
           f"{torch.get_num_threads()} threads, transformers {transformers.__version__}; "
-          f"{args.proteins} proteins, {residues} residues, median of {args.repeats}")
+          f"{args.proteins} proteins, {residues} residues; medians")
     base = statistics.median(times["upstream loop"])
     for name, t in times.items():
         median = statistics.median(t)

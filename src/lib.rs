@@ -19,4 +19,8 @@ pub use codon_ops as ops;
 pub use codon_train as train;
 pub use codon_train_ascend as train_ascend;
 
-pub use codon_cli::demo_data_dir;
+/// The bundled demo data in the checkout (`crates/codon-cli/demo`): genes as CSV and FASTA,
+/// proteins as JSONL, for the examples and tests.
+pub fn demo_data_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/codon-cli/demo")
+}

@@ -274,10 +274,36 @@ fn random_fills_have_the_right_moments() {
     assert_ne!(n, again, "each draw must advance the generator");
 }
 
+/// A CustomOp with a CPU body only, as a library written for candle's CPU backend brings.
+struct RowCumsum;
+
+impl candle_core::CustomOp1 for RowCumsum {
+    fn name(&self) -> &'static str {
+        "row_cumsum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &candle_core::CpuStorage,
+        layout: &candle_core::Layout,
+    ) -> Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        let candle_core::CpuStorage::F32(data) = storage else { candle_core::bail!("row_cumsum: f32 only") };
+        let (rows, cols) = layout.shape().dims2()?;
+        let (start, _) = layout.contiguous_offsets().expect("contiguous input");
+        let mut out = data[start..start + rows * cols].to_vec();
+        for row in out.chunks_mut(cols) {
+            for i in 1..cols {
+                row[i] += row[i - 1];
+            }
+        }
+        Ok((candle_core::CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
 #[test]
 fn custom_ops_fall_back_through_the_host() {
     let x = input((4, 6), DType::F32, 18);
-    check("softmax_last_dim", std::slice::from_ref(&x), |t| candle_nn::ops::softmax_last_dim(&t[0]));
+    check("row_cumsum", std::slice::from_ref(&x), |t| t[0].apply_op1(RowCumsum));
 }
 
 /// Every unary and binary op type that the vendored candle-core declares has a backend-slot tag

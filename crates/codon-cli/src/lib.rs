@@ -13,10 +13,15 @@ pub mod output;
 pub mod predictor;
 pub mod selftest;
 
-/// The bundled demo data (`data/demo` in the repository), which `codon finetune` without
-/// `--dataset_dir` trains on.
-pub fn demo_data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/demo")
+/// The bundled demo genes (`crates/codon-cli/demo/genes.csv`), which `codon finetune` without
+/// `--dataset_dir` trains on: built into the program, so an installed `codon` has them too.
+pub const DEMO_GENES_CSV: &str = include_str!("../demo/genes.csv");
+
+/// Write the demo genes into `dir` as `demo-genes.csv`, for a command to prepare; the file's path.
+pub fn write_demo_genes(dir: &std::path::Path) -> codon_data::Result<PathBuf> {
+    let path = dir.join("demo-genes.csv");
+    codon_data::write_atomically(&path, |out| std::io::Write::write_all(out, DEMO_GENES_CSV.as_bytes()))?;
+    Ok(path)
 }
 
 /// Whether `device` skips its arithmetic (the emulator under `CANDLE_ASCEND_SIM_NO_MATH=1`,

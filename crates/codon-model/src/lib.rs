@@ -25,6 +25,8 @@ pub mod predict;
 #[cfg(feature = "training")]
 pub mod training;
 
+/// The candle this library is built on (see `codon_train::candle`): the model's `Tensor` and `Device`.
+pub use candle_core as candle;
 pub use codon_vocab::{organisms, sequence, tokenizer, vocab, VocabError};
 pub use error::{CodonError, Result};
 pub use organisms::{

@@ -102,8 +102,8 @@ impl CustomOp2 for ResidualSum {
     }
 }
 
-/// LayerNorm of `x` over its last dimension with weight and bias of that size. On the CPU
-/// inference takes candle-nn's kernel and training the fused [`LayerNorm`] op; a CUDA GPU runs
+/// LayerNorm of `x` over its last dimension with weight and bias of that size. The CPU runs the
+/// fused [`LayerNorm`] op; a CUDA GPU runs
 /// [`LayerNorm`] (weight and bias in x's dtype); parts with the operators their Ascend body;
 /// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
@@ -119,14 +119,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
 fn native(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Option<Tensor>> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
     let y = match x.device() {
-        Device::Cpu => {
-            let same_dtype = weight.dtype() == x.dtype() && bias.dtype() == x.dtype();
-            if !training && x.is_contiguous() && same_dtype {
-                candle_nn::ops::layer_norm(x, weight, bias, eps as f32)?
-            } else {
-                x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32))?
-            }
-        }
+        Device::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32))?,
         Device::Cuda(_) if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
             let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
             x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32))?

@@ -99,7 +99,7 @@ fn tiny_config() -> BigBirdConfig {
 }
 
 fn demo_data(dir: &Path) -> MaskedLmData {
-    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/demo/genes.csv");
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../codon-cli/demo/genes.csv");
     let train = dir.join("train.jsonl");
     prepare(&demo, &train, &PrepareOptions::default()).unwrap();
     let dataset = JsonlDataset::open(&train, MalformedPolicy::Error).unwrap();

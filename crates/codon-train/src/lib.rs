@@ -26,6 +26,10 @@ mod status;
 mod step;
 pub mod trainer;
 
+/// The candle this library is built on: candle-core 0.11.1 with the custom-backend slot, published
+/// as `codon-candle-core`. Build a model's tensors with it (`codon_train::candle::Tensor`), and they
+/// are the trainer's own type without a second candle in the build.
+pub use candle_core as candle;
 pub use candle_core::backprop::GradientObserver;
 pub use collective::Collective;
 pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};

@@ -12,9 +12,6 @@ fn main() -> Result<()> {
     let b = Tensor::new(&[[88.0f32], [99.0]], &Device::Cpu)?;
     let new_a = a.slice_scatter(&b, 1, 2)?;
     assert_eq!(a.to_vec2::<f32>()?, [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]);
-    assert_eq!(
-        new_a.to_vec2::<f32>()?,
-        [[0.0, 1.0, 88.0], [3.0, 4.0, 99.0]]
-    );
+    assert_eq!(new_a.to_vec2::<f32>()?, [[0.0, 1.0, 88.0], [3.0, 4.0, 99.0]]);
     Ok(())
 }

@@ -22,11 +22,7 @@ fn cos_sin(n: usize, device: &Device) -> Result<Tensor> {
 fn main() -> Result<()> {
     let device = Device::new_cuda(0)?;
     let args = std::env::args().collect::<Vec<String>>();
-    let n = if args.len() < 2 {
-        2000usize
-    } else {
-        usize::from_str(&args[1])?
-    };
+    let n = if args.len() < 2 { 2000usize } else { usize::from_str(&args[1])? };
     let xys_cpu = cos_sin(n, &Device::Cpu)?;
     let xys = cos_sin(n, &device)?;
     println!("{xys_cpu:?} {xys:?}");
@@ -45,10 +41,7 @@ fn main() -> Result<()> {
     }
     let elapsed = start.elapsed();
     if v > 0. {
-        println!(
-            "ran {n_iters} iterations, time per iter: {:?} ({v})",
-            elapsed.div_f64(n_iters as f64)
-        );
+        println!("ran {n_iters} iterations, time per iter: {:?} ({v})", elapsed.div_f64(n_iters as f64));
     }
     Ok(())
 }

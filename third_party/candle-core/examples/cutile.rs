@@ -72,29 +72,18 @@ impl CustomOp2 for Add {
         let rhs = context.read_storage::<f32>(rhs, rhs_layout)?;
         let mut output = unsafe { device.alloc::<f32>(len)? };
         let out = context.write(&mut output, 0)?;
-        let launcher = unsafe {
-            kernels::add(
-                out.device_pointer(),
-                lhs.device_pointer(),
-                rhs.device_pointer(),
-                len as i32,
-            )
-        }
-        .grid(((len / BLOCK_SIZE) as u32, 1, 1));
+        let launcher =
+            unsafe { kernels::add(out.device_pointer(), lhs.device_pointer(), rhs.device_pointer(), len as i32) }
+                .grid(((len / BLOCK_SIZE) as u32, 1, 1));
 
         if self.compile_only {
             // Precompile this specialization without executing the kernel.
             cutile::kernel("add warmup", || launcher.compile_on(context.stream()))?;
         } else {
-            cutile::kernel("add launch", || unsafe {
-                launcher.async_on(context.stream())
-            })?;
+            cutile::kernel("add launch", || unsafe { launcher.async_on(context.stream()) })?;
         }
         drop((out, lhs, rhs));
-        Ok((
-            CudaStorage::wrap_cuda_slice(output, device.clone()),
-            lhs_layout.shape().clone(),
-        ))
+        Ok((CudaStorage::wrap_cuda_slice(output, device.clone()), lhs_layout.shape().clone()))
     }
 }
 
@@ -108,12 +97,7 @@ fn main() -> Result<()> {
 
     // Precompile the specialization without executing the add kernel.
     let _ = lhs.apply_op2_no_bwd(&rhs, &Add { compile_only: true })?;
-    let output = lhs.apply_op2_no_bwd(
-        &rhs,
-        &Add {
-            compile_only: false,
-        },
-    )?;
+    let output = lhs.apply_op2_no_bwd(&rhs, &Add { compile_only: false })?;
     println!("{:?}", output.to_vec1::<f32>()?);
     Ok(())
 }

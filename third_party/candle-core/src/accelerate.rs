@@ -442,22 +442,11 @@ macro_rules! binary_op {
             let b_len = b.len();
             let y_len = y.len();
             if a_len != y_len || b_len != y_len {
-                panic!(
-                    "{} a,b,y len mismatch {a_len} {b_len} {y_len}",
-                    stringify!($fn_name)
-                );
+                panic!("{} a,b,y len mismatch {a_len} {b_len} {y_len}", stringify!($fn_name));
             }
             unsafe {
                 // Weird quirk of accelerate, the rhs comes before the lhs.
-                ffi::$accelerate_name(
-                    b.as_ptr(),
-                    1,
-                    a.as_ptr(),
-                    1,
-                    y.as_mut_ptr(),
-                    1,
-                    a_len as u64,
-                )
+                ffi::$accelerate_name(b.as_ptr(), 1, a.as_ptr(), 1, y.as_mut_ptr(), 1, a_len as u64)
             }
         }
     };

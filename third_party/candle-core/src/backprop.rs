@@ -83,26 +83,10 @@ impl Tensor {
                         track_grad |= tg;
                         nodes
                     }
-                    Op::Conv1D {
-                        arg: lhs,
-                        kernel: rhs,
-                        ..
-                    }
-                    | Op::ConvTranspose1D {
-                        arg: lhs,
-                        kernel: rhs,
-                        ..
-                    }
-                    | Op::Conv2D {
-                        arg: lhs,
-                        kernel: rhs,
-                        ..
-                    }
-                    | Op::ConvTranspose2D {
-                        arg: lhs,
-                        kernel: rhs,
-                        ..
-                    }
+                    Op::Conv1D { arg: lhs, kernel: rhs, .. }
+                    | Op::ConvTranspose1D { arg: lhs, kernel: rhs, .. }
+                    | Op::Conv2D { arg: lhs, kernel: rhs, .. }
+                    | Op::ConvTranspose2D { arg: lhs, kernel: rhs, .. }
                     | Op::CustomOp2(lhs, rhs, _)
                     | Op::Binary(lhs, rhs, _)
                     | Op::Gather(lhs, rhs, _)
@@ -200,9 +184,7 @@ impl Tensor {
                 observer.ready(node, grads.get(node))?;
                 continue;
             }
-            let grad = grads
-                .remove(node)
-                .expect("candle internal error - grad not populated");
+            let grad = grads.remove(node).expect("candle internal error - grad not populated");
             // https://github.com/huggingface/candle/issues/1241
             // Ideally, we would make these operations in place where possible to ensure that we
             // do not have to allocate too often. Here we just call `.detach` to avoid computing
@@ -252,8 +234,7 @@ impl Tensor {
                             *rhs_sum_grad = rhs_sum_grad.sub(&rhs_grad)?;
                         }
                     }
-                    Op::Binary(lhs, rhs, BinaryOp::Minimum)
-                    | Op::Binary(lhs, rhs, BinaryOp::Maximum) => {
+                    Op::Binary(lhs, rhs, BinaryOp::Minimum) | Op::Binary(lhs, rhs, BinaryOp::Maximum) => {
                         let mask_lhs = node.eq(lhs)?.to_dtype(grad.dtype())?;
                         let mask_rhs = node.eq(rhs)?.to_dtype(grad.dtype())?;
 
@@ -274,19 +255,12 @@ impl Tensor {
                         let f_grad = pred.where_cond(&zeros, &grad)?;
                         *f_sum_grad = f_sum_grad.add(&f_grad)?;
                     }
-                    Op::Conv1D {
-                        arg,
-                        kernel,
-                        padding,
-                        stride,
-                        dilation,
-                    } => {
+                    Op::Conv1D { arg, kernel, padding, stride, dilation } => {
                         // The output height for conv_transpose1d is:
                         // (l_in - 1) * stride - 2 * padding + dilation * (k_size - 1) + out_padding + 1
                         let grad_l_in = grad.dim(2)?;
                         let k_size = kernel.dim(2)?;
-                        let out_size =
-                            (grad_l_in - 1) * stride + dilation * (k_size - 1) + 1 - 2 * padding;
+                        let out_size = (grad_l_in - 1) * stride + dilation * (k_size - 1) + 1 - 2 * padding;
                         let out_padding = arg.dim(2)? - out_size;
                         let grad_arg = grad.conv_transpose1d(
                             kernel,
@@ -305,34 +279,17 @@ impl Tensor {
                         let sum_grad = grads.or_insert(kernel)?;
                         let (_, _, k0) = kernel.dims3()?;
                         let (_, _, g_k0) = grad_kernel.dims3()?;
-                        let grad_kernel = if g_k0 != k0 {
-                            grad_kernel.narrow(2, 0, k0)?
-                        } else {
-                            grad_kernel
-                        };
+                        let grad_kernel = if g_k0 != k0 { grad_kernel.narrow(2, 0, k0)? } else { grad_kernel };
                         *sum_grad = sum_grad.add(&grad_kernel)?;
                     }
-                    Op::Conv2D {
-                        arg,
-                        kernel,
-                        padding,
-                        stride,
-                        dilation,
-                    } => {
+                    Op::Conv2D { arg, kernel, padding, stride, dilation } => {
                         // The output height for conv_transpose2d is:
                         // (i_h - 1) * stride - 2 * padding + dilation * (k_h - 1) + out_padding + 1
                         let grad_h = grad.dim(2)?;
                         let k_h = kernel.dim(2)?;
-                        let out_size =
-                            (grad_h - 1) * stride + dilation * (k_h - 1) + 1 - 2 * padding;
+                        let out_size = (grad_h - 1) * stride + dilation * (k_h - 1) + 1 - 2 * padding;
                         let out_padding = arg.dim(2)? - out_size;
-                        let grad_arg = grad.conv_transpose2d(
-                            kernel,
-                            *padding,
-                            out_padding,
-                            *stride,
-                            *dilation,
-                        )?;
+                        let grad_arg = grad.conv_transpose2d(kernel, *padding, out_padding, *stride, *dilation)?;
                         grads.accumulate(arg, &grad_arg)?;
 
                         let grad_kernel = arg
@@ -349,17 +306,8 @@ impl Tensor {
                         };
                         *sum_grad = sum_grad.add(&grad_kernel)?;
                     }
-                    Op::ConvTranspose1D { .. } => Err(Error::BackwardNotSupported {
-                        op: "conv-transpose1d",
-                    })?,
-                    Op::ConvTranspose2D {
-                        arg,
-                        kernel,
-                        padding,
-                        stride,
-                        dilation,
-                        output_padding: _output_padding,
-                    } => {
+                    Op::ConvTranspose1D { .. } => Err(Error::BackwardNotSupported { op: "conv-transpose1d" })?,
+                    Op::ConvTranspose2D { arg, kernel, padding, stride, dilation, output_padding: _output_padding } => {
                         let grad_arg = grad.conv2d(kernel, *padding, *stride, *dilation, 1)?;
                         grads.accumulate(arg, &grad_arg)?;
 
@@ -377,27 +325,22 @@ impl Tensor {
                         };
                         *sum_grad = sum_grad.add(&grad_kernel)?;
                     }
-                    Op::AvgPool2D {
-                        arg,
-                        kernel_size,
-                        stride,
-                    } => {
+                    Op::AvgPool2D { arg, kernel_size, stride } => {
                         if kernel_size != stride {
-                            crate::bail!("backward not supported for avgpool2d if ksize {kernel_size:?} != stride {stride:?}")
+                            crate::bail!(
+                                "backward not supported for avgpool2d if ksize {kernel_size:?} != stride {stride:?}"
+                            )
                         }
                         let (_n, _c, h, w) = arg.dims4()?;
                         let grad_arg = grad.upsample_nearest2d(h, w)?;
-                        let grad_arg =
-                            (grad_arg * (1f64 / (kernel_size.0 * kernel_size.1) as f64))?;
+                        let grad_arg = (grad_arg * (1f64 / (kernel_size.0 * kernel_size.1) as f64))?;
                         grads.accumulate(arg, &grad_arg)?;
                     }
-                    Op::MaxPool2D {
-                        arg,
-                        kernel_size,
-                        stride,
-                    } => {
+                    Op::MaxPool2D { arg, kernel_size, stride } => {
                         if kernel_size != stride {
-                            crate::bail!("backward not supported for maxpool2d if ksize {kernel_size:?} != stride {stride:?}")
+                            crate::bail!(
+                                "backward not supported for maxpool2d if ksize {kernel_size:?} != stride {stride:?}"
+                            )
                         }
                         let (_n, _c, h, w) = arg.dims4()?;
                         // For computing the max-pool gradient, we compute a mask where a 1 means
@@ -422,11 +365,7 @@ impl Tensor {
                         let sum_grad = grads.or_insert(arg)?;
                         *sum_grad = conv_sum;
                     }
-                    Op::UpsampleNearest2D {
-                        arg,
-                        target_h,
-                        target_w,
-                    } => {
+                    Op::UpsampleNearest2D { arg, target_h, target_w } => {
                         let (_n, c, h, w) = arg.dims4()?;
                         if target_h % h != 0 || target_w % w != 0 {
                             crate::bail!("backward not supported for non integer upscaling factors")
@@ -437,8 +376,7 @@ impl Tensor {
                         if scale_h != scale_w {
                             crate::bail!("backward not supported for non uniform upscaling factors")
                         };
-                        let kernel =
-                            Tensor::ones((c, 1, scale_h, scale_w), arg.dtype(), arg.device())?;
+                        let kernel = Tensor::ones((c, 1, scale_h, scale_w), arg.dtype(), arg.device())?;
                         let conv_sum = grad.conv2d(&kernel, 0, scale_h, 1, c)?;
                         let sum_grad = grads.or_insert(arg)?;
                         *sum_grad = conv_sum;
@@ -514,10 +452,7 @@ impl Tensor {
                         // The number of dims that have been inserted on the left.
                         let left_dims = node_dims.len() - arg_dims.len();
                         let mut sum_dims: Vec<usize> = (0..left_dims).collect();
-                        for (dim, (node_dim, arg_dim)) in node_dims[left_dims..]
-                            .iter()
-                            .zip(arg_dims.iter())
-                            .enumerate()
+                        for (dim, (node_dim, arg_dim)) in node_dims[left_dims..].iter().zip(arg_dims.iter()).enumerate()
                         {
                             if node_dim != arg_dim {
                                 sum_dims.push(dim + left_dims)
@@ -546,22 +481,14 @@ impl Tensor {
                         let grad = node.eq(arg)?.to_dtype(grad.dtype())?.mul(&grad)?;
                         grads.accumulate(arg, &grad.broadcast_as(arg.dims())?)?;
                     }
-                    Op::ToDType(arg) => {
-                        grads.accumulate(arg, &grad.to_dtype(arg.dtype())?)?
-                    }
-                    Op::Copy(arg) => {
-                        grads.accumulate(arg, &grad)?
-                    }
+                    Op::ToDType(arg) => grads.accumulate(arg, &grad.to_dtype(arg.dtype())?)?,
+                    Op::Copy(arg) => grads.accumulate(arg, &grad)?,
                     Op::Affine { arg, mul, .. } => {
                         let arg_grad = grad.affine(*mul, 0.)?;
                         grads.accumulate(arg, &arg_grad)?
                     }
-                    Op::Unary(arg, UnaryOp::Log) => {
-                        grads.accumulate(arg, &(grad / arg)?)?
-                    }
-                    Op::Unary(arg, UnaryOp::Sin) => {
-                        grads.accumulate(arg, &(&grad * arg.cos())?)?
-                    }
+                    Op::Unary(arg, UnaryOp::Log) => grads.accumulate(arg, &(grad / arg)?)?,
+                    Op::Unary(arg, UnaryOp::Sin) => grads.accumulate(arg, &(&grad * arg.cos())?)?,
                     Op::Unary(arg, UnaryOp::Cos) => {
                         let sum_grad = grads.or_insert(arg)?;
                         *sum_grad = sum_grad.sub(&(&grad * arg.sin())?)?
@@ -577,9 +504,7 @@ impl Tensor {
                         let abs_grad = arg.ge(&arg.zeros_like()?)?.where_cond(&ones, &ones.neg()?);
                         *sum_grad = sum_grad.add(&(&grad * abs_grad)?)?
                     }
-                    Op::Unary(arg, UnaryOp::Exp) => {
-                        grads.accumulate(arg, &(&grad * *node)?)?
-                    }
+                    Op::Unary(arg, UnaryOp::Exp) => grads.accumulate(arg, &(&grad * *node)?)?,
                     Op::Unary(arg, UnaryOp::Neg) => {
                         let sum_grad = grads.or_insert(arg)?;
                         *sum_grad = sum_grad.sub(&grad)?
@@ -637,8 +562,7 @@ impl Tensor {
                     Op::Unary(arg, UnaryOp::Erf) => {
                         let sum_grad = grads.or_insert(arg)?;
                         // d/dx erf(x) = 2/sqrt(pi) * e^(-x^2)
-                        let erf_grad =
-                            (2. / std::f64::consts::PI.sqrt()) * (arg.sqr()?.neg()?).exp()?;
+                        let erf_grad = (2. / std::f64::consts::PI.sqrt()) * (arg.sqr()?.neg()?).exp()?;
                         *sum_grad = sum_grad.add(&(&grad * erf_grad)?)?
                     }
                     Op::Unary(arg, UnaryOp::GeluErf) => {
@@ -807,12 +731,7 @@ impl GradStore {
             .bt())?
         }
         if grad.dtype() != tensor.dtype() {
-            Err(Error::DTypeMismatchBinaryOp {
-                lhs: tensor.dtype(),
-                rhs: grad.dtype(),
-                op: "accumulate-grad",
-            }
-            .bt())?
+            Err(Error::DTypeMismatchBinaryOp { lhs: tensor.dtype(), rhs: grad.dtype(), op: "accumulate-grad" }.bt())?
         }
         match self.0.entry(tensor.id()) {
             Entry::Occupied(mut entry) => {
@@ -847,11 +766,7 @@ impl GradStore {
                     let new_grad = entry.get().add(&grad)?;
 
                     let do_not_detach = CANDLE_GRAD_DO_NOT_DETACH.with(|b| *b);
-                    let new_grad = if do_not_detach {
-                        new_grad
-                    } else {
-                        new_grad.detach()
-                    };
+                    let new_grad = if do_not_detach { new_grad } else { new_grad.detach() };
 
                     *entry.get_mut() = new_grad;
                 }

@@ -43,10 +43,7 @@ pub struct ParamsConvTranspose1D {
 
 impl ParamsConvTranspose1D {
     pub(crate) fn l_out(&self) -> usize {
-        (self.l_in - 1) * self.stride - 2 * self.padding
-            + self.dilation * (self.k_size - 1)
-            + self.output_padding
-            + 1
+        (self.l_in - 1) * self.stride - 2 * self.padding + self.dilation * (self.k_size - 1) + self.output_padding + 1
     }
 
     pub(crate) fn out_dims(&self) -> Vec<usize> {
@@ -114,13 +111,11 @@ pub struct ParamsConvTranspose2D {
 
 impl ParamsConvTranspose2D {
     pub(crate) fn out_h(&self) -> usize {
-        (self.i_h - 1) * self.stride + self.dilation * (self.k_h - 1) + self.output_padding + 1
-            - 2 * self.padding
+        (self.i_h - 1) * self.stride + self.dilation * (self.k_h - 1) + self.output_padding + 1 - 2 * self.padding
     }
 
     pub(crate) fn out_w(&self) -> usize {
-        (self.i_w - 1) * self.stride + self.dilation * (self.k_w - 1) + self.output_padding + 1
-            - 2 * self.padding
+        (self.i_w - 1) * self.stride + self.dilation * (self.k_w - 1) + self.output_padding + 1 - 2 * self.padding
     }
 
     pub(crate) fn out_dims(&self) -> Vec<usize> {
@@ -130,9 +125,7 @@ impl ParamsConvTranspose2D {
 
 impl Tensor {
     fn conv1d_single_group(&self, kernel: &Self, params: &ParamsConv1D) -> Result<Self> {
-        let storage =
-            self.storage()
-                .conv1d(self.layout(), &kernel.storage(), kernel.layout(), params)?;
+        let storage = self.storage().conv1d(self.layout(), &kernel.storage(), kernel.layout(), params)?;
         let op = BackpropOp::new2(self, kernel, |arg, kernel| Op::Conv1D {
             arg,
             kernel,
@@ -145,14 +138,7 @@ impl Tensor {
     }
 
     /// Applies a 1D convolution over the input tensor.
-    pub fn conv1d(
-        &self,
-        kernel: &Self,
-        padding: usize,
-        stride: usize,
-        dilation: usize,
-        groups: usize,
-    ) -> Result<Self> {
+    pub fn conv1d(&self, kernel: &Self, padding: usize, stride: usize, dilation: usize, groups: usize) -> Result<Self> {
         self.conv1d_with_algo(kernel, padding, stride, dilation, groups, None)
     }
 
@@ -204,17 +190,8 @@ impl Tensor {
         }
     }
 
-    fn conv_transpose1d_single_group(
-        &self,
-        kernel: &Self,
-        params: &ParamsConvTranspose1D,
-    ) -> Result<Self> {
-        let storage = self.storage().conv_transpose1d(
-            self.layout(),
-            &kernel.storage(),
-            kernel.layout(),
-            params,
-        )?;
+    fn conv_transpose1d_single_group(&self, kernel: &Self, params: &ParamsConvTranspose1D) -> Result<Self> {
+        let storage = self.storage().conv_transpose1d(self.layout(), &kernel.storage(), kernel.layout(), params)?;
         let op = BackpropOp::new2(self, kernel, |arg, kernel| Op::ConvTranspose1D {
             arg,
             kernel,
@@ -271,9 +248,7 @@ impl Tensor {
     }
 
     fn conv2d_single_group(&self, kernel: &Self, params: &ParamsConv2D) -> Result<Self> {
-        let storage =
-            self.storage()
-                .conv2d(self.layout(), &kernel.storage(), kernel.layout(), params)?;
+        let storage = self.storage().conv2d(self.layout(), &kernel.storage(), kernel.layout(), params)?;
         let op = BackpropOp::new2(self, kernel, |arg, kernel| Op::Conv2D {
             arg,
             kernel,
@@ -286,14 +261,7 @@ impl Tensor {
     }
 
     /// Applies a 2D convolution over the input tensor.
-    pub fn conv2d(
-        &self,
-        kernel: &Self,
-        padding: usize,
-        stride: usize,
-        dilation: usize,
-        groups: usize,
-    ) -> Result<Self> {
+    pub fn conv2d(&self, kernel: &Self, padding: usize, stride: usize, dilation: usize, groups: usize) -> Result<Self> {
         self.conv2d_with_algo(kernel, padding, stride, dilation, groups, None)
     }
 
@@ -309,9 +277,7 @@ impl Tensor {
         let (b_size, c_in, i_h, i_w) = self.dims4()?;
         let (c_out, c_in_k, k_h, k_w) = kernel.dims4()?;
         if c_in != c_in_k * groups {
-            crate::bail!(
-                "in_channel mismatch between input ({c_in}, groups {groups}) and kernel ({c_in_k})"
-            )
+            crate::bail!("in_channel mismatch between input ({c_in}, groups {groups}) and kernel ({c_in_k})")
         }
         let params = ParamsConv2D {
             b_size,
@@ -367,12 +333,7 @@ impl Tensor {
             stride,
             dilation,
         };
-        let storage = self.storage().conv_transpose2d(
-            self.layout(),
-            &kernel.storage(),
-            kernel.layout(),
-            &params,
-        )?;
+        let storage = self.storage().conv_transpose2d(self.layout(), &kernel.storage(), kernel.layout(), &params)?;
         let op = BackpropOp::new2(self, kernel, |arg, kernel| Op::ConvTranspose2D {
             arg,
             kernel,

@@ -71,22 +71,10 @@ pub trait DynBackendStorage: Any + Send + Sync + Debug {
     fn dyn_powf(&self, l: &Layout, e: f64) -> Result<BoxStorage>;
     fn dyn_elu(&self, l: &Layout, alpha: f64) -> Result<BoxStorage>;
     fn dyn_reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> Result<BoxStorage>;
-    fn dyn_cmp(
-        &self,
-        op: CmpOp,
-        rhs: &dyn DynBackendStorage,
-        l: &Layout,
-        rl: &Layout,
-    ) -> Result<BoxStorage>;
+    fn dyn_cmp(&self, op: CmpOp, rhs: &dyn DynBackendStorage, l: &Layout, rl: &Layout) -> Result<BoxStorage>;
     fn dyn_to_dtype(&self, l: &Layout, dtype: DType) -> Result<BoxStorage>;
     fn dyn_unary(&self, op: UnaryOpKind, l: &Layout) -> Result<BoxStorage>;
-    fn dyn_binary(
-        &self,
-        op: BinaryOpKind,
-        rhs: &dyn DynBackendStorage,
-        l: &Layout,
-        rl: &Layout,
-    ) -> Result<BoxStorage>;
+    fn dyn_binary(&self, op: BinaryOpKind, rhs: &dyn DynBackendStorage, l: &Layout, rl: &Layout) -> Result<BoxStorage>;
     fn dyn_where_cond(
         &self,
         l: &Layout,
@@ -123,18 +111,8 @@ pub trait DynBackendStorage: Any + Send + Sync + Debug {
         kl: &Layout,
         p: &conv::ParamsConvTranspose2D,
     ) -> Result<BoxStorage>;
-    fn dyn_avg_pool2d(
-        &self,
-        l: &Layout,
-        k: (usize, usize),
-        s: (usize, usize),
-    ) -> Result<BoxStorage>;
-    fn dyn_max_pool2d(
-        &self,
-        l: &Layout,
-        k: (usize, usize),
-        s: (usize, usize),
-    ) -> Result<BoxStorage>;
+    fn dyn_avg_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<BoxStorage>;
+    fn dyn_max_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<BoxStorage>;
     fn dyn_upsample_nearest1d(&self, l: &Layout, sz: usize) -> Result<BoxStorage>;
     fn dyn_upsample_nearest2d(&self, l: &Layout, h: usize, w: usize) -> Result<BoxStorage>;
     fn dyn_upsample_bilinear2d(
@@ -146,13 +124,7 @@ pub trait DynBackendStorage: Any + Send + Sync + Debug {
         sh: Option<f64>,
         sw: Option<f64>,
     ) -> Result<BoxStorage>;
-    fn dyn_gather(
-        &self,
-        l: &Layout,
-        ids: &dyn DynBackendStorage,
-        il: &Layout,
-        dim: usize,
-    ) -> Result<BoxStorage>;
+    fn dyn_gather(&self, l: &Layout, ids: &dyn DynBackendStorage, il: &Layout, dim: usize) -> Result<BoxStorage>;
     fn dyn_scatter_set(
         &mut self,
         l: &Layout,
@@ -171,13 +143,7 @@ pub trait DynBackendStorage: Any + Send + Sync + Debug {
         sl: &Layout,
         dim: usize,
     ) -> Result<()>;
-    fn dyn_index_select(
-        &self,
-        ids: &dyn DynBackendStorage,
-        l: &Layout,
-        il: &Layout,
-        dim: usize,
-    ) -> Result<BoxStorage>;
+    fn dyn_index_select(&self, ids: &dyn DynBackendStorage, l: &Layout, il: &Layout, dim: usize) -> Result<BoxStorage>;
     fn dyn_index_add(
         &self,
         l: &Layout,
@@ -194,12 +160,7 @@ pub trait DynBackendStorage: Any + Send + Sync + Debug {
         l: &Layout,
         rl: &Layout,
     ) -> Result<BoxStorage>;
-    fn dyn_copy_strided_src(
-        &self,
-        dst: &mut dyn DynBackendStorage,
-        dst_offset: usize,
-        l: &Layout,
-    ) -> Result<()>;
+    fn dyn_copy_strided_src(&self, dst: &mut dyn DynBackendStorage, dst_offset: usize, l: &Layout) -> Result<()>;
     fn dyn_copy2d(
         &self,
         dst: &mut dyn DynBackendStorage,
@@ -224,15 +185,8 @@ pub trait DynBackendDevice: Any + Send + Sync + Debug {
     unsafe fn dyn_alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<BoxStorage>;
     fn dyn_storage_from_cpu_storage(&self, s: &CpuStorage) -> Result<BoxStorage>;
     fn dyn_storage_from_cpu_storage_owned(&self, s: CpuStorage) -> Result<BoxStorage>;
-    fn dyn_rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64)
-        -> Result<BoxStorage>;
-    fn dyn_rand_normal(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        mean: f64,
-        std: f64,
-    ) -> Result<BoxStorage>;
+    fn dyn_rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<BoxStorage>;
+    fn dyn_rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<BoxStorage>;
     fn dyn_set_seed(&self, seed: u64) -> Result<()>;
     fn dyn_get_current_seed(&self) -> Result<u64>;
     fn dyn_synchronize(&self) -> Result<()>;
@@ -296,13 +250,7 @@ where
     fn dyn_reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> Result<BoxStorage> {
         boxed(self.reduce_op(op, l, dims))
     }
-    fn dyn_cmp(
-        &self,
-        op: CmpOp,
-        rhs: &dyn DynBackendStorage,
-        l: &Layout,
-        rl: &Layout,
-    ) -> Result<BoxStorage> {
+    fn dyn_cmp(&self, op: CmpOp, rhs: &dyn DynBackendStorage, l: &Layout, rl: &Layout) -> Result<BoxStorage> {
         boxed(self.cmp(op, cast(rhs)?, l, rl))
     }
     fn dyn_to_dtype(&self, l: &Layout, dtype: DType) -> Result<BoxStorage> {
@@ -313,26 +261,17 @@ where
             op,
             UnaryOpKind,
             [
-                Exp, Log, Sin, Cos, Tanh, Neg, Recip, Sqr, Sqrt, Gelu, GeluErf, Erf, Relu, Silu,
-                Abs, Ceil, Floor, Round, Sign
+                Exp, Log, Sin, Cos, Tanh, Neg, Recip, Sqr, Sqrt, Gelu, GeluErf, Erf, Relu, Silu, Abs, Ceil, Floor,
+                Round, Sign
             ],
             |B| boxed(self.unary_impl::<B>(l))
         )
     }
-    fn dyn_binary(
-        &self,
-        op: BinaryOpKind,
-        rhs: &dyn DynBackendStorage,
-        l: &Layout,
-        rl: &Layout,
-    ) -> Result<BoxStorage> {
+    fn dyn_binary(&self, op: BinaryOpKind, rhs: &dyn DynBackendStorage, l: &Layout, rl: &Layout) -> Result<BoxStorage> {
         let rhs = cast(rhs)?;
-        dispatch!(
-            op,
-            BinaryOpKind,
-            [Add, Sub, Mul, Div, Minimum, Maximum],
-            |B| boxed(self.binary_impl::<B>(rhs, l, rl))
-        )
+        dispatch!(op, BinaryOpKind, [Add, Sub, Mul, Div, Minimum, Maximum], |B| boxed(
+            self.binary_impl::<B>(rhs, l, rl)
+        ))
     }
     fn dyn_where_cond(
         &self,
@@ -380,20 +319,10 @@ where
     ) -> Result<BoxStorage> {
         boxed(self.conv_transpose2d(l, cast(k)?, kl, p))
     }
-    fn dyn_avg_pool2d(
-        &self,
-        l: &Layout,
-        k: (usize, usize),
-        s: (usize, usize),
-    ) -> Result<BoxStorage> {
+    fn dyn_avg_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<BoxStorage> {
         boxed(self.avg_pool2d(l, k, s))
     }
-    fn dyn_max_pool2d(
-        &self,
-        l: &Layout,
-        k: (usize, usize),
-        s: (usize, usize),
-    ) -> Result<BoxStorage> {
+    fn dyn_max_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<BoxStorage> {
         boxed(self.max_pool2d(l, k, s))
     }
     fn dyn_upsample_nearest1d(&self, l: &Layout, sz: usize) -> Result<BoxStorage> {
@@ -413,13 +342,7 @@ where
     ) -> Result<BoxStorage> {
         boxed(self.upsample_bilinear2d(l, h, w, ac, sh, sw))
     }
-    fn dyn_gather(
-        &self,
-        l: &Layout,
-        ids: &dyn DynBackendStorage,
-        il: &Layout,
-        dim: usize,
-    ) -> Result<BoxStorage> {
+    fn dyn_gather(&self, l: &Layout, ids: &dyn DynBackendStorage, il: &Layout, dim: usize) -> Result<BoxStorage> {
         boxed(self.gather(l, cast(ids)?, il, dim))
     }
     fn dyn_scatter_set(
@@ -444,13 +367,7 @@ where
     ) -> Result<()> {
         self.scatter_add_set(l, cast(ids)?, il, cast(src)?, sl, dim)
     }
-    fn dyn_index_select(
-        &self,
-        ids: &dyn DynBackendStorage,
-        l: &Layout,
-        il: &Layout,
-        dim: usize,
-    ) -> Result<BoxStorage> {
+    fn dyn_index_select(&self, ids: &dyn DynBackendStorage, l: &Layout, il: &Layout, dim: usize) -> Result<BoxStorage> {
         boxed(self.index_select(cast(ids)?, l, il, dim))
     }
     fn dyn_index_add(
@@ -473,12 +390,7 @@ where
     ) -> Result<BoxStorage> {
         boxed(self.matmul(cast(rhs)?, bmnk, l, rl))
     }
-    fn dyn_copy_strided_src(
-        &self,
-        dst: &mut dyn DynBackendStorage,
-        dst_offset: usize,
-        l: &Layout,
-    ) -> Result<()> {
+    fn dyn_copy_strided_src(&self, dst: &mut dyn DynBackendStorage, dst_offset: usize, l: &Layout) -> Result<()> {
         self.copy_strided_src(cast_mut(dst)?, dst_offset, l)
     }
     fn dyn_copy2d(
@@ -510,10 +422,7 @@ where
         self.location()
     }
     fn dyn_same_device(&self, other: &dyn DynBackendDevice) -> bool {
-        other
-            .as_any()
-            .downcast_ref::<D>()
-            .is_some_and(|o| self.same_device(o))
+        other.as_any().downcast_ref::<D>().is_some_and(|o| self.same_device(o))
     }
     fn dyn_zeros(&self, shape: &Shape, dtype: DType) -> Result<BoxStorage> {
         boxed(self.zeros_impl(shape, dtype))
@@ -527,22 +436,10 @@ where
     fn dyn_storage_from_cpu_storage_owned(&self, s: CpuStorage) -> Result<BoxStorage> {
         boxed(self.storage_from_cpu_storage_owned(s))
     }
-    fn dyn_rand_uniform(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        lo: f64,
-        up: f64,
-    ) -> Result<BoxStorage> {
+    fn dyn_rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<BoxStorage> {
         boxed(self.rand_uniform(shape, dtype, lo, up))
     }
-    fn dyn_rand_normal(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        mean: f64,
-        std: f64,
-    ) -> Result<BoxStorage> {
+    fn dyn_rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<BoxStorage> {
         boxed(self.rand_normal(shape, dtype, mean, std))
     }
     fn dyn_set_seed(&self, seed: u64) -> Result<()> {

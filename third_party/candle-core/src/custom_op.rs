@@ -17,31 +17,20 @@ pub trait CustomOp1 {
     /// The forward pass, as run on a gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
     fn cuda_fwd(&self, _storage: &CudaStorage, _layout: &Layout) -> Result<(CudaStorage, Shape)> {
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn metal_fwd(
-        &self,
-        _storage: &MetalStorage,
-        _layout: &Layout,
-    ) -> Result<(MetalStorage, Shape)> {
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+    fn metal_fwd(&self, _storage: &MetalStorage, _layout: &Layout) -> Result<(MetalStorage, Shape)> {
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend. The default copies the input to
     /// the host, runs `cpu_fwd` and uploads the result.
     fn custom_fwd(&self, s: &dyn DynBackendStorage, l: &Layout) -> Result<(BoxStorage, Shape)> {
         let (out, shape) = self.cpu_fwd(&s.dyn_to_cpu_storage()?, l)?;
-        Ok((
-            s.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
-            shape,
-        ))
+        Ok((s.dyn_device().dyn_storage_from_cpu_storage_owned(out)?, shape))
     }
 
     /// This function takes as argument the argument `arg` used in the forward pass, the result
@@ -57,40 +46,18 @@ pub trait CustomOp2 {
 
     /// The forward pass, as run on a cpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)>;
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<(CpuStorage, Shape)>;
 
     /// The forward pass, as run on a gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn cuda_fwd(
-        &self,
-        _: &CudaStorage,
-        _: &Layout,
-        _: &CudaStorage,
-        _: &Layout,
-    ) -> Result<(CudaStorage, Shape)> {
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+    fn cuda_fwd(&self, _: &CudaStorage, _: &Layout, _: &CudaStorage, _: &Layout) -> Result<(CudaStorage, Shape)> {
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn metal_fwd(
-        &self,
-        _: &MetalStorage,
-        _: &Layout,
-        _: &MetalStorage,
-        _: &Layout,
-    ) -> Result<(MetalStorage, Shape)> {
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+    fn metal_fwd(&self, _: &MetalStorage, _: &Layout, _: &MetalStorage, _: &Layout) -> Result<(MetalStorage, Shape)> {
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend; defaults to a host round trip.
@@ -103,10 +70,7 @@ pub trait CustomOp2 {
     ) -> Result<(BoxStorage, Shape)> {
         let (c1, c2) = (s1.dyn_to_cpu_storage()?, s2.dyn_to_cpu_storage()?);
         let (out, shape) = self.cpu_fwd(&c1, l1, &c2, l2)?;
-        Ok((
-            s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
-            shape,
-        ))
+        Ok((s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?, shape))
     }
 
     fn bwd(
@@ -146,9 +110,7 @@ pub trait CustomOp3 {
         _: &CudaStorage,
         _: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
@@ -162,9 +124,7 @@ pub trait CustomOp3 {
         _: &MetalStorage,
         _: &Layout,
     ) -> Result<(MetalStorage, Shape)> {
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend; defaults to a host round trip.
@@ -178,16 +138,9 @@ pub trait CustomOp3 {
         s3: &dyn DynBackendStorage,
         l3: &Layout,
     ) -> Result<(BoxStorage, Shape)> {
-        let (c1, c2, c3) = (
-            s1.dyn_to_cpu_storage()?,
-            s2.dyn_to_cpu_storage()?,
-            s3.dyn_to_cpu_storage()?,
-        );
+        let (c1, c2, c3) = (s1.dyn_to_cpu_storage()?, s2.dyn_to_cpu_storage()?, s3.dyn_to_cpu_storage()?);
         let (out, shape) = self.cpu_fwd(&c1, l1, &c2, l2, &c3, l3)?;
-        Ok((
-            s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?,
-            shape,
-        ))
+        Ok((s1.dyn_device().dyn_storage_from_cpu_storage_owned(out)?, shape))
     }
 
     fn bwd(
@@ -228,30 +181,20 @@ impl Tensor {
 
     /// Applies a binary custom op without backward support
     pub fn apply_op2_no_bwd<C: CustomOp2>(&self, rhs: &Self, c: &C) -> Result<Self> {
-        let (storage, shape) =
-            self.storage()
-                .apply_op2(self.layout(), &rhs.storage(), rhs.layout(), c)?;
+        let (storage, shape) = self.storage().apply_op2(self.layout(), &rhs.storage(), rhs.layout(), c)?;
         Ok(from_storage(storage, shape, BackpropOp::none(), false))
     }
 
     /// Applies a ternary custom op without backward support
     pub fn apply_op3_no_bwd<C: CustomOp3>(&self, t2: &Self, t3: &Self, c: &C) -> Result<Self> {
-        let (storage, shape) = self.storage().apply_op3(
-            self.layout(),
-            &t2.storage(),
-            t2.layout(),
-            &t3.storage(),
-            t3.layout(),
-            c,
-        )?;
+        let (storage, shape) =
+            self.storage().apply_op3(self.layout(), &t2.storage(), t2.layout(), &t3.storage(), t3.layout(), c)?;
         Ok(from_storage(storage, shape, BackpropOp::none(), false))
     }
 
     /// Applies a unary custom op.
     pub fn apply_op1_arc(&self, c: Arc<Box<dyn CustomOp1 + Send + Sync>>) -> Result<Self> {
-        let (storage, shape) = self
-            .storage()
-            .apply_op1(self.layout(), c.as_ref().as_ref())?;
+        let (storage, shape) = self.storage().apply_op1(self.layout(), c.as_ref().as_ref())?;
         let op = BackpropOp::new1(self, |s| Op::CustomOp1(s, c.clone()));
         Ok(from_storage(storage, shape, op, false))
     }
@@ -261,17 +204,9 @@ impl Tensor {
     }
 
     /// Applies a binary custom op.
-    pub fn apply_op2_arc(
-        &self,
-        rhs: &Self,
-        c: Arc<Box<dyn CustomOp2 + Send + Sync>>,
-    ) -> Result<Self> {
-        let (storage, shape) = self.storage().apply_op2(
-            self.layout(),
-            &rhs.storage(),
-            rhs.layout(),
-            c.as_ref().as_ref(),
-        )?;
+    pub fn apply_op2_arc(&self, rhs: &Self, c: Arc<Box<dyn CustomOp2 + Send + Sync>>) -> Result<Self> {
+        let (storage, shape) =
+            self.storage().apply_op2(self.layout(), &rhs.storage(), rhs.layout(), c.as_ref().as_ref())?;
         let op = BackpropOp::new2(self, rhs, |t1, t2| Op::CustomOp2(t1, t2, c.clone()));
         Ok(from_storage(storage, shape, op, false))
     }
@@ -281,12 +216,7 @@ impl Tensor {
     }
 
     /// Applies a ternary custom op.
-    pub fn apply_op3_arc(
-        &self,
-        t2: &Self,
-        t3: &Self,
-        c: Arc<Box<dyn CustomOp3 + Send + Sync>>,
-    ) -> Result<Self> {
+    pub fn apply_op3_arc(&self, t2: &Self, t3: &Self, c: Arc<Box<dyn CustomOp3 + Send + Sync>>) -> Result<Self> {
         let (storage, shape) = self.storage().apply_op3(
             self.layout(),
             &t2.storage(),
@@ -295,18 +225,11 @@ impl Tensor {
             t3.layout(),
             c.as_ref().as_ref(),
         )?;
-        let op = BackpropOp::new3(self, t2, t3, |t1, t2, t3| {
-            Op::CustomOp3(t1, t2, t3, c.clone())
-        });
+        let op = BackpropOp::new3(self, t2, t3, |t1, t2, t3| Op::CustomOp3(t1, t2, t3, c.clone()));
         Ok(from_storage(storage, shape, op, false))
     }
 
-    pub fn apply_op3<C: 'static + CustomOp3 + Send + Sync>(
-        &self,
-        t2: &Self,
-        t3: &Self,
-        c: C,
-    ) -> Result<Self> {
+    pub fn apply_op3<C: 'static + CustomOp3 + Send + Sync>(&self, t2: &Self, t3: &Self, c: C) -> Result<Self> {
         self.apply_op3_arc(t2, t3, Arc::new(Box::new(c)))
     }
 }
@@ -326,17 +249,13 @@ pub trait InplaceOp1 {
     /// The forward pass, as run on a gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
     fn cuda_fwd(&self, _storage: &mut CudaStorage, _layout: &Layout) -> Result<()> {
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
     fn metal_fwd(&self, _storage: &mut MetalStorage, _layout: &Layout) -> Result<()> {
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend.
@@ -356,12 +275,7 @@ pub trait InplaceOpN<const N: usize> {
         None
     }
 
-    fn cpu_fwd(
-        &self,
-        dst: &mut CpuStorage,
-        dst_l: &Layout,
-        srcs: [(&CpuStorage, &Layout); N],
-    ) -> Result<()> {
+    fn cpu_fwd(&self, dst: &mut CpuStorage, dst_l: &Layout, srcs: [(&CpuStorage, &Layout); N]) -> Result<()> {
         let _ = (dst, dst_l, srcs);
         bail!("no cpu implementation for {}", self.name())
     }
@@ -376,12 +290,7 @@ pub trait InplaceOpN<const N: usize> {
         bail!("no aliased cpu implementation for {}", self.name())
     }
 
-    fn cuda_fwd(
-        &self,
-        dst: &mut CudaStorage,
-        dst_l: &Layout,
-        srcs: [(&CudaStorage, &Layout); N],
-    ) -> Result<()> {
+    fn cuda_fwd(&self, dst: &mut CudaStorage, dst_l: &Layout, srcs: [(&CudaStorage, &Layout); N]) -> Result<()> {
         let _ = (dst, dst_l, srcs);
         bail!("no cuda implementation for {}", self.name())
     }
@@ -396,12 +305,7 @@ pub trait InplaceOpN<const N: usize> {
         bail!("no aliased cpu implementation for {}", self.name())
     }
 
-    fn metal_fwd(
-        &self,
-        dst: &mut MetalStorage,
-        dst_l: &Layout,
-        srcs: [(&MetalStorage, &Layout); N],
-    ) -> Result<()> {
+    fn metal_fwd(&self, dst: &mut MetalStorage, dst_l: &Layout, srcs: [(&MetalStorage, &Layout); N]) -> Result<()> {
         let _ = (dst, dst_l, srcs);
         bail!("no metal implementation for {}", self.name())
     }
@@ -416,12 +320,7 @@ pub trait InplaceOpN<const N: usize> {
         bail!("no aliased metal implementation for {}", self.name())
     }
 
-    fn custom_fwd(
-        &self,
-        dst: &mut BoxStorage,
-        dst_l: &Layout,
-        srcs: [(&BoxStorage, &Layout); N],
-    ) -> Result<()> {
+    fn custom_fwd(&self, dst: &mut BoxStorage, dst_l: &Layout, srcs: [(&BoxStorage, &Layout); N]) -> Result<()> {
         let _ = (dst, dst_l, srcs);
         bail!("no custom-backend implementation for {}", self.name())
     }
@@ -433,10 +332,7 @@ pub trait InplaceOpN<const N: usize> {
         srcs: [(Src<'_, BoxStorage>, &Layout); N],
     ) -> Result<()> {
         let _ = (dst, dst_l, srcs);
-        bail!(
-            "no aliased custom-backend implementation for {}",
-            self.name()
-        )
+        bail!("no aliased custom-backend implementation for {}", self.name())
     }
 }
 
@@ -458,14 +354,12 @@ impl<S> Clone for Src<'_, S> {
 pub(crate) fn all_distinct<'a, B, const N: usize>(
     srcs: &[(Src<'a, B>, &'a Layout); N],
 ) -> Option<[(&'a B, &'a Layout); N]> {
-    srcs.iter()
-        .all(|(s, _)| matches!(s, Src::Distinct(_)))
-        .then(|| {
-            std::array::from_fn(|i| match srcs[i] {
-                (Src::Distinct(s), l) => (s, l),
-                _ => unreachable!("checked immediately above"),
-            })
+    srcs.iter().all(|(s, _)| matches!(s, Src::Distinct(_))).then(|| {
+        std::array::from_fn(|i| match srcs[i] {
+            (Src::Distinct(s), l) => (s, l),
+            _ => unreachable!("checked immediately above"),
         })
+    })
 }
 
 /// Indicates which indices a kernel reads, relative to the destination indices it writes.
@@ -485,31 +379,19 @@ impl AccessPattern {
     fn supports(self, rel: LayoutRelation) -> bool {
         matches!(
             (self, rel),
-            (
-                AccessPattern::Elementwise,
-                LayoutRelation::Identical | LayoutRelation::Disjoint
-            ) | (AccessPattern::Arbitrary, LayoutRelation::Disjoint)
+            (AccessPattern::Elementwise, LayoutRelation::Identical | LayoutRelation::Disjoint)
+                | (AccessPattern::Arbitrary, LayoutRelation::Disjoint)
         )
     }
 }
 
 macro_rules! forward_op1 {
     ($fwd:ident, $fwd_aliased:ident, $storage:ty) => {
-        fn $fwd(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            _: [(&$storage, &Layout); 0],
-        ) -> Result<()> {
+        fn $fwd(&self, dst: &mut $storage, dl: &Layout, _: [(&$storage, &Layout); 0]) -> Result<()> {
             InplaceOp1::$fwd(self, dst, dl)
         }
 
-        fn $fwd_aliased(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            _: [(Src<'_, $storage>, &Layout); 0],
-        ) -> Result<()> {
+        fn $fwd_aliased(&self, dst: &mut $storage, dl: &Layout, _: [(Src<'_, $storage>, &Layout); 0]) -> Result<()> {
             InplaceOp1::$fwd(self, dst, dl)
         }
     };
@@ -528,28 +410,15 @@ impl<C: InplaceOp1> InplaceOpN<0> for C {
 
 macro_rules! forward_op2 {
     ($fwd:ident, $fwd_aliased:ident, $storage:ty) => {
-        fn $fwd(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            srcs: [(&$storage, &Layout); 1],
-        ) -> Result<()> {
+        fn $fwd(&self, dst: &mut $storage, dl: &Layout, srcs: [(&$storage, &Layout); 1]) -> Result<()> {
             let [(s, sl)] = srcs;
             InplaceOp2::$fwd(self, dst, dl, s, sl)
         }
 
-        fn $fwd_aliased(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            srcs: [(Src<'_, $storage>, &Layout); 1],
-        ) -> Result<()> {
+        fn $fwd_aliased(&self, dst: &mut $storage, dl: &Layout, srcs: [(Src<'_, $storage>, &Layout); 1]) -> Result<()> {
             match srcs {
                 [(Src::Distinct(s), sl)] => InplaceOp2::$fwd(self, dst, dl, s, sl),
-                _ => bail!(
-                    "{}: aliased input requires migrating to InplaceOpN",
-                    self.name()
-                ),
+                _ => bail!("{}: aliased input requires migrating to InplaceOpN", self.name()),
             }
         }
     };
@@ -571,47 +440,24 @@ pub trait InplaceOp2 {
 
     /// The forward pass, as run on a cpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout)
-        -> Result<()>;
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()>;
 
     /// The forward pass, as run on a gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn cuda_fwd(
-        &self,
-        s1: &mut CudaStorage,
-        l1: &Layout,
-        s2: &CudaStorage,
-        l2: &Layout,
-    ) -> Result<()> {
+    fn cuda_fwd(&self, s1: &mut CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout) -> Result<()> {
         _ = (s1, l1, s2, l2);
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
     /// offsets etc so the associated layout should be used to access it.
-    fn metal_fwd(
-        &self,
-        s1: &mut MetalStorage,
-        l1: &Layout,
-        s2: &MetalStorage,
-        l2: &Layout,
-    ) -> Result<()> {
+    fn metal_fwd(&self, s1: &mut MetalStorage, l1: &Layout, s2: &MetalStorage, l2: &Layout) -> Result<()> {
         _ = (s1, l1, s2, l2);
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend.
-    fn custom_fwd(
-        &self,
-        s1: &mut BoxStorage,
-        l1: &Layout,
-        s2: &BoxStorage,
-        l2: &Layout,
-    ) -> Result<()> {
+    fn custom_fwd(&self, s1: &mut BoxStorage, l1: &Layout, s2: &BoxStorage, l2: &Layout) -> Result<()> {
         _ = (s1, l1, s2, l2);
         bail!("no custom-backend implementation for {}", self.name())
     }
@@ -619,30 +465,15 @@ pub trait InplaceOp2 {
 
 macro_rules! forward_op3 {
     ($fwd:ident, $fwd_aliased:ident, $storage:ty) => {
-        fn $fwd(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            srcs: [(&$storage, &Layout); 2],
-        ) -> Result<()> {
+        fn $fwd(&self, dst: &mut $storage, dl: &Layout, srcs: [(&$storage, &Layout); 2]) -> Result<()> {
             let [(s1, l1), (s2, l2)] = srcs;
             InplaceOp3::$fwd(self, dst, dl, s1, l1, s2, l2)
         }
 
-        fn $fwd_aliased(
-            &self,
-            dst: &mut $storage,
-            dl: &Layout,
-            srcs: [(Src<'_, $storage>, &Layout); 2],
-        ) -> Result<()> {
+        fn $fwd_aliased(&self, dst: &mut $storage, dl: &Layout, srcs: [(Src<'_, $storage>, &Layout); 2]) -> Result<()> {
             match srcs {
-                [(Src::Distinct(s1), l1), (Src::Distinct(s2), l2)] => {
-                    InplaceOp3::$fwd(self, dst, dl, s1, l1, s2, l2)
-                }
-                _ => bail!(
-                    "{}: aliased input requires migrating to InplaceOpN",
-                    self.name()
-                ),
+                [(Src::Distinct(s1), l1), (Src::Distinct(s2), l2)] => InplaceOp3::$fwd(self, dst, dl, s1, l1, s2, l2),
+                _ => bail!("{}: aliased input requires migrating to InplaceOpN", self.name()),
             }
         }
     };
@@ -685,9 +516,7 @@ pub trait InplaceOp3 {
         _: &CudaStorage,
         _: &Layout,
     ) -> Result<()> {
-        Err(crate::Error::Cuda(
-            format!("no cuda implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Cuda(format!("no cuda implementation for {}", self.name()).into()))
     }
 
     /// The forward pass, as run on a metal gpu device. Note that the storage can use arbitrary strides,
@@ -701,9 +530,7 @@ pub trait InplaceOp3 {
         _: &MetalStorage,
         _: &Layout,
     ) -> Result<()> {
-        Err(crate::Error::Metal(
-            format!("no metal implementation for {}", self.name()).into(),
-        ))
+        Err(crate::Error::Metal(format!("no metal implementation for {}", self.name()).into()))
     }
 
     /// The forward pass on a device of an out-of-tree backend.
@@ -784,9 +611,7 @@ impl Tensor {
             let s = match (&guards[i], rels[i]) {
                 (Some(g), None) => Src::Distinct(&**g),
                 (None, Some(rel)) => Src::Aliased(rel),
-                _ => unreachable!(
-                    "Source is either distinct or aliased. Other match patterns should be impossible"
-                ),
+                _ => unreachable!("Source is either distinct or aliased. Other match patterns should be impossible"),
             };
             (s, srcs[i].layout())
         });

@@ -88,9 +88,7 @@ impl<S: WithDType, const N: usize, const M: usize> NdArray for &[[S; N]; M] {
     }
 }
 
-impl<S: WithDType, const N1: usize, const N2: usize, const N3: usize> NdArray
-    for &[[[S; N3]; N2]; N1]
-{
+impl<S: WithDType, const N1: usize, const N2: usize, const N3: usize> NdArray for &[[[S; N3]; N2]; N1] {
     fn shape(&self) -> Result<Shape> {
         Ok(Shape::from((N1, N2, N3)))
     }
@@ -202,10 +200,7 @@ impl<S: WithDType> NdArray for Vec<Vec<Vec<S>>> {
         if self.is_empty() {
             return S::to_cpu_storage_owned(vec![]);
         }
-        let len: usize = self
-            .iter()
-            .map(|v| v.iter().map(|v| v.len()).sum::<usize>())
-            .sum();
+        let len: usize = self.iter().map(|v| v.iter().map(|v| v.len()).sum::<usize>()).sum();
         let mut dst = Vec::with_capacity(len);
         for v1 in self.iter() {
             for v2 in v1.iter() {
@@ -233,14 +228,8 @@ impl<S: WithDType> NdArray for Vec<Vec<Vec<Vec<S>>>> {
     }
 
     fn to_cpu_storage(&self) -> CpuStorage {
-        let len: usize = self
-            .iter()
-            .map(|v| {
-                v.iter()
-                    .map(|v| v.iter().map(|v| v.len()).sum::<usize>())
-                    .sum::<usize>()
-            })
-            .sum();
+        let len: usize =
+            self.iter().map(|v| v.iter().map(|v| v.iter().map(|v| v.len()).sum::<usize>()).sum::<usize>()).sum();
         let mut dst = Vec::with_capacity(len);
         for v1 in self.iter() {
             for v2 in v1.iter() {
@@ -399,13 +388,7 @@ impl Device {
         }
     }
 
-    pub(crate) fn rand_uniform_f64(
-        &self,
-        lo: f64,
-        up: f64,
-        shape: &Shape,
-        dtype: DType,
-    ) -> Result<Storage> {
+    pub(crate) fn rand_uniform_f64(&self, lo: f64, up: f64, shape: &Shape, dtype: DType) -> Result<Storage> {
         match self {
             Device::Cpu => {
                 let storage = CpuDevice.rand_uniform(shape, dtype, lo, up)?;
@@ -425,28 +408,15 @@ impl Device {
                 let storage = device.rand_uniform(shape, dtype, lo, up)?;
                 Ok(Storage::Metal(storage))
             }
-            Device::Custom(device) => Ok(Storage::Custom(
-                device.dyn_rand_uniform(shape, dtype, lo, up)?,
-            )),
+            Device::Custom(device) => Ok(Storage::Custom(device.dyn_rand_uniform(shape, dtype, lo, up)?)),
         }
     }
 
-    pub(crate) fn rand_uniform<T: crate::FloatDType>(
-        &self,
-        lo: T,
-        up: T,
-        shape: &Shape,
-    ) -> Result<Storage> {
+    pub(crate) fn rand_uniform<T: crate::FloatDType>(&self, lo: T, up: T, shape: &Shape) -> Result<Storage> {
         self.rand_uniform_f64(lo.to_f64(), up.to_f64(), shape, T::DTYPE)
     }
 
-    pub(crate) fn rand_normal_f64(
-        &self,
-        mean: f64,
-        std: f64,
-        shape: &Shape,
-        dtype: DType,
-    ) -> Result<Storage> {
+    pub(crate) fn rand_normal_f64(&self, mean: f64, std: f64, shape: &Shape, dtype: DType) -> Result<Storage> {
         match self {
             Device::Cpu => {
                 let storage = CpuDevice.rand_normal(shape, dtype, mean, std)?;
@@ -466,18 +436,11 @@ impl Device {
                 let storage = device.rand_normal(shape, dtype, mean, std)?;
                 Ok(Storage::Metal(storage))
             }
-            Device::Custom(device) => Ok(Storage::Custom(
-                device.dyn_rand_normal(shape, dtype, mean, std)?,
-            )),
+            Device::Custom(device) => Ok(Storage::Custom(device.dyn_rand_normal(shape, dtype, mean, std)?)),
         }
     }
 
-    pub(crate) fn rand_normal<T: crate::FloatDType>(
-        &self,
-        mean: T,
-        std: T,
-        shape: &Shape,
-    ) -> Result<Storage> {
+    pub(crate) fn rand_normal<T: crate::FloatDType>(&self, mean: T, std: T, shape: &Shape) -> Result<Storage> {
         self.rand_normal_f64(mean.to_f64(), std.to_f64(), shape, T::DTYPE)
     }
 
@@ -528,9 +491,9 @@ impl Device {
                 let storage = device.storage_from_slice(data)?;
                 Ok(Storage::Metal(storage))
             }
-            Device::Custom(device) => Ok(Storage::Custom(
-                device.dyn_storage_from_cpu_storage_owned(data.to_cpu_storage())?,
-            )),
+            Device::Custom(device) => {
+                Ok(Storage::Custom(device.dyn_storage_from_cpu_storage_owned(data.to_cpu_storage())?))
+            }
         }
     }
 
@@ -547,9 +510,9 @@ impl Device {
                 let storage = device.storage_from_cpu_storage_owned(storage)?;
                 Ok(Storage::Metal(storage))
             }
-            Device::Custom(device) => Ok(Storage::Custom(
-                device.dyn_storage_from_cpu_storage_owned(array.to_cpu_storage())?,
-            )),
+            Device::Custom(device) => {
+                Ok(Storage::Custom(device.dyn_storage_from_cpu_storage_owned(array.to_cpu_storage())?))
+            }
         }
     }
 
@@ -566,9 +529,9 @@ impl Device {
                 let storage = device.storage_from_cpu_storage_owned(storage)?;
                 Ok(Storage::Metal(storage))
             }
-            Device::Custom(device) => Ok(Storage::Custom(
-                device.dyn_storage_from_cpu_storage_owned(S::to_cpu_storage_owned(data))?,
-            )),
+            Device::Custom(device) => {
+                Ok(Storage::Custom(device.dyn_storage_from_cpu_storage_owned(S::to_cpu_storage_owned(data))?))
+            }
         }
     }
 

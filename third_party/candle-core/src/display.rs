@@ -6,10 +6,7 @@ use crate::{DType, Result, Tensor, WithDType};
 use half::{bf16, f16};
 
 impl Tensor {
-    fn fmt_dt<T: WithDType + std::fmt::Display>(
-        &self,
-        f: &mut std::fmt::Formatter,
-    ) -> std::fmt::Result {
+    fn fmt_dt<T: WithDType + std::fmt::Display>(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         let device_str = match self.device().location() {
             crate::DeviceLocation::Cpu => "".to_owned(),
             crate::DeviceLocation::Cuda { gpu_id } => {
@@ -66,12 +63,7 @@ impl std::fmt::Debug for Tensor {
             DType::F64 => self.fmt_dt::<f64>(f),
             DType::F8E4M3 => self.fmt_dt::<float8::F8E4M3>(f),
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                write!(
-                    f,
-                    "Tensor[{:?}; dtype={}, unsupported dummy type]",
-                    self.shape(),
-                    self.dtype().as_str()
-                )
+                write!(f, "Tensor[{:?}; dtype={}, unsupported dummy type]", self.shape(), self.dtype().as_str())
             }
         }
     }
@@ -87,19 +79,12 @@ pub struct PrinterOptions {
     pub sci_mode: Option<bool>,
 }
 
-static PRINT_OPTS: std::sync::Mutex<PrinterOptions> =
-    std::sync::Mutex::new(PrinterOptions::const_default());
+static PRINT_OPTS: std::sync::Mutex<PrinterOptions> = std::sync::Mutex::new(PrinterOptions::const_default());
 
 impl PrinterOptions {
     // We cannot use the default trait as it's not const.
     const fn const_default() -> Self {
-        Self {
-            precision: 4,
-            threshold: 1000,
-            edge_items: 3,
-            line_width: 80,
-            sci_mode: None,
-        }
+        Self { precision: 4, threshold: 1000, edge_items: 3, line_width: 80, sci_mode: None }
     }
 }
 
@@ -116,23 +101,13 @@ pub fn set_print_options_default() {
 }
 
 pub fn set_print_options_short() {
-    *PRINT_OPTS.lock().unwrap() = PrinterOptions {
-        precision: 2,
-        threshold: 1000,
-        edge_items: 2,
-        line_width: 80,
-        sci_mode: None,
-    }
+    *PRINT_OPTS.lock().unwrap() =
+        PrinterOptions { precision: 2, threshold: 1000, edge_items: 2, line_width: 80, sci_mode: None }
 }
 
 pub fn set_print_options_full() {
-    *PRINT_OPTS.lock().unwrap() = PrinterOptions {
-        precision: 4,
-        threshold: usize::MAX,
-        edge_items: 3,
-        line_width: 80,
-        sci_mode: None,
-    }
+    *PRINT_OPTS.lock().unwrap() =
+        PrinterOptions { precision: 4, threshold: usize::MAX, edge_items: 3, line_width: 80, sci_mode: None }
 }
 
 pub fn set_line_width(line_width: usize) {
@@ -220,20 +195,14 @@ trait TensorFormatter {
                 }
             }
             [v] if summarize && *v > 2 * edge_items => {
-                if let Ok(vs) = t
-                    .narrow(0, 0, edge_items)
-                    .and_then(|t| t.to_vec1::<Self::Elem>())
-                {
+                if let Ok(vs) = t.narrow(0, 0, edge_items).and_then(|t| t.to_vec1::<Self::Elem>()) {
                     for v in vs.into_iter() {
                         self.fmt(v, max_w, f)?;
                         write!(f, ", ")?;
                     }
                 }
                 write!(f, "...")?;
-                if let Ok(vs) = t
-                    .narrow(0, v - edge_items, edge_items)
-                    .and_then(|t| t.to_vec1::<Self::Elem>())
-                {
+                if let Ok(vs) = t.narrow(0, v - edge_items, edge_items).and_then(|t| t.to_vec1::<Self::Elem>()) {
                     for v in vs.into_iter() {
                         write!(f, ", ")?;
                         self.fmt(v, max_w, f)?;
@@ -314,12 +283,8 @@ where
 
         // Rather than containing all values, this should only include
         // values that end up being displayed according to [threshold].
-        let values = t
-            .flatten_all()?
-            .to_vec1()?
-            .into_iter()
-            .filter(|v: &S| v.is_finite() && !v.is_zero())
-            .collect::<Vec<_>>();
+        let values =
+            t.flatten_all()?.to_vec1()?.into_iter().filter(|v: &S| v.is_finite() && !v.is_zero()).collect::<Vec<_>>();
         if !values.is_empty() {
             let mut nonzero_finite_min = S::max_value();
             let mut nonzero_finite_max = S::min_value();
@@ -354,12 +319,7 @@ where
             None => {}
             Some(v) => sci_mode = v,
         }
-        Ok(Self {
-            int_mode,
-            sci_mode,
-            precision: po.precision,
-            _phantom: std::marker::PhantomData,
-        })
+        Ok(Self { int_mode, sci_mode, precision: po.precision, _phantom: std::marker::PhantomData })
     }
 }
 
@@ -371,13 +331,7 @@ where
 
     fn fmt<T: std::fmt::Write>(&self, v: Self::Elem, max_w: usize, f: &mut T) -> std::fmt::Result {
         if self.sci_mode {
-            write!(
-                f,
-                "{v:width$.prec$e}",
-                v = v,
-                width = max_w,
-                prec = self.precision
-            )
+            write!(f, "{v:width$.prec$e}", v = v, width = max_w, prec = self.precision)
         } else if self.int_mode {
             if v.is_finite() {
                 write!(f, "{v:width$.0}.", v = v, width = max_w - 1)
@@ -385,13 +339,7 @@ where
                 write!(f, "{v:max_w$.0}")
             }
         } else {
-            write!(
-                f,
-                "{v:width$.prec$}",
-                v = v,
-                width = max_w,
-                prec = self.precision
-            )
+            write!(f, "{v:width$.prec$}", v = v, width = max_w, prec = self.precision)
         }
     }
 }
@@ -402,9 +350,7 @@ struct IntFormatter<S: WithDType> {
 
 impl<S: WithDType> IntFormatter<S> {
     fn new() -> Self {
-        Self {
-            _phantom: std::marker::PhantomData,
-        }
+        Self { _phantom: std::marker::PhantomData }
     }
 }
 
@@ -425,28 +371,20 @@ fn get_summarized_data(t: &Tensor, edge_items: usize) -> Result<Tensor> {
         Ok(t.clone())
     } else if dims.len() == 1 {
         if dims[0] > 2 * edge_items {
-            Tensor::cat(
-                &[
-                    t.narrow(0, 0, edge_items)?,
-                    t.narrow(0, dims[0] - edge_items, edge_items)?,
-                ],
-                0,
-            )
+            Tensor::cat(&[t.narrow(0, 0, edge_items)?, t.narrow(0, dims[0] - edge_items, edge_items)?], 0)
         } else {
             Ok(t.clone())
         }
     } else if dims[0] > 2 * edge_items {
-        let mut vs: Vec<_> = (0..edge_items)
-            .map(|i| get_summarized_data(&t.get(i)?, edge_items))
-            .collect::<Result<Vec<_>>>()?;
+        let mut vs: Vec<_> =
+            (0..edge_items).map(|i| get_summarized_data(&t.get(i)?, edge_items)).collect::<Result<Vec<_>>>()?;
         for i in (dims[0] - edge_items)..dims[0] {
             vs.push(get_summarized_data(&t.get(i)?, edge_items)?)
         }
         Tensor::cat(&vs, 0)
     } else {
-        let vs: Vec<_> = (0..dims[0])
-            .map(|i| get_summarized_data(&t.get(i)?, edge_items))
-            .collect::<Result<Vec<_>>>()?;
+        let vs: Vec<_> =
+            (0..dims[0]).map(|i| get_summarized_data(&t.get(i)?, edge_items)).collect::<Result<Vec<_>>>()?;
         Tensor::cat(&vs, 0)
     }
 }
@@ -530,11 +468,7 @@ impl std::fmt::Display for Tensor {
                 }
             }
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                writeln!(
-                    f,
-                    "Dummy type {} (not supported for display)",
-                    self.dtype().as_str()
-                )?;
+                writeln!(f, "Dummy type {} (not supported for display)", self.dtype().as_str())?;
             }
         };
 
@@ -549,12 +483,6 @@ impl std::fmt::Display for Tensor {
             crate::DeviceLocation::Custom { name, id } => format!(", {name}:{id}"),
         };
 
-        write!(
-            f,
-            "Tensor[{:?}, {}{}]",
-            self.dims(),
-            self.dtype().as_str(),
-            device_str
-        )
+        write!(f, "Tensor[{:?}, {}{}]", self.dims(), self.dtype().as_str(), device_str)
     }
 }

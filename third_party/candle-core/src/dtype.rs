@@ -199,24 +199,20 @@ macro_rules! with_dtype {
             fn cpu_storage_data(s: CpuStorage) -> Result<Vec<Self>> {
                 match s {
                     CpuStorage::$dtype(data) => Ok(data),
-                    _ => Err(Error::UnexpectedDType {
-                        expected: DType::$dtype,
-                        got: s.dtype(),
-                        msg: "unexpected dtype",
+                    _ => {
+                        Err(Error::UnexpectedDType { expected: DType::$dtype, got: s.dtype(), msg: "unexpected dtype" }
+                            .bt())
                     }
-                    .bt()),
                 }
             }
 
             fn cpu_storage_as_slice(s: &CpuStorage) -> Result<&[Self]> {
                 match s {
                     CpuStorage::$dtype(data) => Ok(data),
-                    _ => Err(Error::UnexpectedDType {
-                        expected: DType::$dtype,
-                        got: s.dtype(),
-                        msg: "unexpected dtype",
+                    _ => {
+                        Err(Error::UnexpectedDType { expected: DType::$dtype, got: s.dtype(), msg: "unexpected dtype" }
+                            .bt())
                     }
-                    .bt()),
                 }
             }
         }

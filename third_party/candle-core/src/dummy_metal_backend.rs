@@ -85,13 +85,7 @@ impl crate::backend::BackendStorage for MetalStorage {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn conv1d(
-        &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &crate::conv::ParamsConv1D,
-    ) -> Result<Self> {
+    fn conv1d(&self, _: &Layout, _: &Self, _: &Layout, _: &crate::conv::ParamsConv1D) -> Result<Self> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
@@ -105,13 +99,7 @@ impl crate::backend::BackendStorage for MetalStorage {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn conv2d(
-        &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &crate::conv::ParamsConv2D,
-    ) -> Result<Self> {
+    fn conv2d(&self, _: &Layout, _: &Self, _: &Layout, _: &crate::conv::ParamsConv2D) -> Result<Self> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
@@ -132,49 +120,19 @@ impl crate::backend::BackendStorage for MetalStorage {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn scatter_set(
-        &mut self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
-    ) -> Result<()> {
+    fn scatter_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<()> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn scatter_add_set(
-        &mut self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
-    ) -> Result<()> {
+    fn scatter_add_set(&mut self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<()> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn index_add(
-        &self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: &Self,
-        _: &Layout,
-        _: usize,
-    ) -> Result<Self> {
+    fn index_add(&self, _: &Layout, _: &Self, _: &Layout, _: &Self, _: &Layout, _: usize) -> Result<Self> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn matmul(
-        &self,
-        _: &Self,
-        _: (usize, usize, usize, usize),
-        _: &Layout,
-        _: &Layout,
-    ) -> Result<Self> {
+    fn matmul(&self, _: &Self, _: (usize, usize, usize, usize), _: &Layout, _: &Layout) -> Result<Self> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
@@ -182,16 +140,7 @@ impl crate::backend::BackendStorage for MetalStorage {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    fn copy2d(
-        &self,
-        _: &mut Self,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-    ) -> Result<()> {
+    fn copy2d(&self, _: &mut Self, _: usize, _: usize, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 

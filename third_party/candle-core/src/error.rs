@@ -22,78 +22,39 @@ impl std::fmt::Debug for Error {
 pub enum Error {
     // === DType Errors ===
     #[error("{msg}, expected: {expected:?}, got: {got:?}")]
-    UnexpectedDType {
-        msg: &'static str,
-        expected: DType,
-        got: DType,
-    },
+    UnexpectedDType { msg: &'static str, expected: DType, got: DType },
 
     #[error("dtype mismatch in {op}, lhs: {lhs:?}, rhs: {rhs:?}")]
-    DTypeMismatchBinaryOp {
-        lhs: DType,
-        rhs: DType,
-        op: &'static str,
-    },
+    DTypeMismatchBinaryOp { lhs: DType, rhs: DType, op: &'static str },
 
     #[error("unsupported dtype {0:?} for op {1}")]
     UnsupportedDTypeForOp(DType, &'static str),
 
     // === Dimension Index Errors ===
     #[error("{op}: dimension index {dim} out of range for shape {shape:?}")]
-    DimOutOfRange {
-        shape: Shape,
-        dim: i32,
-        op: &'static str,
-    },
+    DimOutOfRange { shape: Shape, dim: i32, op: &'static str },
 
     #[error("{op}: duplicate dim index {dims:?} for shape {shape:?}")]
-    DuplicateDimIndex {
-        shape: Shape,
-        dims: Vec<usize>,
-        op: &'static str,
-    },
+    DuplicateDimIndex { shape: Shape, dims: Vec<usize>, op: &'static str },
 
     // === Shape Errors ===
     #[error("unexpected rank, expected: {expected}, got: {got} ({shape:?})")]
-    UnexpectedNumberOfDims {
-        expected: usize,
-        got: usize,
-        shape: Shape,
-    },
+    UnexpectedNumberOfDims { expected: usize, got: usize, shape: Shape },
 
     #[error("{msg}, expected: {expected:?}, got: {got:?}")]
-    UnexpectedShape {
-        msg: String,
-        expected: Shape,
-        got: Shape,
-    },
+    UnexpectedShape { msg: String, expected: Shape, got: Shape },
 
-    #[error(
-        "Shape mismatch, got buffer of size {buffer_size} which is compatible with shape {shape:?}"
-    )]
+    #[error("Shape mismatch, got buffer of size {buffer_size} which is compatible with shape {shape:?}")]
     ShapeMismatch { buffer_size: usize, shape: Shape },
 
     #[error("shape mismatch in {op}, lhs: {lhs:?}, rhs: {rhs:?}")]
-    ShapeMismatchBinaryOp {
-        lhs: Shape,
-        rhs: Shape,
-        op: &'static str,
-    },
+    ShapeMismatchBinaryOp { lhs: Shape, rhs: Shape, op: &'static str },
 
     #[error("shape mismatch in cat for dim {dim}, shape for arg 1: {first_shape:?} shape for arg {n}: {nth_shape:?}")]
-    ShapeMismatchCat {
-        dim: usize,
-        first_shape: Shape,
-        n: usize,
-        nth_shape: Shape,
-    },
+    ShapeMismatchCat { dim: usize, first_shape: Shape, n: usize, nth_shape: Shape },
 
     #[error("Cannot divide tensor of shape {shape:?} equally along dim {dim} into {n_parts}")]
-    ShapeMismatchSplit {
-        shape: Shape,
-        dim: usize,
-        n_parts: usize,
-    },
+    ShapeMismatchSplit { shape: Shape, dim: usize, n_parts: usize },
 
     #[error("{op} can only be performed on a single dimension")]
     OnlySingleDimension { op: &'static str, dims: Vec<usize> },
@@ -103,37 +64,17 @@ pub enum Error {
 
     // === Device Errors ===
     #[error("device mismatch in {op}, lhs: {lhs:?}, rhs: {rhs:?}")]
-    DeviceMismatchBinaryOp {
-        lhs: DeviceLocation,
-        rhs: DeviceLocation,
-        op: &'static str,
-    },
+    DeviceMismatchBinaryOp { lhs: DeviceLocation, rhs: DeviceLocation, op: &'static str },
 
     // === Op Specific Errors ===
     #[error("narrow invalid args {msg}: {shape:?}, dim: {dim}, start: {start}, len:{len}")]
-    NarrowInvalidArgs {
-        shape: Shape,
-        dim: usize,
-        start: usize,
-        len: usize,
-        msg: &'static str,
-    },
+    NarrowInvalidArgs { shape: Shape, dim: usize, start: usize, len: usize, msg: &'static str },
 
     #[error("conv1d invalid args {msg}: inp: {inp_shape:?}, k: {k_shape:?}, pad: {padding}, stride: {stride}")]
-    Conv1dInvalidArgs {
-        inp_shape: Shape,
-        k_shape: Shape,
-        padding: usize,
-        stride: usize,
-        msg: &'static str,
-    },
+    Conv1dInvalidArgs { inp_shape: Shape, k_shape: Shape, padding: usize, stride: usize, msg: &'static str },
 
     #[error("{op} invalid index {index} with dim size {size}")]
-    InvalidIndex {
-        op: &'static str,
-        index: usize,
-        size: usize,
-    },
+    InvalidIndex { op: &'static str, index: usize, size: usize },
 
     #[error("cannot broadcast {src_shape:?} to {dst_shape:?}")]
     BroadcastIncompatibleShapes { src_shape: Shape, dst_shape: Shape },
@@ -209,29 +150,17 @@ pub enum Error {
 
     /// Arbitrary errors wrapping with context.
     #[error("{wrapped:?}\n{context:?}")]
-    WrappedContext {
-        wrapped: Box<dyn std::error::Error + Send + Sync>,
-        context: String,
-    },
+    WrappedContext { wrapped: Box<dyn std::error::Error + Send + Sync>, context: String },
 
     #[error("{context}\n{inner}")]
-    Context {
-        inner: Box<Self>,
-        context: Box<dyn std::fmt::Display + Send + Sync>,
-    },
+    Context { inner: Box<Self>, context: Box<dyn std::fmt::Display + Send + Sync> },
 
     /// Adding path information to an error.
     #[error("path: {path:?} {inner}")]
-    WithPath {
-        inner: Box<Self>,
-        path: std::path::PathBuf,
-    },
+    WithPath { inner: Box<Self>, path: std::path::PathBuf },
 
     #[error("{inner}\n{backtrace}")]
-    WithBacktrace {
-        inner: Box<Self>,
-        backtrace: Box<std::backtrace::Backtrace>,
-    },
+    WithBacktrace { inner: Box<Self>, backtrace: Box<std::backtrace::Backtrace> },
 
     /// User generated error message, typically created via `bail!`.
     #[error("{0}")]
@@ -259,27 +188,17 @@ impl Error {
     pub fn bt(self) -> Self {
         let backtrace = std::backtrace::Backtrace::capture();
         match backtrace.status() {
-            std::backtrace::BacktraceStatus::Disabled
-            | std::backtrace::BacktraceStatus::Unsupported => self,
-            _ => Self::WithBacktrace {
-                inner: Box::new(self),
-                backtrace: Box::new(backtrace),
-            },
+            std::backtrace::BacktraceStatus::Disabled | std::backtrace::BacktraceStatus::Unsupported => self,
+            _ => Self::WithBacktrace { inner: Box::new(self), backtrace: Box::new(backtrace) },
         }
     }
 
     pub fn with_path<P: AsRef<std::path::Path>>(self, p: P) -> Self {
-        Self::WithPath {
-            inner: Box::new(self),
-            path: p.as_ref().to_path_buf(),
-        }
+        Self::WithPath { inner: Box::new(self), path: p.as_ref().to_path_buf() }
     }
 
     pub fn context(self, c: impl std::fmt::Display + Send + Sync + 'static) -> Self {
-        Self::Context {
-            inner: Box::new(self),
-            context: Box::new(c),
-        }
+        Self::Context { inner: Box::new(self), context: Box::new(c) }
     }
 }
 
@@ -340,11 +259,7 @@ where
         // in ext_context.
         match self {
             Ok(ok) => Ok(ok),
-            Err(error) => Err(Error::WrappedContext {
-                wrapped: Box::new(error),
-                context: context.to_string(),
-            }
-            .bt()),
+            Err(error) => Err(Error::WrappedContext { wrapped: Box::new(error), context: context.to_string() }.bt()),
         }
     }
 
@@ -355,11 +270,7 @@ where
     {
         match self {
             Ok(ok) => Ok(ok),
-            Err(error) => Err(Error::WrappedContext {
-                wrapped: Box::new(error),
-                context: context().to_string(),
-            }
-            .bt()),
+            Err(error) => Err(Error::WrappedContext { wrapped: Box::new(error), context: context().to_string() }.bt()),
         }
     }
 }

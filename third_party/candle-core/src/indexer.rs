@@ -1,7 +1,5 @@
 use crate::{Error, Tensor};
-use std::ops::{
-    Bound, Range, RangeBounds, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
-};
+use std::ops::{Bound, Range, RangeBounds, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 
 impl Tensor {
     /// Intended to be use by the trait `.i()`

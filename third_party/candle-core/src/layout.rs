@@ -12,21 +12,13 @@ pub struct Layout {
 
 impl Layout {
     pub fn new(shape: Shape, stride: Vec<usize>, start_offset: usize) -> Self {
-        Self {
-            shape,
-            stride,
-            start_offset,
-        }
+        Self { shape, stride, start_offset }
     }
 
     pub fn contiguous_with_offset<S: Into<Shape>>(shape: S, start_offset: usize) -> Self {
         let shape = shape.into();
         let stride = shape.stride_contiguous();
-        Self {
-            shape,
-            stride,
-            start_offset,
-        }
+        Self { shape, stride, start_offset }
     }
 
     pub fn contiguous<S: Into<Shape>>(shape: S) -> Self {
@@ -104,13 +96,8 @@ impl Layout {
     /// Returns `None` on arithmetic overflow.
     fn range(&self) -> Option<LayoutRange> {
         // Filter out dims <= 1 as their strides are irrelevant.
-        let mut axes: Vec<(usize, usize)> = self
-            .dims()
-            .iter()
-            .zip(self.stride())
-            .filter(|(&d, _)| d > 1)
-            .map(|(&d, &s)| (d, s))
-            .collect();
+        let mut axes: Vec<(usize, usize)> =
+            self.dims().iter().zip(self.stride()).filter(|(&d, _)| d > 1).map(|(&d, &s)| (d, s)).collect();
         axes.sort_unstable_by_key(|&(_, s)| s);
 
         let mut span = 0usize;
@@ -130,12 +117,7 @@ impl Layout {
         }
 
         let lo = self.start_offset();
-        Some(LayoutRange {
-            lo,
-            hi: lo.checked_add(span)?,
-            injective,
-            dense,
-        })
+        Some(LayoutRange { lo, hi: lo.checked_add(span)?, injective, dense })
     }
 
     /// Relation between this layout and another
@@ -210,22 +192,11 @@ impl Layout {
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Self> {
         let dims = self.shape().dims();
         if dim >= dims.len() {
-            Err(Error::DimOutOfRange {
-                shape: self.shape().clone(),
-                dim: dim as i32,
-                op: "narrow",
-            }
-            .bt())?
+            Err(Error::DimOutOfRange { shape: self.shape().clone(), dim: dim as i32, op: "narrow" }.bt())?
         }
         if start + len > dims[dim] {
-            Err(Error::NarrowInvalidArgs {
-                shape: self.shape.clone(),
-                dim,
-                start,
-                len,
-                msg: "start + len > dim_len",
-            }
-            .bt())?
+            Err(Error::NarrowInvalidArgs { shape: self.shape.clone(), dim, start, len, msg: "start + len > dim_len" }
+                .bt())?
         }
         let mut dims = dims.to_vec();
         dims[dim] = len;
@@ -250,22 +221,13 @@ impl Layout {
         let mut dims = self.shape().dims().to_vec();
         dims.swap(dim1, dim2);
         stride.swap(dim1, dim2);
-        Ok(Self {
-            shape: Shape::from(dims),
-            stride,
-            start_offset: self.start_offset,
-        })
+        Ok(Self { shape: Shape::from(dims), stride, start_offset: self.start_offset })
     }
 
     pub fn permute(&self, idxs: &[usize]) -> Result<Self> {
-        let is_permutation =
-            idxs.len() == self.shape.rank() && (0..idxs.len()).all(|i| idxs.contains(&i));
+        let is_permutation = idxs.len() == self.shape.rank() && (0..idxs.len()).all(|i| idxs.contains(&i));
         if !is_permutation {
-            crate::bail!(
-                "dimension mismatch in permute, tensor {:?}, dims: {:?}",
-                self.dims(),
-                idxs
-            )
+            crate::bail!("dimension mismatch in permute, tensor {:?}, dims: {:?}", self.dims(), idxs)
         }
         let stride = self.stride();
         let dims = self.shape().dims();
@@ -275,46 +237,31 @@ impl Layout {
             perm_stride[i] = stride[idx];
             perm_dims[i] = dims[idx];
         }
-        Ok(Self {
-            shape: Shape::from(perm_dims),
-            stride: perm_stride,
-            start_offset: self.start_offset,
-        })
+        Ok(Self { shape: Shape::from(perm_dims), stride: perm_stride, start_offset: self.start_offset })
     }
 
     pub fn broadcast_as<S: Into<Shape>>(&self, shape: S) -> Result<Self> {
         let shape = shape.into();
         if shape.rank() < self.shape().rank() {
-            return Err(Error::BroadcastIncompatibleShapes {
-                src_shape: self.shape().clone(),
-                dst_shape: shape,
-            }
-            .bt());
+            return Err(Error::BroadcastIncompatibleShapes { src_shape: self.shape().clone(), dst_shape: shape }.bt());
         }
         let added_dims = shape.rank() - self.shape().rank();
         let mut stride = vec![0; added_dims];
-        for (&dst_dim, (&src_dim, &src_stride)) in shape.dims()[added_dims..]
-            .iter()
-            .zip(self.dims().iter().zip(self.stride()))
+        for (&dst_dim, (&src_dim, &src_stride)) in
+            shape.dims()[added_dims..].iter().zip(self.dims().iter().zip(self.stride()))
         {
             let s = if dst_dim == src_dim {
                 src_stride
             } else if src_dim != 1 {
-                return Err(Error::BroadcastIncompatibleShapes {
-                    src_shape: self.shape().clone(),
-                    dst_shape: shape,
-                }
-                .bt());
+                return Err(
+                    Error::BroadcastIncompatibleShapes { src_shape: self.shape().clone(), dst_shape: shape }.bt()
+                );
             } else {
                 0
             };
             stride.push(s)
         }
-        Ok(Self {
-            shape,
-            stride,
-            start_offset: self.start_offset,
-        })
+        Ok(Self { shape, stride, start_offset: self.start_offset })
     }
 
     pub(crate) fn strided_index(&self) -> crate::StridedIndex<'_> {
@@ -338,10 +285,7 @@ impl Layout {
         }
         let index_dims = self.dims().len() - contiguous_dims;
         match index_dims {
-            0 => crate::StridedBlocks::SingleBlock {
-                start_offset: self.start_offset,
-                len: block_len,
-            },
+            0 => crate::StridedBlocks::SingleBlock { start_offset: self.start_offset, len: block_len },
             1 => crate::StridedBlocks::UniformBlocks {
                 start_offset: self.start_offset,
                 block_len,
@@ -349,15 +293,9 @@ impl Layout {
                 src_stride: self.stride[0],
             },
             _ => {
-                let block_start_index = crate::StridedIndex::new(
-                    &self.dims()[..index_dims],
-                    &self.stride[..index_dims],
-                    self.start_offset,
-                );
-                crate::StridedBlocks::MultipleBlocks {
-                    block_start_index,
-                    block_len,
-                }
+                let block_start_index =
+                    crate::StridedIndex::new(&self.dims()[..index_dims], &self.stride[..index_dims], self.start_offset);
+                crate::StridedBlocks::MultipleBlocks { block_start_index, block_len }
             }
         }
     }

@@ -55,9 +55,9 @@ pub mod conv;
 mod convert;
 pub mod cpu;
 pub mod cpu_backend;
-pub mod custom_backend;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
+pub mod custom_backend;
 mod custom_op;
 mod device;
 pub mod display;

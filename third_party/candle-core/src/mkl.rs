@@ -395,10 +395,7 @@ macro_rules! binary_op {
             let b_len = b.len();
             let y_len = y.len();
             if a_len != y_len || b_len != y_len {
-                panic!(
-                    "{} a,b,y len mismatch {a_len} {b_len} {y_len}",
-                    stringify!($fn_name)
-                );
+                panic!("{} a,b,y len mismatch {a_len} {b_len} {y_len}", stringify!($fn_name));
             }
             unsafe { ffi::$mkl_name(a_len as i32, a.as_ptr(), b.as_ptr(), y.as_mut_ptr()) }
         }

@@ -45,12 +45,7 @@ pub struct NdIter<const N: usize> {
 impl<const N: usize> NdIter<N> {
     pub fn new(layouts: [&Layout; N]) -> NdIter<N> {
         let dims = layouts[0].dims();
-        debug_assert!(
-            dims.len() <= MAX_DIMS,
-            "rank {} exceeds MAX_DIMS={}",
-            dims.len(),
-            MAX_DIMS
-        );
+        debug_assert!(dims.len() <= MAX_DIMS, "rank {} exceeds MAX_DIMS={}", dims.len(), MAX_DIMS);
         #[cfg(debug_assertions)]
         for l in &layouts {
             debug_assert_eq!(l.dims(), dims);
@@ -80,8 +75,7 @@ impl<const N: usize> NdIter<N> {
                 } else if *d == 1 {
                     (true, false)
                 } else {
-                    let can_merge =
-                        (0..N).all(|n| out_strides[n][top] == layouts[n].stride()[i] * d);
+                    let can_merge = (0..N).all(|n| out_strides[n][top] == layouts[n].stride()[i] * d);
                     (can_merge, true)
                 };
                 if can_merge {

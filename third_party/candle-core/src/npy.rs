@@ -51,10 +51,7 @@ fn read_header<R: Read>(reader: &mut R) -> Result<String> {
     };
     let mut header_len = vec![0u8; header_len_len];
     reader.read_exact(&mut header_len)?;
-    let header_len = header_len
-        .iter()
-        .rev()
-        .fold(0_usize, |acc, &v| 256 * acc + v as usize);
+    let header_len = header_len.iter().rev().fold(0_usize, |acc, &v| 256 * acc + v as usize);
     let mut header = vec![0u8; header_len];
     reader.read_exact(&mut header)?;
     Ok(String::from_utf8_lossy(&header).to_string())
@@ -74,12 +71,7 @@ impl Header {
 
     fn to_string(&self) -> Result<String> {
         let fortran_order = if self.fortran_order { "True" } else { "False" };
-        let mut shape = self
-            .shape
-            .iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
+        let mut shape = self.shape.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
         let descr = match self.descr {
             DType::BF16 => Err(Error::Npy("bf16 is not supported".into()))?,
             DType::F16 => "f2",
@@ -99,16 +91,13 @@ impl Header {
         if !shape.is_empty() {
             shape.push(',')
         }
-        Ok(format!(
-            "{{'descr': '<{descr}', 'fortran_order': {fortran_order}, 'shape': ({shape}), }}"
-        ))
+        Ok(format!("{{'descr': '<{descr}', 'fortran_order': {fortran_order}, 'shape': ({shape}), }}"))
     }
 
     // Hacky parser for the npy header, a typical example would be:
     // {'descr': '<f8', 'fortran_order': False, 'shape': (128,), }
     fn parse(header: &str) -> Result<Header> {
-        let header =
-            header.trim_matches(|c: char| c == '{' || c == '}' || c == ',' || c.is_whitespace());
+        let header = header.trim_matches(|c: char| c == '{' || c == '}' || c == ',' || c.is_whitespace());
 
         let mut parts: Vec<String> = vec![];
         let mut start_index = 0usize;
@@ -185,28 +174,17 @@ impl Header {
                 if shape.is_empty() {
                     vec![]
                 } else {
-                    shape
-                        .split(',')
-                        .map(|v| v.trim().parse::<usize>())
-                        .collect::<std::result::Result<Vec<_>, _>>()?
+                    shape.split(',').map(|v| v.trim().parse::<usize>()).collect::<std::result::Result<Vec<_>, _>>()?
                 }
             }
         };
-        Ok(Header {
-            descr,
-            fortran_order,
-            shape,
-        })
+        Ok(Header { descr, fortran_order, shape })
     }
 }
 
 impl Tensor {
     // TODO: Add the possibility to read directly to a device?
-    pub(crate) fn from_reader<R: std::io::Read>(
-        shape: Shape,
-        dtype: DType,
-        reader: &mut R,
-    ) -> Result<Self> {
+    pub(crate) fn from_reader<R: std::io::Read>(shape: Shape, dtype: DType, reader: &mut R) -> Result<Self> {
         let elem_count = shape.elem_count();
         match dtype {
             DType::BF16 => {
@@ -257,8 +235,7 @@ impl Tensor {
             DType::F8E4M3 => {
                 let mut data_t = vec![0u8; elem_count];
                 reader.read_exact(&mut data_t)?;
-                let data_f8: Vec<float8::F8E4M3> =
-                    data_t.into_iter().map(float8::F8E4M3::from_bits).collect();
+                let data_f8: Vec<float8::F8E4M3> = data_t.into_iter().map(float8::F8E4M3::from_bits).collect();
                 Tensor::from_vec(data_f8, shape, &Device::Cpu)
             }
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
@@ -308,10 +285,7 @@ impl Tensor {
         for name in names.iter() {
             let mut reader = match zip.by_name(&format!("{name}{NPY_SUFFIX}")) {
                 Ok(reader) => reader,
-                Err(_) => Err(Error::Npy(format!(
-                    "no array for {name} in {:?}",
-                    path.as_ref()
-                )))?,
+                Err(_) => Err(Error::Npy(format!("no array for {name} in {:?}", path.as_ref())))?,
             };
             let header = read_header(&mut reader)?;
             let header = Header::parse(&header)?;
@@ -327,11 +301,7 @@ impl Tensor {
     fn write<T: Write>(&self, f: &mut T) -> Result<()> {
         f.write_all(NPY_MAGIC_STRING)?;
         f.write_all(&[1u8, 0u8])?;
-        let header = Header {
-            descr: self.dtype(),
-            fortran_order: false,
-            shape: self.dims().to_vec(),
-        };
+        let header = Header { descr: self.dtype(), fortran_order: false, shape: self.dims().to_vec() };
         let mut header = header.to_string()?;
         let pad = 16 - (NPY_MAGIC_STRING.len() + 5 + header.len()) % 16;
         for _ in 0..pad % 16 {
@@ -350,10 +320,7 @@ impl Tensor {
     }
 
     /// Writes multiple multi-dimensional arrays using the npz format.
-    pub fn write_npz<S: AsRef<str>, T: AsRef<Tensor>, P: AsRef<Path>>(
-        ts: &[(S, T)],
-        path: P,
-    ) -> Result<()> {
+    pub fn write_npz<S: AsRef<str>, T: AsRef<Tensor>, P: AsRef<Path>>(ts: &[(S, T)], path: P) -> Result<()> {
         let mut zip = zip::ZipWriter::new(File::create(path.as_ref())?);
         let options: zip::write::FileOptions<()> =
             zip::write::FileOptions::default().compression_method(zip::CompressionMethod::Stored);
@@ -388,10 +355,7 @@ impl NpzTensors {
             };
             index_per_name.insert(name, i);
         }
-        Ok(Self {
-            index_per_name,
-            path,
-        })
+        Ok(Self { index_per_name, path })
     }
 
     pub fn names(&self) -> Vec<&String> {
@@ -441,35 +405,14 @@ mod tests {
         let h = "{'descr': '<f8', 'fortran_order': False, 'shape': (128,), }";
         assert_eq!(
             Header::parse(h).unwrap(),
-            Header {
-                descr: crate::DType::F64,
-                fortran_order: false,
-                shape: vec![128]
-            }
+            Header { descr: crate::DType::F64, fortran_order: false, shape: vec![128] }
         );
         let h = "{'descr': '<f4', 'fortran_order': True, 'shape': (256,1,128), }";
         let h = Header::parse(h).unwrap();
-        assert_eq!(
-            h,
-            Header {
-                descr: crate::DType::F32,
-                fortran_order: true,
-                shape: vec![256, 1, 128]
-            }
-        );
-        assert_eq!(
-            h.to_string().unwrap(),
-            "{'descr': '<f4', 'fortran_order': True, 'shape': (256,1,128,), }"
-        );
+        assert_eq!(h, Header { descr: crate::DType::F32, fortran_order: true, shape: vec![256, 1, 128] });
+        assert_eq!(h.to_string().unwrap(), "{'descr': '<f4', 'fortran_order': True, 'shape': (256,1,128,), }");
 
-        let h = Header {
-            descr: crate::DType::U32,
-            fortran_order: false,
-            shape: vec![],
-        };
-        assert_eq!(
-            h.to_string().unwrap(),
-            "{'descr': '<u4', 'fortran_order': False, 'shape': (), }"
-        );
+        let h = Header { descr: crate::DType::U32, fortran_order: false, shape: vec![] };
+        assert_eq!(h.to_string().unwrap(), "{'descr': '<u4', 'fortran_order': False, 'shape': (), }");
     }
 }

@@ -172,21 +172,9 @@ pub enum Op {
     Permute(Tensor, Vec<usize>),
     Elu(Tensor, f64),
     Powf(Tensor, f64),
-    CustomOp1(
-        Tensor,
-        std::sync::Arc<Box<dyn crate::CustomOp1 + Send + Sync>>,
-    ),
-    CustomOp2(
-        Tensor,
-        Tensor,
-        std::sync::Arc<Box<dyn crate::CustomOp2 + Send + Sync>>,
-    ),
-    CustomOp3(
-        Tensor,
-        Tensor,
-        Tensor,
-        std::sync::Arc<Box<dyn crate::CustomOp3 + Send + Sync>>,
-    ),
+    CustomOp1(Tensor, std::sync::Arc<Box<dyn crate::CustomOp1 + Send + Sync>>),
+    CustomOp2(Tensor, Tensor, std::sync::Arc<Box<dyn crate::CustomOp2 + Send + Sync>>),
+    CustomOp3(Tensor, Tensor, Tensor, std::sync::Arc<Box<dyn crate::CustomOp3 + Send + Sync>>),
 }
 
 pub trait UnaryOpT {
@@ -239,66 +227,39 @@ pub trait BinaryOpT {
 
     #[inline(always)]
     fn bf16_vec(xs1: &[bf16], xs2: &[bf16], ys: &mut [bf16]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::bf16(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::bf16(a, b))
     }
     #[inline(always)]
     fn f16_vec(xs1: &[f16], xs2: &[f16], ys: &mut [f16]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::f16(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::f16(a, b))
     }
     #[inline(always)]
     fn f32_vec(xs1: &[f32], xs2: &[f32], ys: &mut [f32]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::f32(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::f32(a, b))
     }
     #[inline(always)]
     fn f64_vec(xs1: &[f64], xs2: &[f64], ys: &mut [f64]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::f64(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::f64(a, b))
     }
     #[inline(always)]
     fn u8_vec(xs1: &[u8], xs2: &[u8], ys: &mut [u8]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::u8(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::u8(a, b))
     }
     #[inline(always)]
     fn u32_vec(xs1: &[u32], xs2: &[u32], ys: &mut [u32]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::u32(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::u32(a, b))
     }
     #[inline(always)]
     fn i16_vec(xs1: &[i16], xs2: &[i16], ys: &mut [i16]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::i16(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::i16(a, b))
     }
     #[inline(always)]
     fn i32_vec(xs1: &[i32], xs2: &[i32], ys: &mut [i32]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::i32(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::i32(a, b))
     }
     #[inline(always)]
     fn i64_vec(xs1: &[i64], xs2: &[i64], ys: &mut [i64]) {
-        xs1.iter()
-            .zip(xs2)
-            .zip(ys)
-            .for_each(|((&a, &b), y)| *y = Self::i64(a, b))
+        xs1.iter().zip(xs2).zip(ys).for_each(|((&a, &b), y)| *y = Self::i64(a, b))
     }
 
     // Scalar-broadcast variants: ys[i] = f(xs[i], scalar).
@@ -306,57 +267,39 @@ pub trait BinaryOpT {
     // is contiguous and the other broadcasts a single value.
     #[inline(always)]
     fn bf16_scalar_vec(scalar: bf16, xs: &[bf16], ys: &mut [bf16]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::bf16(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::bf16(x, scalar))
     }
     #[inline(always)]
     fn f16_scalar_vec(scalar: f16, xs: &[f16], ys: &mut [f16]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::f16(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::f16(x, scalar))
     }
     #[inline(always)]
     fn f32_scalar_vec(scalar: f32, xs: &[f32], ys: &mut [f32]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::f32(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::f32(x, scalar))
     }
     #[inline(always)]
     fn f64_scalar_vec(scalar: f64, xs: &[f64], ys: &mut [f64]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::f64(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::f64(x, scalar))
     }
     #[inline(always)]
     fn u8_scalar_vec(scalar: u8, xs: &[u8], ys: &mut [u8]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::u8(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::u8(x, scalar))
     }
     #[inline(always)]
     fn u32_scalar_vec(scalar: u32, xs: &[u32], ys: &mut [u32]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::u32(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::u32(x, scalar))
     }
     #[inline(always)]
     fn i16_scalar_vec(scalar: i16, xs: &[i16], ys: &mut [i16]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::i16(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::i16(x, scalar))
     }
     #[inline(always)]
     fn i32_scalar_vec(scalar: i32, xs: &[i32], ys: &mut [i32]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::i32(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::i32(x, scalar))
     }
     #[inline(always)]
     fn i64_scalar_vec(scalar: i64, xs: &[i64], ys: &mut [i64]) {
-        xs.iter()
-            .zip(ys)
-            .for_each(|(&x, y)| *y = Self::i64(x, scalar))
+        xs.iter().zip(ys).for_each(|(&x, y)| *y = Self::i64(x, scalar))
     }
 }
 
@@ -621,9 +564,7 @@ impl UnaryOpT for Gelu {
             * v
             * (f16::ONE
                 + f16::tanh(
-                    f16::from_f32_const(SQRT_TWO_OVER_PI_F32)
-                        * v
-                        * (f16::ONE + f16::from_f32_const(0.044715) * v * v),
+                    f16::from_f32_const(SQRT_TWO_OVER_PI_F32) * v * (f16::ONE + f16::from_f32_const(0.044715) * v * v),
                 ))
     }
     #[inline(always)]
@@ -660,9 +601,7 @@ impl UnaryOpT for Gelu {
             * v
             * (f8e4m3::ONE
                 + f8e4m3::tanh(
-                    f8e4m3::from_f32(SQRT_TWO_OVER_PI_F32)
-                        * v
-                        * (f8e4m3::ONE + f8e4m3::from_f32(0.044715) * v * v),
+                    f8e4m3::from_f32(SQRT_TWO_OVER_PI_F32) * v * (f8e4m3::ONE + f8e4m3::from_f32(0.044715) * v * v),
                 ))
     }
     const KERNEL: &'static str = "ugelu";
@@ -1098,29 +1037,16 @@ impl BackpropOp {
     }
 
     pub(crate) fn new1(arg: &Tensor, f: impl Fn(Tensor) -> Op) -> Self {
-        let op = if arg.track_op() {
-            Some(f(arg.clone()))
-        } else {
-            None
-        };
+        let op = if arg.track_op() { Some(f(arg.clone())) } else { None };
         Self(op)
     }
 
     pub(crate) fn new2(arg1: &Tensor, arg2: &Tensor, f: impl Fn(Tensor, Tensor) -> Op) -> Self {
-        let op = if arg1.track_op() || arg2.track_op() {
-            Some(f(arg1.clone(), arg2.clone()))
-        } else {
-            None
-        };
+        let op = if arg1.track_op() || arg2.track_op() { Some(f(arg1.clone(), arg2.clone())) } else { None };
         Self(op)
     }
 
-    pub(crate) fn new3(
-        arg1: &Tensor,
-        arg2: &Tensor,
-        arg3: &Tensor,
-        f: impl Fn(Tensor, Tensor, Tensor) -> Op,
-    ) -> Self {
+    pub(crate) fn new3(arg1: &Tensor, arg2: &Tensor, arg3: &Tensor, f: impl Fn(Tensor, Tensor, Tensor) -> Op) -> Self {
         let op = if arg1.track_op() || arg2.track_op() || arg3.track_op() {
             Some(f(arg1.clone(), arg2.clone(), arg3.clone()))
         } else {

@@ -103,10 +103,7 @@ fn read_to_newline<R: BufRead>(r: &mut R) -> Result<Vec<u8>> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Object {
-    Class {
-        module_name: String,
-        class_name: String,
-    },
+    Class { module_name: String, class_name: String },
     Int(i32),
     Long(i64),
     Float(f64),
@@ -117,14 +114,8 @@ pub enum Object {
     List(Vec<Object>),
     Mark,
     Dict(Vec<(Object, Object)>),
-    Reduce {
-        callable: Box<Object>,
-        args: Box<Object>,
-    },
-    Build {
-        callable: Box<Object>,
-        args: Box<Object>,
-    },
+    Reduce { callable: Box<Object>, args: Box<Object> },
+    Build { callable: Box<Object>, args: Box<Object> },
     PersistentLoad(Box<Object>),
 }
 
@@ -197,19 +188,12 @@ impl Object {
 
     pub fn class(self) -> OResult<(String, String)> {
         match self {
-            Self::Class {
-                module_name,
-                class_name,
-            } => Ok((module_name, class_name)),
+            Self::Class { module_name, class_name } => Ok((module_name, class_name)),
             _ => Err(self),
         }
     }
 
-    pub fn into_tensor_info(
-        self,
-        name: Self,
-        dir_name: &std::path::Path,
-    ) -> Result<Option<TensorInfo>> {
+    pub fn into_tensor_info(self, name: Self, dir_name: &std::path::Path) -> Result<Option<TensorInfo>> {
         let name = match name.unicode() {
             Ok(name) => name,
             Err(_) => return Ok(None),
@@ -219,29 +203,25 @@ impl Object {
             _ => return Ok(None),
         };
         let (callable, args) = match callable {
-            Object::Class {
-                module_name,
-                class_name,
-            } if module_name == "torch._tensor" && class_name == "_rebuild_from_type_v2" => {
+            Object::Class { module_name, class_name }
+                if module_name == "torch._tensor" && class_name == "_rebuild_from_type_v2" =>
+            {
                 let mut args = args.tuple()?;
                 let callable = args.remove(0);
                 let args = args.remove(1);
                 (callable, args)
             }
-            Object::Class {
-                module_name,
-                class_name,
-            } if module_name == "torch._utils" && class_name == "_rebuild_parameter" => {
+            Object::Class { module_name, class_name }
+                if module_name == "torch._utils" && class_name == "_rebuild_parameter" =>
+            {
                 let mut args = args.tuple()?;
                 args.remove(0).reduce()?
             }
             _ => (callable, args),
         };
         match callable {
-            Object::Class {
-                module_name,
-                class_name,
-            } if module_name == "torch._utils" && class_name == "_rebuild_tensor_v2" => {}
+            Object::Class { module_name, class_name }
+                if module_name == "torch._utils" && class_name == "_rebuild_tensor_v2" => {}
             _ => return Ok(None),
         };
         let (layout, dtype, file_path, storage_size) = rebuild_args(args)?;
@@ -282,10 +262,7 @@ impl<T: TryFrom<Object, Error = Object>> TryFrom<Object> for Vec<T> {
             Object::Tuple(values) => {
                 // This does not return the appropriate value in the error case but instead return
                 // the object related to the first error.
-                values
-                    .into_iter()
-                    .map(|v| T::try_from(v))
-                    .collect::<std::result::Result<Vec<T>, Self::Error>>()
+                values.into_iter().map(|v| T::try_from(v)).collect::<std::result::Result<Vec<T>, Self::Error>>()
             }
             other => Err(other),
         }
@@ -300,10 +277,7 @@ pub struct Stack {
 
 impl Stack {
     pub fn empty() -> Self {
-        Self {
-            stack: Vec::with_capacity(512),
-            memo: HashMap::new(),
-        }
+        Self { stack: Vec::with_capacity(512), memo: HashMap::new() }
     }
 
     pub fn stack(&self) -> &[Object] {
@@ -343,10 +317,7 @@ impl Stack {
                 obj.append(&mut args);
                 Object::Dict(obj)
             }
-            (obj, args) => Object::Build {
-                callable: Box::new(obj),
-                args: Box::new(args),
-            },
+            (obj, args) => Object::Build { callable: Box::new(obj), args: Box::new(args) },
         };
         self.push(obj);
         Ok(())
@@ -357,13 +328,8 @@ impl Stack {
         let callable = self.pop()?;
         #[allow(clippy::single_match)]
         let reduced = match &callable {
-            Object::Class {
-                module_name,
-                class_name,
-            } => {
-                if module_name == "collections"
-                    && (class_name == "OrderedDict" || class_name == "defaultdict")
-                {
+            Object::Class { module_name, class_name } => {
+                if module_name == "collections" && (class_name == "OrderedDict" || class_name == "defaultdict") {
                     // TODO: have a separate ordered dict and a separate default dict.
                     Some(Object::Dict(vec![]))
                 } else {
@@ -372,10 +338,7 @@ impl Stack {
             }
             _ => None,
         };
-        let reduced = reduced.unwrap_or_else(|| Object::Reduce {
-            callable: Box::new(callable),
-            args: Box::new(args),
-        });
+        let reduced = reduced.unwrap_or_else(|| Object::Reduce { callable: Box::new(callable), args: Box::new(args) });
         self.push(reduced);
         Ok(())
     }
@@ -408,10 +371,7 @@ impl Stack {
     }
 
     fn new_obj(&self, class: Object, args: Object) -> Result<Object> {
-        Ok(Object::Reduce {
-            callable: Box::new(class),
-            args: Box::new(args),
-        })
+        Ok(Object::Reduce { callable: Box::new(class), args: Box::new(args) })
     }
 
     fn pop_to_marker(&mut self) -> Result<Vec<Object>> {
@@ -455,10 +415,7 @@ impl Stack {
                 let class_name = read_to_newline(r)?;
                 let module_name = String::from_utf8_lossy(&module_name).to_string();
                 let class_name = String::from_utf8_lossy(&class_name).to_string();
-                self.push(Object::Class {
-                    module_name,
-                    class_name,
-                })
+                self.push(Object::Class { module_name, class_name })
             }
             OpCode::BinInt1 => {
                 let arg = r.read_u8()?;
@@ -644,11 +601,7 @@ fn rebuild_args(args: Object) -> Result<(Layout, DType, String, usize)> {
             crate::bail!("unsupported storage type {other}")
         }
     };
-    let layout = Layout::new(
-        crate::Shape::from(size),
-        stride,
-        offset * dtype.size_in_bytes(),
-    );
+    let layout = Layout::new(crate::Shape::from(size), stride, offset * dtype.size_in_bytes());
     Ok((layout, dtype, path, storage_size))
 }
 
@@ -675,10 +628,8 @@ pub fn read_pth_tensor_info<P: AsRef<std::path::Path>>(
     let file = std::fs::File::open(file)?;
     let zip_reader = std::io::BufReader::new(file);
     let mut zip = zip::ZipArchive::new(zip_reader)?;
-    let zip_file_names = zip
-        .file_names()
-        .map(|f| f.map(|f| f.into_owned()))
-        .collect::<std::result::Result<Vec<String>, _>>()?;
+    let zip_file_names =
+        zip.file_names().map(|f| f.map(|f| f.into_owned())).collect::<std::result::Result<Vec<String>, _>>()?;
 
     let mut tensor_infos = vec![];
     for file_name in zip_file_names.iter() {
@@ -698,10 +649,11 @@ pub fn read_pth_tensor_info<P: AsRef<std::path::Path>>(
         let obj = match obj {
             Object::Build { callable, args } => match *callable {
                 Object::Reduce { callable, args: _ } => match *callable {
-                    Object::Class {
-                        module_name,
-                        class_name,
-                    } if module_name == "__torch__" && class_name == "Module" => *args,
+                    Object::Class { module_name, class_name }
+                        if module_name == "__torch__" && class_name == "Module" =>
+                    {
+                        *args
+                    }
                     _ => continue,
                 },
                 _ => continue,
@@ -750,10 +702,7 @@ pub struct PthTensors {
 impl PthTensors {
     pub fn new<P: AsRef<std::path::Path>>(path: P, key: Option<&str>) -> Result<Self> {
         let tensor_infos = read_pth_tensor_info(path.as_ref(), false, key)?;
-        let tensor_infos = tensor_infos
-            .into_iter()
-            .map(|ti| (ti.name.to_string(), ti))
-            .collect();
+        let tensor_infos = tensor_infos.into_iter().map(|ti| (ti.name.to_string(), ti)).collect();
         let path = path.as_ref().to_owned();
         Ok(Self { tensor_infos, path })
     }
@@ -778,23 +727,13 @@ impl PthTensors {
         // Reading the data is a bit tricky as it can be strided, for now only support the basic
         // case and when the tensor is fortran contiguous.
         if !tensor_info.layout.is_contiguous() && !is_fortran_contiguous {
-            crate::bail!(
-                "cannot retrieve non-contiguous tensors {:?}",
-                tensor_info.layout
-            )
+            crate::bail!("cannot retrieve non-contiguous tensors {:?}", tensor_info.layout)
         }
         let start_offset = tensor_info.layout.start_offset();
         if start_offset > 0 {
-            std::io::copy(
-                &mut reader.by_ref().take(start_offset as u64),
-                &mut std::io::sink(),
-            )?;
+            std::io::copy(&mut reader.by_ref().take(start_offset as u64), &mut std::io::sink())?;
         }
-        let tensor = Tensor::from_reader(
-            tensor_info.layout.shape().clone(),
-            tensor_info.dtype,
-            &mut reader,
-        )?;
+        let tensor = Tensor::from_reader(tensor_info.layout.shape().clone(), tensor_info.dtype, &mut reader)?;
 
         if rank > 1 && is_fortran_contiguous {
             // Reverse the shape, e.g. Shape(2, 3, 4) -> Shape(4, 3, 2)
@@ -817,10 +756,7 @@ impl PthTensors {
 /// * `path` - Path to the pth file.
 /// * `key` - Optional key to retrieve `state_dict` from the pth file. Sometimes the pth file
 ///   contains multiple objects and the state_dict is the one we are interested in.
-pub fn read_all_with_key<P: AsRef<std::path::Path>>(
-    path: P,
-    key: Option<&str>,
-) -> Result<Vec<(String, Tensor)>> {
+pub fn read_all_with_key<P: AsRef<std::path::Path>>(path: P, key: Option<&str>) -> Result<Vec<(String, Tensor)>> {
     let pth = PthTensors::new(path, key)?;
     let tensor_names = pth.tensor_infos.keys();
     let mut tensors = Vec::with_capacity(tensor_names.len());

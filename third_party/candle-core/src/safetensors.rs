@@ -118,8 +118,7 @@ fn convert_slice<T: WithDType>(data: &[u8], shape: &[usize], device: &Device) ->
     if (data.as_ptr() as usize).is_multiple_of(size_in_bytes) {
         // SAFETY This is safe because we just checked that this
         // was correctly aligned.
-        let data: &[T] =
-            unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, elem_count) };
+        let data: &[T] = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, elem_count) };
         Tensor::from_slice(data, shape, device)
     } else {
         // XXX: We need to specify `T` here, otherwise the compiler will infer u8 because of the following cast
@@ -148,8 +147,7 @@ fn convert_slice_with_cast<T: Sized + Copy, U: WithDType, F: Fn(T) -> Result<U>>
     if (data.as_ptr() as usize).is_multiple_of(size_in_bytes) {
         // SAFETY This is safe because we just checked that this
         // was correctly aligned.
-        let data: &[T] =
-            unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, elem_count) };
+        let data: &[T] = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const T, elem_count) };
         let data = data.iter().map(|t| conv(*t)).collect::<Result<Vec<_>>>()?;
         Tensor::from_vec(data, shape, device)
     } else {
@@ -206,12 +204,7 @@ impl Load for st::TensorView<'_> {
 }
 
 impl Tensor {
-    pub fn from_raw_buffer(
-        data: &[u8],
-        dtype: DType,
-        shape: &[usize],
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_raw_buffer(data: &[u8], dtype: DType, shape: &[usize], device: &Device) -> Result<Self> {
         match dtype {
             DType::U8 => convert_slice::<u8>(data, shape, device),
             DType::U32 => convert_slice::<u32>(data, shape, device),
@@ -248,16 +241,11 @@ impl Tensor {
                             DType::F8E8M0 => crate::cuda_backend::CudaStorageSlice::F8E8M0(slice),
                             _ => unreachable!(),
                         };
-                        let storage = crate::cuda_backend::CudaStorage {
-                            slice,
-                            device: device.clone(),
-                        };
+                        let storage = crate::cuda_backend::CudaStorage { slice, device: device.clone() };
                         Storage::Cuda(storage)
                     }
                     Device::Custom(_) => {
-                        return Err(Error::Msg(format!(
-                            "{dtype:?} is not supported on custom devices"
-                        )));
+                        return Err(Error::Msg(format!("{dtype:?} is not supported on custom devices")));
                     }
                     #[cfg(not(feature = "cuda"))]
                     Device::Cuda(_) => {
@@ -265,18 +253,11 @@ impl Tensor {
                     }
                     #[cfg(feature = "metal")]
                     Device::Metal(device) => {
-                        let buffer = device
-                            .new_buffer_builder()
-                            .with_data(data)
-                            .with_label("safetensors_view")
-                            .build()?;
+                        let buffer =
+                            device.new_buffer_builder().with_data(data).with_label("safetensors_view").build()?;
 
-                        let storage = crate::metal_backend::MetalStorage::new(
-                            buffer,
-                            device.clone(),
-                            data.len(),
-                            dtype,
-                        );
+                        let storage =
+                            crate::metal_backend::MetalStorage::new(buffer, device.clone(), data.len(), dtype);
                         Storage::Metal(storage)
                     }
                     #[cfg(not(feature = "metal"))]
@@ -357,16 +338,11 @@ fn convert_dummy(view: &st::TensorView<'_>, device: &Device) -> Result<Tensor> {
                 DType::F8E8M0 => crate::cuda_backend::CudaStorageSlice::F8E8M0(slice),
                 _ => unreachable!(),
             };
-            let storage = crate::cuda_backend::CudaStorage {
-                slice,
-                device: device.clone(),
-            };
+            let storage = crate::cuda_backend::CudaStorage { slice, device: device.clone() };
             Storage::Cuda(storage)
         }
         Device::Custom(_) => {
-            return Err(Error::Msg(format!(
-                "{dtype:?} is not supported on custom devices"
-            )));
+            return Err(Error::Msg(format!("{dtype:?} is not supported on custom devices")));
         }
         #[cfg(not(feature = "cuda"))]
         Device::Cuda(_) => {
@@ -374,14 +350,9 @@ fn convert_dummy(view: &st::TensorView<'_>, device: &Device) -> Result<Tensor> {
         }
         #[cfg(feature = "metal")]
         Device::Metal(device) => {
-            let buffer = device
-                .new_buffer_builder()
-                .with_data(data)
-                .with_label("safetensors_load")
-                .build()?;
+            let buffer = device.new_buffer_builder().with_data(data).with_label("safetensors_load").build()?;
 
-            let storage =
-                crate::metal_backend::MetalStorage::new(buffer, device.clone(), data.len(), dtype);
+            let storage = crate::metal_backend::MetalStorage::new(buffer, device.clone(), data.len(), dtype);
             Storage::Metal(storage)
         }
         #[cfg(not(feature = "metal"))]
@@ -422,10 +393,7 @@ pub fn load<P: AsRef<Path>>(filename: P, device: &Device) -> Result<HashMap<Stri
 
 pub fn load_buffer(data: &[u8], device: &Device) -> Result<HashMap<String, Tensor>> {
     let st = safetensors::SafeTensors::deserialize(data)?;
-    st.tensors()
-        .into_iter()
-        .map(|(name, view)| Ok((name, view.load(device)?)))
-        .collect()
+    st.tensors().into_iter().map(|(name, view)| Ok((name, view.load(device)?))).collect()
 }
 
 pub fn save<K: AsRef<str> + Ord + std::fmt::Display, P: AsRef<Path>>(
@@ -452,21 +420,13 @@ impl MmapedSafetensors {
     pub unsafe fn new<P: AsRef<Path>>(p: P) -> Result<Self> {
         let p = p.as_ref();
         let file = std::fs::File::open(p).map_err(|e| Error::from(e).with_path(p))?;
-        let file = memmap2::MmapOptions::new()
-            .map(&file)
-            .map_err(|e| Error::from(e).with_path(p))?;
-        let safetensors = yoke::Yoke::<SafeTensors_<'static>, memmap2::Mmap>::try_attach_to_cart(
-            file,
-            |data: &[u8]| {
-                let st = safetensors::SafeTensors::deserialize(data)
-                    .map_err(|e| Error::from(e).with_path(p))?;
+        let file = memmap2::MmapOptions::new().map(&file).map_err(|e| Error::from(e).with_path(p))?;
+        let safetensors =
+            yoke::Yoke::<SafeTensors_<'static>, memmap2::Mmap>::try_attach_to_cart(file, |data: &[u8]| {
+                let st = safetensors::SafeTensors::deserialize(data).map_err(|e| Error::from(e).with_path(p))?;
                 Ok::<_, Error>(SafeTensors_(st))
-            },
-        )?;
-        Ok(Self {
-            safetensors: vec![safetensors],
-            routing: None,
-        })
+            })?;
+        Ok(Self { safetensors: vec![safetensors], routing: None })
     }
 
     /// Creates a wrapper around multiple memory mapped file and deserialize the safetensors headers.
@@ -482,26 +442,18 @@ impl MmapedSafetensors {
         for (index, p) in paths.iter().enumerate() {
             let p = p.as_ref();
             let file = std::fs::File::open(p).map_err(|e| Error::from(e).with_path(p))?;
-            let file = memmap2::MmapOptions::new()
-                .map(&file)
-                .map_err(|e| Error::from(e).with_path(p))?;
-            let data = yoke::Yoke::<SafeTensors_<'static>, memmap2::Mmap>::try_attach_to_cart(
-                file,
-                |data: &[u8]| {
-                    let st = safetensors::SafeTensors::deserialize(data)
-                        .map_err(|e| Error::from(e).with_path(p))?;
+            let file = memmap2::MmapOptions::new().map(&file).map_err(|e| Error::from(e).with_path(p))?;
+            let data =
+                yoke::Yoke::<SafeTensors_<'static>, memmap2::Mmap>::try_attach_to_cart(file, |data: &[u8]| {
+                    let st = safetensors::SafeTensors::deserialize(data).map_err(|e| Error::from(e).with_path(p))?;
                     Ok::<_, Error>(SafeTensors_(st))
-                },
-            )?;
+                })?;
             for k in data.get().0.names() {
                 routing.insert(k.to_string(), index);
             }
             safetensors.push(data)
         }
-        Ok(Self {
-            safetensors,
-            routing: Some(routing),
-        })
+        Ok(Self { safetensors, routing: Some(routing) })
     }
 
     pub fn load(&self, name: &str, dev: &Device) -> Result<Tensor> {
@@ -520,12 +472,7 @@ impl MmapedSafetensors {
         let index = match &self.routing {
             None => 0,
             Some(routing) => {
-                let index = routing.get(name).ok_or_else(|| {
-                    Error::CannotFindTensor {
-                        path: name.to_string(),
-                    }
-                    .bt()
-                })?;
+                let index = routing.get(name).ok_or_else(|| Error::CannotFindTensor { path: name.to_string() }.bt())?;
                 *index
             }
         };
@@ -564,13 +511,10 @@ pub struct BufferedSafetensors {
 impl BufferedSafetensors {
     /// Creates a wrapper around a binary buffer and deserialize the safetensors header.
     pub fn new(buffer: Vec<u8>) -> Result<Self> {
-        let safetensors = yoke::Yoke::<SafeTensors_<'static>, Vec<u8>>::try_attach_to_cart(
-            buffer,
-            |data: &[u8]| {
-                let st = safetensors::SafeTensors::deserialize(data)?;
-                Ok::<_, Error>(SafeTensors_(st))
-            },
-        )?;
+        let safetensors = yoke::Yoke::<SafeTensors_<'static>, Vec<u8>>::try_attach_to_cart(buffer, |data: &[u8]| {
+            let st = safetensors::SafeTensors::deserialize(data)?;
+            Ok::<_, Error>(SafeTensors_(st))
+        })?;
         Ok(Self { safetensors })
     }
 
@@ -602,18 +546,13 @@ impl MmapedFile {
     pub unsafe fn new<P: AsRef<Path>>(p: P) -> Result<Self> {
         let p = p.as_ref();
         let file = std::fs::File::open(p).map_err(|e| Error::from(e).with_path(p))?;
-        let inner = memmap2::MmapOptions::new()
-            .map(&file)
-            .map_err(|e| Error::from(e).with_path(p))?;
-        Ok(Self {
-            inner,
-            path: p.to_path_buf(),
-        })
+        let inner = memmap2::MmapOptions::new().map(&file).map_err(|e| Error::from(e).with_path(p))?;
+        Ok(Self { inner, path: p.to_path_buf() })
     }
 
     pub fn deserialize(&self) -> Result<SafeTensors<'_>> {
-        let st = safetensors::SafeTensors::deserialize(&self.inner)
-            .map_err(|e| Error::from(e).with_path(&self.path))?;
+        let st =
+            safetensors::SafeTensors::deserialize(&self.inner).map_err(|e| Error::from(e).with_path(&self.path))?;
         Ok(st)
     }
 }

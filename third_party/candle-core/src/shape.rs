@@ -70,12 +70,7 @@ macro_rules! extract_dims {
     ($fn_name:ident, $cnt:tt, $dims:expr, $out_type:ty) => {
         pub fn $fn_name(dims: &[usize]) -> Result<$out_type> {
             if dims.len() != $cnt {
-                Err(Error::UnexpectedNumberOfDims {
-                    expected: $cnt,
-                    got: dims.len(),
-                    shape: Shape::from(dims),
-                }
-                .bt())
+                Err(Error::UnexpectedNumberOfDims { expected: $cnt, got: dims.len(), shape: Shape::from(dims) }.bt())
             } else {
                 Ok($dims(dims))
             }
@@ -198,16 +193,8 @@ impl Shape {
         let mut bcast_dims = vec![0; bcast_ndims];
         for (idx, bcast_value) in bcast_dims.iter_mut().enumerate() {
             let rev_idx = bcast_ndims - idx;
-            let l_value = if lhs_ndims < rev_idx {
-                1
-            } else {
-                lhs_dims[lhs_ndims - rev_idx]
-            };
-            let r_value = if rhs_ndims < rev_idx {
-                1
-            } else {
-                rhs_dims[rhs_ndims - rev_idx]
-            };
+            let l_value = if lhs_ndims < rev_idx { 1 } else { lhs_dims[lhs_ndims - rev_idx] };
+            let r_value = if rhs_ndims < rev_idx { 1 } else { rhs_dims[rhs_ndims - rev_idx] };
             *bcast_value = if l_value == r_value {
                 l_value
             } else if l_value == 1 {
@@ -215,12 +202,7 @@ impl Shape {
             } else if r_value == 1 {
                 l_value
             } else {
-                Err(Error::ShapeMismatchBinaryOp {
-                    lhs: lhs.clone(),
-                    rhs: rhs.clone(),
-                    op,
-                }
-                .bt())?
+                Err(Error::ShapeMismatchBinaryOp { lhs: lhs.clone(), rhs: rhs.clone(), op }.bt())?
             }
         }
         Ok(Shape::from(bcast_dims))
@@ -259,12 +241,7 @@ impl Dim for usize {
     fn to_index(&self, shape: &Shape, op: &'static str) -> Result<usize> {
         let dim = *self;
         if dim >= shape.dims().len() {
-            Err(Error::DimOutOfRange {
-                shape: shape.clone(),
-                dim: dim as i32,
-                op,
-            }
-            .bt())?
+            Err(Error::DimOutOfRange { shape: shape.clone(), dim: dim as i32, op }.bt())?
         } else {
             Ok(dim)
         }
@@ -273,12 +250,7 @@ impl Dim for usize {
     fn to_index_plus_one(&self, shape: &Shape, op: &'static str) -> Result<usize> {
         let dim = *self;
         if dim > shape.dims().len() {
-            Err(Error::DimOutOfRange {
-                shape: shape.clone(),
-                dim: dim as i32,
-                op,
-            }
-            .bt())?
+            Err(Error::DimOutOfRange { shape: shape.clone(), dim: dim as i32, op }.bt())?
         } else {
             Ok(dim)
         }
@@ -299,12 +271,7 @@ impl D {
             Self::Minus2 => -2,
             Self::Minus(u) => -(*u as i32),
         };
-        Error::DimOutOfRange {
-            shape: shape.clone(),
-            dim,
-            op,
-        }
-        .bt()
+        Error::DimOutOfRange { shape: shape.clone(), dim, op }.bt()
     }
 }
 
@@ -337,20 +304,10 @@ pub trait Dims: Sized {
         let dims = self.to_indexes_internal(shape, op)?;
         for (i, &dim) in dims.iter().enumerate() {
             if dims[..i].contains(&dim) {
-                Err(Error::DuplicateDimIndex {
-                    shape: shape.clone(),
-                    dims: dims.clone(),
-                    op,
-                }
-                .bt())?
+                Err(Error::DuplicateDimIndex { shape: shape.clone(), dims: dims.clone(), op }.bt())?
             }
             if dim >= shape.rank() {
-                Err(Error::DimOutOfRange {
-                    shape: shape.clone(),
-                    dim: dim as i32,
-                    op,
-                }
-                .bt())?
+                Err(Error::DimOutOfRange { shape: shape.clone(), dim: dim as i32, op }.bt())?
             }
         }
         Ok(dims)
@@ -448,24 +405,9 @@ impl<D1: Dim, D2: Dim, D3: Dim, D4: Dim, D5: Dim, D6: Dim> Dims for (D1, D2, D3,
 extract_dims!(dims0, 0, |_: &[usize]| (), ());
 extract_dims!(dims1, 1, |d: &[usize]| d[0], usize);
 extract_dims!(dims2, 2, |d: &[usize]| (d[0], d[1]), (usize, usize));
-extract_dims!(
-    dims3,
-    3,
-    |d: &[usize]| (d[0], d[1], d[2]),
-    (usize, usize, usize)
-);
-extract_dims!(
-    dims4,
-    4,
-    |d: &[usize]| (d[0], d[1], d[2], d[3]),
-    (usize, usize, usize, usize)
-);
-extract_dims!(
-    dims5,
-    5,
-    |d: &[usize]| (d[0], d[1], d[2], d[3], d[4]),
-    (usize, usize, usize, usize, usize)
-);
+extract_dims!(dims3, 3, |d: &[usize]| (d[0], d[1], d[2]), (usize, usize, usize));
+extract_dims!(dims4, 4, |d: &[usize]| (d[0], d[1], d[2], d[3]), (usize, usize, usize, usize));
+extract_dims!(dims5, 5, |d: &[usize]| (d[0], d[1], d[2], d[3], d[4]), (usize, usize, usize, usize, usize));
 
 pub trait ShapeWithOneHole {
     fn into_shape(self, el_count: usize) -> Result<Shape>;
@@ -475,11 +417,7 @@ impl<S: Into<Shape>> ShapeWithOneHole for S {
     fn into_shape(self, el_count: usize) -> Result<Shape> {
         let shape = self.into();
         if shape.elem_count() != el_count {
-            return Err(Error::ShapeMismatch {
-                buffer_size: el_count,
-                shape,
-            }
-            .bt());
+            return Err(Error::ShapeMismatch { buffer_size: el_count, shape }.bt());
         }
         Ok(shape)
     }

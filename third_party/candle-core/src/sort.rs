@@ -22,35 +22,23 @@ impl ArgSort {
             v
         };
         if self.asc {
-            sort_indexes
-                .par_chunks_exact_mut(self.last_dim)
-                .zip(vs.par_chunks_exact(self.last_dim))
-                .for_each(|(indexes, vs)| {
-                    indexes
-                        .iter_mut()
-                        .enumerate()
-                        .for_each(|(i, v)| *v = i as u32);
+            sort_indexes.par_chunks_exact_mut(self.last_dim).zip(vs.par_chunks_exact(self.last_dim)).for_each(
+                |(indexes, vs)| {
+                    indexes.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
                     indexes.sort_by(|&i, &j| {
-                        vs[i as usize]
-                            .partial_cmp(&vs[j as usize])
-                            .unwrap_or(std::cmp::Ordering::Greater)
+                        vs[i as usize].partial_cmp(&vs[j as usize]).unwrap_or(std::cmp::Ordering::Greater)
                     })
-                });
+                },
+            );
         } else {
-            sort_indexes
-                .par_chunks_exact_mut(self.last_dim)
-                .zip(vs.par_chunks_exact(self.last_dim))
-                .for_each(|(indexes, vs)| {
-                    indexes
-                        .iter_mut()
-                        .enumerate()
-                        .for_each(|(i, v)| *v = i as u32);
+            sort_indexes.par_chunks_exact_mut(self.last_dim).zip(vs.par_chunks_exact(self.last_dim)).for_each(
+                |(indexes, vs)| {
+                    indexes.iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
                     indexes.sort_by(|&j, &i| {
-                        vs[i as usize]
-                            .partial_cmp(&vs[j as usize])
-                            .unwrap_or(std::cmp::Ordering::Greater)
+                        vs[i as usize].partial_cmp(&vs[j as usize]).unwrap_or(std::cmp::Ordering::Greater)
                     })
-                });
+                },
+            );
         }
         Ok(sort_indexes)
     }
@@ -59,9 +47,7 @@ impl ArgSort {
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use crate::cuda_backend::cudarc::driver::{
-        CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits,
-    };
+    use crate::cuda_backend::cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, ValidAsZeroBits};
     use crate::cuda_backend::{kernel_name, kernels, CudaStorageSlice as S, WrapErr};
     use crate::{CudaDevice, WithDType};
 
@@ -130,22 +116,16 @@ impl crate::CustomOp1 for ArgSort {
             crate::CpuStorage::F8E4M3(vs) => self.asort(vs, layout)?,
             // Dummy types don't support sorting
             crate::CpuStorage::F6E2M3(_) => {
-                return Err(
-                    crate::Error::UnsupportedDTypeForOp(crate::DType::F6E2M3, "argsort").bt(),
-                )
+                return Err(crate::Error::UnsupportedDTypeForOp(crate::DType::F6E2M3, "argsort").bt())
             }
             crate::CpuStorage::F6E3M2(_) => {
-                return Err(
-                    crate::Error::UnsupportedDTypeForOp(crate::DType::F6E3M2, "argsort").bt(),
-                )
+                return Err(crate::Error::UnsupportedDTypeForOp(crate::DType::F6E3M2, "argsort").bt())
             }
             crate::CpuStorage::F4(_) => {
                 return Err(crate::Error::UnsupportedDTypeForOp(crate::DType::F4, "argsort").bt())
             }
             crate::CpuStorage::F8E8M0(_) => {
-                return Err(
-                    crate::Error::UnsupportedDTypeForOp(crate::DType::F8E8M0, "argsort").bt(),
-                )
+                return Err(crate::Error::UnsupportedDTypeForOp(crate::DType::F8E8M0, "argsort").bt())
             }
         };
         let sort_indexes = crate::CpuStorage::U32(sort_indexes);
@@ -162,10 +142,7 @@ impl crate::CustomOp1 for ArgSort {
         use crate::cuda_backend::Map1Any;
         let dev = storage.device();
         let slice = self.map(&storage.slice, dev, layout)?;
-        let dst = crate::cuda_backend::CudaStorage {
-            slice,
-            device: dev.clone(),
-        };
+        let dst = crate::cuda_backend::CudaStorage { slice, device: dev.clone() };
         Ok((dst, layout.shape().clone()))
     }
 
@@ -192,9 +169,7 @@ impl crate::CustomOp1 for ArgSort {
                     DType::I64 => "asort_asc_i64",
                     DType::F8E4M3 => crate::bail!("Metal device does not yet support F8E4M3."),
                     DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                        return Err(
-                            crate::Error::UnsupportedDTypeForOp(storage.dtype(), "argsort").bt(),
-                        )
+                        return Err(crate::Error::UnsupportedDTypeForOp(storage.dtype(), "argsort").bt())
                     }
                 }
             } else {
@@ -210,9 +185,7 @@ impl crate::CustomOp1 for ArgSort {
                     DType::I64 => "asort_desc_i64",
                     DType::F8E4M3 => crate::bail!("Metal device does not yet support F8E4M3."),
                     DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                        return Err(
-                            crate::Error::UnsupportedDTypeForOp(storage.dtype(), "argsort").bt(),
-                        )
+                        return Err(crate::Error::UnsupportedDTypeForOp(storage.dtype(), "argsort").bt())
                     }
                 }
             }
@@ -224,11 +197,7 @@ impl crate::CustomOp1 for ArgSort {
         let ncols = self.last_dim;
         let nrows = el / ncols;
         let src = crate::metal_backend::buffer_o(storage.buffer(), layout, storage.dtype());
-        let dst = device
-            .new_buffer_builder()
-            .with_size_for(el, DType::U32)
-            .with_label("asort")
-            .build()?;
+        let dst = device.new_buffer_builder().with_size_for(el, DType::U32).with_label("asort").build()?;
         let mut ncols_pad = 1;
         while ncols_pad < ncols {
             ncols_pad *= 2;
@@ -267,9 +236,7 @@ impl Tensor {
     /// comes to ties.
     pub fn arg_sort_last_dim(&self, asc: bool) -> Result<Tensor> {
         if !self.is_contiguous() {
-            return Err(crate::Error::RequiresContiguous {
-                op: "arg_sort_last_dim",
-            });
+            return Err(crate::Error::RequiresContiguous { op: "arg_sort_last_dim" });
         }
         let last_dim = match self.dims().last() {
             None => crate::bail!("empty last-dim in arg-sort"),
@@ -287,9 +254,7 @@ impl Tensor {
     /// comes to ties.
     pub fn sort_last_dim(&self, asc: bool) -> Result<(Tensor, Tensor)> {
         if !self.is_contiguous() {
-            return Err(crate::Error::RequiresContiguous {
-                op: "sort_last_dim",
-            });
+            return Err(crate::Error::RequiresContiguous { op: "sort_last_dim" });
         }
         let asort = self.arg_sort_last_dim(asc)?;
         let sorted = self.gather(&asort, crate::D::Minus1)?;

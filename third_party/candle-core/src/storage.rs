@@ -159,13 +159,7 @@ impl Storage {
         }
     }
 
-    pub(crate) fn cmp(
-        &self,
-        op: CmpOp,
-        rhs: &Self,
-        lhs_layout: &Layout,
-        rhs_layout: &Layout,
-    ) -> Result<Self> {
+    pub(crate) fn cmp(&self, op: CmpOp, rhs: &Self, lhs_layout: &Layout, rhs_layout: &Layout) -> Result<Self> {
         self.same_device(rhs, "cmp")?;
         self.same_dtype(rhs, "cmp")?;
         match (self, rhs) {
@@ -261,13 +255,7 @@ impl Storage {
         }
     }
 
-    pub(crate) fn apply_op2(
-        &self,
-        l1: &Layout,
-        t2: &Self,
-        l2: &Layout,
-        c: &dyn CustomOp2,
-    ) -> Result<(Self, Shape)> {
+    pub(crate) fn apply_op2(&self, l1: &Layout, t2: &Self, l2: &Layout, c: &dyn CustomOp2) -> Result<(Self, Shape)> {
         self.same_device(t2, c.name())?;
         match (self, t2) {
             (Self::Cpu(s1), Self::Cpu(s2)) => {
@@ -384,8 +372,7 @@ impl Storage {
                 Ok(Self::Metal(storage))
             }
             Self::Custom(storage) => {
-                let storage =
-                    storage.dyn_unary(crate::custom_backend::UnaryOpKind::of::<B>()?, layout)?;
+                let storage = storage.dyn_unary(crate::custom_backend::UnaryOpKind::of::<B>()?, layout)?;
                 Ok(Self::Custom(storage))
             }
         }
@@ -413,12 +400,8 @@ impl Storage {
                 Ok(Self::Metal(storage))
             }
             (Self::Custom(lhs), Self::Custom(rhs)) => {
-                let storage = lhs.dyn_binary(
-                    crate::custom_backend::BinaryOpKind::of::<B>()?,
-                    &**rhs,
-                    lhs_layout,
-                    rhs_layout,
-                )?;
+                let storage =
+                    lhs.dyn_binary(crate::custom_backend::BinaryOpKind::of::<B>()?, &**rhs, lhs_layout, rhs_layout)?;
                 Ok(Self::Custom(storage))
             }
             (lhs, rhs) => {
@@ -679,29 +662,19 @@ impl Storage {
     ) -> Result<Self> {
         match self {
             Storage::Cpu(storage) => {
-                let storage =
-                    storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
+                let storage = storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
                 Ok(Self::Cpu(storage))
             }
             Self::Cuda(storage) => {
-                let storage =
-                    storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
+                let storage = storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
                 Ok(Self::Cuda(storage))
             }
             Self::Metal(storage) => {
-                let storage =
-                    storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
+                let storage = storage.upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
                 Ok(Self::Metal(storage))
             }
             Self::Custom(storage) => {
-                let storage = storage.dyn_upsample_bilinear2d(
-                    layout,
-                    h,
-                    w,
-                    align_corners,
-                    scale_h,
-                    scale_w,
-                )?;
+                let storage = storage.dyn_upsample_bilinear2d(layout, h, w, align_corners, scale_h, scale_w)?;
                 Ok(Self::Custom(storage))
             }
         }
@@ -744,13 +717,7 @@ impl Storage {
         }
     }
 
-    pub(crate) fn gather(
-        &self,
-        l: &Layout,
-        indexes: &Self,
-        indexes_l: &Layout,
-        d: usize,
-    ) -> Result<Self> {
+    pub(crate) fn gather(&self, l: &Layout, indexes: &Self, indexes_l: &Layout, d: usize) -> Result<Self> {
         self.same_device(indexes, "index-add")?;
         match (self, indexes) {
             (Self::Cpu(s), Self::Cpu(indexes)) => {
@@ -863,13 +830,7 @@ impl Storage {
         }
     }
 
-    pub(crate) fn index_select(
-        &self,
-        rhs: &Self,
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-        d: usize,
-    ) -> Result<Self> {
+    pub(crate) fn index_select(&self, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout, d: usize) -> Result<Self> {
         self.same_device(rhs, "index-select")?;
         match (self, rhs) {
             (Self::Cpu(lhs), Self::Cpu(rhs)) => {
@@ -933,21 +894,12 @@ impl Storage {
     }
 
     // self, the source can be strided whereas dst is contiguous.
-    pub(crate) fn copy_strided_src(
-        &self,
-        dst: &mut Self,
-        dst_offset: usize,
-        src_l: &Layout,
-    ) -> Result<()> {
+    pub(crate) fn copy_strided_src(&self, dst: &mut Self, dst_offset: usize, src_l: &Layout) -> Result<()> {
         match (self, dst) {
             (Self::Cpu(src), Self::Cpu(dst)) => src.copy_strided_src(dst, dst_offset, src_l),
             (Self::Cuda(src), Self::Cuda(dst)) => Ok(src.copy_strided_src(dst, dst_offset, src_l)?),
-            (Self::Metal(src), Self::Metal(dst)) => {
-                Ok(src.copy_strided_src(dst, dst_offset, src_l)?)
-            }
-            (Self::Custom(src), Self::Custom(dst)) => {
-                Ok(src.dyn_copy_strided_src(&mut **dst, dst_offset, src_l)?)
-            }
+            (Self::Metal(src), Self::Metal(dst)) => Ok(src.copy_strided_src(dst, dst_offset, src_l)?),
+            (Self::Custom(src), Self::Custom(dst)) => Ok(src.dyn_copy_strided_src(&mut **dst, dst_offset, src_l)?),
             (lhs, rhs) => Err(Error::DeviceMismatchBinaryOp {
                 lhs: lhs.device().location(),
                 rhs: rhs.device().location(),
@@ -970,12 +922,8 @@ impl Storage {
     ) -> Result<()> {
         match (self, dst) {
             (Self::Cpu(src), Self::Cpu(dst)) => src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o),
-            (Self::Cuda(src), Self::Cuda(dst)) => {
-                Ok(src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o)?)
-            }
-            (Self::Metal(src), Self::Metal(dst)) => {
-                Ok(src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o)?)
-            }
+            (Self::Cuda(src), Self::Cuda(dst)) => Ok(src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o)?),
+            (Self::Metal(src), Self::Metal(dst)) => Ok(src.copy2d(dst, d1, d2, src_s, dst_s, src_o, dst_o)?),
             (Self::Custom(src), Self::Custom(dst)) => {
                 Ok(src.dyn_copy2d(&mut **dst, d1, d2, src_s, dst_s, src_o, dst_o)?)
             }

@@ -102,11 +102,8 @@ impl StreamTensor {
                 } else {
                     let lhs = Self::from_tensor(t.narrow(dim, 0, lhs_len)?);
                     let rhs_len = seq_len - lhs_len;
-                    let rhs = if rhs_len == 0 {
-                        Self::empty()
-                    } else {
-                        Self::from_tensor(t.narrow(dim, lhs_len, rhs_len)?)
-                    };
+                    let rhs =
+                        if rhs_len == 0 { Self::empty() } else { Self::from_tensor(t.narrow(dim, lhs_len, rhs_len)?) };
                     Ok((lhs, rhs))
                 }
             }
@@ -152,12 +149,7 @@ pub struct StreamingBinOp {
 
 impl StreamingBinOp {
     pub fn new(op: BinOp, dim: crate::D) -> Self {
-        Self {
-            prev_lhs: StreamTensor::empty(),
-            prev_rhs: StreamTensor::empty(),
-            op,
-            dim,
-        }
+        Self { prev_lhs: StreamTensor::empty(), prev_rhs: StreamTensor::empty(), op, dim }
     }
 
     pub fn reset_state(&mut self) {

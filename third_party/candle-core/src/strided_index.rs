@@ -20,13 +20,7 @@ impl<'a> StridedIndex<'a> {
             // This applies to the scalar case.
             Some(start_offset)
         };
-        StridedIndex {
-            next_storage_index,
-            multi_index: vec![0; dims.len()],
-            dims,
-            stride,
-            remaining: elem_count,
-        }
+        StridedIndex { next_storage_index, multi_index: vec![0; dims.len()], dims, stride, remaining: elem_count }
     }
 
     pub(crate) fn from_layout(l: &'a Layout) -> Self {
@@ -42,12 +36,8 @@ impl Iterator for StridedIndex<'_> {
         let storage_index = self.next_storage_index?;
         let mut updated = false;
         let mut next_storage_index = storage_index;
-        for ((multi_i, max_i), stride_i) in self
-            .multi_index
-            .iter_mut()
-            .zip(self.dims.iter())
-            .zip(self.stride.iter())
-            .rev()
+        for ((multi_i, max_i), stride_i) in
+            self.multi_index.iter_mut().zip(self.dims.iter()).zip(self.stride.iter()).rev()
         {
             let next_i = *multi_i + 1;
             if next_i < *max_i {
@@ -61,11 +51,7 @@ impl Iterator for StridedIndex<'_> {
             }
         }
         self.remaining -= 1;
-        self.next_storage_index = if updated {
-            Some(next_storage_index)
-        } else {
-            None
-        };
+        self.next_storage_index = if updated { Some(next_storage_index) } else { None };
         Some(storage_index)
     }
 
@@ -83,18 +69,7 @@ impl ExactSizeIterator for StridedIndex<'_> {
 
 #[derive(Debug)]
 pub enum StridedBlocks<'a> {
-    SingleBlock {
-        start_offset: usize,
-        len: usize,
-    },
-    UniformBlocks {
-        start_offset: usize,
-        block_len: usize,
-        count: usize,
-        src_stride: usize,
-    },
-    MultipleBlocks {
-        block_start_index: StridedIndex<'a>,
-        block_len: usize,
-    },
+    SingleBlock { start_offset: usize, len: usize },
+    UniformBlocks { start_offset: usize, block_len: usize, count: usize, src_stride: usize },
+    MultipleBlocks { block_start_index: StridedIndex<'a>, block_len: usize },
 }

@@ -84,9 +84,7 @@ macro_rules! unary_op {
             if shape.elem_count() == 0 {
                 return Ok(self.clone());
             }
-            let storage = self
-                .storage()
-                .unary_impl::<crate::op::$op_name>(self.layout())?;
+            let storage = self.storage().unary_impl::<crate::op::$op_name>(self.layout())?;
             let op = BackpropOp::new1(self, |s| Op::Unary(s, UnaryOp::$op_name));
             Ok(from_storage(storage, shape.clone(), op, false))
         }
@@ -100,11 +98,8 @@ macro_rules! binary_op {
             if shape.elem_count() == 0 {
                 return Ok(self.clone());
             }
-            let storage = self.storage().binary_impl::<crate::op::$op_name>(
-                &*rhs.storage(),
-                self.layout(),
-                rhs.layout(),
-            )?;
+            let storage =
+                self.storage().binary_impl::<crate::op::$op_name>(&*rhs.storage(), self.layout(), rhs.layout())?;
             let op = BackpropOp::new2(self, rhs, |t1, t2| Op::Binary(t1, t2, BinaryOp::$op_name));
             Ok(from_storage(storage, shape.clone(), op, false))
         }
@@ -116,20 +111,16 @@ macro_rules! binary_op_scalar {
         pub fn $fn_name<T: TensorOrScalar>(&self, rhs: T) -> Result<Self> {
             let rhs = match rhs.to_tensor_scalar()? {
                 crate::scalar::TensorScalar::Tensor(rhs) => rhs,
-                crate::scalar::TensorScalar::Scalar(rhs) => rhs
-                    .to_dtype(self.dtype())?
-                    .to_device(self.device())?
-                    .broadcast_as(self.shape())?,
+                crate::scalar::TensorScalar::Scalar(rhs) => {
+                    rhs.to_dtype(self.dtype())?.to_device(self.device())?.broadcast_as(self.shape())?
+                }
             };
             let shape = self.same_shape_binary_op(&rhs, stringify!($fn_name))?;
             if self.elem_count() == 0 {
                 return Ok(self.clone());
             }
-            let storage = self.storage().binary_impl::<crate::op::$op_name>(
-                &*rhs.storage(),
-                self.layout(),
-                rhs.layout(),
-            )?;
+            let storage =
+                self.storage().binary_impl::<crate::op::$op_name>(&*rhs.storage(), self.layout(), rhs.layout())?;
             let op = BackpropOp::new2(self, &rhs, |t1, t2| Op::Binary(t1, t2, BinaryOp::$op_name));
             Ok(from_storage(storage, shape.clone(), op, false))
         }
@@ -140,15 +131,11 @@ macro_rules! broadcast_binary_op {
     ($fn_name:ident, $inner_fn_name:ident) => {
         pub fn $fn_name(&self, rhs: &Self) -> Result<Self> {
             let lhs = self;
-            let shape = lhs
-                .shape()
-                .broadcast_shape_binary_op(rhs.shape(), stringify!($fn_name))?;
+            let shape = lhs.shape().broadcast_shape_binary_op(rhs.shape(), stringify!($fn_name))?;
             let l_broadcast = shape != *lhs.shape();
             let r_broadcast = shape != *rhs.shape();
             match (l_broadcast, r_broadcast) {
-                (true, true) => lhs
-                    .broadcast_as(&shape)?
-                    .$inner_fn_name(&rhs.broadcast_as(&shape)?),
+                (true, true) => lhs.broadcast_as(&shape)?.$inner_fn_name(&rhs.broadcast_as(&shape)?),
                 (false, true) => lhs.$inner_fn_name(&rhs.broadcast_as(&shape)?),
                 (true, false) => lhs.broadcast_as(&shape)?.$inner_fn_name(rhs),
                 (false, false) => lhs.$inner_fn_name(rhs),
@@ -158,12 +145,7 @@ macro_rules! broadcast_binary_op {
 }
 
 /// Creates a fresh tensor structure based on a storage and a shape, this uses contiguous strides.
-pub(crate) fn from_storage<S: Into<Shape>>(
-    storage: Storage,
-    shape: S,
-    op: BackpropOp,
-    is_variable: bool,
-) -> Tensor {
+pub(crate) fn from_storage<S: Into<Shape>>(storage: Storage, shape: S, op: BackpropOp, is_variable: bool) -> Tensor {
     let dtype = storage.dtype();
     let device = storage.device();
     let tensor_ = Tensor_ {
@@ -345,12 +327,7 @@ impl Tensor {
     }
 
     /// Creates a new tensor initialized with values sampled uniformly between `lo` and `up`.
-    pub fn rand<S: Into<Shape>, T: crate::FloatDType>(
-        lo: T,
-        up: T,
-        s: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn rand<S: Into<Shape>, T: crate::FloatDType>(lo: T, up: T, s: S, device: &Device) -> Result<Self> {
         Self::rand_impl(lo, up, s, device, false)
     }
 
@@ -386,24 +363,12 @@ impl Tensor {
     }
 
     pub fn randn_like(&self, mean: f64, stdev: f64) -> Result<Self> {
-        Tensor::randn_f64_impl(
-            mean,
-            stdev,
-            self.shape(),
-            self.dtype(),
-            self.device(),
-            false,
-        )
+        Tensor::randn_f64_impl(mean, stdev, self.shape(), self.dtype(), self.device(), false)
     }
 
     /// Creates a new tensor initialized with values sampled from a normal distribution with the
     /// specified `mean` and standard deviation `std`.
-    pub fn randn<S: Into<Shape>, T: crate::FloatDType>(
-        mean: T,
-        std: T,
-        s: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn randn<S: Into<Shape>, T: crate::FloatDType>(mean: T, std: T, s: S, device: &Device) -> Result<Self> {
         Self::randn_impl(mean, std, s, device, false)
     }
 
@@ -439,11 +404,7 @@ impl Tensor {
     ///     [3.5, 3.5, 3.5, 3.5],
     /// ]);
     /// # Ok::<(), candle_core::Error>(())
-    pub fn full<D: crate::WithDType, S: Into<Shape>>(
-        value: D,
-        shape: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn full<D: crate::WithDType, S: Into<Shape>>(value: D, shape: S, device: &Device) -> Result<Self> {
         let none = BackpropOp::none();
         let shape = shape.into();
         let mut storage = unsafe { device.alloc_uninit(&shape, D::DTYPE)? };
@@ -460,10 +421,7 @@ impl Tensor {
     /// assert_eq!(a.to_vec1::<f64>()?, &[1.0, 2.0, 3.0, 4.0]);
     /// # Ok::<(), candle_core::Error>(())
     /// ```
-    pub fn from_iter<D: crate::WithDType>(
-        iter: impl IntoIterator<Item = D>,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_iter<D: crate::WithDType>(iter: impl IntoIterator<Item = D>, device: &Device) -> Result<Self> {
         let data = iter.into_iter().collect::<Vec<_>>();
         let len = data.len();
         Self::from_vec_impl(data, len, device, false)
@@ -491,12 +449,7 @@ impl Tensor {
     /// assert_eq!(a.to_vec1::<f64>()?, &[2.0, 2.5, 3.0, 3.5]);
     /// # Ok::<(), candle_core::Error>(())
     /// ```
-    pub fn arange_step<D: crate::WithDType>(
-        start: D,
-        end: D,
-        step: D,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn arange_step<D: crate::WithDType>(start: D, end: D, step: D, device: &Device) -> Result<Self> {
         if D::is_zero(&step) {
             bail!("step cannot be zero")
         }
@@ -542,11 +495,7 @@ impl Tensor {
     /// ]);
     /// # Ok::<(), candle_core::Error>(())
     /// ```
-    pub fn from_vec<S: ShapeWithOneHole, D: crate::WithDType>(
-        data: Vec<D>,
-        shape: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_vec<S: ShapeWithOneHole, D: crate::WithDType>(data: Vec<D>, shape: S, device: &Device) -> Result<Self> {
         Self::from_vec_impl(data, shape, device, false)
     }
 
@@ -578,12 +527,7 @@ impl Tensor {
         let lhs = self.shape();
         let rhs = rhs.shape();
         if lhs != rhs {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: lhs.clone(),
-                rhs: rhs.clone(),
-                op,
-            }
-            .bt())
+            Err(Error::ShapeMismatchBinaryOp { lhs: lhs.clone(), rhs: rhs.clone(), op }.bt())
         } else {
             Ok(lhs)
         }
@@ -600,12 +544,7 @@ impl Tensor {
     /// # Note
     /// - This uses contiguous strides
     /// - Ensure the shape is compatible with the shape of the storage.
-    pub fn from_storage<S: Into<Shape>>(
-        storage: Storage,
-        shape: S,
-        op: BackpropOp,
-        is_variable: bool,
-    ) -> Tensor {
+    pub fn from_storage<S: Into<Shape>>(storage: Storage, shape: S, op: BackpropOp, is_variable: bool) -> Tensor {
         from_storage(storage, shape, op, is_variable)
     }
 
@@ -663,12 +602,7 @@ impl Tensor {
     /// dimensions, an error is returned instead.
     pub fn to_scalar<S: crate::WithDType>(&self) -> Result<S> {
         if self.rank() != 0 {
-            Err(Error::UnexpectedNumberOfDims {
-                expected: 0,
-                got: self.rank(),
-                shape: self.shape().clone(),
-            }
-            .bt())?
+            Err(Error::UnexpectedNumberOfDims { expected: 0, got: self.rank(), shape: self.shape().clone() }.bt())?
         }
         let from_cpu_storage = |cpu_storage: &crate::CpuStorage| {
             let data = S::cpu_storage_as_slice(cpu_storage)?;
@@ -748,11 +682,7 @@ impl Tensor {
         if args.len() <= 1 {
             Err(Error::OpRequiresAtLeastTwoTensors { op: "meshgrid" }.bt())?
         }
-        let args: Vec<_> = if xy_indexing {
-            args.iter().rev().collect()
-        } else {
-            args.iter().collect()
-        };
+        let args: Vec<_> = if xy_indexing { args.iter().rev().collect() } else { args.iter().collect() };
 
         let mut shape = Vec::with_capacity(args.len());
         for arg in args.iter() {
@@ -817,12 +747,7 @@ impl Tensor {
 
     pub(crate) fn check_dim(&self, dim: usize, op: &'static str) -> Result<()> {
         if dim >= self.dims().len() {
-            Err(Error::DimOutOfRange {
-                shape: self.shape().clone(),
-                dim: dim as i32,
-                op,
-            }
-            .bt())?
+            Err(Error::DimOutOfRange { shape: self.shape().clone(), dim: dim as i32, op }.bt())?
         } else {
             Ok(())
         }
@@ -841,11 +766,7 @@ impl Tensor {
             let mut tensors = vec![];
             let mut sum_chunk_size = 0;
             for i in 0..chunks {
-                let chunk_size = if i < cnt_additional {
-                    chunk_size + 1
-                } else {
-                    chunk_size
-                };
+                let chunk_size = if i < cnt_additional { chunk_size + 1 } else { chunk_size };
                 let tensor = self.narrow(dim, sum_chunk_size, chunk_size)?;
                 tensors.push(tensor);
                 sum_chunk_size += chunk_size
@@ -883,18 +804,8 @@ impl Tensor {
     pub fn narrow<D: Dim>(&self, dim: D, start: usize, len: usize) -> Result<Self> {
         let dims = self.dims();
         let dim = dim.to_index(self.shape(), "narrow")?;
-        let err = |msg| {
-            Err::<(), _>(
-                Error::NarrowInvalidArgs {
-                    shape: self.shape().clone(),
-                    dim,
-                    start,
-                    len,
-                    msg,
-                }
-                .bt(),
-            )
-        };
+        let err =
+            |msg| Err::<(), _>(Error::NarrowInvalidArgs { shape: self.shape().clone(), dim, start, len, msg }.bt());
         if start > dims[dim] {
             err("start > dim_len")?
         }
@@ -928,13 +839,7 @@ impl Tensor {
                     .dims()
                     .iter()
                     .enumerate()
-                    .filter_map(|(dim_idx, &v)| {
-                        if dims.contains(&dim_idx) {
-                            None
-                        } else {
-                            Some(v)
-                        }
-                    })
+                    .filter_map(|(dim_idx, &v)| if dims.contains(&dim_idx) { None } else { Some(v) })
                     .collect::<Vec<_>>();
                 self.reshape(dims)
             }
@@ -962,9 +867,7 @@ impl Tensor {
 
     fn sum_impl<D: Dims>(&self, sum_dims: D, keepdim: bool) -> Result<Self> {
         let sum_dims = sum_dims.to_indexes(self.shape(), "sum")?;
-        let storage = self
-            .storage()
-            .reduce_op(ReduceOp::Sum, self.layout(), &sum_dims)?;
+        let storage = self.storage().reduce_op(ReduceOp::Sum, self.layout(), &sum_dims)?;
         let mut dims = self.dims().to_vec();
         for &sum_dim in sum_dims.iter() {
             dims[sum_dim] = 1
@@ -1130,15 +1033,12 @@ impl Tensor {
     pub fn cmp<T: TensorOrScalar>(&self, rhs: T, op: CmpOp) -> Result<Self> {
         let rhs = match rhs.to_tensor_scalar()? {
             crate::scalar::TensorScalar::Tensor(rhs) => rhs,
-            crate::scalar::TensorScalar::Scalar(rhs) => rhs
-                .to_dtype(self.dtype())?
-                .to_device(self.device())?
-                .broadcast_as(self.shape())?,
+            crate::scalar::TensorScalar::Scalar(rhs) => {
+                rhs.to_dtype(self.dtype())?.to_device(self.device())?.broadcast_as(self.shape())?
+            }
         };
         let shape = self.same_shape_binary_op(&rhs, "cmp")?;
-        let storage = self
-            .storage()
-            .cmp(op, &rhs.storage(), self.layout(), rhs.layout())?;
+        let storage = self.storage().cmp(op, &rhs.storage(), self.layout(), rhs.layout())?;
         let op = BackpropOp::new1(self, |a| Op::Cmp(a, op));
         Ok(from_storage(storage, shape.dims(), op, false))
     }
@@ -1189,9 +1089,7 @@ impl Tensor {
     pub fn interpolate1d(&self, target_size: usize) -> Result<Self> {
         let (n, c, _l) = self.dims3()?;
         let op = BackpropOp::new1(self, |arg| Op::UpsampleNearest1D { arg, target_size });
-        let storage = self
-            .storage()
-            .upsample_nearest1d(self.layout(), target_size)?;
+        let storage = self.storage().upsample_nearest1d(self.layout(), target_size)?;
         Ok(from_storage(storage, (n, c, target_size), op, false))
     }
 
@@ -1207,14 +1105,8 @@ impl Tensor {
     /// tensor also has four dimensions, `(batch, channels, target_h, target_w)`.
     pub fn interpolate2d(&self, target_h: usize, target_w: usize) -> Result<Self> {
         let (n, c, _h, _w) = self.dims4()?;
-        let op = BackpropOp::new1(self, |arg| Op::UpsampleNearest2D {
-            arg,
-            target_h,
-            target_w,
-        });
-        let storage = self
-            .storage()
-            .upsample_nearest2d(self.layout(), target_h, target_w)?;
+        let op = BackpropOp::new1(self, |arg| Op::UpsampleNearest2D { arg, target_h, target_w });
+        let storage = self.storage().upsample_nearest2d(self.layout(), target_h, target_w)?;
         Ok(from_storage(storage, (n, c, target_h, target_w), op, false))
     }
 
@@ -1246,28 +1138,12 @@ impl Tensor {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn upsample_bilinear2d(
-        &self,
-        target_h: usize,
-        target_w: usize,
-        align_corners: bool,
-    ) -> Result<Self> {
+    pub fn upsample_bilinear2d(&self, target_h: usize, target_w: usize, align_corners: bool) -> Result<Self> {
         let (n, c, _h, _w) = self.dims4()?;
-        let op = BackpropOp::new1(self, |arg| Op::UpsampleBilinear2D {
-            arg,
-            target_h,
-            target_w,
-            align_corners,
-        });
+        let op = BackpropOp::new1(self, |arg| Op::UpsampleBilinear2D { arg, target_h, target_w, align_corners });
         // Pass None for scale factors (size mode)
-        let storage = self.storage().upsample_bilinear2d(
-            self.layout(),
-            target_h,
-            target_w,
-            align_corners,
-            None,
-            None,
-        )?;
+        let storage =
+            self.storage().upsample_bilinear2d(self.layout(), target_h, target_w, align_corners, None, None)?;
         Ok(from_storage(storage, (n, c, target_h, target_w), op, false))
     }
 
@@ -1294,12 +1170,7 @@ impl Tensor {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn upsample_bilinear2d_with_scale(
-        &self,
-        scale_h: f64,
-        scale_w: f64,
-        align_corners: bool,
-    ) -> Result<Self> {
+    pub fn upsample_bilinear2d_with_scale(&self, scale_h: f64, scale_w: f64, align_corners: bool) -> Result<Self> {
         let (n, c, height_in, width_in) = self.dims4()?;
 
         // Calculate output size (floor, matching PyTorch)
@@ -1328,12 +1199,7 @@ impl Tensor {
             Some(scale_h),
             Some(scale_w),
         )?;
-        Ok(from_storage(
-            storage,
-            (n, c, height_out, width_out),
-            op,
-            false,
-        ))
+        Ok(from_storage(storage, (n, c, height_out, width_out), op, false))
     }
 
     /// 2D average pooling over an input tensor with multiple channels.
@@ -1349,11 +1215,7 @@ impl Tensor {
 
     /// Same as `avg_pool2d` but with a `stride` that can be set to a value different from the
     /// kernel size.
-    pub fn avg_pool2d_with_stride<T: crate::ToUsize2>(
-        &self,
-        kernel_size: T,
-        stride: T,
-    ) -> Result<Self> {
+    pub fn avg_pool2d_with_stride<T: crate::ToUsize2>(&self, kernel_size: T, stride: T) -> Result<Self> {
         let kernel_size = kernel_size.to_usize2();
         let stride = stride.to_usize2();
         let (n, c, h, w) = self.dims4()?;
@@ -1363,14 +1225,8 @@ impl Tensor {
         // https://pytorch.org/docs/stable/generated/torch.nn.AvgPool2d.html#torch.nn.AvgPool2d
         let h_out = (h - kernel_size.0) / stride.0 + 1;
         let w_out = (w - kernel_size.1) / stride.1 + 1;
-        let op = BackpropOp::new1(self, |arg| Op::AvgPool2D {
-            arg,
-            kernel_size,
-            stride,
-        });
-        let storage = self
-            .storage()
-            .avg_pool2d(self.layout(), kernel_size, stride)?;
+        let op = BackpropOp::new1(self, |arg| Op::AvgPool2D { arg, kernel_size, stride });
+        let storage = self.storage().avg_pool2d(self.layout(), kernel_size, stride)?;
         Ok(from_storage(storage, (n, c, h_out, w_out), op, false))
     }
 
@@ -1387,11 +1243,7 @@ impl Tensor {
 
     /// Same as `max_pool2d` but with a `stride` that can be set to a value different from the
     /// kernel size.
-    pub fn max_pool2d_with_stride<T: crate::ToUsize2>(
-        &self,
-        kernel_size: T,
-        stride: T,
-    ) -> Result<Self> {
+    pub fn max_pool2d_with_stride<T: crate::ToUsize2>(&self, kernel_size: T, stride: T) -> Result<Self> {
         let kernel_size = kernel_size.to_usize2();
         let stride = stride.to_usize2();
         let (n, c, h, w) = self.dims4()?;
@@ -1401,14 +1253,8 @@ impl Tensor {
         // https://pytorch.org/docs/stable/generated/torch.nn.MaxPool2d.html#torch.nn.MaxPool2d
         let h_out = (h - kernel_size.0) / stride.0 + 1;
         let w_out = (w - kernel_size.1) / stride.1 + 1;
-        let op = BackpropOp::new1(self, |arg| Op::MaxPool2D {
-            arg,
-            kernel_size,
-            stride,
-        });
-        let storage = self
-            .storage()
-            .max_pool2d(self.layout(), kernel_size, stride)?;
+        let op = BackpropOp::new1(self, |arg| Op::MaxPool2D { arg, kernel_size, stride });
+        let storage = self.storage().max_pool2d(self.layout(), kernel_size, stride)?;
         Ok(from_storage(storage, (n, c, h_out, w_out), op, false))
     }
 
@@ -1478,11 +1324,7 @@ impl Tensor {
         let lhs_dims = self.dims();
         let rhs_dims = rhs.dims();
         if lhs_dims.len() != 2 || rhs_dims.len() != 1 || lhs_dims[1] != rhs_dims[0] {
-            return Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: rhs.shape().clone(),
-                op: "mv",
-            });
+            return Err(Error::ShapeMismatchBinaryOp { lhs: self.shape().clone(), rhs: rhs.shape().clone(), op: "mv" });
         }
 
         // Direct matmul after ensuring rhs is column vector
@@ -1504,12 +1346,7 @@ impl Tensor {
         let dim = a_dims.len();
 
         if dim < 2 || b_dims.len() != dim {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: rhs.shape().clone(),
-                op: "matmul",
-            }
-            .bt())?
+            Err(Error::ShapeMismatchBinaryOp { lhs: self.shape().clone(), rhs: rhs.shape().clone(), op: "matmul" }.bt())?
         }
 
         let m = a_dims[dim - 2];
@@ -1521,12 +1358,7 @@ impl Tensor {
         let batching: usize = a_dims[..dim - 2].iter().product();
         let batching_b: usize = b_dims[..dim - 2].iter().product();
         if k != k2 || batching != batching_b {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: rhs.shape().clone(),
-                op: "matmul",
-            }
-            .bt())?
+            Err(Error::ShapeMismatchBinaryOp { lhs: self.shape().clone(), rhs: rhs.shape().clone(), op: "matmul" }.bt())?
         }
         if c_shape.elem_count() == 0 || k == 0 {
             {
@@ -1541,12 +1373,7 @@ impl Tensor {
             return Ok(from_storage(storage, c_shape, op, false));
         }
 
-        let storage = self.storage().matmul(
-            &rhs.storage(),
-            (batching, m, n, k),
-            self.layout(),
-            rhs.layout(),
-        )?;
+        let storage = self.storage().matmul(&rhs.storage(), (batching, m, n, k), self.layout(), rhs.layout())?;
         let op = BackpropOp::new2(self, rhs, Op::Matmul);
         Ok(from_storage(storage, c_shape, op, false))
     }
@@ -1563,10 +1390,9 @@ impl Tensor {
         let r_broadcast = r_shape != *rhs.shape();
         // TODO: Avoid concretising the broadcasted matrixes via contiguous.
         match (l_broadcast, r_broadcast) {
-            (true, true) => lhs
-                .broadcast_as(&l_shape)?
-                .contiguous()?
-                .matmul(&rhs.broadcast_as(&r_shape)?.contiguous()?),
+            (true, true) => {
+                lhs.broadcast_as(&l_shape)?.contiguous()?.matmul(&rhs.broadcast_as(&r_shape)?.contiguous()?)
+            }
             // A rank-2 rhs is only broadcast over the batch dimensions, so the whole product is
             // a single 2D matmul once the leading dims of lhs are folded into its row dimension.
             // Broadcasting the rhs instead would copy it `batch` times -- for an lm_head that is
@@ -1626,12 +1452,8 @@ impl Tensor {
     /// ```
     pub fn embedding(&self, ids: &Self) -> Result<Self> {
         if self.rank() != 2 || ids.rank() != 1 {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: ids.shape().clone(),
-                op: "embedding",
-            }
-            .bt())?
+            Err(Error::ShapeMismatchBinaryOp { lhs: self.shape().clone(), rhs: ids.shape().clone(), op: "embedding" }
+                .bt())?
         }
         self.index_select(ids, 0)
     }
@@ -1675,20 +1497,10 @@ impl Tensor {
         self.scatter_checks(indexes, source, dim)?;
         let shape = self.shape();
         let mut storage = unsafe { self.device().alloc_uninit(shape, self.dtype())? };
-        self.storage()
-            .copy_strided_src(&mut storage, 0, self.layout())?;
+        self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
         let layout = Layout::contiguous(shape);
-        storage.scatter_set(
-            &layout,
-            &indexes.storage(),
-            indexes.layout(),
-            &source.storage(),
-            source.layout(),
-            dim,
-        )?;
-        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| {
-            Op::Scatter(t1, t2, t3, dim)
-        });
+        storage.scatter_set(&layout, &indexes.storage(), indexes.layout(), &source.storage(), source.layout(), dim)?;
+        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| Op::Scatter(t1, t2, t3, dim));
         Ok(from_storage(storage, self.shape(), op, false))
     }
 
@@ -1714,20 +1526,10 @@ impl Tensor {
         self.scatter_checks(indexes, source, dim)?;
         let shape = self.shape();
         let mut storage = unsafe { self.device().alloc_uninit(shape, self.dtype())? };
-        self.storage()
-            .copy_strided_src(&mut storage, 0, self.layout())?;
+        self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
         let layout = Layout::contiguous(shape);
-        storage.scatter_add(
-            &layout,
-            &indexes.storage(),
-            indexes.layout(),
-            &source.storage(),
-            source.layout(),
-            dim,
-        )?;
-        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| {
-            Op::ScatterAdd(t1, t2, t3, dim)
-        });
+        storage.scatter_add(&layout, &indexes.storage(), indexes.layout(), &source.storage(), source.layout(), dim)?;
+        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| Op::ScatterAdd(t1, t2, t3, dim));
         Ok(from_storage(storage, self.shape(), op, false))
     }
 
@@ -1755,21 +1557,14 @@ impl Tensor {
             self.slice_scatter0(src, start)
         } else {
             // TODO: Maybe we want to add a more efficient implementation at some point.
-            self.transpose(0, dim)?
-                .slice_scatter0(&src.transpose(0, dim)?, start)?
-                .transpose(0, dim)
+            self.transpose(0, dim)?.slice_scatter0(&src.transpose(0, dim)?, start)?.transpose(0, dim)
         }
     }
 
     /// Embeds the values of the `src` tensor into the `self` tensor on the first dimension.
     pub fn slice_scatter0(&self, src: &Self, start: usize) -> Result<Self> {
         if self.dtype() != src.dtype() {
-            Err(Error::DTypeMismatchBinaryOp {
-                lhs: self.dtype(),
-                rhs: src.dtype(),
-                op: "slice-scatter",
-            }
-            .bt())?
+            Err(Error::DTypeMismatchBinaryOp { lhs: self.dtype(), rhs: src.dtype(), op: "slice-scatter" }.bt())?
         }
         if self.device().location() != src.device.location() {
             Err(Error::DeviceMismatchBinaryOp {
@@ -1780,25 +1575,16 @@ impl Tensor {
             .bt())?
         }
         if self.rank() != src.rank() {
-            Err(Error::UnexpectedNumberOfDims {
-                expected: self.rank(),
-                got: src.rank(),
-                shape: src.shape().clone(),
-            }
-            .bt())?
+            Err(Error::UnexpectedNumberOfDims { expected: self.rank(), got: src.rank(), shape: src.shape().clone() }
+                .bt())?
         }
-        let shape_ok =
-            self.dims()
-                .iter()
-                .zip(src.dims().iter())
-                .enumerate()
-                .all(|(dim_idx, (&d1, &d2))| {
-                    if 0 == dim_idx {
-                        d2 + start <= d1
-                    } else {
-                        d1 == d2
-                    }
-                });
+        let shape_ok = self.dims().iter().zip(src.dims().iter()).enumerate().all(|(dim_idx, (&d1, &d2))| {
+            if 0 == dim_idx {
+                d2 + start <= d1
+            } else {
+                d1 == d2
+            }
+        });
         if !shape_ok {
             Err(Error::ShapeMismatchBinaryOp {
                 op: "slice-scatter (self, src)",
@@ -1808,11 +1594,9 @@ impl Tensor {
             .bt())?
         }
         let mut storage = unsafe { self.device().alloc_uninit(self.shape(), self.dtype())? };
-        self.storage()
-            .copy_strided_src(&mut storage, 0, self.layout())?;
+        self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
         let offset = start * src.dims()[1..].iter().product::<usize>();
-        src.storage()
-            .copy_strided_src(&mut storage, offset, src.layout())?;
+        src.storage().copy_strided_src(&mut storage, offset, src.layout())?;
         let op = BackpropOp::new2(self, src, |t1, t2| Op::SliceScatter0(t1, t2, start));
         Ok(from_storage(storage, self.shape(), op, false))
     }
@@ -1862,9 +1646,7 @@ impl Tensor {
             source.layout(),
             dim,
         )?;
-        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| {
-            Op::IndexAdd(t1, t2, t3, dim)
-        });
+        let op = BackpropOp::new3(self, indexes, source, |t1, t2, t3| Op::IndexAdd(t1, t2, t3, dim));
         Ok(from_storage(storage, self.shape(), op, false))
     }
 
@@ -1897,16 +1679,10 @@ impl Tensor {
             mismatch
         };
         if mismatch {
-            Err(Error::ShapeMismatchBinaryOp {
-                op: "gather",
-                lhs: self.shape().clone(),
-                rhs: indexes.shape().clone(),
-            }
-            .bt())?
+            Err(Error::ShapeMismatchBinaryOp { op: "gather", lhs: self.shape().clone(), rhs: indexes.shape().clone() }
+                .bt())?
         }
-        let storage =
-            self.storage()
-                .gather(self.layout(), &indexes.storage(), indexes.layout(), dim)?;
+        let storage = self.storage().gather(self.layout(), &indexes.storage(), indexes.layout(), dim)?;
         let op = BackpropOp::new2(self, indexes, |t1, t2| Op::Gather(t1, t2, dim));
         Ok(from_storage(storage, indexes.shape(), op, false))
     }
@@ -1929,12 +1705,7 @@ impl Tensor {
             }
             .bt())?,
         };
-        let storage = self.storage().index_select(
-            &indexes.storage(),
-            self.layout(),
-            indexes.layout(),
-            dim,
-        )?;
+        let storage = self.storage().index_select(&indexes.storage(), self.layout(), indexes.layout(), dim)?;
         let mut dims = self.dims().to_vec();
         dims[dim] = indexes_len;
         let op = BackpropOp::new2(self, indexes, |t1, t2| Op::IndexSelect(t1, t2, dim));
@@ -1958,12 +1729,7 @@ impl Tensor {
     /// Returns the data contained in a 1D tensor as a vector of scalar values.
     pub fn to_vec1<S: crate::WithDType>(&self) -> Result<Vec<S>> {
         if self.rank() != 1 {
-            Err(Error::UnexpectedNumberOfDims {
-                expected: 1,
-                got: self.rank(),
-                shape: self.shape().clone(),
-            }
-            .bt())?
+            Err(Error::UnexpectedNumberOfDims { expected: 1, got: self.rank(), shape: self.shape().clone() }.bt())?
         }
         let from_cpu_storage = |cpu_storage: &crate::CpuStorage| {
             let data = S::cpu_storage_as_slice(cpu_storage)?;
@@ -2171,11 +1937,7 @@ impl Tensor {
         self.sum_all()? / self.elem_count() as f64
     }
 
-    fn flatten_<D1: Dim, D2: Dim>(
-        &self,
-        start_dim: Option<D1>,
-        end_dim: Option<D2>,
-    ) -> Result<Tensor> {
+    fn flatten_<D1: Dim, D2: Dim>(&self, start_dim: Option<D1>, end_dim: Option<D2>) -> Result<Tensor> {
         if self.rank() == 0 {
             self.reshape(1)
         } else {
@@ -2282,12 +2044,7 @@ impl Tensor {
     pub fn t(&self) -> Result<Tensor> {
         let rank = self.rank();
         if rank < 2 {
-            Err(Error::UnexpectedNumberOfDims {
-                expected: 2,
-                got: rank,
-                shape: self.shape().clone(),
-            }
-            .bt())?
+            Err(Error::UnexpectedNumberOfDims { expected: 2, got: rank, shape: self.shape().clone() }.bt())?
         }
         self.transpose(rank - 2, rank - 1)
     }
@@ -2327,14 +2084,9 @@ impl Tensor {
     pub fn permute<D: Dims>(&self, dims: D) -> Result<Tensor> {
         let dims = dims.to_indexes(self.shape(), "permute")?;
         // O(n^2) permutation check but these arrays are small.
-        let is_permutation =
-            dims.len() == self.rank() && (0..dims.len()).all(|i| dims.contains(&i));
+        let is_permutation = dims.len() == self.rank() && (0..dims.len()).all(|i| dims.contains(&i));
         if !is_permutation {
-            bail!(
-                "dimension mismatch in permute, tensor {:?}, dims: {:?}",
-                self.dims(),
-                dims
-            )
+            bail!("dimension mismatch in permute, tensor {:?}, dims: {:?}", self.dims(), dims)
         }
         let op = BackpropOp::new1(self, |t| Op::Permute(t, dims.clone()));
         let tensor_ = Tensor_ {
@@ -2402,9 +2154,7 @@ impl Tensor {
             Ok(self.clone())
         } else {
             let storage = match (&*self.storage(), device) {
-                (Storage::Cpu(storage), Device::Cuda(cuda)) => {
-                    Storage::Cuda(cuda.storage_from_cpu_storage(storage)?)
-                }
+                (Storage::Cpu(storage), Device::Cuda(cuda)) => Storage::Cuda(cuda.storage_from_cpu_storage(storage)?),
                 (Storage::Cpu(storage), Device::Metal(metal)) => {
                     Storage::Metal(metal.storage_from_cpu_storage(storage)?)
                 }
@@ -2416,21 +2166,13 @@ impl Tensor {
                     Storage::Cuda(dst_storage)
                 }
                 (Storage::Cpu(storage), Device::Cpu) => Storage::Cpu(storage.clone()),
-                (Storage::Cpu(storage), Device::Custom(d)) => {
-                    Storage::Custom(d.dyn_storage_from_cpu_storage(storage)?)
+                (Storage::Cpu(storage), Device::Custom(d)) => Storage::Custom(d.dyn_storage_from_cpu_storage(storage)?),
+                (Storage::Custom(storage), Device::Cpu) => Storage::Cpu(storage.dyn_to_cpu_storage()?),
+                (Storage::Custom(storage), Device::Custom(d)) => {
+                    Storage::Custom(d.dyn_storage_from_cpu_storage_owned(storage.dyn_to_cpu_storage()?)?)
                 }
-                (Storage::Custom(storage), Device::Cpu) => {
-                    Storage::Cpu(storage.dyn_to_cpu_storage()?)
-                }
-                (Storage::Custom(storage), Device::Custom(d)) => Storage::Custom(
-                    d.dyn_storage_from_cpu_storage_owned(storage.dyn_to_cpu_storage()?)?,
-                ),
                 _ => {
-                    bail!(
-                        "not implemented yet, self.device: {:?}, device: {:?}",
-                        self.device(),
-                        device
-                    )
+                    bail!("not implemented yet, self.device: {:?}, device: {:?}", self.device(), device)
                 }
             };
             let op = BackpropOp::new1(self, Op::ToDevice);
@@ -2510,8 +2252,7 @@ impl Tensor {
         } else {
             let shape = self.shape();
             let mut storage = unsafe { self.device().alloc_uninit(shape, self.dtype())? };
-            self.storage()
-                .copy_strided_src(&mut storage, 0, self.layout())?;
+            self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
             let op = BackpropOp::new1(self, Op::Copy);
             Ok(from_storage(storage, shape.clone(), op, false))
         }
@@ -2521,8 +2262,7 @@ impl Tensor {
     pub fn force_contiguous(&self) -> Result<Tensor> {
         let shape = self.shape();
         let mut storage = unsafe { self.device().alloc_uninit(shape, self.dtype())? };
-        self.storage()
-            .copy_strided_src(&mut storage, 0, self.layout())?;
+        self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
         let op = BackpropOp::new1(self, Op::Copy);
         Ok(from_storage(storage, shape.clone(), op, false))
     }
@@ -2549,8 +2289,7 @@ impl Tensor {
     pub(crate) fn make_var(&self) -> Result<Tensor> {
         let shape = self.shape().clone();
         let mut storage = unsafe { self.device().alloc_uninit(&shape, self.dtype())? };
-        self.storage()
-            .copy_strided_src(&mut storage, 0, self.layout())?;
+        self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
         Ok(from_storage(storage, shape, BackpropOp::none(), true))
     }
 
@@ -2581,12 +2320,7 @@ impl Tensor {
     pub fn reshape<S: ShapeWithOneHole>(&self, s: S) -> Result<Tensor> {
         let shape = s.into_shape(self.elem_count())?;
         if shape.elem_count() != self.elem_count() {
-            return Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: shape,
-                op: "reshape",
-            }
-            .bt());
+            return Err(Error::ShapeMismatchBinaryOp { lhs: self.shape().clone(), rhs: shape, op: "reshape" }.bt());
         }
         let op = BackpropOp::new1(self, Op::Reshape);
         if self.is_contiguous() {
@@ -2602,8 +2336,7 @@ impl Tensor {
             Ok(Tensor(Arc::new(tensor_)))
         } else {
             let mut storage = unsafe { self.device().alloc_uninit(&shape, self.dtype())? };
-            self.storage()
-                .copy_strided_src(&mut storage, 0, self.layout())?;
+            self.storage().copy_strided_src(&mut storage, 0, self.layout())?;
             Ok(from_storage(storage, shape, op, false))
         }
     }
@@ -2702,10 +2435,7 @@ impl Tensor {
             Err(Error::OpRequiresAtLeastOneTensor { op: "stack" }.bt())?
         }
         let dim = dim.to_index_plus_one(args[0].as_ref().shape(), "stack")?;
-        let args = args
-            .iter()
-            .map(|t| t.as_ref().unsqueeze(dim))
-            .collect::<Result<Vec<_>>>()?;
+        let args = args.iter().map(|t| t.as_ref().unsqueeze(dim)).collect::<Result<Vec<_>>>()?;
         Self::cat(&args, dim)
     }
 
@@ -2900,19 +2630,11 @@ impl Tensor {
 
     /// Returns a copy of `self` where the values within `ranges` have been replaced with the
     /// content of `src`.
-    pub fn slice_assign<D: std::ops::RangeBounds<usize>>(
-        &self,
-        ranges: &[D],
-        src: &Tensor,
-    ) -> Result<Self> {
+    pub fn slice_assign<D: std::ops::RangeBounds<usize>>(&self, ranges: &[D], src: &Tensor) -> Result<Self> {
         let src_dims = src.dims();
         let self_dims = self.dims();
         if self_dims.len() != src_dims.len() {
-            bail!(
-                "slice-assign requires input with the same rank {} <> {}",
-                self_dims.len(),
-                src_dims.len()
-            )
+            bail!("slice-assign requires input with the same rank {} <> {}", self_dims.len(), src_dims.len())
         }
         if self_dims.len() != ranges.len() {
             bail!(
@@ -2938,10 +2660,7 @@ impl Tensor {
                 bail!("slice-assign: empty range for dim {i}, {start_included} {end_excluded}")
             }
             if self_dims[i] < end_excluded {
-                bail!(
-                    "slice-assign: upper bound is out of range for dim {i}, {end_excluded} {}",
-                    self_dims[i]
-                )
+                bail!("slice-assign: upper bound is out of range for dim {i}, {end_excluded} {}", self_dims[i])
             }
             if end_excluded - start_included != src_dims[i] {
                 bail!(
@@ -2960,11 +2679,7 @@ impl Tensor {
         if sum_dims.is_empty() {
             return Ok(self.clone());
         }
-        let max = sum_dims[1..]
-            .iter()
-            .try_fold(self.max_keepdim(sum_dims[0])?, |max, &dim| {
-                max.max_keepdim(dim)
-            })?;
+        let max = sum_dims[1..].iter().try_fold(self.max_keepdim(sum_dims[0])?, |max, &dim| max.max_keepdim(dim))?;
         let exp = self.broadcast_sub(&max)?.exp()?;
         let sum = exp.sum(sum_dims.clone())?;
 
@@ -3012,22 +2727,12 @@ impl Tensor {
 
         let dim = dim.to_index(self.shape(), "unfold")?;
 
-        let max_len = if self.dims().is_empty() {
-            1
-        } else {
-            sizes[dim]
-        };
+        let max_len = if self.dims().is_empty() { 1 } else { sizes[dim] };
         if size > max_len {
-            bail!(
-                "unsqueeze: maximum size for tensor at dimension {dim} is {max_len} but size is {size}"
-            )
+            bail!("unsqueeze: maximum size for tensor at dimension {dim} is {max_len} but size is {size}")
         }
         sizes.push(size);
-        strides.push(if self.dims().is_empty() {
-            1
-        } else {
-            strides[dim]
-        });
+        strides.push(if self.dims().is_empty() { 1 } else { strides[dim] });
 
         if !self.dims().is_empty() {
             sizes[dim] = ((sizes[dim] as f32 - size as f32) / step as f32 + 1.) as usize;

@@ -40,13 +40,7 @@ impl Tensor {
                 }
                 .bt())?
             }
-            for (dim_idx, (v1, v2)) in arg0
-                .shape()
-                .dims()
-                .iter()
-                .zip(arg.shape().dims().iter())
-                .enumerate()
-            {
+            for (dim_idx, (v1, v2)) in arg0.shape().dims().iter().zip(arg.shape().dims().iter()).enumerate() {
                 if dim_idx != dim && v1 != v2 {
                     Err(Error::ShapeMismatchCat {
                         dim: dim_idx,
@@ -67,10 +61,7 @@ impl Tensor {
         } else if dim == 0 {
             Self::cat0(args)
         } else {
-            let args: Vec<Tensor> = args
-                .iter()
-                .map(|a| a.as_ref().transpose(0, dim))
-                .collect::<Result<Vec<_>>>()?;
+            let args: Vec<Tensor> = args.iter().map(|a| a.as_ref().transpose(0, dim)).collect::<Result<Vec<_>>>()?;
             let cat = Self::cat0(&args)?;
             cat.transpose(0, dim)
         }
@@ -94,36 +85,16 @@ impl Tensor {
         for (arg_idx, arg) in args.iter().enumerate() {
             let arg = arg.as_ref();
             if arg.dtype() != dtype {
-                Err(Error::DTypeMismatchBinaryOp {
-                    lhs: dtype,
-                    rhs: arg.dtype(),
-                    op: "cat",
-                }
-                .bt())?
+                Err(Error::DTypeMismatchBinaryOp { lhs: dtype, rhs: arg.dtype(), op: "cat" }.bt())?
             }
             if arg.device().location() != device.location() {
-                Err(Error::DeviceMismatchBinaryOp {
-                    lhs: device.location(),
-                    rhs: arg.device().location(),
-                    op: "cat",
-                }
-                .bt())?
+                Err(Error::DeviceMismatchBinaryOp { lhs: device.location(), rhs: arg.device().location(), op: "cat" }
+                    .bt())?
             }
             if rank != arg.rank() {
-                Err(Error::UnexpectedNumberOfDims {
-                    expected: rank,
-                    got: arg.rank(),
-                    shape: arg.shape().clone(),
-                }
-                .bt())?
+                Err(Error::UnexpectedNumberOfDims { expected: rank, got: arg.rank(), shape: arg.shape().clone() }.bt())?
             }
-            for (dim_idx, (v1, v2)) in arg0
-                .shape()
-                .dims()
-                .iter()
-                .zip(arg.shape().dims().iter())
-                .enumerate()
-            {
+            for (dim_idx, (v1, v2)) in arg0.shape().dims().iter().zip(arg.shape().dims().iter()).enumerate() {
                 if dim_idx == 0 {
                     cat_dims[0] += v2;
                 }
@@ -145,8 +116,7 @@ impl Tensor {
         let mut storage = unsafe { device.alloc_uninit(&shape, dtype)? };
         for (arg, &offset) in args.iter().zip(offsets.iter()) {
             let arg = arg.as_ref();
-            arg.storage()
-                .copy_strided_src(&mut storage, offset, arg.layout())?;
+            arg.storage().copy_strided_src(&mut storage, offset, arg.layout())?;
         }
         Ok(crate::tensor::from_storage(storage, shape, op, false))
     }
@@ -168,36 +138,16 @@ impl Tensor {
         for (arg_idx, arg) in args.iter().enumerate() {
             let arg = arg.as_ref();
             if arg.dtype() != dtype {
-                Err(Error::DTypeMismatchBinaryOp {
-                    lhs: dtype,
-                    rhs: arg.dtype(),
-                    op: "cat",
-                }
-                .bt())?
+                Err(Error::DTypeMismatchBinaryOp { lhs: dtype, rhs: arg.dtype(), op: "cat" }.bt())?
             }
             if arg.device().location() != device.location() {
-                Err(Error::DeviceMismatchBinaryOp {
-                    lhs: device.location(),
-                    rhs: arg.device().location(),
-                    op: "cat",
-                }
-                .bt())?
+                Err(Error::DeviceMismatchBinaryOp { lhs: device.location(), rhs: arg.device().location(), op: "cat" }
+                    .bt())?
             }
             if rank != arg.rank() {
-                Err(Error::UnexpectedNumberOfDims {
-                    expected: rank,
-                    got: arg.rank(),
-                    shape: arg.shape().clone(),
-                }
-                .bt())?
+                Err(Error::UnexpectedNumberOfDims { expected: rank, got: arg.rank(), shape: arg.shape().clone() }.bt())?
             }
-            for (dim_idx, (v1, v2)) in arg0
-                .shape()
-                .dims()
-                .iter()
-                .zip(arg.shape().dims().iter())
-                .enumerate()
-            {
+            for (dim_idx, (v1, v2)) in arg0.shape().dims().iter().zip(arg.shape().dims().iter()).enumerate() {
                 if dim_idx == dim {
                     cat_dims[dim] += v2;
                 }
@@ -225,13 +175,8 @@ impl Tensor {
             let d2 = block_size * arg_dims[dim];
             let dst_s = block_size * cat_target_dim_len;
             let src_o = arg.layout().start_offset();
-            let src_s = if arg.is_contiguous() {
-                d2
-            } else {
-                arg.layout().outer_stride_for_dim(dim).unwrap_or(d2)
-            };
-            arg.storage()
-                .copy2d(&mut storage, d1, d2, src_s, dst_s, src_o, dst_o)?;
+            let src_s = if arg.is_contiguous() { d2 } else { arg.layout().outer_stride_for_dim(dim).unwrap_or(d2) };
+            arg.storage().copy2d(&mut storage, d1, d2, src_s, dst_s, src_o, dst_o)?;
             dst_o += d2;
         }
         Ok(crate::tensor::from_storage(storage, shape, op, false))
@@ -253,12 +198,7 @@ impl Tensor {
             crate::bail!("cannot use slice_set when self and src share their storage")
         }
         if self.dtype() != src.dtype() {
-            Err(Error::DTypeMismatchBinaryOp {
-                lhs: self.dtype(),
-                rhs: src.dtype(),
-                op: "slice-set",
-            }
-            .bt())?
+            Err(Error::DTypeMismatchBinaryOp { lhs: self.dtype(), rhs: src.dtype(), op: "slice-set" }.bt())?
         }
         if self.device().location() != src.device().location() {
             Err(Error::DeviceMismatchBinaryOp {
@@ -269,12 +209,8 @@ impl Tensor {
             .bt())?
         }
         if self.rank() != src.rank() {
-            Err(Error::UnexpectedNumberOfDims {
-                expected: self.rank(),
-                got: src.rank(),
-                shape: self.shape().clone(),
-            }
-            .bt())?
+            Err(Error::UnexpectedNumberOfDims { expected: self.rank(), got: src.rank(), shape: self.shape().clone() }
+                .bt())?
         }
         for (dim_idx, (v1, v2)) in self.dims().iter().zip(src.dims().iter()).enumerate() {
             if dim_idx == dim && *v2 + offset > *v1 {

@@ -49,23 +49,13 @@ pub fn to_vec1_round(t: &Tensor, digits: i32) -> Result<Vec<f32>> {
 pub fn to_vec2_round(t: &Tensor, digits: i32) -> Result<Vec<Vec<f32>>> {
     let b = 10f32.powi(digits);
     let t = t.to_vec2::<f32>()?;
-    let t = t
-        .iter()
-        .map(|t| t.iter().map(|t| f32::round(t * b) / b).collect())
-        .collect();
+    let t = t.iter().map(|t| t.iter().map(|t| f32::round(t * b) / b).collect()).collect();
     Ok(t)
 }
 
 pub fn to_vec3_round(t: &Tensor, digits: i32) -> Result<Vec<Vec<Vec<f32>>>> {
     let b = 10f32.powi(digits);
     let t = t.to_vec3::<f32>()?;
-    let t = t
-        .iter()
-        .map(|t| {
-            t.iter()
-                .map(|t| t.iter().map(|t| f32::round(t * b) / b).collect())
-                .collect()
-        })
-        .collect();
+    let t = t.iter().map(|t| t.iter().map(|t| t.iter().map(|t| f32::round(t * b) / b).collect()).collect()).collect();
     Ok(t)
 }

@@ -115,17 +115,11 @@ impl BarrierPool {
     fn new(n_workers: usize) -> Self {
         let inner = Box::new(BarrierPoolInner {
             slots: (0..n_workers)
-                .map(|_| Slot {
-                    go: AtomicUsize::new(0),
-                    done: AtomicUsize::new(0),
-                })
+                .map(|_| Slot { go: AtomicUsize::new(0), done: AtomicUsize::new(0) })
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
             handles: OnceLock::new(),
-            work: UnsafeCell::new(WorkDesc {
-                trampoline: |_, _| {},
-                data: std::ptr::null(),
-            }),
+            work: UnsafeCell::new(WorkDesc { trampoline: |_, _| {}, data: std::ptr::null() }),
             stop: AtomicBool::new(false),
             panic_payload: Mutex::new(None),
         });
@@ -180,12 +174,10 @@ impl BarrierPool {
                             }
 
                             // Execute own work, catching panics so done is always signalled.
-                            if let Err(payload) =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    let work = unsafe { &*inner.work.get() };
-                                    unsafe { (work.trampoline)(work.data, tid) };
-                                }))
-                            {
+                            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                let work = unsafe { &*inner.work.get() };
+                                unsafe { (work.trampoline)(work.data, tid) };
+                            })) {
                                 let mut p = inner.panic_payload.lock().unwrap();
                                 if p.is_none() {
                                     *p = Some(payload);
@@ -207,22 +199,8 @@ impl BarrierPool {
             })
             .collect();
 
-        inner
-            .handles
-            .set(
-                threads
-                    .iter()
-                    .map(|jh| jh.thread().clone())
-                    .collect::<Vec<_>>()
-                    .into_boxed_slice(),
-            )
-            .ok();
-        BarrierPool {
-            inner,
-            threads,
-            root_workers,
-            call_lock: Mutex::new(0),
-        }
+        inner.handles.set(threads.iter().map(|jh| jh.thread().clone()).collect::<Vec<_>>().into_boxed_slice()).ok();
+        BarrierPool { inner, threads, root_workers, call_lock: Mutex::new(0) }
     }
 
     #[inline]
@@ -280,11 +258,7 @@ impl BarrierPool {
         }
 
         // Guard waits for workers and propagates panics on drop.
-        let _guard = BarrierGuard {
-            inner: &self.inner,
-            roots: &self.root_workers,
-            gen: new_gen,
-        };
+        let _guard = BarrierGuard { inner: &self.inner, roots: &self.root_workers, gen: new_gen };
 
         // Main thread participates as worker n (workers are 0..n-1).
         f(n);
@@ -293,11 +267,7 @@ impl BarrierPool {
 
     // Uniform, short work units can avoid shared-cursor contention by assigning
     // one contiguous range per thread.
-    pub(crate) fn execute_static<F: Fn(std::ops::Range<usize>) + Sync>(
-        &self,
-        n_items: usize,
-        f: F,
-    ) {
+    pub(crate) fn execute_static<F: Fn(std::ops::Range<usize>) + Sync>(&self, n_items: usize, f: F) {
         if n_items == 0 {
             return;
         }
@@ -387,10 +357,7 @@ fn default_num_threads() -> usize {
         }
         #[cfg(target_os = "linux")]
         {
-            linux_env_cpu_mask()
-                .or_else(linux_preferred_cpus)
-                .map(<[_]>::len)
-                .unwrap_or_else(num_cpus::get_physical)
+            linux_env_cpu_mask().or_else(linux_preferred_cpus).map(<[_]>::len).unwrap_or_else(num_cpus::get_physical)
         }
         #[cfg(not(any(target_os = "linux", target_os = "macos")))]
         {
@@ -449,38 +416,23 @@ fn linux_preferred_cpus() -> Option<&'static [usize]> {
 #[cfg(target_os = "linux")]
 fn linux_env_cpu_mask() -> Option<&'static [usize]> {
     static CPUS: OnceLock<Option<Vec<usize>>> = OnceLock::new();
-    CPUS.get_or_init(|| {
-        std::env::var("CANDLE_CPU_MASK")
-            .ok()
-            .and_then(|mask| linux_parse_cpu_list(&mask))
-    })
-    .as_deref()
+    CPUS.get_or_init(|| std::env::var("CANDLE_CPU_MASK").ok().and_then(|mask| linux_parse_cpu_list(&mask))).as_deref()
 }
 
 #[cfg(target_os = "linux")]
 fn linux_affinity_enabled() -> bool {
-    std::env::var("CANDLE_CPU_AFFINITY")
-        .map(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
-        .unwrap_or(false)
+    std::env::var("CANDLE_CPU_AFFINITY").map(|v| v != "0" && !v.eq_ignore_ascii_case("false")).unwrap_or(false)
 }
 
 #[cfg(target_os = "linux")]
 fn linux_affinity_cpus() -> Option<&'static [usize]> {
-    linux_env_cpu_mask().or_else(|| {
-        linux_affinity_enabled()
-            .then(linux_preferred_cpus)
-            .flatten()
-    })
+    linux_env_cpu_mask().or_else(|| linux_affinity_enabled().then(linux_preferred_cpus).flatten())
 }
 
 #[cfg(target_os = "linux")]
 fn linux_parse_cpu_list(mask: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
-    for part in mask
-        .split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-    {
+    for part in mask.split(',').map(str::trim).filter(|part| !part.is_empty()) {
         let (start, end) = if let Some((start, end)) = part.split_once('-') {
             let start = start.trim().parse::<usize>().ok()?;
             let end = end.trim().parse::<usize>().ok()?;
@@ -510,18 +462,11 @@ fn linux_detect_preferred_cpus() -> Option<Vec<usize>> {
     for entry in std::fs::read_dir("/sys/devices/system/cpu").ok()?.flatten() {
         let cpu_name = entry.file_name();
         let cpu_name = cpu_name.to_str()?;
-        let Some(idx) = cpu_name
-            .strip_prefix("cpu")
-            .and_then(|idx| idx.parse::<usize>().ok())
-        else {
+        let Some(idx) = cpu_name.strip_prefix("cpu").and_then(|idx| idx.parse::<usize>().ok()) else {
             continue;
         };
         let path = entry.path();
-        let capacity = std::fs::read_to_string(path.join("cpu_capacity"))
-            .ok()?
-            .trim()
-            .parse::<usize>()
-            .ok()?;
+        let capacity = std::fs::read_to_string(path.join("cpu_capacity")).ok()?.trim().parse::<usize>().ok()?;
         cpus.push(Cpu { idx, capacity });
     }
     if cpus.len() < 2 {
@@ -533,11 +478,7 @@ fn linux_detect_preferred_cpus() -> Option<Vec<usize>> {
         return None;
     }
     let total_cpus = cpus.len();
-    let mut preferred = cpus
-        .iter()
-        .filter(|cpu| cpu.capacity * 10 >= max * 9)
-        .map(|cpu| cpu.idx)
-        .collect::<Vec<_>>();
+    let mut preferred = cpus.iter().filter(|cpu| cpu.capacity * 10 >= max * 9).map(|cpu| cpu.idx).collect::<Vec<_>>();
     preferred.sort_unstable();
     (preferred.len() < total_cpus).then_some(preferred)
 }
@@ -574,11 +515,7 @@ pub fn set_thread_affinity() {
             for &cpu in cpus {
                 libc::CPU_SET(cpu, &mut set);
             }
-            let _ = libc::pthread_setaffinity_np(
-                libc::pthread_self(),
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &set,
-            );
+            let _ = libc::pthread_setaffinity_np(libc::pthread_self(), std::mem::size_of::<libc::cpu_set_t>(), &set);
         }
     }
 }
@@ -621,10 +558,7 @@ mod tests {
 
     #[test]
     fn parses_cpu_list() {
-        assert_eq!(
-            linux_parse_cpu_list("5-9,15,17-19"),
-            Some(vec![5, 6, 7, 8, 9, 15, 17, 18, 19])
-        );
+        assert_eq!(linux_parse_cpu_list("5-9,15,17-19"), Some(vec![5, 6, 7, 8, 9, 15, 17, 18, 19]));
         assert_eq!(linux_parse_cpu_list(" 3 , 1-2,2 "), Some(vec![1, 2, 3]));
     }
 

@@ -51,44 +51,22 @@ impl Var {
         Ok(Self(t.make_var_view()?))
     }
 
-    pub fn rand_f64<S: Into<Shape>>(
-        lo: f64,
-        up: f64,
-        s: S,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn rand_f64<S: Into<Shape>>(lo: f64, up: f64, s: S, dtype: DType, device: &Device) -> Result<Self> {
         let inner = Tensor::rand_f64_impl(lo, up, s, dtype, device, true)?;
         Ok(Self(inner))
     }
 
-    pub fn randn_f64<S: Into<Shape>>(
-        mean: f64,
-        std: f64,
-        s: S,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn randn_f64<S: Into<Shape>>(mean: f64, std: f64, s: S, dtype: DType, device: &Device) -> Result<Self> {
         let inner = Tensor::randn_f64_impl(mean, std, s, dtype, device, true)?;
         Ok(Self(inner))
     }
 
-    pub fn rand<S: Into<Shape>, T: crate::FloatDType>(
-        lo: T,
-        up: T,
-        s: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn rand<S: Into<Shape>, T: crate::FloatDType>(lo: T, up: T, s: S, device: &Device) -> Result<Self> {
         let inner = Tensor::rand_impl(lo, up, s, device, true)?;
         Ok(Self(inner))
     }
 
-    pub fn randn<S: Into<Shape>, T: crate::FloatDType>(
-        mean: T,
-        std: T,
-        s: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn randn<S: Into<Shape>, T: crate::FloatDType>(mean: T, std: T, s: S, device: &Device) -> Result<Self> {
         let inner = Tensor::randn_impl(mean, std, s, device, true)?;
         Ok(Self(inner))
     }
@@ -101,20 +79,12 @@ impl Var {
         Ok(Self(inner))
     }
 
-    pub fn from_vec<S: Into<Shape>, D: crate::WithDType>(
-        data: Vec<D>,
-        shape: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_vec<S: Into<Shape>, D: crate::WithDType>(data: Vec<D>, shape: S, device: &Device) -> Result<Self> {
         let inner = Tensor::from_vec_impl(data, shape, device, true)?;
         Ok(Self(inner))
     }
 
-    pub fn from_slice<S: Into<Shape>, D: crate::WithDType>(
-        array: &[D],
-        shape: S,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn from_slice<S: Into<Shape>, D: crate::WithDType>(array: &[D], shape: S, device: &Device) -> Result<Self> {
         let inner = Tensor::new_impl(array, shape.into(), device, true)?;
         Ok(Self(inner))
     }
@@ -146,12 +116,8 @@ impl Var {
         }
         let (src, src_l) = src.storage_and_layout();
         if layout.shape() != src_l.shape() {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: layout.shape().clone(),
-                rhs: src_l.shape().clone(),
-                op: "set",
-            }
-            .bt())?
+            Err(Error::ShapeMismatchBinaryOp { lhs: layout.shape().clone(), rhs: src_l.shape().clone(), op: "set" }
+                .bt())?
         }
         src.copy_strided_src(&mut dst, layout.start_offset(), src_l)?;
         Ok(())

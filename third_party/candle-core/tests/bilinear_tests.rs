@@ -18,13 +18,12 @@ fn bilinear_pytorch_2x_upscale(dev: &Device) -> Result<()> {
     // PyTorch expected output (verified from PyTorch 2.10.0)
     let expected = Tensor::new(
         &[
-            0.0000f32, 0.2500, 0.7500, 1.2500, 1.7500, 2.2500, 2.7500, 3.0000, 1.0000, 1.2500,
-            1.7500, 2.2500, 2.7500, 3.2500, 3.7500, 4.0000, 3.0000, 3.2500, 3.7500, 4.2500, 4.7500,
-            5.2500, 5.7500, 6.0000, 5.0000, 5.2500, 5.7500, 6.2500, 6.7500, 7.2500, 7.7500, 8.0000,
-            7.0000, 7.2500, 7.7500, 8.2500, 8.7500, 9.2500, 9.7500, 10.0000, 9.0000, 9.2500,
-            9.7500, 10.2500, 10.7500, 11.2500, 11.7500, 12.0000, 11.0000, 11.2500, 11.7500,
-            12.2500, 12.7500, 13.2500, 13.7500, 14.0000, 12.0000, 12.2500, 12.7500, 13.2500,
-            13.7500, 14.2500, 14.7500, 15.0000,
+            0.0000f32, 0.2500, 0.7500, 1.2500, 1.7500, 2.2500, 2.7500, 3.0000, 1.0000, 1.2500, 1.7500, 2.2500, 2.7500,
+            3.2500, 3.7500, 4.0000, 3.0000, 3.2500, 3.7500, 4.2500, 4.7500, 5.2500, 5.7500, 6.0000, 5.0000, 5.2500,
+            5.7500, 6.2500, 6.7500, 7.2500, 7.7500, 8.0000, 7.0000, 7.2500, 7.7500, 8.2500, 8.7500, 9.2500, 9.7500,
+            10.0000, 9.0000, 9.2500, 9.7500, 10.2500, 10.7500, 11.2500, 11.7500, 12.0000, 11.0000, 11.2500, 11.7500,
+            12.2500, 12.7500, 13.2500, 13.7500, 14.0000, 12.0000, 12.2500, 12.7500, 13.2500, 13.7500, 14.2500, 14.7500,
+            15.0000,
         ],
         dev,
     )?
@@ -33,11 +32,7 @@ fn bilinear_pytorch_2x_upscale(dev: &Device) -> Result<()> {
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-4,
-        "Max difference {} exceeds threshold 1e-4",
-        max_diff
-    );
+    assert!(max_diff < 1e-4, "Max difference {} exceeds threshold 1e-4", max_diff);
     Ok(())
 }
 
@@ -53,10 +48,7 @@ fn bilinear_pytorch_downscale(dev: &Device) -> Result<()> {
 
     // PyTorch expected output
     let expected = Tensor::new(
-        &[
-            4.5f32, 6.5, 8.5, 10.5, 20.5, 22.5, 24.5, 26.5, 36.5, 38.5, 40.5, 42.5, 52.5, 54.5,
-            56.5, 58.5,
-        ],
+        &[4.5f32, 6.5, 8.5, 10.5, 20.5, 22.5, 24.5, 26.5, 36.5, 38.5, 40.5, 42.5, 52.5, 54.5, 56.5, 58.5],
         dev,
     )?
     .reshape((1, 1, 4, 4))?;
@@ -64,11 +56,7 @@ fn bilinear_pytorch_downscale(dev: &Device) -> Result<()> {
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-4,
-        "Max difference {} exceeds threshold 1e-4",
-        max_diff
-    );
+    assert!(max_diff < 1e-4, "Max difference {} exceeds threshold 1e-4", max_diff);
     Ok(())
 }
 
@@ -84,10 +72,10 @@ fn bilinear_pytorch_multi_channel(dev: &Device) -> Result<()> {
     let input = Tensor::new(
         &[
             // Channel 0
-            1.9269f32, 1.4873, 0.9007, -2.1055, 0.6784, -1.2345, -0.0431, -1.6047, -0.7521, 1.6487,
-            -0.3925, -1.4036, -0.7279, -0.5594, -0.7688, 0.7624, // Channel 1
-            1.6423f32, -0.1596, -0.4974, 0.4396, -0.7581, 1.0783, 0.8008, 1.6806, 1.2791, 1.2964,
-            0.6105, 1.3347, -0.2316, 0.0418, -0.2516, 0.8599,
+            1.9269f32, 1.4873, 0.9007, -2.1055, 0.6784, -1.2345, -0.0431, -1.6047, -0.7521, 1.6487, -0.3925, -1.4036,
+            -0.7279, -0.5594, -0.7688, 0.7624, // Channel 1
+            1.6423f32, -0.1596, -0.4974, 0.4396, -0.7581, 1.0783, 0.8008, 1.6806, 1.2791, 1.2964, 0.6105, 1.3347,
+            -0.2316, 0.0418, -0.2516, 0.8599,
         ],
         dev,
     )?
@@ -105,46 +93,20 @@ fn bilinear_pytorch_multi_channel(dev: &Device) -> Result<()> {
 
     // Check first row of channel 0 from PyTorch output
     let output_ch0_row0 = output.i((0, 0, 0, ..))?.to_vec1::<f32>()?;
-    let expected_ch0_row0 = [
-        1.9269f32, 1.8170, 1.5972, 1.3406, 1.0474, 0.1492, -1.3540, -2.1055,
-    ];
+    let expected_ch0_row0 = [1.9269f32, 1.8170, 1.5972, 1.3406, 1.0474, 0.1492, -1.3540, -2.1055];
 
-    for (i, (&out, &exp)) in output_ch0_row0
-        .iter()
-        .zip(expected_ch0_row0.iter())
-        .enumerate()
-    {
+    for (i, (&out, &exp)) in output_ch0_row0.iter().zip(expected_ch0_row0.iter()).enumerate() {
         let diff = (out - exp).abs();
-        assert!(
-            diff < 1e-3,
-            "Channel 0, row 0, index {} differs: got {}, expected {}, diff {}",
-            i,
-            out,
-            exp,
-            diff
-        );
+        assert!(diff < 1e-3, "Channel 0, row 0, index {} differs: got {}, expected {}, diff {}", i, out, exp, diff);
     }
 
     // Check first row of channel 1 from PyTorch output
     let output_ch1_row0 = output.i((0, 1, 0, ..))?.to_vec1::<f32>()?;
-    let expected_ch1_row0 = [
-        1.6423f32, 1.1918, 0.2909, -0.2440, -0.4129, -0.2632, 0.2053, 0.4396,
-    ];
+    let expected_ch1_row0 = [1.6423f32, 1.1918, 0.2909, -0.2440, -0.4129, -0.2632, 0.2053, 0.4396];
 
-    for (i, (&out, &exp)) in output_ch1_row0
-        .iter()
-        .zip(expected_ch1_row0.iter())
-        .enumerate()
-    {
+    for (i, (&out, &exp)) in output_ch1_row0.iter().zip(expected_ch1_row0.iter()).enumerate() {
         let diff = (out - exp).abs();
-        assert!(
-            diff < 1e-3,
-            "Channel 1, row 0, index {} differs: got {}, expected {}, diff {}",
-            i,
-            out,
-            exp,
-            diff
-        );
+        assert!(diff < 1e-3, "Channel 1, row 0, index {} differs: got {}, expected {}, diff {}", i, out, exp, diff);
     }
 
     Ok(())
@@ -163,8 +125,8 @@ fn bilinear_pytorch_align_corners_true(dev: &Device) -> Result<()> {
     // PyTorch expected output with align_corners=True
     let expected = Tensor::new(
         &[
-            1.0f32, 1.3333, 1.6667, 2.0, 1.6667, 2.0, 2.3333, 2.6667, 2.3333, 2.6667, 3.0, 3.3333,
-            3.0, 3.3333, 3.6667, 4.0,
+            1.0f32, 1.3333, 1.6667, 2.0, 1.6667, 2.0, 2.3333, 2.6667, 2.3333, 2.6667, 3.0, 3.3333, 3.0, 3.3333, 3.6667,
+            4.0,
         ],
         dev,
     )?
@@ -173,30 +135,14 @@ fn bilinear_pytorch_align_corners_true(dev: &Device) -> Result<()> {
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-3,
-        "Max difference {} exceeds threshold 1e-3",
-        max_diff
-    );
+    assert!(max_diff < 1e-3, "Max difference {} exceeds threshold 1e-3", max_diff);
 
     // Verify corners are exactly preserved with align_corners=True
     let output_vec = output.flatten_all()?.to_vec1::<f32>()?;
-    assert!(
-        (output_vec[0] - 1.0).abs() < 1e-5,
-        "Top-left corner not preserved"
-    );
-    assert!(
-        (output_vec[3] - 2.0).abs() < 1e-5,
-        "Top-right corner not preserved"
-    );
-    assert!(
-        (output_vec[12] - 3.0).abs() < 1e-5,
-        "Bottom-left corner not preserved"
-    );
-    assert!(
-        (output_vec[15] - 4.0).abs() < 1e-5,
-        "Bottom-right corner not preserved"
-    );
+    assert!((output_vec[0] - 1.0).abs() < 1e-5, "Top-left corner not preserved");
+    assert!((output_vec[3] - 2.0).abs() < 1e-5, "Top-right corner not preserved");
+    assert!((output_vec[12] - 3.0).abs() < 1e-5, "Bottom-left corner not preserved");
+    assert!((output_vec[15] - 4.0).abs() < 1e-5, "Bottom-right corner not preserved");
 
     Ok(())
 }
@@ -213,17 +159,10 @@ fn bilinear_pytorch_scale_factor(dev: &Device) -> Result<()> {
     let output_size = input.upsample_bilinear2d(8, 8, false)?;
 
     // scale_factor=2.0 should produce identical results to size=(8, 8)
-    let diff = (&output_scale - &output_size)?
-        .abs()?
-        .flatten_all()?
-        .max(0)?;
+    let diff = (&output_scale - &output_size)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-6,
-        "scale_factor and size methods differ by {}",
-        max_diff
-    );
+    assert!(max_diff < 1e-6, "scale_factor and size methods differ by {}", max_diff);
 
     Ok(())
 }
@@ -258,11 +197,7 @@ fn bilinear_pytorch_non_square_exact(dev: &Device) -> Result<()> {
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-4,
-        "Max difference {} exceeds threshold 1e-4",
-        max_diff
-    );
+    assert!(max_diff < 1e-4, "Max difference {} exceeds threshold 1e-4", max_diff);
     Ok(())
 }
 
@@ -277,17 +212,12 @@ fn bilinear_pytorch_tiny_1x1_to_3x3(dev: &Device) -> Result<()> {
     let output = input.upsample_bilinear2d(3, 3, false)?;
 
     // PyTorch expected output: all values should be 5.0
-    let expected = Tensor::new(&[5.0f32, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0], dev)?
-        .reshape((1, 1, 3, 3))?;
+    let expected = Tensor::new(&[5.0f32, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0], dev)?.reshape((1, 1, 3, 3))?;
 
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-6,
-        "Max difference {} exceeds threshold 1e-6",
-        max_diff
-    );
+    assert!(max_diff < 1e-6, "Max difference {} exceeds threshold 1e-6", max_diff);
     Ok(())
 }
 
@@ -316,11 +246,7 @@ fn bilinear_pytorch_tiny_1x2_to_3x6(dev: &Device) -> Result<()> {
     let diff = (&output - &expected)?.abs()?.flatten_all()?.max(0)?;
     let max_diff = diff.to_vec0::<f32>()?;
 
-    assert!(
-        max_diff < 1e-6,
-        "Max difference {} exceeds threshold 1e-6",
-        max_diff
-    );
+    assert!(max_diff < 1e-6, "Max difference {} exceeds threshold 1e-6", max_diff);
     Ok(())
 }
 
@@ -345,10 +271,7 @@ fn bilinear_pytorch_large_64x64_to_128x128(dev: &Device) -> Result<()> {
     // Verify all values are finite
     let output_vec = output.flatten_all()?.to_vec1::<f32>()?;
     for &val in &output_vec {
-        assert!(
-            val.is_finite(),
-            "Large tensor output contains non-finite value"
-        );
+        assert!(val.is_finite(), "Large tensor output contains non-finite value");
     }
 
     // Verify output is in reasonable range (should be similar to input range)
@@ -510,12 +433,7 @@ test_device!(
 );
 
 // Special behavior tests
-test_device!(
-    bilinear_identity,
-    bilinear_identity_cpu,
-    bilinear_identity_gpu,
-    bilinear_identity_metal
-);
+test_device!(bilinear_identity, bilinear_identity_cpu, bilinear_identity_gpu, bilinear_identity_metal);
 
 test_device!(
     bilinear_align_corners_difference,

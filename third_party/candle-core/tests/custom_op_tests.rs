@@ -152,13 +152,7 @@ impl candle_core::InplaceOp2 for InplaceAdd {
         "inplace-add"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<()> {
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> Result<()> {
         let elems = l1.shape().elem_count();
         let start1 = l1.start_offset();
         let start2 = l2.start_offset();

@@ -85,31 +85,21 @@ impl CustomOp2 for Add {
         let seed = vec![OUTPUT_SEED; len];
         let mut output = device.clone_htod(&seed)?;
         let out = context.write(&mut output, 0)?;
-        let launcher = unsafe {
-            kernels::add(
-                out.device_pointer(),
-                lhs.device_pointer(),
-                rhs.device_pointer(),
-                len_i32,
-            )
-        }
-        .grid(((len / BLOCK_SIZE) as u32, 1, 1));
+        let launcher =
+            unsafe { kernels::add(out.device_pointer(), lhs.device_pointer(), rhs.device_pointer(), len_i32) }.grid((
+                (len / BLOCK_SIZE) as u32,
+                1,
+                1,
+            ));
 
         match self.0 {
-            Mode::Compile => {
-                cutile::kernel("test add warmup", || launcher.compile_on(context.stream()))?
-            }
+            Mode::Compile => cutile::kernel("test add warmup", || launcher.compile_on(context.stream()))?,
             Mode::Launch => {
-                cutile::kernel("test add launch", || unsafe {
-                    launcher.async_on(context.stream())
-                })?;
+                cutile::kernel("test add launch", || unsafe { launcher.async_on(context.stream()) })?;
             }
         }
         drop((out, lhs, rhs));
-        Ok((
-            CudaStorage::wrap_cuda_slice(output, device.clone()),
-            lhs_layout.shape().clone(),
-        ))
+        Ok((CudaStorage::wrap_cuda_slice(output, device.clone()), lhs_layout.shape().clone()))
     }
 }
 
@@ -123,18 +113,12 @@ fn cuda_device() -> Result<Option<Device>> {
 
 #[test]
 fn compile_only_warmup_does_not_launch() -> Result<()> {
-    let _lock = GPU_TEST_LOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _lock = GPU_TEST_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let Some(device) = cuda_device()? else {
         return Ok(());
     };
     let lhs = Tensor::arange(0f32, (WARMUP_SIZE + 1) as f32, &device)?.narrow(0, 1, WARMUP_SIZE)?;
-    let rhs = Tensor::ones(WARMUP_SIZE + 1, candle_core::DType::F32, &device)?.narrow(
-        0,
-        1,
-        WARMUP_SIZE,
-    )?;
+    let rhs = Tensor::ones(WARMUP_SIZE + 1, candle_core::DType::F32, &device)?.narrow(0, 1, WARMUP_SIZE)?;
 
     let compile_count = cutile::tile_kernel::jit_compile_count();
     let output = lhs.apply_op2_no_bwd(&rhs, &Add(Mode::Compile))?;
@@ -144,18 +128,14 @@ fn compile_only_warmup_does_not_launch() -> Result<()> {
 
     let output = lhs.apply_op2_no_bwd(&rhs, &Add(Mode::Launch))?;
     assert_eq!(cutile::tile_kernel::jit_compile_count(), warmed_count);
-    let expected = (0..WARMUP_SIZE)
-        .map(|index| index as f32 + 2.)
-        .collect::<Vec<_>>();
+    let expected = (0..WARMUP_SIZE).map(|index| index as f32 + 2.).collect::<Vec<_>>();
     assert_eq!(output.to_vec1::<f32>()?, expected);
     Ok(())
 }
 
 #[test]
 fn custom_op_preserves_candle_stream_ordering() -> Result<()> {
-    let _lock = GPU_TEST_LOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _lock = GPU_TEST_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let Some(device) = cuda_device()? else {
         return Ok(());
     };
@@ -166,9 +146,7 @@ fn custom_op_preserves_candle_stream_ordering() -> Result<()> {
     let output = lhs.apply_op2_no_bwd(&rhs, &Add(Mode::Launch))?;
     drop((input, lhs, rhs));
     let output = (&output + 3.)?;
-    let expected = (0..BLOCK_SIZE)
-        .map(|index| 3. * index as f32 + 4.)
-        .collect::<Vec<_>>();
+    let expected = (0..BLOCK_SIZE).map(|index| 3. * index as f32 + 4.).collect::<Vec<_>>();
     assert_eq!(output.to_vec1::<f32>()?, expected);
     Ok(())
 }

@@ -25,10 +25,7 @@ fn display_vector() -> Result<()> {
     assert_eq!(&s, "[]\nTensor[[0], u32]");
     let t = Tensor::new(&[0.1234567, 1.0, -1.2, 4.1, f64::NAN], &Cpu)?;
     let s = format!("{t}");
-    assert_eq!(
-        &s,
-        "[ 0.1235,  1.0000, -1.2000,  4.1000,     NaN]\nTensor[[5], f64]"
-    );
+    assert_eq!(&s, "[ 0.1235,  1.0000, -1.2000,  4.1000,     NaN]\nTensor[[5], f64]");
     let t = (Tensor::ones(50, DType::F32, &Cpu)? * 42.)?;
     let s = format!("\n{t}");
     let expected = r#"
@@ -40,10 +37,7 @@ Tensor[[50], f32]"#;
     assert_eq!(&s, expected);
     let t = (Tensor::ones(11000, DType::F32, &Cpu)? * 42.)?;
     let s = format!("{t}");
-    assert_eq!(
-        &s,
-        "[42., 42., 42., ..., 42., 42., 42.]\nTensor[[11000], f32]"
-    );
+    assert_eq!(&s, "[42., 42., 42., ..., 42., 42., 42.]\nTensor[[11000], f32]");
     Ok(())
 }
 

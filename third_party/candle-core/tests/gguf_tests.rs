@@ -120,9 +120,7 @@ fn rejects_tensor_size_exceeding_file() {
     buf.extend_from_slice(&0u64.to_le_bytes()); // no offset
     let mut cursor = Cursor::new(buf);
     let content = Content::read(&mut cursor).expect("header should parse");
-    let err = content
-        .tensor(&mut cursor, "t", &Device::Cpu)
-        .expect_err("expected Err from oversized tensor load");
+    let err = content.tensor(&mut cursor, "t", &Device::Cpu).expect_err("expected Err from oversized tensor load");
     let msg = format!("{err}");
     assert!(msg.contains("remaining"), "unexpected error: {msg}");
 }

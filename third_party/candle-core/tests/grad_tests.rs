@@ -1,8 +1,6 @@
 #![allow(clippy::approx_constant)]
 use anyhow::{Context, Result};
-use candle_core::{
-    backprop::GradStore, test_device, test_utils, DType, Device, IndexOp, Shape, Tensor, Var,
-};
+use candle_core::{backprop::GradStore, test_device, test_utils, DType, Device, IndexOp, Shape, Tensor, Var};
 
 fn simple_grad(device: &Device) -> Result<()> {
     let x = Var::new(&[3f32, 1., 4.], device)?;
@@ -49,10 +47,7 @@ fn expand_grad(device: &Device) -> Result<()> {
     let grads = loss.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
     // loss = 0.5 * sum over the 3 broadcast copies of x^2, so dloss/dx = 3.x
-    assert_eq!(
-        grad_x.flatten_all()?.to_vec1::<f32>()?,
-        (0..24).map(|v| 3. * v as f32).collect::<Vec<f32>>()
-    );
+    assert_eq!(grad_x.flatten_all()?.to_vec1::<f32>()?, (0..24).map(|v| 3. * v as f32).collect::<Vec<f32>>());
     Ok(())
 }
 
@@ -67,30 +62,15 @@ fn matmul_grad(device: &Device) -> Result<()> {
     let grad_y = grads.get(&y).context("no grad for y")?;
     assert_eq!(grad_x.shape(), &Shape::from((2, 2, 3)));
     assert_eq!(grad_y.shape(), &Shape::from((2, 3, 2)));
-    assert_eq!(
-        &*grad_x.to_vec3::<f32>()?,
-        &[
-            [[1., 5., 9.], [1., 5., 9.]],
-            [[13., 17., 21.], [13., 17., 21.]]
-        ]
-    );
-    assert_eq!(
-        &*grad_y.to_vec3::<f32>()?,
-        &[
-            [[3., 3.], [5., 5.], [7., 7.]],
-            [[15., 15.], [17., 17.], [19., 19.]]
-        ]
-    );
+    assert_eq!(&*grad_x.to_vec3::<f32>()?, &[[[1., 5., 9.], [1., 5., 9.]], [[13., 17., 21.], [13., 17., 21.]]]);
+    assert_eq!(&*grad_y.to_vec3::<f32>()?, &[[[3., 3.], [5., 5.], [7., 7.]], [[15., 15.], [17., 17.], [19., 19.]]]);
     Ok(())
 }
 
 fn assert_zero_grad(grads: &GradStore, var: &Var, shape: &[usize]) -> Result<()> {
     let grad = grads.get(var).context("no gradient for variable")?;
     assert_eq!(grad.dims(), shape);
-    assert_eq!(
-        grad.flatten_all()?.to_vec1::<f32>()?,
-        vec![0.; grad.elem_count()]
-    );
+    assert_eq!(grad.flatten_all()?.to_vec1::<f32>()?, vec![0.; grad.elem_count()]);
     Ok(())
 }
 
@@ -104,10 +84,7 @@ fn assert_zero_matmul_grads(
     let rhs = Var::zeros(rhs_shape, DType::F32, device)?;
     let output = lhs.matmul(&rhs)?;
     assert_eq!(output.dims(), output_shape);
-    assert_eq!(
-        output.flatten_all()?.to_vec1::<f32>()?,
-        vec![0.; output.elem_count()]
-    );
+    assert_eq!(output.flatten_all()?.to_vec1::<f32>()?, vec![0.; output.elem_count()]);
     let grads = output.sum_all()?.backward()?;
     assert_zero_grad(&grads, &lhs, lhs_shape)?;
     assert_zero_grad(&grads, &rhs, rhs_shape)
@@ -148,59 +125,29 @@ fn unary_grad(device: &Device) -> Result<()> {
     let y = (x.log()? + 1.)?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [2.0986, 1.0, 2.3863, -0.8971]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [0.3333, 1.0, 0.25, 6.6667]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [2.0986, 1.0, 2.3863, -0.8971]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [0.3333, 1.0, 0.25, 6.6667]);
     let y = x.exp()?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [20.0855, 2.7183, 54.5982, 1.1618]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [20.0855, 2.7183, 54.5982, 1.1618]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [20.0855, 2.7183, 54.5982, 1.1618]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [20.0855, 2.7183, 54.5982, 1.1618]);
     let y = x.exp()?.sqr()?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 3)?,
-        [403.429, 7.389, 2980.958, 1.35]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 3)?, [403.429, 7.389, 2980.958, 1.35]);
     // exp(x)^2 = exp(2*x)
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 2)?,
-        [806.86, 14.78, 5961.92, 2.7]
-    );
+    assert_eq!(test_utils::to_vec1_round(grad_x, 2)?, [806.86, 14.78, 5961.92, 2.7]);
     let y = x.sin()?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [0.1411, 0.8415, -0.7568, 0.1494],
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [-0.99, 0.5403, -0.6536, 0.9888],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [0.1411, 0.8415, -0.7568, 0.1494],);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [-0.99, 0.5403, -0.6536, 0.9888],);
     let y = x.cos()?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [-0.99, 0.5403, -0.6536, 0.9888],
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [-0.1411, -0.8415, 0.7568, -0.1494],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [-0.99, 0.5403, -0.6536, 0.9888],);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [-0.1411, -0.8415, 0.7568, -0.1494],);
     let y = x.sqr()?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
@@ -224,14 +171,8 @@ fn unary_grad(device: &Device) -> Result<()> {
     let y = Tensor::new(1f32, device)?.broadcast_div(x)?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [0.3333, 1.0, 0.25, 6.6667]
-    );
-    assert_eq!(
-        grad_x.to_vec1::<f32>()?,
-        [-0.11111111, -1.0, -0.0625, -44.444443],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [0.3333, 1.0, 0.25, 6.6667]);
+    assert_eq!(grad_x.to_vec1::<f32>()?, [-0.11111111, -1.0, -0.0625, -44.444443],);
     let y = x.broadcast_div(&Tensor::new(0.5f32, device)?)?;
     let grads = y.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
@@ -243,32 +184,20 @@ fn unary_grad(device: &Device) -> Result<()> {
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
     assert_eq!(test_utils::to_vec1_round(&y, 2)?, [15.59, 1.0, 32.0, 0.01]);
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 2)?,
-        [12.99, 2.5, 20.0, 0.15]
-    );
+    assert_eq!(test_utils::to_vec1_round(grad_x, 2)?, [12.99, 2.5, 20.0, 0.15]);
 
     let y = x.tanh()?;
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
     assert_eq!(test_utils::to_vec1_round(&y, 2)?, [1.0, 0.76, 1.0, 0.15]);
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 2)?,
-        [0.01, 0.42, 0.0, 0.98],
-    );
+    assert_eq!(test_utils::to_vec1_round(grad_x, 2)?, [0.01, 0.42, 0.0, 0.98],);
 
     // testing compared to pytorch nn.GELU(approximate = 'tanh')
     let y = x.gelu()?;
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [2.9964, 0.8412, 3.9999, 0.0839]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [1.0116, 1.0830, 1.0003, 0.6188],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [2.9964, 0.8412, 3.9999, 0.0839]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [1.0116, 1.0830, 1.0003, 0.6188],);
 
     // Testing compared to pytorch torch.erf
     //
@@ -283,10 +212,7 @@ fn unary_grad(device: &Device) -> Result<()> {
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
     assert_eq!(test_utils::to_vec1_round(&y, 4)?, [1.0, 0.8427, 1.0, 0.168]);
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [0.0001, 0.4151, 0.0, 1.1033],
-    );
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [0.0001, 0.4151, 0.0, 1.1033],);
 
     // Testing compared to pytorch nn.GELU(approximate = 'none')
     //
@@ -301,14 +227,8 @@ fn unary_grad(device: &Device) -> Result<()> {
     let y = x.gelu_erf()?;
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [2.9960, 0.8413, 3.9999, 0.0839]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [1.0119, 1.0833, 1.0005, 0.6188],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [2.9960, 0.8413, 3.9999, 0.0839]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [1.0119, 1.0833, 1.0005, 0.6188],);
 
     // Testing compared to pytorch elu
     //
@@ -326,27 +246,15 @@ fn unary_grad(device: &Device) -> Result<()> {
     let grads = y.backward()?;
     let grad_x = grads.get(&elu_x).context("no grad for x")?;
 
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [-1.2642, 0.0000, -1.7293, 3.0000]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [0.7358, 2.0000, 0.2707, 1.0000]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [-1.2642, 0.0000, -1.7293, 3.0000]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [0.7358, 2.0000, 0.2707, 1.0000]);
 
     // testing compared to pytorch nn.Silu()
     let y = x.silu()?;
     let grads = y.backward()?;
     let grad_x = grads.get(&x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [2.8577, 0.7311, 3.9281, 0.0806]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(grad_x, 4)?,
-        [1.0881, 0.9277, 1.0527, 0.5747],
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [2.8577, 0.7311, 3.9281, 0.0806]);
+    assert_eq!(test_utils::to_vec1_round(grad_x, 4)?, [1.0881, 0.9277, 1.0527, 0.5747],);
 
     if device.is_cpu() {
         let x = Var::new(&[[[1f32, 2., 3.], [4., 5., 6.], [7., 8., 9.]]], device)?;
@@ -354,9 +262,8 @@ fn unary_grad(device: &Device) -> Result<()> {
 
         let z = Tensor::new(
             &[
-                1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16.,
-                17., 18., 19., 20., 21., 22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32.,
-                33., 34., 35., 36.,
+                1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16., 17., 18., 19., 20.,
+                21., 22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32., 33., 34., 35., 36.,
             ],
             device,
         )?;
@@ -365,10 +272,7 @@ fn unary_grad(device: &Device) -> Result<()> {
         let grads = loss.backward()?;
         let grad_x = grads.get(&x).context("no grad for x")?;
 
-        assert_eq!(
-            test_utils::to_vec3_round(grad_x, 4)?,
-            [[[10_f32, 26., 42.], [58., 74., 90.], [106., 122., 138.]]]
-        );
+        assert_eq!(test_utils::to_vec3_round(grad_x, 4)?, [[[10_f32, 26., 42.], [58., 74., 90.], [106., 122., 138.]]]);
     }
 
     // manually checked: see comments
@@ -377,9 +281,8 @@ fn unary_grad(device: &Device) -> Result<()> {
 
     let z = Tensor::new(
         &[
-            1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16., 17.,
-            18., 19., 20., 21., 22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32., 33., 34.,
-            35., 36.,
+            1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16., 17., 18., 19., 20., 21.,
+            22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32., 33., 34., 35., 36.,
         ],
         device,
     )?;
@@ -412,9 +315,8 @@ fn unary_grad(device: &Device) -> Result<()> {
 
     let z = Tensor::new(
         &[
-            1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16., 17.,
-            18., 19., 20., 21., 22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32., 33., 34.,
-            35., 36.,
+            1_f32, 02., 03., 04., 05., 06., 07., 08., 09., 10., 11., 12., 13., 14., 15., 16., 17., 18., 19., 20., 21.,
+            22., 23., 24., 25., 26., 27., 28., 29., 30., 31., 32., 33., 34., 35., 36.,
         ],
         device,
     )?;
@@ -430,10 +332,7 @@ fn unary_grad(device: &Device) -> Result<()> {
     let grads = loss.backward()?;
 
     let grad_x = grads.get(&x).context("no grad for x")?;
-    assert_eq!(
-        test_utils::to_vec2_round(&grad_x.flatten(0, 2)?, 4)?,
-        [[72_f32, 99.], [234., 261.]]
-    );
+    assert_eq!(test_utils::to_vec2_round(&grad_x.flatten(0, 2)?, 4)?, [[72_f32, 99.], [234., 261.]]);
 
     // manually checked: see comments
     let x = Var::new(&[[[[1f32, 2.], [4., 5.]], [[6f32, 7.], [8., 9.]]]], device)?;
@@ -479,10 +378,7 @@ fn unary_grad(device: &Device) -> Result<()> {
     );
 
     // manually checked: see comments
-    let x = Var::new(
-        &[[[[1f32, 2.], [4., 5.]]], [[[6f32, 7.], [8., 9.]]]],
-        device,
-    )?;
+    let x = Var::new(&[[[[1f32, 2.], [4., 5.]]], [[[6f32, 7.], [8., 9.]]]], device)?;
 
     let y = x.interpolate2d(4, 4)?.reshape(32)?;
 
@@ -555,10 +451,7 @@ fn binary_grad(device: &Device) -> Result<()> {
     let y_var = Var::new(&[2f32, 7., 1.], device)?;
     let y = y_var.as_tensor();
 
-    let ss = x
-        .reshape((2, 3))?
-        .slice_scatter0(&y.reshape((1, 3))?, 1)?
-        .sqr()?;
+    let ss = x.reshape((2, 3))?.slice_scatter0(&y.reshape((1, 3))?, 1)?.sqr()?;
     let grads = ss.backward()?;
     let grad_x = grads.get(x).context("no grad for x")?;
     let grad_y = grads.get(y).context("no grad for y")?;
@@ -577,10 +470,7 @@ fn index_select_strided_ids_grad(device: &Device) -> Result<()> {
     let y = w.index_select(&ids, 0)?;
     let grads = y.sum_all()?.backward()?;
     let grad_w = grads.get(&w).context("no grad for w")?;
-    assert_eq!(
-        grad_w.to_vec2::<f32>()?,
-        [[1., 1., 1.], [0., 0., 0.], [1., 1., 1.]]
-    );
+    assert_eq!(grad_w.to_vec2::<f32>()?, [[1., 1., 1.], [0., 0., 0.], [1., 1., 1.]]);
     Ok(())
 }
 
@@ -614,44 +504,14 @@ fn test_flip_backprop() -> Result<()> {
     Ok(())
 }
 
-test_device!(
-    simple_grad,
-    simple_grad_cpu,
-    simple_grad_gpu,
-    simple_grad_metal
-);
+test_device!(simple_grad, simple_grad_cpu, simple_grad_gpu, simple_grad_metal);
 test_device!(sum_grad, sum_grad_cpu, sum_grad_gpu, sum_grad_metal);
-test_device!(
-    expand_grad,
-    expand_grad_cpu,
-    expand_grad_gpu,
-    expand_grad_metal
-);
-test_device!(
-    matmul_grad,
-    matmul_grad_cpu,
-    matmul_grad_gpu,
-    matmul_grad_metal
-);
-test_device!(
-    zero_matmul_grad,
-    zero_matmul_grad_cpu,
-    zero_matmul_grad_gpu,
-    zero_matmul_grad_metal
-);
-test_device!(
-    grad_descent,
-    grad_descent_cpu,
-    grad_descent_gpu,
-    grad_descent_metal
-);
+test_device!(expand_grad, expand_grad_cpu, expand_grad_gpu, expand_grad_metal);
+test_device!(matmul_grad, matmul_grad_cpu, matmul_grad_gpu, matmul_grad_metal);
+test_device!(zero_matmul_grad, zero_matmul_grad_cpu, zero_matmul_grad_gpu, zero_matmul_grad_metal);
+test_device!(grad_descent, grad_descent_cpu, grad_descent_gpu, grad_descent_metal);
 test_device!(unary_grad, unary_grad_cpu, unary_grad_gpu, unary_grad_metal);
-test_device!(
-    binary_grad,
-    binary_grad_cpu,
-    binary_grad_gpu,
-    binary_grad_metal
-);
+test_device!(binary_grad, binary_grad_cpu, binary_grad_gpu, binary_grad_metal);
 
 test_device!(
     index_select_strided_ids_grad,

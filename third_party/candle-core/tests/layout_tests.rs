@@ -5,36 +5,22 @@ fn contiguous(device: &Device) -> Result<()> {
     let tensor = Tensor::arange(0u32, 24u32, device)?.reshape((2, 3, 4))?;
     assert_eq!(
         tensor.to_vec3::<u32>()?,
-        &[
-            [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]],
-            [[12, 13, 14, 15], [16, 17, 18, 19], [20, 21, 22, 23]]
-        ]
+        &[[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], [[12, 13, 14, 15], [16, 17, 18, 19], [20, 21, 22, 23]]]
     );
     assert_eq!(
         tensor.t()?.contiguous()?.to_vec3::<u32>()?,
-        &[
-            [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]],
-            [[12, 16, 20], [13, 17, 21], [14, 18, 22], [15, 19, 23]]
-        ]
+        &[[[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]], [[12, 16, 20], [13, 17, 21], [14, 18, 22], [15, 19, 23]]]
     );
     assert_eq!(
         tensor.transpose(0, 1)?.contiguous()?.to_vec3::<u32>()?,
-        &[
-            [[0, 1, 2, 3], [12, 13, 14, 15]],
-            [[4, 5, 6, 7], [16, 17, 18, 19]],
-            [[8, 9, 10, 11], [20, 21, 22, 23]]
-        ]
+        &[[[0, 1, 2, 3], [12, 13, 14, 15]], [[4, 5, 6, 7], [16, 17, 18, 19]], [[8, 9, 10, 11], [20, 21, 22, 23]]]
     );
     assert_eq!(
         tensor.transpose(0, 1)?.flatten_all()?.to_vec1::<u32>()?,
         &[0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7, 16, 17, 18, 19, 8, 9, 10, 11, 20, 21, 22, 23]
     );
     assert_eq!(
-        tensor
-            .i(1..)?
-            .transpose(0, 1)?
-            .contiguous()?
-            .to_vec3::<u32>()?,
+        tensor.i(1..)?.transpose(0, 1)?.contiguous()?.to_vec3::<u32>()?,
         &[[[12, 13, 14, 15]], [[16, 17, 18, 19]], [[20, 21, 22, 23]]]
     );
     assert_eq!(
@@ -62,9 +48,7 @@ fn strided_blocks() -> Result<()> {
         }
         other => panic!("unexpected block structure {other:?}"),
     };
-    let tensor = Tensor::arange(0u32, 26u32, &Cpu)?
-        .i(2..)?
-        .reshape((2, 3, 4))?;
+    let tensor = Tensor::arange(0u32, 26u32, &Cpu)?.i(2..)?.reshape((2, 3, 4))?;
     match tensor.strided_blocks() {
         candle::StridedBlocks::SingleBlock { start_offset, len } => {
             assert_eq!(start_offset, 2);
@@ -94,12 +78,7 @@ fn strided_blocks() -> Result<()> {
     let tensor = Tensor::arange(0u32, 24u32, &Cpu)?.reshape((2, 3, 4))?;
     let tensor = tensor.i((.., 1))?;
     match tensor.strided_blocks() {
-        candle::StridedBlocks::UniformBlocks {
-            start_offset,
-            block_len,
-            count,
-            src_stride,
-        } => {
+        candle::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } => {
             assert_eq!(start_offset, 4);
             assert_eq!(block_len, 4);
             assert_eq!(count, 2);
@@ -109,32 +88,20 @@ fn strided_blocks() -> Result<()> {
     };
     let tensor = Tensor::arange(0u32, 24u32, &Cpu)?.reshape((2, 3, 4))?;
     match tensor.t()?.strided_blocks() {
-        candle::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len,
-        } => {
+        candle::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
             assert_eq!(block_len, 1);
             assert_eq!(
                 block_start_index.collect::<Vec<_>>(),
-                &[
-                    0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 16, 20, 13, 17, 21, 14, 18, 22, 15,
-                    19, 23
-                ]
+                &[0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, 12, 16, 20, 13, 17, 21, 14, 18, 22, 15, 19, 23]
             )
         }
         other => panic!("unexpected block structure {other:?}"),
     };
     let tensor = Tensor::arange(0u32, 24u32, &Cpu)?.reshape((2, 3, 4))?;
     match tensor.transpose(0, 1)?.strided_blocks() {
-        candle::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len,
-        } => {
+        candle::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
             assert_eq!(block_len, 4);
-            assert_eq!(
-                block_start_index.collect::<Vec<_>>(),
-                &[0, 12, 4, 16, 8, 20]
-            )
+            assert_eq!(block_start_index.collect::<Vec<_>>(), &[0, 12, 4, 16, 8, 20])
         }
         other => panic!("unexpected block structure {other:?}"),
     };

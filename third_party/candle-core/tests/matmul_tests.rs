@@ -97,9 +97,7 @@ fn broadcast_matmul_stride_zero_lhs(device: &Device) -> Result<()> {
         // Every batch is the same lhs against that batch of rhs.
         let lhs = lhs.i(0)?;
         for idx in 0..b {
-            let diff = (out.i(idx)? - lhs.matmul(&rhs.i(idx)?)?)?
-                .sqr()?
-                .sum_all()?;
+            let diff = (out.i(idx)? - lhs.matmul(&rhs.i(idx)?)?)?.sqr()?.sum_all()?;
             assert!(diff.to_vec0::<f32>()? < 1e-6, "batch {idx} differs");
         }
     }
@@ -113,12 +111,8 @@ fn zero_matmul(device: &Device) -> Result<()> {
     assert_eq!(output.dims(), &[2, 3]);
     assert_eq!(output.to_vec2::<f32>()?, &[[0., 0., 0.], [0., 0., 0.]]);
 
-    let lhs = Tensor::zeros((2, 3, 4), DType::F32, device)?
-        .transpose(1, 2)?
-        .narrow(1, 0, 0)?;
-    let rhs = Tensor::zeros((2, 4, 3), DType::F32, device)?
-        .transpose(1, 2)?
-        .narrow(2, 0, 0)?;
+    let lhs = Tensor::zeros((2, 3, 4), DType::F32, device)?.transpose(1, 2)?.narrow(1, 0, 0)?;
+    let rhs = Tensor::zeros((2, 4, 3), DType::F32, device)?.transpose(1, 2)?.narrow(2, 0, 0)?;
     assert!(!lhs.is_contiguous());
     assert!(!rhs.is_contiguous());
     assert_eq!(lhs.dims(), &[2, 0, 3]);
@@ -127,19 +121,11 @@ fn zero_matmul(device: &Device) -> Result<()> {
     Ok(())
 }
 
-fn assert_matmul_error(
-    device: &Device,
-    lhs: (&[usize], DType),
-    rhs: (&[usize], DType),
-    expected: &str,
-) -> Result<()> {
+fn assert_matmul_error(device: &Device, lhs: (&[usize], DType), rhs: (&[usize], DType), expected: &str) -> Result<()> {
     let lhs = Tensor::zeros(lhs.0, lhs.1, device)?;
     let rhs = Tensor::zeros(rhs.0, rhs.1, device)?;
     let err = lhs.matmul(&rhs).unwrap_err();
-    assert!(
-        err.to_string().starts_with(expected),
-        "unexpected error: {err}"
-    );
+    assert!(err.to_string().starts_with(expected), "unexpected error: {err}");
     Ok(())
 }
 
@@ -150,12 +136,7 @@ fn zero_matmul_validation(device: &Device) -> Result<()> {
     assert_matmul_error(device, (&[0, 2], F32), (&[3, 4], F16), shape_error)?;
     assert_matmul_error(device, (&[2, 3], F32), (&[4, 0], F32), shape_error)?;
     assert_matmul_error(device, (&[0, 2, 3], F32), (&[1, 3, 4], F32), shape_error)?;
-    assert_matmul_error(
-        device,
-        (&[0, 2], F32),
-        (&[2, 3], F16),
-        "dtype mismatch in matmul",
-    )?;
+    assert_matmul_error(device, (&[0, 2], F32), (&[2, 3], F16), "dtype mismatch in matmul")?;
     Ok(())
 }
 
@@ -166,10 +147,7 @@ fn zero_matmul_device_validation(device: &Device) -> Result<()> {
     let lhs = Tensor::zeros((0, 2), DType::F32, &Device::Cpu)?;
     let rhs = Tensor::zeros((2, 3), DType::F16, device)?;
     let err = lhs.matmul(&rhs).unwrap_err();
-    assert!(
-        err.to_string().starts_with("device mismatch in matmul"),
-        "unexpected error: {err}"
-    );
+    assert!(err.to_string().starts_with("device mismatch in matmul"), "unexpected error: {err}");
     Ok(())
 }
 
@@ -250,30 +228,15 @@ fn mm_layout(device: &Device) -> Result<()> {
 }
 
 test_device!(matmul, matmul_cpu, matmul_gpu, matmul_metal);
-test_device!(
-    matmul_bf16,
-    matmul_bf16_cpu,
-    matmul_bf16_gpu,
-    matmul_bf16_metal
-);
-test_device!(
-    broadcast_matmul,
-    broadcast_matmul_cpu,
-    broadcast_matmul_gpu,
-    broadcast_matmul_metal
-);
+test_device!(matmul_bf16, matmul_bf16_cpu, matmul_bf16_gpu, matmul_bf16_metal);
+test_device!(broadcast_matmul, broadcast_matmul_cpu, broadcast_matmul_gpu, broadcast_matmul_metal);
 test_device!(
     broadcast_matmul_stride_zero_lhs,
     broadcast_matmul_stride_zero_lhs_cpu,
     broadcast_matmul_stride_zero_lhs_gpu,
     broadcast_matmul_stride_zero_lhs_metal
 );
-test_device!(
-    zero_matmul,
-    zero_matmul_cpu,
-    zero_matmul_gpu,
-    zero_matmul_metal
-);
+test_device!(zero_matmul, zero_matmul_cpu, zero_matmul_gpu, zero_matmul_metal);
 test_device!(
     zero_matmul_validation,
     zero_matmul_validation_cpu,

@@ -42,10 +42,7 @@ fn concurrent_quantized_data_roundtrip() -> Result<()> {
                     let bytes = q.data().unwrap();
                     let q2 = QTensor::quantize(&src, GgmlDType::Q8_0).unwrap();
                     let bytes2 = q2.data().unwrap();
-                    assert_eq!(
-                        bytes, bytes2,
-                        "thread {thread} iter {iter}: data() readback mismatch"
-                    );
+                    assert_eq!(bytes, bytes2, "thread {thread} iter {iter}: data() readback mismatch");
                 }
             });
         }

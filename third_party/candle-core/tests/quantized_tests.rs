@@ -16,23 +16,13 @@ const GGML_MAX_QUANTIZATION_TOTAL_ERROR_2BITS: f32 = 0.0075;
 const GGML_MAX_QUANTIZATION_TOTAL_ERROR_3BITS: f32 = 0.0040;
 const GGML_MAX_DOT_PRODUCT_ERROR: f32 = 0.02;
 
-fn test_matmul(
-    device: &Device,
-    (b, m, n, k): (usize, usize, usize, usize),
-    dtype: GgmlDType,
-) -> Result<()> {
-    if (device.is_cuda() || device.is_metal())
-        && (dtype == GgmlDType::Q8_1 || dtype == GgmlDType::Q8K)
-    {
+fn test_matmul(device: &Device, (b, m, n, k): (usize, usize, usize, usize), dtype: GgmlDType) -> Result<()> {
+    if (device.is_cuda() || device.is_metal()) && (dtype == GgmlDType::Q8_1 || dtype == GgmlDType::Q8K) {
         return Ok(());
     }
 
-    let lhs = (0..(m * k))
-        .map(|v| v as f32 / (m * k) as f32)
-        .collect::<Vec<_>>();
-    let rhs = (0..(k * n))
-        .map(|v| v as f32 / (n * k) as f32)
-        .collect::<Vec<_>>();
+    let lhs = (0..(m * k)).map(|v| v as f32 / (m * k) as f32).collect::<Vec<_>>();
+    let rhs = (0..(k * n)).map(|v| v as f32 / (n * k) as f32).collect::<Vec<_>>();
 
     let lhs = Tensor::from_slice(&lhs, (m, k), device)?;
     let rhs = Tensor::from_slice(&rhs, (k, n), device)?;
@@ -41,14 +31,9 @@ fn test_matmul(
     let matmul = quantized::QMatMul::from_qtensor(qtensor)?;
     let res = matmul.forward(&lhs)?;
 
-    let error: f32 = ((&mm - &res)?.abs()? / &mm.abs()?)?
-        .sum_all()?
-        .to_scalar()?;
+    let error: f32 = ((&mm - &res)?.abs()? / &mm.abs()?)?.sum_all()?.to_scalar()?;
     let error = error / (b * m * n) as f32;
-    assert!(
-        error <= 0.02,
-        "Error {error} is too big. \nExpected:\n {mm} \nFound:\n {res}\n for {dtype:?}"
-    );
+    assert!(error <= 0.02, "Error {error} is too big. \nExpected:\n {mm} \nFound:\n {res}\n for {dtype:?}");
 
     Ok(())
 }
@@ -62,12 +47,8 @@ fn test_matmul_mm() -> Result<()> {
     let m = 32;
     let n = 32;
     let k = 32;
-    let lhs = (0..(m * k))
-        .map(|v| v as f32 / (m * k) as f32)
-        .collect::<Vec<_>>();
-    let rhs = (0..(k * n))
-        .map(|v| v as f32 / (n * k) as f32)
-        .collect::<Vec<_>>();
+    let lhs = (0..(m * k)).map(|v| v as f32 / (m * k) as f32).collect::<Vec<_>>();
+    let rhs = (0..(k * n)).map(|v| v as f32 / (n * k) as f32).collect::<Vec<_>>();
 
     let lhs = Tensor::from_slice(&lhs, (m, k), &device)?;
     let rhs = Tensor::from_slice(&rhs, (1, 1, k, n), &device)?.repeat((5, 20, 1, 1))?;
@@ -76,15 +57,10 @@ fn test_matmul_mm() -> Result<()> {
     let matmul = quantized::QMatMul::from_qtensor(qtensor)?;
     let res = matmul.forward(&rhs)?;
 
-    let error: f32 = ((&mm - &res)?.abs()? / &mm.abs()?)?
-        .sum_all()?
-        .to_scalar()?;
+    let error: f32 = ((&mm - &res)?.abs()? / &mm.abs()?)?.sum_all()?.to_scalar()?;
 
     let error = error / res.elem_count() as f32;
-    assert!(
-        error <= 0.001,
-        "Error {error} is too big. \nExpected:\n {mm} \nFound:\n {res}\n for {dtype:?}"
-    );
+    assert!(error <= 0.001, "Error {error} is too big. \nExpected:\n {mm} \nFound:\n {res}\n for {dtype:?}");
 
     Ok(())
 }
@@ -101,8 +77,8 @@ fn quantized_matmul(device: &Device) -> Result<()> {
     assert_eq!(
         dst.iter().map(|x| x.round()).collect::<Vec<_>>(),
         &[
-            85120.0, 214562.0, 345455.0, 474748.0, 213475.0, 604465.0, 1000686.0, 1388317.0,
-            341876.0, 994283.0, 1655709.0, 2301518.0
+            85120.0, 214562.0, 345455.0, 474748.0, 213475.0, 604465.0, 1000686.0, 1388317.0, 341876.0, 994283.0,
+            1655709.0, 2301518.0
         ]
     );
     let tensor_rhs = Tensor::from_slice(&rhs, (n, k), device)?.t()?;
@@ -151,23 +127,19 @@ fn quantized_matmul(device: &Device) -> Result<()> {
 
 fn quantized_matmul_neg(device: &Device) -> Result<()> {
     let (m, k, n) = (3, 64, 4);
-    let lhs_s = (0..(m * k))
-        .map(|v| v as f32 - (m * k) as f32 / 2.0)
-        .collect::<Vec<_>>();
+    let lhs_s = (0..(m * k)).map(|v| v as f32 - (m * k) as f32 / 2.0).collect::<Vec<_>>();
     let lhs = Tensor::from_slice(&lhs_s, (m, k), device)?;
     let mut dst = vec![42.; 3 * 4];
     let mut rhs_t = vec![k_quants::BlockQ4_0::zeros(); 8];
-    let rhs = (0..k * n)
-        .map(|v| v as f32 - (k * n) as f32 / 3.0)
-        .collect::<Vec<_>>();
+    let rhs = (0..k * n).map(|v| v as f32 - (k * n) as f32 / 3.0).collect::<Vec<_>>();
     let tensor_rhs = Tensor::from_slice(&rhs, (n, k), device)?.t()?;
     k_quants::BlockQ4_0::from_float(&rhs, &mut rhs_t);
     k_quants::matmul((m, k, n), &lhs_s, &rhs_t, &mut dst)?;
     assert_eq!(
         dst.iter().map(|x| x.round()).collect::<Vec<_>>(),
         &[
-            243524.0, -19596.0, -285051.0, -549815.0, 23777.0, 21651.0, 19398.0, 18367.0,
-            -196472.0, 63012.0, 324585.0, 587902.0
+            243524.0, -19596.0, -285051.0, -549815.0, 23777.0, 21651.0, 19398.0, 18367.0, -196472.0, 63012.0, 324585.0,
+            587902.0
         ]
     );
     let mm = lhs.matmul(&tensor_rhs)?;
@@ -250,10 +222,7 @@ fn qmm_batch(dev: &Device) -> Result<()> {
     } else {
         assert_eq!(diff4, 0.0)
     };
-    let diff4 = (mm4.i(6..)? - &mm4.i(..6)?)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff4 = (mm4.i(6..)? - &mm4.i(..6)?)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff4, 0.0);
     Ok(())
 }
@@ -276,10 +245,7 @@ fn assert_embedding_close(dtype: GgmlDType, a: &Tensor, b: &Tensor, tol: f32) ->
     let a = a.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
     let b = b.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
     for (idx, (a, b)) in a.iter().zip(b.iter()).enumerate() {
-        assert!(
-            (a - b).abs() <= tol,
-            "{dtype:?} embedding mismatch at {idx}: {a} != {b}"
-        );
+        assert!((a - b).abs() <= tol, "{dtype:?} embedding mismatch at {idx}: {a} != {b}");
     }
     Ok(())
 }
@@ -289,10 +255,7 @@ fn run_quantized_embedding(device: &Device, dtype: GgmlDType, tol: f32) -> Resul
     let ids = Tensor::from_vec(vec![3u32, 1, 3, 7], (2, 2), device)?;
     let q = quantized::QTensor::quantize(&w, dtype)?;
     let got = q.embedding(&ids)?;
-    let expected = q
-        .dequantize(device)?
-        .index_select(&ids.flatten_all()?, 0)?
-        .reshape((2, 2, 256))?;
+    let expected = q.dequantize(device)?.index_select(&ids.flatten_all()?, 0)?.reshape((2, 2, 256))?;
     assert_embedding_close(dtype, &got, &expected, tol)
 }
 
@@ -349,27 +312,20 @@ fn quantize_q4_0(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, GgmlDType::Q4_0)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     assert_eq!(
         dst.to_vec1::<f32>()?,
         &[
-            -0.0, -0.0, 3.875, 3.875, 3.875, 3.875, 7.75, 7.75, 7.75, 7.75, 11.625, 11.625, 11.625,
-            11.625, 15.5, 15.5, 15.5, 15.5, 19.375, 19.375, 19.375, 19.375, 23.25, 23.25, 23.25,
-            23.25, 27.125, 27.125, 27.125, 27.125, 31.0, 31.0, 31.5, 31.5, 31.5, 31.5, 39.375,
-            39.375, 39.375, 39.375, 39.375, 39.375, 39.375, 39.375, 47.25, 47.25, 47.25, 47.25,
-            47.25, 47.25, 47.25, 47.25, 55.125, 55.125, 55.125, 55.125, 55.125, 55.125, 55.125,
-            55.125, 63.0, 63.0, 63.0, 63.0, 59.375, 59.375, 71.25, 71.25, 71.25, 71.25, 71.25,
-            71.25, 71.25, 71.25, 71.25, 71.25, 71.25, 71.25, 83.125, 83.125, 83.125, 83.125,
-            83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 95.0, 95.0, 95.0, 95.0,
-            95.0, 95.0, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25, 111.125, 111.125,
-            111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125,
-            111.125, 111.125, 111.125, 111.125, 111.125, 127.0, 127.0, 127.0, 127.0, 127.0, 127.0,
-            127.0, 127.0
+            -0.0, -0.0, 3.875, 3.875, 3.875, 3.875, 7.75, 7.75, 7.75, 7.75, 11.625, 11.625, 11.625, 11.625, 15.5, 15.5,
+            15.5, 15.5, 19.375, 19.375, 19.375, 19.375, 23.25, 23.25, 23.25, 23.25, 27.125, 27.125, 27.125, 27.125,
+            31.0, 31.0, 31.5, 31.5, 31.5, 31.5, 39.375, 39.375, 39.375, 39.375, 39.375, 39.375, 39.375, 39.375, 47.25,
+            47.25, 47.25, 47.25, 47.25, 47.25, 47.25, 47.25, 55.125, 55.125, 55.125, 55.125, 55.125, 55.125, 55.125,
+            55.125, 63.0, 63.0, 63.0, 63.0, 59.375, 59.375, 71.25, 71.25, 71.25, 71.25, 71.25, 71.25, 71.25, 71.25,
+            71.25, 71.25, 71.25, 71.25, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125,
+            83.125, 83.125, 95.0, 95.0, 95.0, 95.0, 95.0, 95.0, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25, 95.25,
+            111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125, 111.125,
+            111.125, 111.125, 111.125, 111.125, 127.0, 127.0, 127.0, 127.0, 127.0, 127.0, 127.0, 127.0
         ]
     );
     ggml_quantization_error_test(GgmlDType::Q4_0, device, GGML_MAX_QUANTIZATION_TOTAL_ERROR)?;
@@ -382,27 +338,21 @@ fn quantize_q4_1(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, GgmlDType::Q4_1)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     assert_eq!(
         round_vector(&dst.to_vec1::<f32>()?),
         &[
-            0.0, 0.0, 2.066, 2.066, 4.133, 4.133, 6.199, 6.199, 8.266, 8.266, 10.332, 10.332,
-            12.398, 12.398, 14.465, 14.465, 16.531, 16.531, 18.598, 18.598, 20.664, 20.664, 22.73,
-            22.73, 24.797, 24.797, 26.863, 26.863, 28.93, 28.93, 30.996, 30.996, 32.0, 32.0,
-            34.066, 34.066, 36.133, 36.133, 38.199, 38.199, 40.266, 40.266, 42.332, 42.332, 44.398,
-            44.398, 46.465, 46.465, 48.531, 48.531, 50.598, 50.598, 52.664, 52.664, 54.73, 54.73,
-            56.797, 56.797, 58.863, 58.863, 60.93, 60.93, 62.996, 62.996, 64.0, 64.0, 66.066,
-            66.066, 68.133, 68.133, 70.199, 70.199, 72.266, 72.266, 74.332, 74.332, 76.398, 76.398,
-            78.465, 78.465, 80.531, 80.531, 82.598, 82.598, 84.664, 84.664, 86.73, 86.73, 88.797,
-            88.797, 90.863, 90.863, 92.93, 92.93, 94.996, 94.996, 96.0, 96.0, 98.066, 98.066,
-            100.133, 100.133, 102.199, 102.199, 104.266, 104.266, 106.332, 106.332, 108.398,
-            108.398, 110.465, 110.465, 112.531, 112.531, 114.598, 114.598, 116.664, 116.664,
-            118.73, 118.73, 120.797, 120.797, 122.863, 122.863, 124.93, 124.93, 126.996, 126.996
+            0.0, 0.0, 2.066, 2.066, 4.133, 4.133, 6.199, 6.199, 8.266, 8.266, 10.332, 10.332, 12.398, 12.398, 14.465,
+            14.465, 16.531, 16.531, 18.598, 18.598, 20.664, 20.664, 22.73, 22.73, 24.797, 24.797, 26.863, 26.863,
+            28.93, 28.93, 30.996, 30.996, 32.0, 32.0, 34.066, 34.066, 36.133, 36.133, 38.199, 38.199, 40.266, 40.266,
+            42.332, 42.332, 44.398, 44.398, 46.465, 46.465, 48.531, 48.531, 50.598, 50.598, 52.664, 52.664, 54.73,
+            54.73, 56.797, 56.797, 58.863, 58.863, 60.93, 60.93, 62.996, 62.996, 64.0, 64.0, 66.066, 66.066, 68.133,
+            68.133, 70.199, 70.199, 72.266, 72.266, 74.332, 74.332, 76.398, 76.398, 78.465, 78.465, 80.531, 80.531,
+            82.598, 82.598, 84.664, 84.664, 86.73, 86.73, 88.797, 88.797, 90.863, 90.863, 92.93, 92.93, 94.996, 94.996,
+            96.0, 96.0, 98.066, 98.066, 100.133, 100.133, 102.199, 102.199, 104.266, 104.266, 106.332, 106.332,
+            108.398, 108.398, 110.465, 110.465, 112.531, 112.531, 114.598, 114.598, 116.664, 116.664, 118.73, 118.73,
+            120.797, 120.797, 122.863, 122.863, 124.93, 124.93, 126.996, 126.996
         ]
     );
     ggml_quantization_error_test(GgmlDType::Q4_1, device, GGML_MAX_QUANTIZATION_TOTAL_ERROR)?;
@@ -415,27 +365,21 @@ fn quantize_q5_0(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, GgmlDType::Q5_0)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     assert_eq!(
         round_vector(&dst.to_vec1::<f32>()?),
         &[
-            -0.0, 1.938, 1.938, 3.875, 3.875, 5.813, 5.813, 7.75, 7.75, 9.688, 9.688, 11.625,
-            11.625, 13.563, 13.563, 15.5, 15.5, 17.438, 17.438, 19.375, 19.375, 21.313, 21.313,
-            23.25, 23.25, 25.188, 25.188, 27.125, 27.125, 29.063, 29.063, 31.0, 31.5, 31.5, 35.438,
-            35.438, 35.438, 35.438, 39.375, 39.375, 39.375, 39.375, 43.313, 43.313, 43.313, 43.313,
-            47.25, 47.25, 47.25, 47.25, 51.188, 51.188, 51.188, 51.188, 55.125, 55.125, 55.125,
-            55.125, 59.063, 59.063, 59.063, 59.063, 63.0, 63.0, 65.313, 65.313, 65.313, 65.313,
-            65.313, 71.25, 71.25, 71.25, 71.25, 71.25, 71.25, 77.188, 77.188, 77.188, 77.188,
-            77.188, 77.188, 83.125, 83.125, 83.125, 83.125, 83.125, 83.125, 89.063, 89.063, 89.063,
-            89.063, 89.063, 89.063, 95.0, 95.0, 95.0, 95.25, 95.25, 95.25, 95.25, 103.188, 103.188,
-            103.188, 103.188, 103.188, 103.188, 103.188, 103.188, 111.125, 111.125, 111.125,
-            111.125, 111.125, 111.125, 111.125, 111.125, 119.063, 119.063, 119.063, 119.063,
-            119.063, 119.063, 119.063, 119.063, 127.0, 127.0, 127.0, 127.0
+            -0.0, 1.938, 1.938, 3.875, 3.875, 5.813, 5.813, 7.75, 7.75, 9.688, 9.688, 11.625, 11.625, 13.563, 13.563,
+            15.5, 15.5, 17.438, 17.438, 19.375, 19.375, 21.313, 21.313, 23.25, 23.25, 25.188, 25.188, 27.125, 27.125,
+            29.063, 29.063, 31.0, 31.5, 31.5, 35.438, 35.438, 35.438, 35.438, 39.375, 39.375, 39.375, 39.375, 43.313,
+            43.313, 43.313, 43.313, 47.25, 47.25, 47.25, 47.25, 51.188, 51.188, 51.188, 51.188, 55.125, 55.125, 55.125,
+            55.125, 59.063, 59.063, 59.063, 59.063, 63.0, 63.0, 65.313, 65.313, 65.313, 65.313, 65.313, 71.25, 71.25,
+            71.25, 71.25, 71.25, 71.25, 77.188, 77.188, 77.188, 77.188, 77.188, 77.188, 83.125, 83.125, 83.125, 83.125,
+            83.125, 83.125, 89.063, 89.063, 89.063, 89.063, 89.063, 89.063, 95.0, 95.0, 95.0, 95.25, 95.25, 95.25,
+            95.25, 103.188, 103.188, 103.188, 103.188, 103.188, 103.188, 103.188, 103.188, 111.125, 111.125, 111.125,
+            111.125, 111.125, 111.125, 111.125, 111.125, 119.063, 119.063, 119.063, 119.063, 119.063, 119.063, 119.063,
+            119.063, 127.0, 127.0, 127.0, 127.0
         ]
     );
     ggml_quantization_error_test(GgmlDType::Q5_0, device, GGML_MAX_QUANTIZATION_TOTAL_ERROR)?;
@@ -448,25 +392,19 @@ fn quantize_q5_1(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, GgmlDType::Q5_1)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     assert_eq!(
         round_vector(&dst.to_vec1::<f32>()?),
         &[
-            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0,
-            16.0, 17.0, 18.0, 19.0, 20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0,
-            30.0, 31.0, 32.0, 33.0, 34.0, 35.0, 36.0, 37.0, 38.0, 39.0, 40.0, 41.0, 42.0, 43.0,
-            44.0, 45.0, 46.0, 47.0, 48.0, 49.0, 50.0, 51.0, 52.0, 53.0, 54.0, 55.0, 56.0, 57.0,
-            58.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0, 65.0, 66.0, 67.0, 68.0, 69.0, 70.0, 71.0,
-            72.0, 73.0, 74.0, 75.0, 76.0, 77.0, 78.0, 79.0, 80.0, 81.0, 82.0, 83.0, 84.0, 85.0,
-            86.0, 87.0, 88.0, 89.0, 90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0, 98.0, 99.0,
-            100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0, 107.0, 108.0, 109.0, 110.0, 111.0,
-            112.0, 113.0, 114.0, 115.0, 116.0, 117.0, 118.0, 119.0, 120.0, 121.0, 122.0, 123.0,
-            124.0, 125.0, 126.0, 127.0
+            0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0,
+            19.0, 20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0, 30.0, 31.0, 32.0, 33.0, 34.0, 35.0, 36.0,
+            37.0, 38.0, 39.0, 40.0, 41.0, 42.0, 43.0, 44.0, 45.0, 46.0, 47.0, 48.0, 49.0, 50.0, 51.0, 52.0, 53.0, 54.0,
+            55.0, 56.0, 57.0, 58.0, 59.0, 60.0, 61.0, 62.0, 63.0, 64.0, 65.0, 66.0, 67.0, 68.0, 69.0, 70.0, 71.0, 72.0,
+            73.0, 74.0, 75.0, 76.0, 77.0, 78.0, 79.0, 80.0, 81.0, 82.0, 83.0, 84.0, 85.0, 86.0, 87.0, 88.0, 89.0, 90.0,
+            91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0, 98.0, 99.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0, 106.0,
+            107.0, 108.0, 109.0, 110.0, 111.0, 112.0, 113.0, 114.0, 115.0, 116.0, 117.0, 118.0, 119.0, 120.0, 121.0,
+            122.0, 123.0, 124.0, 125.0, 126.0, 127.0
         ]
     );
     ggml_quantization_error_test(GgmlDType::Q5_1, device, GGML_MAX_QUANTIZATION_TOTAL_ERROR)?;
@@ -480,19 +418,14 @@ fn get_test_vector2(bound: f32, size: usize, device: &Device) -> Result<Tensor> 
         crate::quantized::k_quants::QK_K
     );
 
-    let src = (0..size)
-        .map(|v| (v as f32 - size as f32 / 2.) * bound / (size as f32 / 2.))
-        .collect::<Vec<_>>();
+    let src = (0..size).map(|v| (v as f32 - size as f32 / 2.) * bound / (size as f32 / 2.)).collect::<Vec<_>>();
     assert_eq!([src[0], src[size / 2]], [-bound, 0.0]);
     Tensor::from_vec(src, (size,), device)
 }
 
 /// Round a vector
 fn round_vector(values: &[f32]) -> Vec<f32> {
-    values
-        .iter()
-        .map(|x| (1000. * x).round() / 1000.)
-        .collect::<Vec<_>>()
+    values.iter().map(|x| (1000. * x).round() / 1000.).collect::<Vec<_>>()
 }
 
 fn compare_with_error(values: &[f32], expected: &[f32], tolerance: f32) {
@@ -509,20 +442,13 @@ fn compare_with_error(values: &[f32], expected: &[f32], tolerance: f32) {
 /// Creates a vector similar to the ones used in GGML unit tests:
 /// https://github.com/ggerganov/llama.cpp/blob/master/tests/test-quantize-fns.cpp#L26-L30
 fn create_ggml_like_vector(offset: f32) -> Vec<f32> {
-    (0..GGML_TEST_SIZE)
-        .map(|i| 0.1 + 2.0 * (i as f32 + offset).cos())
-        .collect()
+    (0..GGML_TEST_SIZE).map(|i| 0.1 + 2.0 * (i as f32 + offset).cos()).collect()
 }
 
 /// Calculates the root mean square error between two vectors
 fn calculate_rmse(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    let sum = a
-        .iter()
-        .zip(b)
-        .map(|(a, b)| (a - b).powi(2))
-        .sum::<f32>()
-        .sqrt();
+    let sum = a.iter().zip(b).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt();
     sum / a.len() as f32
 }
 
@@ -534,19 +460,11 @@ fn ggml_quantization_error_test(dtype: GgmlDType, device: &Device, max_error: f3
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     let error = calculate_rmse(&src.to_vec1::<f32>()?, &dst.to_vec1::<f32>()?);
     if error > max_error {
-        bail!(
-            "Quantization error {} exceeds max error {}",
-            error,
-            max_error
-        );
+        bail!("Quantization error {} exceeds max error {}", error, max_error);
     }
     Ok(())
 }
@@ -755,11 +673,7 @@ fn quantize_q2k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -781,11 +695,8 @@ fn quantize_q2k(device: &Device) -> Result<()> {
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -802,11 +713,7 @@ fn quantize_q3k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -828,11 +735,8 @@ fn quantize_q3k(device: &Device) -> Result<()> {
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -849,11 +753,7 @@ fn quantize_q4k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -866,20 +766,14 @@ fn quantize_q4k(device: &Device) -> Result<()> {
         [-0.5, -0.375, -0.25, 0.0, 0.28125, 0.49902344]
     );
     let dst = round_vector(&dst);
-    assert_eq!(
-        [dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]],
-        [-0.5, -0.373, -0.25, 0.0, 0.288, 0.498]
-    );
+    assert_eq!([dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]], [-0.5, -0.373, -0.25, 0.0, 0.288, 0.498]);
 
     let src_big = get_test_vector2(128.0, 1024, device)?;
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -896,11 +790,7 @@ fn quantize_q5k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -913,20 +803,14 @@ fn quantize_q5k(device: &Device) -> Result<()> {
         [-0.5, -0.375, -0.25, 0.0, 0.28125, 0.49902344]
     );
     let dst = round_vector(&dst);
-    assert_eq!(
-        [dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]],
-        [-0.5, -0.373, -0.25, 0.0, 0.279, 0.499]
-    );
+    assert_eq!([dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]], [-0.5, -0.373, -0.25, 0.0, 0.279, 0.499]);
 
     let src_big = get_test_vector2(128.0, 1024, device)?;
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -943,11 +827,7 @@ fn quantize_q6k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -960,20 +840,14 @@ fn quantize_q6k(device: &Device) -> Result<()> {
         [-0.5, -0.375, -0.25, 0.0, 0.28125, 0.49902344]
     );
     let dst = round_vector(&dst);
-    assert_eq!(
-        [dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]],
-        [-0.497, -0.372, -0.25, -0.0, 0.284, 0.5]
-    );
+    assert_eq!([dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]], [-0.497, -0.372, -0.25, -0.0, 0.284, 0.5]);
 
     let src_big = get_test_vector2(128.0, 1024, device)?;
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -990,11 +864,7 @@ fn quantize_q8k(device: &Device) -> Result<()> {
     let quant = quantized::QTensor::quantize(&src, dtype)?;
     let dst = quant.dequantize(device)?;
     let dst_f16 = quant.dequantize_f16(device)?;
-    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (dst.to_dtype(DType::F16)? - dst_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src = src.to_vec1::<f32>()?;
@@ -1007,20 +877,14 @@ fn quantize_q8k(device: &Device) -> Result<()> {
         [-0.5, -0.375, -0.25, 0.0, 0.28125, 0.49902344]
     );
     let dst = round_vector(&dst);
-    assert_eq!(
-        [dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]],
-        [-0.5, -0.374, -0.25, -0.0, 0.283, 0.499]
-    );
+    assert_eq!([dst[0], dst[128], dst[256], dst[512], dst[800], dst[1023]], [-0.5, -0.374, -0.25, -0.0, 0.283, 0.499]);
 
     let src_big = get_test_vector2(128.0, 1024, device)?;
     let quant_big = quantized::QTensor::quantize(&src_big, dtype)?;
     let dst_big = quant_big.dequantize(device)?;
     let dst_big_f16 = quant_big.dequantize_f16(device)?;
-    let diff = (dst_big.to_dtype(DType::F16)? - dst_big_f16)?
-        .to_dtype(DType::F32)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff =
+        (dst_big.to_dtype(DType::F16)? - dst_big_f16)?.to_dtype(DType::F32)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
 
     let src_big = src_big.to_vec1::<f32>()?;
@@ -1031,66 +895,16 @@ fn quantize_q8k(device: &Device) -> Result<()> {
     Ok(())
 }
 
-test_device!(
-    quantize_q4_0,
-    quantize_q4_0_cpu,
-    quantize_q4_0_cuda,
-    quantize_q4_0_metal
-);
-test_device!(
-    quantize_q4_1,
-    quantize_q4_1_cpu,
-    quantize_q4_1_cuda,
-    quantize_q4_1_metal
-);
-test_device!(
-    quantize_q5_0,
-    quantize_q5_0_cpu,
-    quantize_q5_0_cuda,
-    quantize_q5_0_metal
-);
-test_device!(
-    quantize_q5_1,
-    quantize_q5_1_cpu,
-    quantize_q5_1_cuda,
-    quantize_q5_1_metal
-);
-test_device!(
-    quantize_q2k,
-    quantize_q2k_cpu,
-    quantize_q2k_cuda,
-    quantize_q2k_metal
-);
-test_device!(
-    quantize_q3k,
-    quantize_q3k_cpu,
-    quantize_q3k_cuda,
-    quantize_q3k_metal
-);
-test_device!(
-    quantize_q4k,
-    quantize_q4k_cpu,
-    quantize_q4k_cuda,
-    quantize_q4k_metal
-);
-test_device!(
-    quantize_q5k,
-    quantize_q5k_cpu,
-    quantize_q5k_cuda,
-    quantize_q5k_metal
-);
-test_device!(
-    quantize_q6k,
-    quantize_q6k_cpu,
-    quantize_q6k_cuda,
-    quantize_q6k_metal
-);
-test_device!(
-    quantize_q8k,
-    quantize_q8k_cpu,
-    quantize_q8k_cuda,
-    quantize_q8k_metal
-);
+test_device!(quantize_q4_0, quantize_q4_0_cpu, quantize_q4_0_cuda, quantize_q4_0_metal);
+test_device!(quantize_q4_1, quantize_q4_1_cpu, quantize_q4_1_cuda, quantize_q4_1_metal);
+test_device!(quantize_q5_0, quantize_q5_0_cpu, quantize_q5_0_cuda, quantize_q5_0_metal);
+test_device!(quantize_q5_1, quantize_q5_1_cpu, quantize_q5_1_cuda, quantize_q5_1_metal);
+test_device!(quantize_q2k, quantize_q2k_cpu, quantize_q2k_cuda, quantize_q2k_metal);
+test_device!(quantize_q3k, quantize_q3k_cpu, quantize_q3k_cuda, quantize_q3k_metal);
+test_device!(quantize_q4k, quantize_q4k_cpu, quantize_q4k_cuda, quantize_q4k_metal);
+test_device!(quantize_q5k, quantize_q5k_cpu, quantize_q5k_cuda, quantize_q5k_metal);
+test_device!(quantize_q6k, quantize_q6k_cpu, quantize_q6k_cuda, quantize_q6k_metal);
+test_device!(quantize_q8k, quantize_q8k_cpu, quantize_q8k_cuda, quantize_q8k_metal);
 
 /// Very simple dot product implementation
 fn vec_dot_reference(a: &[f32], b: &[f32]) -> f32 {
@@ -1128,12 +942,8 @@ fn ggml_matmul_error_test<T: GgmlType>() -> Result<()> {
     let b = create_ggml_like_vector(1.0);
     ggml_matmul_error_test_::<T>(a.as_slice(), b.as_slice(), 1.0)?;
     // Another example that is more likely to trigger the overflow reported in #1526
-    let a = (0..GGML_TEST_SIZE)
-        .map(|i| i as f32 / GGML_TEST_SIZE as f32)
-        .collect::<Vec<_>>();
-    let b = (0..GGML_TEST_SIZE)
-        .map(|i| i as f32 / GGML_TEST_SIZE as f32)
-        .collect::<Vec<_>>();
+    let a = (0..GGML_TEST_SIZE).map(|i| i as f32 / GGML_TEST_SIZE as f32).collect::<Vec<_>>();
+    let b = (0..GGML_TEST_SIZE).map(|i| i as f32 / GGML_TEST_SIZE as f32).collect::<Vec<_>>();
     ggml_matmul_error_test_::<T>(a.as_slice(), b.as_slice(), 2.0)?;
     Ok(())
 }
@@ -1150,9 +960,7 @@ fn ggml_matmul_error_test_<T: GgmlType>(a: &[f32], b: &[f32], err_m: f32) -> Res
     let result_unopt = T::vec_dot_unopt(length, &a_quant, &b_quant);
 
     if (result - result_unopt).abs() / length as f32 > 1e-6 {
-        bail!(
-            "the opt and unopt vec-dot returned different values, opt: {result} vs unopt: {result_unopt}"
-        )
+        bail!("the opt and unopt vec-dot returned different values, opt: {result} vs unopt: {result_unopt}")
     }
 
     let mut dst = vec![0.0f32; 1];
@@ -1205,20 +1013,11 @@ fn quantized_mm() -> Result<()> {
 }
 
 /// generates random tensors of size `m x k` and `n x k` and calculates their expected matrix multiplication result.
-fn get_random_tensors(
-    m: usize,
-    k: usize,
-    n: usize,
-    device: &Device,
-) -> Result<(Tensor, Tensor, Tensor)> {
+fn get_random_tensors(m: usize, k: usize, n: usize, device: &Device) -> Result<(Tensor, Tensor, Tensor)> {
     let mut rng = StdRng::seed_from_u64(314159265358979);
 
-    let lhs = (0..m * k)
-        .map(|_| rng.random::<f32>() - 0.5)
-        .collect::<Vec<_>>();
-    let rhs = (0..n * k)
-        .map(|_| rng.random::<f32>() - 0.5)
-        .collect::<Vec<_>>();
+    let lhs = (0..m * k).map(|_| rng.random::<f32>() - 0.5).collect::<Vec<_>>();
+    let rhs = (0..n * k).map(|_| rng.random::<f32>() - 0.5).collect::<Vec<_>>();
 
     let lhs = Tensor::from_vec(lhs, (m, k), device)?;
     let rhs = Tensor::from_vec(rhs, (n, k), device)?;
@@ -1551,15 +1350,9 @@ fn from_data_dequant_matches_canonical_when_caller_passes_cow_owned(device: &Dev
     let qt_via_from_data = quantized::QTensor::new(storage, (n,))?;
     let observed_dequant = qt_via_from_data.dequantize(device)?.to_vec1::<f32>()?;
 
-    let max_diff = canonical_dequant
-        .iter()
-        .zip(observed_dequant.iter())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        max_diff < 1e-5,
-        "QStorage::from_data dequant mismatch on {device:?} (max |Δ| = {max_diff})"
-    );
+    let max_diff =
+        canonical_dequant.iter().zip(observed_dequant.iter()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max_diff < 1e-5, "QStorage::from_data dequant mismatch on {device:?} (max |Δ| = {max_diff})");
     Ok(())
 }
 
@@ -1576,12 +1369,7 @@ test_device!(
 fn qmatmul_repack_matches_reference_across_m() -> Result<()> {
     let dev = Device::Cpu;
     let (k, n) = (512, 256);
-    for dtype in [
-        GgmlDType::Q4K,
-        GgmlDType::Q5K,
-        GgmlDType::Q6K,
-        GgmlDType::Q8_0,
-    ] {
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K, GgmlDType::Q8_0] {
         let weight = Tensor::rand(-1f32, 1f32, (n, k), &dev)?;
         let qtensor = quantized::QTensor::quantize(&weight, dtype)?;
         let wref = qtensor.dequantize(&dev)?;
@@ -1592,11 +1380,7 @@ fn qmatmul_repack_matches_reference_across_m() -> Result<()> {
             let want = lhs.matmul(&wref.t()?)?;
             let diff = (&got - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
             let scale = want.abs()?.max_all()?.to_scalar::<f32>()?.max(1.0);
-            assert!(
-                diff / scale < 5e-2,
-                "{dtype:?} m={m}: rel diff {} too large",
-                diff / scale
-            );
+            assert!(diff / scale < 5e-2, "{dtype:?} m={m}: rel diff {} too large", diff / scale);
         }
     }
     Ok(())
@@ -1617,32 +1401,19 @@ fn indexed_gemv_matches_reference() -> Result<()> {
         // land some experts with dozens of rows and others with none
         for (batch, topk, x_t) in [(3usize, 4usize, 1usize), (2, 2, 2), (24, 4, 1)] {
             let x = Tensor::rand(-1f32, 1f32, (batch, x_t, k), &dev)?;
-            let ids_v: Vec<u32> = (0..batch * topk)
-                .map(|i| ((i * i * 3 + 1) % n_experts) as u32)
-                .collect();
+            let ids_v: Vec<u32> = (0..batch * topk).map(|i| ((i * i * 3 + 1) % n_experts) as u32).collect();
             let ids = Tensor::from_vec(ids_v.clone(), (batch, topk), &dev)?;
             let got = qt.indexed_gemv(&x, &ids)?.expect("indexed path supported");
             for b in 0..batch {
                 for t in 0..topk {
                     let e = ids_v[b * topk + t] as usize;
-                    let xr = x
-                        .narrow(0, b, 1)?
-                        .narrow(1, t.min(x_t - 1), 1)?
-                        .squeeze(0)?;
+                    let xr = x.narrow(0, b, 1)?.narrow(1, t.min(x_t - 1), 1)?.squeeze(0)?;
                     let we = wref.narrow(0, e, 1)?.squeeze(0)?;
                     let want = xr.matmul(&we.t()?)?.squeeze(0)?;
-                    let g = got
-                        .narrow(0, b, 1)?
-                        .narrow(1, t, 1)?
-                        .squeeze(0)?
-                        .squeeze(0)?;
+                    let g = got.narrow(0, b, 1)?.narrow(1, t, 1)?.squeeze(0)?.squeeze(0)?;
                     let diff = (&g - &want)?.abs()?.max_all()?.to_scalar::<f32>()?;
                     let scale = want.abs()?.max_all()?.to_scalar::<f32>()?.max(1.0);
-                    assert!(
-                        diff / scale < 5e-2,
-                        "{dtype:?} b={b} t={t}: rel diff {}",
-                        diff / scale
-                    );
+                    assert!(diff / scale < 5e-2, "{dtype:?} b={b} t={t}: rel diff {}", diff / scale);
                 }
             }
         }
@@ -1660,9 +1431,7 @@ fn bf16_lhs_matmul_matches_f32() -> Result<()> {
         let mm = quantized::QMatMul::from_qtensor(qt)?;
         let x = Tensor::rand(-1f32, 1f32, (1, m, k), &dev)?;
         let y32 = mm.forward(&x)?;
-        let ybf = mm
-            .forward(&x.to_dtype(DType::BF16)?)?
-            .to_dtype(DType::F32)?;
+        let ybf = mm.forward(&x.to_dtype(DType::BF16)?)?.to_dtype(DType::F32)?;
         let diff = (&y32 - &ybf)?.abs()?.max_all()?.to_scalar::<f32>()?;
         let scale = y32.abs()?.max_all()?.to_scalar::<f32>()?.max(1.0);
         assert!(diff / scale < 3e-2, "m={m}: rel diff {}", diff / scale);
@@ -1761,11 +1530,7 @@ fn bench_qmatmul_prefill_cpu() -> Result<()> {
                 std::hint::black_box(matmul.forward(&lhs)?);
             }
             let secs = start.elapsed().as_secs_f64() / iters as f64;
-            println!(
-                "{dtype:?} n={n} k={k} m={m:>4}: {:>9.3} ms/call {:>9.0} rows/s",
-                secs * 1e3,
-                m as f64 / secs
-            );
+            println!("{dtype:?} n={n} k={k} m={m:>4}: {:>9.3} ms/call {:>9.0} rows/s", secs * 1e3, m as f64 / secs);
         }
     }
     Ok(())

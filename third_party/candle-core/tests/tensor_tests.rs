@@ -10,56 +10,25 @@ fn zeros(device: &Device) -> Result<()> {
 }
 
 fn ones(device: &Device) -> Result<()> {
-    assert_eq!(
-        Tensor::ones((2, 3), DType::U8, device)?.to_vec2::<u8>()?,
-        [[1, 1, 1], [1, 1, 1]],
-    );
-    assert_eq!(
-        Tensor::ones((2, 3), DType::U32, device)?.to_vec2::<u32>()?,
-        [[1, 1, 1], [1, 1, 1]],
-    );
-    assert_eq!(
-        Tensor::ones((2, 3), DType::I64, device)?.to_vec2::<i64>()?,
-        [[1, 1, 1], [1, 1, 1]],
-    );
-    assert_eq!(
-        Tensor::ones((2, 3), DType::F32, device)?.to_vec2::<f32>()?,
-        [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]],
-    );
+    assert_eq!(Tensor::ones((2, 3), DType::U8, device)?.to_vec2::<u8>()?, [[1, 1, 1], [1, 1, 1]],);
+    assert_eq!(Tensor::ones((2, 3), DType::U32, device)?.to_vec2::<u32>()?, [[1, 1, 1], [1, 1, 1]],);
+    assert_eq!(Tensor::ones((2, 3), DType::I64, device)?.to_vec2::<i64>()?, [[1, 1, 1], [1, 1, 1]],);
+    assert_eq!(Tensor::ones((2, 3), DType::F32, device)?.to_vec2::<f32>()?, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]],);
     if !device.is_metal() {
-        assert_eq!(
-            Tensor::ones((2, 3), DType::F64, device)?.to_vec2::<f64>()?,
-            [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]],
-        );
+        assert_eq!(Tensor::ones((2, 3), DType::F64, device)?.to_vec2::<f64>()?, [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]],);
     }
     assert_eq!(
         Tensor::ones((2, 3), DType::F16, device)?.to_vec2::<half::f16>()?,
         [
-            [
-                half::f16::from_f32(1.0),
-                half::f16::from_f32(1.0),
-                half::f16::from_f32(1.0)
-            ],
-            [
-                half::f16::from_f32(1.0),
-                half::f16::from_f32(1.0),
-                half::f16::from_f32(1.0)
-            ]
+            [half::f16::from_f32(1.0), half::f16::from_f32(1.0), half::f16::from_f32(1.0)],
+            [half::f16::from_f32(1.0), half::f16::from_f32(1.0), half::f16::from_f32(1.0)]
         ],
     );
     assert_eq!(
         Tensor::ones((2, 3), DType::BF16, device)?.to_vec2::<half::bf16>()?,
         [
-            [
-                half::bf16::from_f32(1.0),
-                half::bf16::from_f32(1.0),
-                half::bf16::from_f32(1.0)
-            ],
-            [
-                half::bf16::from_f32(1.0),
-                half::bf16::from_f32(1.0),
-                half::bf16::from_f32(1.0)
-            ]
+            [half::bf16::from_f32(1.0), half::bf16::from_f32(1.0), half::bf16::from_f32(1.0)],
+            [half::bf16::from_f32(1.0), half::bf16::from_f32(1.0), half::bf16::from_f32(1.0)]
         ],
     );
 
@@ -67,16 +36,8 @@ fn ones(device: &Device) -> Result<()> {
         assert_eq!(
             Tensor::ones((2, 3), DType::F8E4M3, device)?.to_vec2::<F8E4M3>()?,
             [
-                [
-                    F8E4M3::from_f32(1.),
-                    F8E4M3::from_f32(1.),
-                    F8E4M3::from_f32(1.)
-                ],
-                [
-                    F8E4M3::from_f32(1.),
-                    F8E4M3::from_f32(1.),
-                    F8E4M3::from_f32(1.)
-                ]
+                [F8E4M3::from_f32(1.), F8E4M3::from_f32(1.), F8E4M3::from_f32(1.)],
+                [F8E4M3::from_f32(1.), F8E4M3::from_f32(1.), F8E4M3::from_f32(1.)]
             ],
         );
     }
@@ -86,63 +47,30 @@ fn ones(device: &Device) -> Result<()> {
 fn full(device: &Device) -> Result<()> {
     let tensor = Tensor::zeros((3, 4), DType::U32, device)?;
     tensor.const_set(42u32.into())?;
-    assert_eq!(
-        tensor.to_vec2::<u32>()?,
-        [[42, 42, 42, 42], [42, 42, 42, 42], [42, 42, 42, 42]]
-    );
+    assert_eq!(tensor.to_vec2::<u32>()?, [[42, 42, 42, 42], [42, 42, 42, 42], [42, 42, 42, 42]]);
     tensor.i((.., 2))?.const_set(1337u32.into())?;
-    assert_eq!(
-        tensor.to_vec2::<u32>()?,
-        [[42, 42, 1337, 42], [42, 42, 1337, 42], [42, 42, 1337, 42]]
-    );
+    assert_eq!(tensor.to_vec2::<u32>()?, [[42, 42, 1337, 42], [42, 42, 1337, 42], [42, 42, 1337, 42]]);
     tensor.i((2, ..))?.const_set(1u32.into())?;
-    assert_eq!(
-        tensor.to_vec2::<u32>()?,
-        [[42, 42, 1337, 42], [42, 42, 1337, 42], [1, 1, 1, 1]]
-    );
+    assert_eq!(tensor.to_vec2::<u32>()?, [[42, 42, 1337, 42], [42, 42, 1337, 42], [1, 1, 1, 1]]);
     Ok(())
 }
 
 fn const_set(device: &Device) -> Result<()> {
-    assert_eq!(
-        Tensor::full(42u32, (2, 3), device)?.to_vec2::<u32>()?,
-        [[42, 42, 42], [42, 42, 42]],
-    );
+    assert_eq!(Tensor::full(42u32, (2, 3), device)?.to_vec2::<u32>()?, [[42, 42, 42], [42, 42, 42]],);
     Ok(())
 }
 
 fn arange(device: &Device) -> Result<()> {
-    assert_eq!(
-        Tensor::arange(0u8, 5u8, device)?.to_vec1::<u8>()?,
-        [0, 1, 2, 3, 4],
-    );
-    assert_eq!(
-        Tensor::arange_step(0u8, 5u8, 2, device)?.to_vec1::<u8>()?,
-        [0, 2, 4],
-    );
-    assert_eq!(
-        Tensor::arange_step(0u8, 5u8, 3, device)?.to_vec1::<u8>()?,
-        [0, 3],
-    );
-    assert_eq!(
-        Tensor::arange_step(5i64, 0i64, -1, device)?.to_vec1::<i64>()?,
-        [5, 4, 3, 2, 1],
-    );
+    assert_eq!(Tensor::arange(0u8, 5u8, device)?.to_vec1::<u8>()?, [0, 1, 2, 3, 4],);
+    assert_eq!(Tensor::arange_step(0u8, 5u8, 2, device)?.to_vec1::<u8>()?, [0, 2, 4],);
+    assert_eq!(Tensor::arange_step(0u8, 5u8, 3, device)?.to_vec1::<u8>()?, [0, 3],);
+    assert_eq!(Tensor::arange_step(5i64, 0i64, -1, device)?.to_vec1::<i64>()?, [5, 4, 3, 2, 1],);
 
     if !device.is_metal() {
         assert_eq!(
-            Tensor::arange_step(
-                F8E4M3::from_f32(0.),
-                F8E4M3::from_f32(5.),
-                F8E4M3::from_f32(2.),
-                device
-            )?
-            .to_vec1::<F8E4M3>()?,
-            [
-                F8E4M3::from_f32(0.),
-                F8E4M3::from_f32(2.),
-                F8E4M3::from_f32(4.),
-            ],
+            Tensor::arange_step(F8E4M3::from_f32(0.), F8E4M3::from_f32(5.), F8E4M3::from_f32(2.), device)?
+                .to_vec1::<F8E4M3>()?,
+            [F8E4M3::from_f32(0.), F8E4M3::from_f32(2.), F8E4M3::from_f32(4.),],
         );
     }
 
@@ -178,10 +106,7 @@ fn clamp(device: &Device) -> Result<()> {
     let data = &[[3f32, 1., 4., 1., 5.], [2., 1., 7., 8., 2.]];
     let tensor = Tensor::new(data, device)?;
     let tensor = tensor.clamp(1.5, 6.2)?;
-    assert_eq!(
-        tensor.to_vec2::<f32>()?,
-        [[3.0, 1.5, 4.0, 1.5, 5.0], [2.0, 1.5, 6.2, 6.2, 2.0]],
-    );
+    assert_eq!(tensor.to_vec2::<f32>()?, [[3.0, 1.5, 4.0, 1.5, 5.0], [2.0, 1.5, 6.2, 6.2, 2.0]],);
     Ok(())
 }
 
@@ -189,33 +114,15 @@ fn asort(device: &Device) -> Result<()> {
     let data = &[[3f32, 1., 4., 1.1, 5.], [2.1, 1., 7., 8., 2.]];
     let tensor = Tensor::new(data, device)?;
     let indexes = tensor.arg_sort_last_dim(true)?;
-    assert_eq!(
-        indexes.to_vec2::<u32>()?,
-        [[1, 3, 0, 2, 4], [1, 4, 0, 2, 3]],
-    );
+    assert_eq!(indexes.to_vec2::<u32>()?, [[1, 3, 0, 2, 4], [1, 4, 0, 2, 3]],);
     let indexes = tensor.arg_sort_last_dim(false)?;
-    assert_eq!(
-        indexes.to_vec2::<u32>()?,
-        [[4, 2, 0, 3, 1], [3, 2, 0, 4, 1]],
-    );
+    assert_eq!(indexes.to_vec2::<u32>()?, [[4, 2, 0, 3, 1], [3, 2, 0, 4, 1]],);
     let (sorted, indexes) = tensor.sort_last_dim(true)?;
-    assert_eq!(
-        indexes.to_vec2::<u32>()?,
-        [[1, 3, 0, 2, 4], [1, 4, 0, 2, 3]],
-    );
-    assert_eq!(
-        sorted.to_vec2::<f32>()?,
-        [[1.0, 1.1, 3.0, 4.0, 5.0], [1.0, 2.0, 2.1, 7.0, 8.0]]
-    );
+    assert_eq!(indexes.to_vec2::<u32>()?, [[1, 3, 0, 2, 4], [1, 4, 0, 2, 3]],);
+    assert_eq!(sorted.to_vec2::<f32>()?, [[1.0, 1.1, 3.0, 4.0, 5.0], [1.0, 2.0, 2.1, 7.0, 8.0]]);
     let (sorted, indexes) = tensor.sort_last_dim(false)?;
-    assert_eq!(
-        indexes.to_vec2::<u32>()?,
-        [[4, 2, 0, 3, 1], [3, 2, 0, 4, 1]],
-    );
-    assert_eq!(
-        sorted.to_vec2::<f32>()?,
-        [[5.0, 4.0, 3.0, 1.1, 1.0], [8.0, 7.0, 2.1, 2.0, 1.0]]
-    );
+    assert_eq!(indexes.to_vec2::<u32>()?, [[4, 2, 0, 3, 1], [3, 2, 0, 4, 1]],);
+    assert_eq!(sorted.to_vec2::<f32>()?, [[5.0, 4.0, 3.0, 1.1, 1.0], [8.0, 7.0, 2.1, 2.0, 1.0]]);
 
     let offset_view = Tensor::new(&[[1f32, 2., 3.], [30., 10., 20.]], device)?.narrow(0, 1, 1)?;
     let (sorted, indexes) = offset_view.sort_last_dim(true)?;
@@ -253,34 +160,22 @@ fn unary_op(device: &Device) -> Result<()> {
     let tensor = Tensor::new(data, device)?;
     assert_eq!(
         test_utils::to_vec2_round(&tensor.gelu()?, 4)?,
-        [
-            [-0.0036, 0.8412, 3.9999, -0.046, 0.3457],
-            [2.6911, -0.0647, -0.1091, 1.7353, 2.7933]
-        ]
+        [[-0.0036, 0.8412, 3.9999, -0.046, 0.3457], [2.6911, -0.0647, -0.1091, 1.7353, 2.7933]]
     );
     let t_f16 = tensor.to_dtype(DType::F16)?.gelu()?.to_dtype(DType::F32)?;
     let max_diff = (tensor.gelu()? - t_f16)?.flatten_all()?.max(0)?;
     assert!(max_diff.to_vec0::<f32>()? < 5e-3);
     assert_eq!(
         test_utils::to_vec2_round(&tensor.gelu_erf()?, 4)?,
-        [
-            [-0.004, 0.8413, 3.9999, -0.046, 0.3457],
-            [2.6906, -0.0647, -0.1091, 1.7353, 2.7928]
-        ]
+        [[-0.004, 0.8413, 3.9999, -0.046, 0.3457], [2.6906, -0.0647, -0.1091, 1.7353, 2.7928]]
     );
     assert_eq!(
         test_utils::to_vec2_round(&tensor.erf()?, 4)?,
-        [
-            [-1.0, 0.8427, 1.0, -0.1125, 0.5205],
-            [0.9999, -0.9891, -0.3079, 0.9891, 0.9999]
-        ]
+        [[-1.0, 0.8427, 1.0, -0.1125, 0.5205], [0.9999, -0.9891, -0.3079, 0.9891, 0.9999]]
     );
     assert_eq!(
         test_utils::to_vec2_round(&tensor.silu()?, 4)?,
-        [
-            [-0.1423, 0.7311, 3.9281, -0.0475, 0.3112],
-            [2.53, -0.2553, -0.1205, 1.5447, 2.6395]
-        ]
+        [[-0.1423, 0.7311, 3.9281, -0.0475, 0.3112], [2.53, -0.2553, -0.1205, 1.5447, 2.6395]]
     );
     assert_eq!(
         test_utils::to_vec2_round(&tensor.ceil()?, 4)?,
@@ -295,35 +190,17 @@ fn unary_op(device: &Device) -> Result<()> {
         [[-3.0, 1.0, 4.0, -0.0, 1.0], [3.0, -2.0, -0.0, 2.0, 3.0]]
     );
     let tensor = Tensor::new(&[2997.9246, 314.15926f32], device)?;
-    assert_eq!(
-        test_utils::to_vec1_round(&tensor.round_to(2)?, 4)?,
-        [2997.92, 314.16]
-    );
-    assert_eq!(
-        test_utils::to_vec1_round(&tensor.round_to(-2)?, 4)?,
-        [3000.0, 300.]
-    );
-    let tensor = Tensor::new(
-        &[-1.01f32, -0.9, -0.1, 0.0, -0.0, 0.1, 0.9, 1.0, 1.1],
-        device,
-    )?;
-    assert_eq!(
-        tensor.sign()?.to_vec1::<f32>()?,
-        [-1., -1., -1., 0., 0., 1., 1., 1., 1.]
-    );
+    assert_eq!(test_utils::to_vec1_round(&tensor.round_to(2)?, 4)?, [2997.92, 314.16]);
+    assert_eq!(test_utils::to_vec1_round(&tensor.round_to(-2)?, 4)?, [3000.0, 300.]);
+    let tensor = Tensor::new(&[-1.01f32, -0.9, -0.1, 0.0, -0.0, 0.1, 0.9, 1.0, 1.1], device)?;
+    assert_eq!(tensor.sign()?.to_vec1::<f32>()?, [-1., -1., -1., 0., 0., 1., 1., 1., 1.]);
     let tensor = Tensor::new(&[-1.0f32, 0., -2., 3.], device)?;
     let y = tensor.elu(2.)?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [-1.2642, 0.0000, -1.7293, 3.0000]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [-1.2642, 0.0000, -1.7293, 3.0000]);
     // This test failed on metal prior to the following PR:
     // https://github.com/huggingface/candle/pull/2490
     let y = tensor.reshape((2, 2))?.t()?.elu(2.)?.flatten_all()?;
-    assert_eq!(
-        test_utils::to_vec1_round(&y, 4)?,
-        [-1.2642, -1.7293, 0.0000, 3.0000]
-    );
+    assert_eq!(test_utils::to_vec1_round(&y, 4)?, [-1.2642, -1.7293, 0.0000, 3.0000]);
     Ok(())
 }
 
@@ -345,34 +222,18 @@ fn binary_op(device: &Device) -> Result<()> {
 
     let min = tensor1.minimum(&(&tensor2 * 0.5)?)?;
     let max = tensor1.maximum(&(&tensor2 * 0.5)?)?;
-    assert_eq!(
-        min.to_vec2::<f32>()?,
-        [[2.5, 1.0, 2.5, 1.0, 2.5], [1.0, 0.5, 3.5, 4.0, 1.0]],
-    );
-    assert_eq!(
-        max.to_vec2::<f32>()?,
-        [[3.0, 2.5, 4.0, 2.5, 5.0], [2.0, 1.0, 7.0, 8.0, 2.0]]
-    );
+    assert_eq!(min.to_vec2::<f32>()?, [[2.5, 1.0, 2.5, 1.0, 2.5], [1.0, 0.5, 3.5, 4.0, 1.0]],);
+    assert_eq!(max.to_vec2::<f32>()?, [[3.0, 2.5, 4.0, 2.5, 5.0], [2.0, 1.0, 7.0, 8.0, 2.0]]);
 
     let (b, s, h, pad) = (3usize, 4usize, 5usize, 2usize);
-    let base =
-        Tensor::arange(1f32, (b * (s + pad) * h + 1) as f32, device)?.reshape((b, s + pad, h))?;
+    let base = Tensor::arange(1f32, (b * (s + pad) * h + 1) as f32, device)?.reshape((b, s + pad, h))?;
     let ub = base.narrow(1, 0, s)?; // uniform blocks: strides [h * (s + pad), h, 1]
     let cont = ub.contiguous()?;
     let scale = Tensor::arange(1f32, (b * s * h + 1) as f32, device)?.reshape((b, s, h))?;
-    assert_eq!(
-        (&ub + &scale)?.to_vec3::<f32>()?,
-        (&cont + &scale)?.to_vec3::<f32>()?,
-    );
-    assert_eq!(
-        (&ub * &scale)?.to_vec3::<f32>()?,
-        (&cont * &scale)?.to_vec3::<f32>()?,
-    );
+    assert_eq!((&ub + &scale)?.to_vec3::<f32>()?, (&cont + &scale)?.to_vec3::<f32>()?,);
+    assert_eq!((&ub * &scale)?.to_vec3::<f32>()?, (&cont * &scale)?.to_vec3::<f32>()?,);
     // contiguous lhs, uniform blocks rhs.
-    assert_eq!(
-        (&scale + &ub)?.to_vec3::<f32>()?,
-        (&scale + &cont)?.to_vec3::<f32>()?,
-    );
+    assert_eq!((&scale + &ub)?.to_vec3::<f32>()?, (&scale + &cont)?.to_vec3::<f32>()?,);
     Ok(())
 }
 
@@ -390,34 +251,22 @@ fn ternary_op(device: &Device) -> Result<()> {
     assert_eq!(result, [10., 1., 12., 3., 14., 5., 6., 7., 18., 19.]);
 
     let fill = Tensor::new(7f32, device)?.broadcast_as((2, 5))?; // strides [0, 0]
-    assert_eq!(
-        ids.where_cond(&fill, &b)?.to_vec2::<f32>()?,
-        [[10., 7., 12., 7., 14.], [7., 7., 7., 18., 19.]],
-    );
+    assert_eq!(ids.where_cond(&fill, &b)?.to_vec2::<f32>()?, [[10., 7., 12., 7., 14.], [7., 7., 7., 18., 19.]],);
 
     let mask = Tensor::new(&[[0u8, 1, 1, 0, 1]], device)?.broadcast_as((2, 5))?; // strides [0, 1]
-    assert_eq!(
-        mask.where_cond(&a, &b)?.to_vec2::<f32>()?,
-        mask.contiguous()?.where_cond(&a, &b)?.to_vec2::<f32>()?,
-    );
+    assert_eq!(mask.where_cond(&a, &b)?.to_vec2::<f32>()?, mask.contiguous()?.where_cond(&a, &b)?.to_vec2::<f32>()?,);
 
     let a_t = Tensor::arange(0f32, 10., device)?.reshape((5, 2))?.t()?;
     let ids_t = Tensor::new(&[[0u8, 1], [1, 1], [0, 0], [1, 0], [1, 1]], device)?.t()?;
     assert_eq!(
         ids_t.where_cond(&a_t, &b)?.to_vec2::<f32>()?,
-        ids_t
-            .contiguous()?
-            .where_cond(&a_t.contiguous()?, &b)?
-            .to_vec2::<f32>()?,
+        ids_t.contiguous()?.where_cond(&a_t.contiguous()?, &b)?.to_vec2::<f32>()?,
     );
 
-    let narrowed = Tensor::arange(0f32, 14., device)?
-        .reshape((2, 7))?
-        .narrow(1, 1, 5)?; // strides [7, 1], offset 1
+    let narrowed = Tensor::arange(0f32, 14., device)?.reshape((2, 7))?.narrow(1, 1, 5)?; // strides [7, 1], offset 1
     assert_eq!(
         ids.where_cond(&fill, &narrowed)?.to_vec2::<f32>()?,
-        ids.where_cond(&fill.contiguous()?, &narrowed.contiguous()?)?
-            .to_vec2::<f32>()?,
+        ids.where_cond(&fill.contiguous()?, &narrowed.contiguous()?)?.to_vec2::<f32>()?,
     );
 
     let fill2 = Tensor::new(9f32, device)?.broadcast_as((2, 5))?;
@@ -427,33 +276,23 @@ fn ternary_op(device: &Device) -> Result<()> {
     );
     assert_eq!(
         ids.where_cond(&fill, &fill2)?.to_vec2::<f32>()?,
-        ids.where_cond(&fill.contiguous()?, &fill2.contiguous()?)?
-            .to_vec2::<f32>()?,
+        ids.where_cond(&fill.contiguous()?, &fill2.contiguous()?)?.to_vec2::<f32>()?,
     );
 
     let row_mask = Tensor::new(&[[1u8], [0u8]], device)?.broadcast_as((2, 5))?; // strides [1, 0]
     let row_ref = row_mask.contiguous()?;
-    assert_eq!(
-        row_mask.where_cond(&a, &b)?.to_vec2::<f32>()?,
-        row_ref.where_cond(&a, &b)?.to_vec2::<f32>()?,
-    );
+    assert_eq!(row_mask.where_cond(&a, &b)?.to_vec2::<f32>()?, row_ref.where_cond(&a, &b)?.to_vec2::<f32>()?,);
     assert_eq!(
         row_mask.where_cond(&a, &fill)?.to_vec2::<f32>()?,
-        row_ref
-            .where_cond(&a, &fill.contiguous()?)?
-            .to_vec2::<f32>()?,
+        row_ref.where_cond(&a, &fill.contiguous()?)?.to_vec2::<f32>()?,
     );
     assert_eq!(
         row_mask.where_cond(&fill, &b)?.to_vec2::<f32>()?,
-        row_ref
-            .where_cond(&fill.contiguous()?, &b)?
-            .to_vec2::<f32>()?,
+        row_ref.where_cond(&fill.contiguous()?, &b)?.to_vec2::<f32>()?,
     );
     assert_eq!(
         row_mask.where_cond(&fill, &fill2)?.to_vec2::<f32>()?,
-        row_ref
-            .where_cond(&fill.contiguous()?, &fill2.contiguous()?)?
-            .to_vec2::<f32>()?,
+        row_ref.where_cond(&fill.contiguous()?, &fill2.contiguous()?)?.to_vec2::<f32>()?,
     );
     Ok(())
 }
@@ -463,10 +302,7 @@ fn transpose(device: &Device) -> Result<()> {
     let tensor = Tensor::new(data, device)?.t()?;
     let dims = tensor.dims2()?;
     assert_eq!(dims, (5, 2));
-    assert_eq!(
-        tensor.to_vec2::<f32>()?,
-        &[[3f32, 2.], [1., 1.], [4., 7.], [1., 8.], [5., 2.]]
-    );
+    assert_eq!(tensor.to_vec2::<f32>()?, &[[3f32, 2.], [1., 1.], [4., 7.], [1., 8.], [5., 2.]]);
     assert_eq!(tensor.t()?.to_vec2::<f32>()?, data);
     assert_eq!(tensor.contiguous()?.t()?.to_vec2::<f32>()?, data);
     assert_eq!(((tensor + 1.)?.t()? - 1.)?.to_vec2::<f32>()?, data);
@@ -482,96 +318,41 @@ fn var(device: &Device) -> Result<()> {
         [0.1264, -0.5080, 1.6420, 0.1992],
     ];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        test_utils::to_vec2_round(&tensor.var_keepdim(1)?, 4)?,
-        &[[1.0631], [0.559], [1.4893], [0.8258]]
-    );
+    assert_eq!(test_utils::to_vec2_round(&tensor.var_keepdim(1)?, 4)?, &[[1.0631], [0.559], [1.4893], [0.8258]]);
     Ok(())
 }
 
 fn sum(device: &Device) -> Result<()> {
     let data = &[[[3u32, 1, 4], [1, 5, 9]], [[2, 1, 7], [8, 2, 8]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.sum_keepdim(2)?.to_vec3::<u32>()?,
-        &[[[8], [15]], [[10], [18]]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim(0)?.to_vec3::<u32>()?,
-        &[[[5, 2, 11], [9, 7, 17]]],
-    );
+    assert_eq!(tensor.sum_keepdim(2)?.to_vec3::<u32>()?, &[[[8], [15]], [[10], [18]]]);
+    assert_eq!(tensor.sum_keepdim(0)?.to_vec3::<u32>()?, &[[[5, 2, 11], [9, 7, 17]]],);
     assert_eq!(tensor.sum_keepdim((0, 2, 1))?.to_vec3::<u32>()?, &[[[51]]],);
-    assert_eq!(
-        tensor.t()?.sum_keepdim(1)?.t()?.to_vec3::<u32>()?,
-        &[[[8], [15]], [[10], [18]]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim((2, 1))?.to_vec3::<u32>()?,
-        &[[[8 + 15]], [[10 + 18]]]
-    );
+    assert_eq!(tensor.t()?.sum_keepdim(1)?.t()?.to_vec3::<u32>()?, &[[[8], [15]], [[10], [18]]]);
+    assert_eq!(tensor.sum_keepdim((2, 1))?.to_vec3::<u32>()?, &[[[8 + 15]], [[10 + 18]]]);
     let data: Vec<u32> = (0..4000u32).collect();
     let tensor = Tensor::new(data.as_slice(), device)?;
     assert_eq!(tensor.sum_keepdim(0)?.to_vec1::<u32>()?, &[7998000]);
     let tensor = tensor.reshape((2000, 2))?;
     assert_eq!(tensor.sum_keepdim((0, 1))?.to_vec2::<u32>()?, &[[7998000]]);
-    assert_eq!(
-        tensor.sum_keepdim(0)?.sum_keepdim(1)?.to_vec2::<u32>()?,
-        &[[7998000]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim(1)?.sum_keepdim(0)?.to_vec2::<u32>()?,
-        &[[7998000]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim(0)?.to_vec2::<u32>()?,
-        &[[3998000, 4000000]]
-    );
+    assert_eq!(tensor.sum_keepdim(0)?.sum_keepdim(1)?.to_vec2::<u32>()?, &[[7998000]]);
+    assert_eq!(tensor.sum_keepdim(1)?.sum_keepdim(0)?.to_vec2::<u32>()?, &[[7998000]]);
+    assert_eq!(tensor.sum_keepdim(0)?.to_vec2::<u32>()?, &[[3998000, 4000000]]);
 
     // Make the tensor non contiguous.
     let tensor = tensor.t()?.contiguous()?.t()?;
     assert_eq!(tensor.sum_keepdim((0, 1))?.to_vec2::<u32>()?, &[[7998000]]);
-    assert_eq!(
-        tensor.sum_keepdim(0)?.sum_keepdim(1)?.to_vec2::<u32>()?,
-        &[[7998000]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim(1)?.sum_keepdim(0)?.to_vec2::<u32>()?,
-        &[[7998000]]
-    );
-    assert_eq!(
-        tensor.sum_keepdim(0)?.to_vec2::<u32>()?,
-        &[[3998000, 4000000]]
-    );
+    assert_eq!(tensor.sum_keepdim(0)?.sum_keepdim(1)?.to_vec2::<u32>()?, &[[7998000]]);
+    assert_eq!(tensor.sum_keepdim(1)?.sum_keepdim(0)?.to_vec2::<u32>()?, &[[7998000]]);
+    assert_eq!(tensor.sum_keepdim(0)?.to_vec2::<u32>()?, &[[3998000, 4000000]]);
 
     let t1 = tensor.reshape((200, 5, 4))?;
     let t2 = t1.transpose(0, 2)?.contiguous()?.transpose(0, 2)?;
     for tensor in [t1, t2] {
-        assert_eq!(
-            tensor.sum_keepdim((0, 1, 2))?.to_vec3::<u32>()?,
-            &[[[7998000]]]
-        );
-        assert_eq!(
-            tensor
-                .sum_keepdim(0)?
-                .sum_keepdim(2)?
-                .sum_keepdim(1)?
-                .to_vec3::<u32>()?,
-            &[[[7998000]]]
-        );
-        assert_eq!(
-            tensor
-                .sum_keepdim(0)?
-                .sum_keepdim((1, 2))?
-                .to_vec3::<u32>()?,
-            &[[[7998000]]]
-        );
-        assert_eq!(
-            tensor
-                .sum_keepdim(1)?
-                .sum_keepdim((0, 2))?
-                .to_vec3::<u32>()?,
-            &[[[7998000]]]
-        );
+        assert_eq!(tensor.sum_keepdim((0, 1, 2))?.to_vec3::<u32>()?, &[[[7998000]]]);
+        assert_eq!(tensor.sum_keepdim(0)?.sum_keepdim(2)?.sum_keepdim(1)?.to_vec3::<u32>()?, &[[[7998000]]]);
+        assert_eq!(tensor.sum_keepdim(0)?.sum_keepdim((1, 2))?.to_vec3::<u32>()?, &[[[7998000]]]);
+        assert_eq!(tensor.sum_keepdim(1)?.sum_keepdim((0, 2))?.to_vec3::<u32>()?, &[[[7998000]]]);
         assert_eq!(
             tensor.sum_keepdim(0)?.to_vec3::<u32>()?,
             &[[
@@ -610,51 +391,26 @@ fn sum(device: &Device) -> Result<()> {
 fn min(device: &Device) -> Result<()> {
     let data = &[[[3u32, 1, 4], [1, 5, 9]], [[2, 1, 7], [8, 2, 8]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.min_keepdim(2)?.to_vec3::<u32>()?,
-        &[[[1], [1]], [[1], [2]]]
-    );
-    assert_eq!(
-        tensor.min_keepdim(0)?.to_vec3::<u32>()?,
-        &[[[2, 1, 4], [1, 2, 8]]],
-    );
+    assert_eq!(tensor.min_keepdim(2)?.to_vec3::<u32>()?, &[[[1], [1]], [[1], [2]]]);
+    assert_eq!(tensor.min_keepdim(0)?.to_vec3::<u32>()?, &[[[2, 1, 4], [1, 2, 8]]],);
     let data: Vec<u32> = (200..4000u32).collect();
     let tensor = Tensor::new(data.as_slice(), device)?;
     assert_eq!(tensor.min_keepdim(0)?.to_vec1::<u32>()?, &[200]);
     let tensor = tensor.reshape((1900, 2))?;
-    assert_eq!(
-        tensor.min_keepdim(0)?.min_keepdim(1)?.to_vec2::<u32>()?,
-        &[[200]]
-    );
-    assert_eq!(
-        tensor.min_keepdim(1)?.min_keepdim(0)?.to_vec2::<u32>()?,
-        &[[200]]
-    );
+    assert_eq!(tensor.min_keepdim(0)?.min_keepdim(1)?.to_vec2::<u32>()?, &[[200]]);
+    assert_eq!(tensor.min_keepdim(1)?.min_keepdim(0)?.to_vec2::<u32>()?, &[[200]]);
     assert_eq!(tensor.min_keepdim(0)?.to_vec2::<u32>()?, &[[200, 201]]);
 
     // Make the tensor non contiguous.
     let tensor = tensor.t()?.contiguous()?.t()?;
-    assert_eq!(
-        tensor.min_keepdim(0)?.min_keepdim(1)?.to_vec2::<u32>()?,
-        &[[200]]
-    );
-    assert_eq!(
-        tensor.min_keepdim(1)?.min_keepdim(0)?.to_vec2::<u32>()?,
-        &[[200]]
-    );
+    assert_eq!(tensor.min_keepdim(0)?.min_keepdim(1)?.to_vec2::<u32>()?, &[[200]]);
+    assert_eq!(tensor.min_keepdim(1)?.min_keepdim(0)?.to_vec2::<u32>()?, &[[200]]);
     assert_eq!(tensor.min_keepdim(0)?.to_vec2::<u32>()?, &[[200, 201]]);
 
     let t1 = tensor.reshape((190, 5, 4))?;
     let t2 = t1.transpose(0, 2)?.contiguous()?.transpose(0, 2)?;
     for tensor in [t1, t2] {
-        assert_eq!(
-            tensor
-                .min_keepdim(0)?
-                .min_keepdim(2)?
-                .min_keepdim(1)?
-                .to_vec3::<u32>()?,
-            &[[[200]]]
-        );
+        assert_eq!(tensor.min_keepdim(0)?.min_keepdim(2)?.min_keepdim(1)?.to_vec3::<u32>()?, &[[[200]]]);
         assert_eq!(
             tensor.min_keepdim(0)?.to_vec3::<u32>()?,
             &[[
@@ -672,51 +428,26 @@ fn min(device: &Device) -> Result<()> {
 fn max(device: &Device) -> Result<()> {
     let data = &[[[3u32, 1, 4], [1, 5, 9]], [[2, 1, 7], [8, 2, 8]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.max_keepdim(2)?.to_vec3::<u32>()?,
-        &[[[4], [9]], [[7], [8]]]
-    );
-    assert_eq!(
-        tensor.max_keepdim(0)?.to_vec3::<u32>()?,
-        &[[[3, 1, 7], [8, 5, 9]]],
-    );
+    assert_eq!(tensor.max_keepdim(2)?.to_vec3::<u32>()?, &[[[4], [9]], [[7], [8]]]);
+    assert_eq!(tensor.max_keepdim(0)?.to_vec3::<u32>()?, &[[[3, 1, 7], [8, 5, 9]]],);
     let data: Vec<u32> = (200..4000u32).collect();
     let tensor = Tensor::new(data.as_slice(), device)?;
     assert_eq!(tensor.max_keepdim(0)?.to_vec1::<u32>()?, &[3999]);
     let tensor = tensor.reshape((1900, 2))?;
-    assert_eq!(
-        tensor.max_keepdim(0)?.max_keepdim(1)?.to_vec2::<u32>()?,
-        &[[3999]]
-    );
-    assert_eq!(
-        tensor.max_keepdim(1)?.max_keepdim(0)?.to_vec2::<u32>()?,
-        &[[3999]]
-    );
+    assert_eq!(tensor.max_keepdim(0)?.max_keepdim(1)?.to_vec2::<u32>()?, &[[3999]]);
+    assert_eq!(tensor.max_keepdim(1)?.max_keepdim(0)?.to_vec2::<u32>()?, &[[3999]]);
     assert_eq!(tensor.max_keepdim(0)?.to_vec2::<u32>()?, &[[3998, 3999]]);
 
     // Make the tensor non contiguous.
     let tensor = tensor.t()?.contiguous()?.t()?;
-    assert_eq!(
-        tensor.max_keepdim(0)?.max_keepdim(1)?.to_vec2::<u32>()?,
-        &[[3999]]
-    );
-    assert_eq!(
-        tensor.max_keepdim(1)?.max_keepdim(0)?.to_vec2::<u32>()?,
-        &[[3999]]
-    );
+    assert_eq!(tensor.max_keepdim(0)?.max_keepdim(1)?.to_vec2::<u32>()?, &[[3999]]);
+    assert_eq!(tensor.max_keepdim(1)?.max_keepdim(0)?.to_vec2::<u32>()?, &[[3999]]);
     assert_eq!(tensor.max_keepdim(0)?.to_vec2::<u32>()?, &[[3998, 3999]]);
 
     let t1 = tensor.reshape((190, 5, 4))?;
     let t2 = t1.transpose(0, 2)?.contiguous()?.transpose(0, 2)?;
     for tensor in [t1, t2] {
-        assert_eq!(
-            tensor
-                .max_keepdim(0)?
-                .max_keepdim(2)?
-                .max_keepdim(1)?
-                .to_vec3::<u32>()?,
-            &[[[3999]]]
-        );
+        assert_eq!(tensor.max_keepdim(0)?.max_keepdim(2)?.max_keepdim(1)?.to_vec3::<u32>()?, &[[[3999]]]);
         assert_eq!(
             tensor.max_keepdim(0)?.to_vec3::<u32>()?,
             &[[
@@ -734,72 +465,29 @@ fn max(device: &Device) -> Result<()> {
 fn argmin(device: &Device) -> Result<()> {
     let data = &[[[3u32, 1, 4], [1, 5, 9]], [[2, 1, 7], [8, 2, 8]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.argmin_keepdim(2)?.to_vec3::<u32>()?,
-        &[[[1], [0]], [[1], [1]]]
-    );
-    assert_eq!(
-        tensor.argmin_keepdim(0)?.to_vec3::<u32>()?,
-        &[[[1, 0, 0], [0, 1, 1]]],
-    );
+    assert_eq!(tensor.argmin_keepdim(2)?.to_vec3::<u32>()?, &[[[1], [0]], [[1], [1]]]);
+    assert_eq!(tensor.argmin_keepdim(0)?.to_vec3::<u32>()?, &[[[1, 0, 0], [0, 1, 1]]],);
     let data: Vec<u32> = (200..4000u32).collect();
     let tensor = Tensor::new(data.as_slice(), device)?;
     assert_eq!(tensor.argmin_keepdim(0)?.to_vec1::<u32>()?, &[0]);
     let tensor = tensor.reshape((1900, 2))?;
-    assert_eq!(
-        tensor
-            .argmin_keepdim(0)?
-            .argmin_keepdim(1)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
-    assert_eq!(
-        tensor
-            .argmin_keepdim(1)?
-            .argmin_keepdim(0)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
+    assert_eq!(tensor.argmin_keepdim(0)?.argmin_keepdim(1)?.to_vec2::<u32>()?, &[[0]]);
+    assert_eq!(tensor.argmin_keepdim(1)?.argmin_keepdim(0)?.to_vec2::<u32>()?, &[[0]]);
     assert_eq!(tensor.argmin_keepdim(0)?.to_vec2::<u32>()?, &[[0, 0]]);
 
     // Make the tensor non contiguous.
     let tensor = tensor.t()?.contiguous()?.t()?;
-    assert_eq!(
-        tensor
-            .argmin_keepdim(0)?
-            .argmin_keepdim(1)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
-    assert_eq!(
-        tensor
-            .argmin_keepdim(1)?
-            .argmin_keepdim(0)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
+    assert_eq!(tensor.argmin_keepdim(0)?.argmin_keepdim(1)?.to_vec2::<u32>()?, &[[0]]);
+    assert_eq!(tensor.argmin_keepdim(1)?.argmin_keepdim(0)?.to_vec2::<u32>()?, &[[0]]);
     assert_eq!(tensor.argmin_keepdim(0)?.to_vec2::<u32>()?, &[[0, 0]]);
 
     let t1 = tensor.reshape((190, 5, 4))?;
     let t2 = t1.transpose(0, 2)?.contiguous()?.transpose(0, 2)?;
     for tensor in [t1, t2] {
-        assert_eq!(
-            tensor
-                .argmin_keepdim(0)?
-                .argmin_keepdim(2)?
-                .argmin_keepdim(1)?
-                .to_vec3::<u32>()?,
-            &[[[0]]]
-        );
+        assert_eq!(tensor.argmin_keepdim(0)?.argmin_keepdim(2)?.argmin_keepdim(1)?.to_vec3::<u32>()?, &[[[0]]]);
         assert_eq!(
             tensor.argmin_keepdim(0)?.to_vec3::<u32>()?,
-            &[[
-                [0, 0, 0, 0],
-                [0, 0, 0, 0],
-                [0, 0, 0, 0],
-                [0, 0, 0, 0],
-                [0, 0, 0, 0],
-            ]]
+            &[[[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0],]]
         );
     }
     Ok(())
@@ -808,63 +496,26 @@ fn argmin(device: &Device) -> Result<()> {
 fn argmax(device: &Device) -> Result<()> {
     let data = &[[[3u32, 1, 4], [1, 5, 9]], [[2, 1, 7], [8, 2, 8]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.argmax_keepdim(2)?.to_vec3::<u32>()?,
-        &[[[2], [2]], [[2], [0]]]
-    );
-    assert_eq!(
-        tensor.argmax_keepdim(0)?.to_vec3::<u32>()?,
-        &[[[0, 0, 1], [1, 0, 0]]],
-    );
+    assert_eq!(tensor.argmax_keepdim(2)?.to_vec3::<u32>()?, &[[[2], [2]], [[2], [0]]]);
+    assert_eq!(tensor.argmax_keepdim(0)?.to_vec3::<u32>()?, &[[[0, 0, 1], [1, 0, 0]]],);
     let data: Vec<u32> = (200..4000u32).collect();
     let tensor = Tensor::new(data.as_slice(), device)?;
     assert_eq!(tensor.argmax_keepdim(0)?.to_vec1::<u32>()?, &[3799]);
     let tensor = tensor.reshape((1900, 2))?;
-    assert_eq!(
-        tensor
-            .argmax_keepdim(0)?
-            .argmax_keepdim(1)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
-    assert_eq!(
-        tensor
-            .argmax_keepdim(1)?
-            .argmax_keepdim(0)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
+    assert_eq!(tensor.argmax_keepdim(0)?.argmax_keepdim(1)?.to_vec2::<u32>()?, &[[0]]);
+    assert_eq!(tensor.argmax_keepdim(1)?.argmax_keepdim(0)?.to_vec2::<u32>()?, &[[0]]);
     assert_eq!(tensor.argmax_keepdim(0)?.to_vec2::<u32>()?, &[[1899, 1899]]);
 
     // Make the tensor non contiguous.
     let tensor = tensor.t()?.contiguous()?.t()?;
-    assert_eq!(
-        tensor
-            .argmax_keepdim(0)?
-            .argmax_keepdim(1)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
-    assert_eq!(
-        tensor
-            .argmax_keepdim(1)?
-            .argmax_keepdim(0)?
-            .to_vec2::<u32>()?,
-        &[[0]]
-    );
+    assert_eq!(tensor.argmax_keepdim(0)?.argmax_keepdim(1)?.to_vec2::<u32>()?, &[[0]]);
+    assert_eq!(tensor.argmax_keepdim(1)?.argmax_keepdim(0)?.to_vec2::<u32>()?, &[[0]]);
     assert_eq!(tensor.argmax_keepdim(0)?.to_vec2::<u32>()?, &[[1899, 1899]]);
 
     let t1 = tensor.reshape((190, 5, 4))?;
     let t2 = t1.transpose(0, 2)?.contiguous()?.transpose(0, 2)?;
     for tensor in [t1, t2] {
-        assert_eq!(
-            tensor
-                .argmax_keepdim(0)?
-                .argmax_keepdim(2)?
-                .argmax_keepdim(1)?
-                .to_vec3::<u32>()?,
-            &[[[0]]]
-        );
+        assert_eq!(tensor.argmax_keepdim(0)?.argmax_keepdim(2)?.argmax_keepdim(1)?.to_vec3::<u32>()?, &[[[0]]]);
         assert_eq!(
             tensor.argmax_keepdim(0)?.to_vec3::<u32>()?,
             &[[
@@ -882,30 +533,15 @@ fn argmax(device: &Device) -> Result<()> {
 fn narrow(device: &Device) -> Result<()> {
     let data = &[[[3f32, 1., 4.], [1., 5., 9.]], [[2., 1., 7.], [8., 2., 8.]]];
     let tensor = Tensor::new(data, device)?;
-    assert_eq!(
-        tensor.narrow(2, 1, 2)?.to_vec3::<f32>()?,
-        &[[[1.0, 4.0], [5.0, 9.0]], [[1.0, 7.0], [2.0, 8.0]]],
-    );
-    assert_eq!(
-        tensor.narrow(1, 1, 1)?.to_vec3::<f32>()?,
-        &[[[1.0, 5.0, 9.0]], [[8.0, 2.0, 8.0]]],
-    );
-    assert_eq!(
-        tensor.narrow(0, 0, 1)?.to_vec3::<f32>()?,
-        &[[[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]]],
-    );
-    assert_eq!(
-        tensor.narrow(0, 1, 1)?.to_vec3::<f32>()?,
-        &[[[2.0, 1.0, 7.0], [8.0, 2.0, 8.0]]],
-    );
+    assert_eq!(tensor.narrow(2, 1, 2)?.to_vec3::<f32>()?, &[[[1.0, 4.0], [5.0, 9.0]], [[1.0, 7.0], [2.0, 8.0]]],);
+    assert_eq!(tensor.narrow(1, 1, 1)?.to_vec3::<f32>()?, &[[[1.0, 5.0, 9.0]], [[8.0, 2.0, 8.0]]],);
+    assert_eq!(tensor.narrow(0, 0, 1)?.to_vec3::<f32>()?, &[[[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]]],);
+    assert_eq!(tensor.narrow(0, 1, 1)?.to_vec3::<f32>()?, &[[[2.0, 1.0, 7.0], [8.0, 2.0, 8.0]]],);
     // The following has been checked against PyTorch via:
     //   import torch
     //   t = torch.tensor([[[3., 1., 4.], [1., 5., 9.]], [[2., 1., 7.], [8., 2., 8.]]])
     //   t.transpose(-1, -2).narrow(1, 1, 2)
-    assert_eq!(
-        tensor.t()?.narrow(1, 1, 2)?.to_vec3::<f32>()?,
-        &[[[1.0, 5.0], [4.0, 9.0]], [[1.0, 2.0], [7.0, 8.0]]],
-    );
+    assert_eq!(tensor.t()?.narrow(1, 1, 2)?.to_vec3::<f32>()?, &[[[1.0, 5.0], [4.0, 9.0]], [[1.0, 2.0], [7.0, 8.0]]],);
     Ok(())
 }
 
@@ -935,10 +571,7 @@ fn slice_set(device: &Device) -> Result<()> {
     cache.slice_set(&ones, 2, 6)?;
     let diff = cache.narrow(2, 5, 1)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
-    let diff = (cache.narrow(2, 6, 1)? - 1.)?
-        .abs()?
-        .sum_all()?
-        .to_vec0::<f32>()?;
+    let diff = (cache.narrow(2, 6, 1)? - 1.)?.abs()?.sum_all()?.to_vec0::<f32>()?;
     assert_eq!(diff, 0.);
     // This used to create a deadlock rather than returning an actual error.
     assert!(cache.slice_set(&cache, 0, 0).is_err());
@@ -951,10 +584,7 @@ fn cat(device: &Device) -> Result<()> {
     let t2 = Tensor::new(&[1f32, 5., 9., 2.], device)?;
     let t3 = Tensor::new(&[6f32, 5., 3., 5., 8., 9.], device)?;
     assert_eq!(Tensor::cat(&[&t1], 0)?.to_vec1::<f32>()?, [3f32, 1., 4.],);
-    assert_eq!(
-        Tensor::cat(&[&t1, &t2], 0)?.to_vec1::<f32>()?,
-        [3f32, 1., 4., 1., 5., 9., 2.],
-    );
+    assert_eq!(Tensor::cat(&[&t1, &t2], 0)?.to_vec1::<f32>()?, [3f32, 1., 4., 1., 5., 9., 2.],);
     assert_eq!(
         Tensor::cat(&[&t1, &t2, &t3], 0)?.to_vec1::<f32>()?,
         [3f32, 1., 4., 1., 5., 9., 2., 6., 5., 3., 5., 8., 9.],
@@ -967,12 +597,7 @@ fn cat(device: &Device) -> Result<()> {
     let t2 = Tensor::new(data2, device)?;
     assert_eq!(
         Tensor::cat(&[&t1, &t2], 0)?.to_vec2::<f32>()?,
-        [
-            [3.0, 1.0, 4.0, 1.0, 5.0],
-            [2.0, 7.0, 1.0, 8.0, 2.0],
-            [5.0, 5.0, 5.0, 5.0, 5.0],
-            [2.0, 7.0, 1.0, 8.0, 2.0]
-        ]
+        [[3.0, 1.0, 4.0, 1.0, 5.0], [2.0, 7.0, 1.0, 8.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0], [2.0, 7.0, 1.0, 8.0, 2.0]]
     );
     // PyTorch equivalent:
     //     import torch
@@ -980,22 +605,12 @@ fn cat(device: &Device) -> Result<()> {
     //     t2 = torch.tensor([[5]*5, [2, 7, 1, 8, 2]])
     //     torch.cat([t1.t(), t2.t()], dim=1).t()
     assert_eq!(
-        Tensor::cat(&[&t1.t()?, &t2.t()?], 1)?
-            .t()?
-            .to_vec2::<f32>()?,
-        [
-            [3.0, 1.0, 4.0, 1.0, 5.0],
-            [2.0, 7.0, 1.0, 8.0, 2.0],
-            [5.0, 5.0, 5.0, 5.0, 5.0],
-            [2.0, 7.0, 1.0, 8.0, 2.0]
-        ]
+        Tensor::cat(&[&t1.t()?, &t2.t()?], 1)?.t()?.to_vec2::<f32>()?,
+        [[3.0, 1.0, 4.0, 1.0, 5.0], [2.0, 7.0, 1.0, 8.0, 2.0], [5.0, 5.0, 5.0, 5.0, 5.0], [2.0, 7.0, 1.0, 8.0, 2.0]]
     );
     assert_eq!(
         Tensor::cat(&[&t1, &t2], 1)?.to_vec2::<f32>()?,
-        [
-            [3.0, 1.0, 4.0, 1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0],
-            [2.0, 7.0, 1.0, 8.0, 2.0, 2.0, 7.0, 1.0, 8.0, 2.0]
-        ]
+        [[3.0, 1.0, 4.0, 1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0], [2.0, 7.0, 1.0, 8.0, 2.0, 2.0, 7.0, 1.0, 8.0, 2.0]]
     );
 
     // 3D
@@ -1025,8 +640,7 @@ fn cat(device: &Device) -> Result<()> {
 
     // compare contiguous to uniform blocks
     let (b, s, h, pad) = (3usize, 4, 5, 2);
-    let base =
-        Tensor::arange(0f32, (b * (s + pad) * h) as f32, device)?.reshape((b, s + pad, h))?;
+    let base = Tensor::arange(0f32, (b * (s + pad) * h) as f32, device)?.reshape((b, s + pad, h))?;
     let tp1 = base.narrow(1, 0, s)?;
     let tp2 = base.narrow(1, pad, s)?;
     let cat_padded = Tensor::cat(&[&tp1, &tp2], 1)?;
@@ -1094,46 +708,20 @@ fn cmp(device: &Device) -> Result<()> {
 fn index_select(device: &Device) -> Result<()> {
     let ids = Tensor::new(&[0u32, 2u32, 1u32], device)?;
     let t = Tensor::arange(0f32, 12f32, device)?.reshape((4, 3))?;
-    assert_eq!(
-        t.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
-    );
+    assert_eq!(t.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]);
     for dtype in [DType::U8, DType::U32, DType::I64] {
         let ids = ids.to_dtype(dtype)?;
         let hs = t.index_select(&ids, 1)?;
-        assert_eq!(
-            hs.to_vec2::<f32>()?,
-            &[
-                [0.0, 2.0, 1.0],
-                [3.0, 5.0, 4.0],
-                [6.0, 8.0, 7.0],
-                [9.0, 11.0, 10.0]
-            ]
-        );
+        assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 2.0, 1.0], [3.0, 5.0, 4.0], [6.0, 8.0, 7.0], [9.0, 11.0, 10.0]]);
         let hs = t.index_select(&ids, 0)?;
-        assert_eq!(
-            hs.to_vec2::<f32>()?,
-            &[[0.0, 1.0, 2.0], [6.0, 7.0, 8.0], [3.0, 4.0, 5.0]]
-        );
+        assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [6.0, 7.0, 8.0], [3.0, 4.0, 5.0]]);
         // Prior to https://github.com/huggingface/candle/pull/1022
         // There would be a bug where the last values in the result tensor would be set to 0.
         let ids = Tensor::new(&[0u32, 2u32, 1u32, 0u32, 2u32, 1u32], device)?;
         let hs = t.index_select(&ids, 0)?;
         assert_eq!(
             hs.to_vec2::<f32>()?,
-            &[
-                [0.0, 1.0, 2.0],
-                [6.0, 7.0, 8.0],
-                [3.0, 4.0, 5.0],
-                [0.0, 1.0, 2.0],
-                [6.0, 7.0, 8.0],
-                [3.0, 4.0, 5.0],
-            ]
+            &[[0.0, 1.0, 2.0], [6.0, 7.0, 8.0], [3.0, 4.0, 5.0], [0.0, 1.0, 2.0], [6.0, 7.0, 8.0], [3.0, 4.0, 5.0],]
         );
 
         // Test when selecting dim > 0 with ids size different from elem count of
@@ -1151,84 +739,40 @@ fn index_select(device: &Device) -> Result<()> {
 fn index_add(device: &Device) -> Result<()> {
     let ids = Tensor::new(&[0u32, 1u32, 1u32], device)?;
     let t = Tensor::arange(0f32, 12f32, device)?.reshape((4, 3))?;
-    assert_eq!(
-        t.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
-    );
+    assert_eq!(t.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]);
     let init = Tensor::ones((4, 2), DType::F32, device)?;
     let hs = init.index_add(&ids, &t, 1)?;
-    assert_eq!(
-        hs.to_vec2::<f32>()?,
-        &[[1.0, 4.0], [4.0, 10.0], [7.0, 16.0], [10.0, 22.0]],
-    );
+    assert_eq!(hs.to_vec2::<f32>()?, &[[1.0, 4.0], [4.0, 10.0], [7.0, 16.0], [10.0, 22.0]],);
     let init = Tensor::zeros((4, 2), DType::F32, device)?;
     let ids = Tensor::new(&[1u32, 0u32, 0u32], device)?;
     let hs = init.index_add(&ids, &t, 1)?;
-    assert_eq!(
-        hs.to_vec2::<f32>()?,
-        &[[3.0, 0.0], [9.0, 3.0], [15.0, 6.0], [21.0, 9.0]],
-    );
+    assert_eq!(hs.to_vec2::<f32>()?, &[[3.0, 0.0], [9.0, 3.0], [15.0, 6.0], [21.0, 9.0]],);
 
     let init = Tensor::zeros((6, 3), DType::F32, device)?;
     let ids = Tensor::new(&[5u32, 0u32, 1u32, 0u32], device)?;
     let hs = init.index_add(&ids, &t, 0)?;
     assert_eq!(
         hs.to_vec2::<f32>()?,
-        &[
-            [12.0, 14.0, 16.0],
-            [6.0, 7.0, 8.0],
-            [0.0, 0.0, 0.0],
-            [0.0, 0.0, 0.0],
-            [0.0, 0.0, 0.0],
-            [0.0, 1.0, 2.0]
-        ]
+        &[[12.0, 14.0, 16.0], [6.0, 7.0, 8.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 1.0, 2.0]]
     );
     Ok(())
 }
 
 fn slice_scatter(device: &Device) -> Result<()> {
     let t = Tensor::arange(0f32, 12f32, device)?.reshape((4, 3))?;
-    assert_eq!(
-        t.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
-    );
+    assert_eq!(t.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]);
     let src = Tensor::arange(100f32, 106f32, device)?.reshape((2, 3))?;
     assert_eq!(
         t.slice_scatter0(&src, 0)?.to_vec2::<f32>()?,
-        &[
-            [100.0, 101.0, 102.0],
-            [103.0, 104.0, 105.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
+        &[[100.0, 101.0, 102.0], [103.0, 104.0, 105.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]
     );
     assert_eq!(
         t.slice_scatter0(&src, 1)?.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [100.0, 101.0, 102.0],
-            [103.0, 104.0, 105.0],
-            [9.0, 10.0, 11.0]
-        ]
+        &[[0.0, 1.0, 2.0], [100.0, 101.0, 102.0], [103.0, 104.0, 105.0], [9.0, 10.0, 11.0]]
     );
     assert_eq!(
         t.slice_scatter0(&src, 2)?.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [100.0, 101.0, 102.0],
-            [103.0, 104.0, 105.0],
-        ]
+        &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [100.0, 101.0, 102.0], [103.0, 104.0, 105.0],]
     );
 
     // The source is a view whose storage continues past it, which is what
@@ -1239,38 +783,20 @@ fn slice_scatter(device: &Device) -> Result<()> {
     let src_view = big.narrow(0, 0, 2)?;
     assert_eq!(
         t.slice_scatter0(&src_view, 1)?.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [100.0, 101.0, 102.0],
-            [103.0, 104.0, 105.0],
-            [9.0, 10.0, 11.0]
-        ]
+        &[[0.0, 1.0, 2.0], [100.0, 101.0, 102.0], [103.0, 104.0, 105.0], [9.0, 10.0, 11.0]]
     );
     // Same, with the view starting partway into its storage.
     let src_view = big.narrow(0, 2, 1)?;
     assert_eq!(
         t.slice_scatter0(&src_view, 2)?.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [106.0, 107.0, 108.0],
-            [9.0, 10.0, 11.0]
-        ]
+        &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [106.0, 107.0, 108.0], [9.0, 10.0, 11.0]]
     );
     Ok(())
 }
 
 fn scatter(device: &Device) -> Result<()> {
     let t = Tensor::arange(0f32, 12f32, device)?.reshape((4, 3))?;
-    assert_eq!(
-        t.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
-    );
+    assert_eq!(t.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]);
     let ids = Tensor::new(&[[0u32, 1, 2], [3, 4, 0], [3, 3, 1], [2, 0, 4]], device)?;
     let init = Tensor::ones((4, 5), DType::F32, device)?;
     let hs = init.scatter_add(&ids, &t, 1)?;
@@ -1287,75 +813,34 @@ fn scatter(device: &Device) -> Result<()> {
     let hs = init.scatter(&ids, &t, 1)?;
     assert_eq!(
         hs.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0, 1.0, 1.0],
-            [5.0, 1.0, 1.0, 3.0, 4.0],
-            [1.0, 8.0, 1.0, 7.0, 1.0],
-            [10.0, 1.0, 9.0, 1.0, 11.0]
-        ]
+        &[[0.0, 1.0, 2.0, 1.0, 1.0], [5.0, 1.0, 1.0, 3.0, 4.0], [1.0, 8.0, 1.0, 7.0, 1.0], [10.0, 1.0, 9.0, 1.0, 11.0]]
     );
 
     let init = Tensor::ones((6, 3), DType::F32, device)?;
     let hs = init.scatter_add(&ids, &t, 0)?;
     assert_eq!(
         hs.to_vec2::<f32>()?,
-        &[
-            [1.0, 11.0, 6.0],
-            [1.0, 2.0, 9.0],
-            [10.0, 1.0, 3.0],
-            [10.0, 8.0, 1.0],
-            [1.0, 5.0, 12.0],
-            [1.0, 1.0, 1.0]
-        ]
+        &[[1.0, 11.0, 6.0], [1.0, 2.0, 9.0], [10.0, 1.0, 3.0], [10.0, 8.0, 1.0], [1.0, 5.0, 12.0], [1.0, 1.0, 1.0]]
     );
     let hs = init.scatter(&ids, &t, 0)?;
     assert_eq!(
         hs.to_vec2::<f32>()?,
-        &[
-            [0.0, 10.0, 5.0],
-            [1.0, 1.0, 8.0],
-            [9.0, 1.0, 2.0],
-            [6.0, 7.0, 1.0],
-            [1.0, 4.0, 11.0],
-            [1.0, 1.0, 1.0]
-        ]
+        &[[0.0, 10.0, 5.0], [1.0, 1.0, 8.0], [9.0, 1.0, 2.0], [6.0, 7.0, 1.0], [1.0, 4.0, 11.0], [1.0, 1.0, 1.0]]
     );
 
     let hs = {
-        let ids = Tensor::new(
-            &[
-                [0u32, u32::MAX, 2],
-                [3, 4, u32::MAX],
-                [3, 3, 1],
-                [u32::MAX, u32::MAX, 4],
-            ],
-            device,
-        )?;
+        let ids = Tensor::new(&[[0u32, u32::MAX, 2], [3, 4, u32::MAX], [3, 3, 1], [u32::MAX, u32::MAX, 4]], device)?;
         init.scatter(&ids, &t, 0)?
     };
     assert_eq!(
         hs.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 1.0],
-            [1.0, 1.0, 8.0],
-            [1.0, 1.0, 2.0],
-            [6.0, 7.0, 1.0],
-            [1.0, 4.0, 11.0],
-            [1.0, 1.0, 1.0]
-        ]
+        &[[0.0, 1.0, 1.0], [1.0, 1.0, 8.0], [1.0, 1.0, 2.0], [6.0, 7.0, 1.0], [1.0, 4.0, 11.0], [1.0, 1.0, 1.0]]
     );
 
     init.scatter_set(&ids, &t, 0)?;
     assert_eq!(
         init.to_vec2::<f32>()?,
-        &[
-            [0.0, 10.0, 5.0],
-            [1.0, 1.0, 8.0],
-            [9.0, 1.0, 2.0],
-            [6.0, 7.0, 1.0],
-            [1.0, 4.0, 11.0],
-            [1.0, 1.0, 1.0]
-        ]
+        &[[0.0, 10.0, 5.0], [1.0, 1.0, 8.0], [9.0, 1.0, 2.0], [6.0, 7.0, 1.0], [1.0, 4.0, 11.0], [1.0, 1.0, 1.0]]
     );
 
     Ok(())
@@ -1364,26 +849,12 @@ fn scatter(device: &Device) -> Result<()> {
 fn gather(device: &Device) -> Result<()> {
     let ids = Tensor::new(&[[0u32], [2u32], [1u32], [0u32]], device)?;
     let t = Tensor::arange(0f32, 12f32, device)?.reshape((4, 3))?;
-    assert_eq!(
-        t.to_vec2::<f32>()?,
-        &[
-            [0.0, 1.0, 2.0],
-            [3.0, 4.0, 5.0],
-            [6.0, 7.0, 8.0],
-            [9.0, 10.0, 11.0]
-        ]
-    );
+    assert_eq!(t.to_vec2::<f32>()?, &[[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0], [9.0, 10.0, 11.0]]);
     let hs = t.gather(&ids, 1)?;
     assert_eq!(hs.to_vec2::<f32>()?, &[[0.0], [5.0], [7.0], [9.0]]);
-    let ids = Tensor::new(
-        &[[0u32, 0u32], [2u32, 0u32], [1u32, 1u32], [0u32, 2u32]],
-        device,
-    )?;
+    let ids = Tensor::new(&[[0u32, 0u32], [2u32, 0u32], [1u32, 1u32], [0u32, 2u32]], device)?;
     let hs = t.gather(&ids, 1)?;
-    assert_eq!(
-        hs.to_vec2::<f32>()?,
-        &[[0.0, 0.0], [5.0, 3.0], [7.0, 7.0], [9.0, 11.0]]
-    );
+    assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 0.0], [5.0, 3.0], [7.0, 7.0], [9.0, 11.0]]);
     let ids = Tensor::new(&[[0u32, 2u32, 0u32]], device)?;
     let hs = t.gather(&ids, 0)?;
     assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 7.0, 2.0]]);
@@ -1392,21 +863,10 @@ fn gather(device: &Device) -> Result<()> {
     assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 7.0, 2.0], [0.0, 4.0, 5.0]]);
 
     let hs = {
-        let ids = Tensor::new(
-            &[
-                [0u32, 0u32],
-                [2u32, u32::MAX],
-                [u32::MAX, 1u32],
-                [0u32, 2u32],
-            ],
-            device,
-        )?;
+        let ids = Tensor::new(&[[0u32, 0u32], [2u32, u32::MAX], [u32::MAX, 1u32], [0u32, 2u32]], device)?;
         t.gather(&ids, 1)?
     };
-    assert_eq!(
-        hs.to_vec2::<f32>()?,
-        &[[0.0, 0.0], [5.0, 0.0], [0.0, 7.0], [9.0, 11.0]]
-    );
+    assert_eq!(hs.to_vec2::<f32>()?, &[[0.0, 0.0], [5.0, 0.0], [0.0, 7.0], [9.0, 11.0]]);
 
     // Random data
 
@@ -1606,14 +1066,7 @@ fn gather(device: &Device) -> Result<()> {
     )?;
 
     let ids = Tensor::new(
-        &[
-            [[4_u32, 4, 4, 2]],
-            [[0, 4, 4, 3]],
-            [[1, 5, 3, 4]],
-            [[0, 3, 3, 2]],
-            [[1, 1, 5, 2]],
-            [[1, 4, 5, 4]],
-        ],
+        &[[[4_u32, 4, 4, 2]], [[0, 4, 4, 3]], [[1, 5, 3, 4]], [[0, 3, 3, 2]], [[1, 1, 5, 2]], [[1, 4, 5, 4]]],
         device,
     )?;
 
@@ -1642,13 +1095,7 @@ fn gather(device: &Device) -> Result<()> {
     let ids = Tensor::new(&[[[1_u32], [0], [1], [1]], [[0], [1], [0], [1]]], device)?;
 
     let hs = t.gather(&ids, 2)?;
-    assert_eq!(
-        hs.to_vec3::<f32>()?,
-        &[
-            [[202.], [-126.], [-65.], [80.]],
-            [[37.], [89.], [117.], [220.]]
-        ]
-    );
+    assert_eq!(hs.to_vec3::<f32>()?, &[[[202.], [-126.], [-65.], [80.]], [[37.], [89.], [117.], [220.]]]);
 
     let t = Tensor::new(
         &[
@@ -1660,15 +1107,7 @@ fn gather(device: &Device) -> Result<()> {
         device,
     )?;
 
-    let ids = Tensor::new(
-        &[
-            [[0_u32, 1], [1, 0]],
-            [[1, 0], [0, 1]],
-            [[0, 1], [0, 1]],
-            [[1, 0], [1, 0]],
-        ],
-        device,
-    )?;
+    let ids = Tensor::new(&[[[0_u32, 1], [1, 0]], [[1, 0], [0, 1]], [[0, 1], [0, 1]], [[1, 0], [1, 0]]], device)?;
 
     let hs = t.gather(&ids, 2)?;
     assert_eq!(
@@ -1732,44 +1171,29 @@ fn broadcasting(device: &Device) -> Result<()> {
     let s = t1.broadcast_add(&t2.reshape((2, 1))?)?;
     assert_eq!(
         s.to_vec3::<f32>()?,
-        &[
-            [[112.0, 113.0, 114.0], [215.0, 216.0, 217.0]],
-            [[118.0, 119.0, 120.0], [221.0, 222.0, 223.0]]
-        ]
+        &[[[112.0, 113.0, 114.0], [215.0, 216.0, 217.0]], [[118.0, 119.0, 120.0], [221.0, 222.0, 223.0]]]
     );
     let s = t1.t()?.broadcast_add(&t2)?;
     assert_eq!(
         s.to_vec3::<f32>()?,
-        &[
-            [[112.0, 215.0], [113.0, 216.0], [114.0, 217.0]],
-            [[118.0, 221.0], [119.0, 222.0], [120.0, 223.0]]
-        ]
+        &[[[112.0, 215.0], [113.0, 216.0], [114.0, 217.0]], [[118.0, 221.0], [119.0, 222.0], [120.0, 223.0]]]
     );
     let s = t1.broadcast_sub(&t2.reshape((2, 1))?)?;
     assert_eq!(
         s.to_vec3::<f32>()?,
-        &[
-            [[-88.0, -87.0, -86.0], [-185.0, -184.0, -183.0]],
-            [[-82.0, -81.0, -80.0], [-179.0, -178.0, -177.0]]
-        ]
+        &[[[-88.0, -87.0, -86.0], [-185.0, -184.0, -183.0]], [[-82.0, -81.0, -80.0], [-179.0, -178.0, -177.0]]]
     );
     let s = t1.t()?.broadcast_sub(&t2)?;
     assert_eq!(
         s.to_vec3::<f32>()?,
-        &[
-            [[-88.0, -185.0], [-87.0, -184.0], [-86.0, -183.0]],
-            [[-82.0, -179.0], [-81.0, -178.0], [-80.0, -177.0]]
-        ]
+        &[[[-88.0, -185.0], [-87.0, -184.0], [-86.0, -183.0]], [[-82.0, -179.0], [-81.0, -178.0], [-80.0, -177.0]]]
     );
     let t3 = Tensor::new(1f32, device)?.broadcast_div(&t2)?;
     let s = t1.broadcast_mul(&t2.reshape((2, 1))?)?;
     let s_div = t1.broadcast_div(&t3.reshape((2, 1))?)?;
     assert_eq!(
         s.to_vec3::<f32>()?,
-        &[
-            [[1200.0, 1300.0, 1400.0], [3000.0, 3200.0, 3400.0]],
-            [[1800.0, 1900.0, 2000.0], [4200.0, 4400.0, 4600.0]]
-        ]
+        &[[[1200.0, 1300.0, 1400.0], [3000.0, 3200.0, 3400.0]], [[1800.0, 1900.0, 2000.0], [4200.0, 4400.0, 4600.0]]]
     );
     assert_eq!(s.to_vec3::<f32>()?, s_div.to_vec3::<f32>()?,);
     let s = t1.t()?.broadcast_mul(&t2)?;
@@ -1889,27 +1313,12 @@ test_device!(binary_op, binary_op_cpu, binary_op_gpu, binary_op_metal);
 test_device!(ternary_op, ternary_op_cpu, ternary_op_gpu, ternary_op_metal);
 test_device!(embeddings, embeddings_cpu, embeddings_gpu, embeddings_metal);
 test_device!(cmp, cmp_cpu, cmp_gpu, cmp_metal);
-test_device!(
-    broadcasting,
-    broadcasting_cpu,
-    broadcasting_gpu,
-    broadcasting_metal
-);
-test_device!(
-    index_select,
-    index_select_cpu,
-    index_select_gpu,
-    index_select_metal
-);
+test_device!(broadcasting, broadcasting_cpu, broadcasting_gpu, broadcasting_metal);
+test_device!(index_select, index_select_cpu, index_select_gpu, index_select_metal);
 test_device!(index_add, index_add_cpu, index_add_gpu, index_add_metal);
 test_device!(gather, gather_cpu, gather_gpu, gather_metal);
 test_device!(scatter, scatter_cpu, scatter_gpu, scatter_metal);
-test_device!(
-    slice_scatter,
-    slice_scatter_cpu,
-    slice_scatter_gpu,
-    slice_scatter_metal
-);
+test_device!(slice_scatter, slice_scatter_cpu, slice_scatter_gpu, slice_scatter_metal);
 test_device!(randn, randn_cpu, randn_gpu, randn_metal);
 test_device!(clamp, clamp_cpu, clamp_gpu, clamp_metal);
 test_device!(asort, asort_cpu, asort_gpu, asort_metal);
@@ -1958,12 +1367,7 @@ fn tensor_send_sync(device: &Device) -> Result<()> {
 
     Ok(())
 }
-test_device!(
-    tensor_send_sync,
-    tensor_send_sync_cpu,
-    tensor_send_sync_gpu,
-    tensor_send_sync_metal
-);
+test_device!(tensor_send_sync, tensor_send_sync_cpu, tensor_send_sync_gpu, tensor_send_sync_metal);
 
 // There was originally a bug on the CPU implementation for randn
 // https://github.com/huggingface/candle/issues/381
@@ -1980,15 +1384,9 @@ fn randn_hasneg() -> Result<()> {
 fn pad_with_same() -> Result<()> {
     let t = Tensor::arange(1f32, 5f32, &Device::Cpu)?.reshape((2, 2))?;
     let t0 = t.pad_with_same(0, 1, 2)?;
-    assert_eq!(
-        t0.to_vec2::<f32>()?,
-        [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]
-    );
+    assert_eq!(t0.to_vec2::<f32>()?, [[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [3.0, 4.0], [3.0, 4.0]]);
     let t1 = t.pad_with_same(1, 1, 2)?;
-    assert_eq!(
-        t1.to_vec2::<f32>()?,
-        [[1.0, 1.0, 2.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0, 4.0]]
-    );
+    assert_eq!(t1.to_vec2::<f32>()?, [[1.0, 1.0, 2.0, 2.0, 2.0], [3.0, 3.0, 4.0, 4.0, 4.0]]);
     Ok(())
 }
 
@@ -2005,32 +1403,17 @@ fn tril_triu_eye() -> Result<()> {
     let t = Tensor::tril2(4, DType::F32, &Device::Cpu)?;
     assert_eq!(
         t.to_vec2::<f32>()?,
-        [
-            [1.0, 0.0, 0.0, 0.0],
-            [1.0, 1.0, 0.0, 0.0],
-            [1.0, 1.0, 1.0, 0.0],
-            [1.0, 1.0, 1.0, 1.0]
-        ],
+        [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]],
     );
     let t = Tensor::triu2(4, DType::F32, &Device::Cpu)?;
     assert_eq!(
         t.to_vec2::<f32>()?,
-        [
-            [1.0, 1.0, 1.0, 1.0],
-            [0.0, 1.0, 1.0, 1.0],
-            [0.0, 0.0, 1.0, 1.0],
-            [0.0, 0.0, 0.0, 1.0]
-        ]
+        [[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]
     );
     let t = Tensor::eye(4, DType::F32, &Device::Cpu)?;
     assert_eq!(
         t.to_vec2::<f32>()?,
-        [
-            [1.0, 0.0, 0.0, 0.0],
-            [0.0, 1.0, 0.0, 0.0],
-            [0.0, 0.0, 1.0, 0.0],
-            [0.0, 0.0, 0.0, 1.0]
-        ]
+        [[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]]
     );
     Ok(())
 }
@@ -2041,24 +1424,12 @@ fn cumsum() -> Result<()> {
     let t = Tensor::new(t, &Device::Cpu)?;
     assert_eq!(t.cumsum(0)?.to_vec1::<f32>()?, [3., 4., 8., 9., 14.]);
     let t = t.unsqueeze(1)?;
-    assert_eq!(
-        t.cumsum(0)?.to_vec2::<f32>()?,
-        [[3.0], [4.0], [8.0], [9.0], [14.0]]
-    );
-    assert_eq!(
-        t.cumsum(1)?.to_vec2::<f32>()?,
-        [[3.0], [1.0], [4.0], [1.0], [5.0]]
-    );
+    assert_eq!(t.cumsum(0)?.to_vec2::<f32>()?, [[3.0], [4.0], [8.0], [9.0], [14.0]]);
+    assert_eq!(t.cumsum(1)?.to_vec2::<f32>()?, [[3.0], [1.0], [4.0], [1.0], [5.0]]);
     let t = &[[3f32, 1., 4., 1., 5.], [2., 1., 7., 8., 2.]];
     let t = Tensor::new(t, &Device::Cpu)?;
-    assert_eq!(
-        t.cumsum(1)?.to_vec2::<f32>()?,
-        [[3.0, 4.0, 8.0, 9.0, 14.0], [2.0, 3.0, 10.0, 18.0, 20.0]],
-    );
-    assert_eq!(
-        t.cumsum(0)?.to_vec2::<f32>()?,
-        [[3.0, 1.0, 4.0, 1.0, 5.0], [5.0, 2.0, 11.0, 9.0, 7.0]]
-    );
+    assert_eq!(t.cumsum(1)?.to_vec2::<f32>()?, [[3.0, 4.0, 8.0, 9.0, 14.0], [2.0, 3.0, 10.0, 18.0, 20.0]],);
+    assert_eq!(t.cumsum(0)?.to_vec2::<f32>()?, [[3.0, 1.0, 4.0, 1.0, 5.0], [5.0, 2.0, 11.0, 9.0, 7.0]]);
     Ok(())
 }
 
@@ -2078,10 +1449,7 @@ fn assert_close(a: &Tensor, b: &Tensor, epsilon: f64) -> Result<()> {
 #[test]
 fn log_sum_exp() -> Result<()> {
     let input = Tensor::new(
-        &[
-            [[1f64, 2., 3.], [4., 5., 6.]],
-            [[-1000.0, -999.0, -1001.0], [1000.0, 999.0, 1001.0]],
-        ],
+        &[[[1f64, 2., 3.], [4., 5., 6.]], [[-1000.0, -999.0, -1001.0], [1000.0, 999.0, 1001.0]]],
         &Device::Cpu,
     )?;
 
@@ -2091,14 +1459,8 @@ fn log_sum_exp() -> Result<()> {
     assert_eq!(output.dims(), expected.dims());
     assert_close(&output.flatten_all()?, &expected.flatten_all()?, 0.00001)?;
 
-    assert_eq!(
-        input.log_sum_exp((0, 1))?.to_vec1::<f64>()?,
-        [1000.0, 999.0, 1001.0]
-    );
-    assert_eq!(
-        input.log_sum_exp(())?.to_vec3::<f64>()?,
-        input.to_vec3::<f64>()?
-    );
+    assert_eq!(input.log_sum_exp((0, 1))?.to_vec1::<f64>()?, [1000.0, 999.0, 1001.0]);
+    assert_eq!(input.log_sum_exp(())?.to_vec3::<f64>()?, input.to_vec3::<f64>()?);
 
     Ok(())
 }
@@ -2108,10 +1470,7 @@ fn pow() -> Result<()> {
     let lhs = Tensor::new(&[[1f32, 2., 3.], [4., 5., 6.]], &Device::Cpu)?;
     let rhs = (&lhs - 2.)?;
     let res = lhs.pow(&rhs)?;
-    assert_eq!(
-        test_utils::to_vec2_round(&res, 3)?,
-        [[1.0, 1.0, 3.0], [16.0, 125.0, 1296.0]]
-    );
+    assert_eq!(test_utils::to_vec2_round(&res, 3)?, [[1.0, 1.0, 3.0], [16.0, 125.0, 1296.0]]);
     Ok(())
 }
 
@@ -2157,11 +1516,8 @@ fn test_flip_3d_channels() -> Result<()> {
     //
     //  [[8,7,6],
     //   [11,10,9]]]
-    let expected = Tensor::from_vec(
-        vec![2.0, 1.0, 0.0, 5.0, 4.0, 3.0, 8.0, 7.0, 6.0, 11.0, 10.0, 9.0],
-        (2, 2, 3),
-        &Device::Cpu,
-    )?;
+    let expected =
+        Tensor::from_vec(vec![2.0, 1.0, 0.0, 5.0, 4.0, 3.0, 8.0, 7.0, 6.0, 11.0, 10.0, 9.0], (2, 2, 3), &Device::Cpu)?;
     candle_core::test_utils::assert_tensor_eq(&flipped, &expected)?;
     Ok(())
 }
@@ -2195,19 +1551,10 @@ fn tensor_new() -> Result<()> {
     let t2 = Tensor::new(vec![vec![1f32, 2., 3.], vec![4., 5., 6.]], &Device::Cpu)?;
     assert_eq!(t2.to_vec2::<f32>()?, [[1., 2., 3.], [4., 5., 6.]]);
     let t3 = Tensor::new(
-        vec![
-            vec![vec![1f32, 2., 3.], vec![4., 5., 6.]],
-            vec![vec![3f32, 1., 4.], vec![1., 5., 9.]],
-        ],
+        vec![vec![vec![1f32, 2., 3.], vec![4., 5., 6.]], vec![vec![3f32, 1., 4.], vec![1., 5., 9.]]],
         &Device::Cpu,
     )?;
-    assert_eq!(
-        t3.to_vec3::<f32>()?,
-        [
-            [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],
-            [[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]]
-        ]
-    );
+    assert_eq!(t3.to_vec3::<f32>()?, [[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], [[3.0, 1.0, 4.0], [1.0, 5.0, 9.0]]]);
     Ok(())
 }
 
@@ -2224,8 +1571,7 @@ fn tensor_norm() -> Result<()> {
 fn transfers_cuda_to_device() -> Result<()> {
     use rand::seq::SliceRandom;
 
-    let devices = cudarc::driver::safe::CudaContext::device_count()
-        .map_err(candle_core::cuda::CudaError::from)?;
+    let devices = cudarc::driver::safe::CudaContext::device_count().map_err(candle_core::cuda::CudaError::from)?;
     if devices < 2 {
         return Ok(());
     }
@@ -2239,10 +1585,7 @@ fn transfers_cuda_to_device() -> Result<()> {
     let second = Device::new_cuda(1)?;
     let t2 = t1.to_device(&second)?;
 
-    assert_ne!(
-        t1.device().as_cuda_device()?.id(),
-        t2.device().as_cuda_device()?.id()
-    );
+    assert_ne!(t1.device().as_cuda_device()?.id(), t2.device().as_cuda_device()?.id());
     Ok(())
 }
 

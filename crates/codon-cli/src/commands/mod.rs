@@ -191,7 +191,7 @@ mod examples {
     pub const PREPARE_DATA: &str = "Example:
   codon prepare-data --input genes.csv --output train.jsonl";
     pub const TOKENIZE: &str = "Example:
-  codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl";
+  codon tokenize --input crates/codon-cli/demo/proteins.jsonl --output tokens.jsonl";
     pub const COLLATE: &str = "Example:
   codon collate --input train.jsonl --batch-size 6 --seed 123 --output batches.jsonl";
     pub const INIT_MODEL: &str = "Example:

@@ -1,7 +1,7 @@
 //! Prepare a JSONL training file from a CSV (dna, optional protein, organism) or FASTA file.
 //!
 //! ```text
-//! codon prepare-data --input data/demo/genes.csv --output train.jsonl
+//! codon prepare-data --input crates/codon-cli/demo/genes.csv --output train.jsonl
 //! codon prepare-data --input genes.fasta --output train.jsonl --organism "Homo sapiens"
 //! ```
 

@@ -6,7 +6,7 @@
 //! non-zero when any record failed unless `--allow-failures`.
 //!
 //! ```text
-//! codon tokenize --input data/demo/proteins.jsonl --output tokens.jsonl
+//! codon tokenize --input crates/codon-cli/demo/proteins.jsonl --output tokens.jsonl
 //! ```
 
 use crate::cli::FileArgs;

@@ -248,7 +248,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         None => {
             std::fs::create_dir_all(&out_dir)?;
             let train = out_dir.join("train.jsonl");
-            let report = prepare(&crate::demo_data_dir().join("genes.csv"), &train, &PrepareOptions::default())?;
+            let report = prepare(&crate::write_demo_genes(&out_dir)?, &train, &PrepareOptions::default())?;
             outln!("bundled demo data: {report}");
             outputs.push(("prepared data", train.clone()));
             train

@@ -16,9 +16,7 @@ fn run_cat(tensors: &[Tensor], dim: usize) {
 
 /// Build `n` contiguous tensors of shape [BATCH, SEQ, HIDDEN].
 fn make_contiguous(device: &Device) -> [Tensor; N] {
-    std::array::from_fn::<_, N, _>(|_| {
-        Tensor::zeros((BATCH, SEQ, HIDDEN), DType::F32, device).unwrap()
-    })
+    std::array::from_fn::<_, N, _>(|_| Tensor::zeros((BATCH, SEQ, HIDDEN), DType::F32, device).unwrap())
 }
 
 /// Build `n` non-contiguous tensors by transposing a contiguous tensor so that

@@ -46,10 +46,7 @@ fn bench_contiguous(c: &mut Criterion, device: &Device) {
     {
         let base = Tensor::zeros((BATCH, SEQ + PAD, HIDDEN), DType::F32, device).unwrap();
         let t = base.narrow(1, 0, SEQ).unwrap();
-        assert!(
-            !t.is_contiguous(),
-            "expected non-contiguous tensor for benchmark"
-        );
+        assert!(!t.is_contiguous(), "expected non-contiguous tensor for benchmark");
 
         let mut group = c.benchmark_group(device.bench_name("contiguous_uniform"));
         group.throughput(Throughput::Bytes(bytes));
@@ -74,10 +71,7 @@ fn bench_contiguous(c: &mut Criterion, device: &Device) {
         // transpose(0, 1) - shape: [SEQ, BATCH, HIDDEN], strides: [HIDDEN, SEQ * HIDDEN, 1]
         // aka MultipleBlocks { block_len = HIDDEN } (SEQ * BATCH blocks).
         let t = base.transpose(0, 1).unwrap();
-        assert!(
-            !t.is_contiguous(),
-            "expected non-contiguous tensor for benchmark"
-        );
+        assert!(!t.is_contiguous(), "expected non-contiguous tensor for benchmark");
 
         let mut group = c.benchmark_group(device.bench_name("contiguous_strided"));
         group.throughput(Throughput::Bytes(bytes));

@@ -4,32 +4,14 @@ use criterion::{criterion_group, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Instant;
 
-fn run(
-    x: &Tensor,
-    k: &Tensor,
-    padding: usize,
-    output_padding: usize,
-    stride: usize,
-    dilation: usize,
-) {
-    x.conv_transpose2d(k, padding, output_padding, stride, dilation)
-        .unwrap();
+fn run(x: &Tensor, k: &Tensor, padding: usize, output_padding: usize, stride: usize, dilation: usize) {
+    x.conv_transpose2d(k, padding, output_padding, stride, dilation).unwrap();
 }
 
 fn run_benchmark(c: &mut Criterion, device: &Device, dtype: DType, name: &str) {
-    let t = Tensor::arange(0.0f32, 10000.0, device)
-        .unwrap()
-        .reshape((1, 4, 50, 50))
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap();
+    let t = Tensor::arange(0.0f32, 10000.0, device).unwrap().reshape((1, 4, 50, 50)).unwrap().to_dtype(dtype).unwrap();
 
-    let kernel = Tensor::arange(0.0f32, 100.0, device)
-        .unwrap()
-        .reshape((4, 1, 5, 5))
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap();
+    let kernel = Tensor::arange(0.0f32, 100.0, device).unwrap().reshape((4, 1, 5, 5)).unwrap().to_dtype(dtype).unwrap();
 
     let flops = t.dims().iter().product::<usize>() * dtype.size_in_bytes();
 

@@ -25,10 +25,7 @@ fn run(a: &Tensor, b: &Tensor) {
 }
 
 fn calculate_flops(shape_a: &[usize], shape_b: &[usize]) -> usize {
-    let batch: usize = shape_a
-        .iter()
-        .take(shape_a.len().saturating_sub(2))
-        .product();
+    let batch: usize = shape_a.iter().take(shape_a.len().saturating_sub(2)).product();
     let batch = if batch == 0 { 1 } else { batch };
     let m = shape_a[shape_a.len() - 2];
     let k = shape_a[shape_a.len() - 1];

@@ -17,12 +17,8 @@ fn run_bench(c: &mut Criterion, device: &Device, dtype: GgmlDType) {
     let n = 1024;
     let k = 1024;
 
-    let lhs = (0..(m * k))
-        .map(|v| v as f32 / (m * k) as f32)
-        .collect::<Vec<_>>();
-    let rhs = (0..(k * n))
-        .map(|v| v as f32 / (n * k) as f32)
-        .collect::<Vec<_>>();
+    let lhs = (0..(m * k)).map(|v| v as f32 / (m * k) as f32).collect::<Vec<_>>();
+    let rhs = (0..(k * n)).map(|v| v as f32 / (n * k) as f32).collect::<Vec<_>>();
 
     let lhs = Tensor::from_slice(&lhs, (m, k), device).unwrap();
     let rhs = Tensor::from_slice(&rhs, (k, n), device).unwrap();

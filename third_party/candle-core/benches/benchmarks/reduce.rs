@@ -34,21 +34,13 @@ fn criterion_benchmark(c: &mut Criterion) {
     }
 }
 
-fn run_reduce<T: candle_core::FloatDType>(
-    c: &mut Criterion,
-    device: &Device,
-    (lo, up): (T, T),
-    strided: bool,
-) {
+fn run_reduce<T: candle_core::FloatDType>(c: &mut Criterion, device: &Device, (lo, up): (T, T), strided: bool) {
     let b = 1;
     let m = 1024;
     let k = 1024;
 
     let a = if strided {
-        Tensor::rand(lo, up, (b, m, k), device)
-            .unwrap()
-            .transpose(0, 2)
-            .unwrap()
+        Tensor::rand(lo, up, (b, m, k), device).unwrap().transpose(0, 2).unwrap()
     } else {
         Tensor::rand(lo, up, (b, m, k), device).unwrap()
     };
@@ -95,21 +87,13 @@ fn run_reduce<T: candle_core::FloatDType>(
     group.finish();
 }
 
-fn run_arg_reduce<T: candle_core::FloatDType>(
-    c: &mut Criterion,
-    device: &Device,
-    (lo, up): (T, T),
-    strided: bool,
-) {
+fn run_arg_reduce<T: candle_core::FloatDType>(c: &mut Criterion, device: &Device, (lo, up): (T, T), strided: bool) {
     let b = 1;
     let m = 1024;
     let k = 1024;
 
     let a = if strided {
-        Tensor::rand(lo, up, (b, m, k), device)
-            .unwrap()
-            .transpose(0, 2)
-            .unwrap()
+        Tensor::rand(lo, up, (b, m, k), device).unwrap().transpose(0, 2).unwrap()
     } else {
         Tensor::rand(lo, up, (b, m, k), device).unwrap()
     };

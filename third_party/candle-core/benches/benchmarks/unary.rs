@@ -41,13 +41,7 @@ fn run_cast(a: &Tensor, dtype: DType) {
     a.to_dtype(dtype).unwrap();
 }
 
-fn run_cast_benchmark(
-    c: &mut Criterion,
-    device: &Device,
-    dtype: DType,
-    to_dtype: DType,
-    name: &str,
-) {
+fn run_cast_benchmark(c: &mut Criterion, device: &Device, dtype: DType, to_dtype: DType, name: &str) {
     let b = 1;
     let m = 1024;
     let k = 1024;
@@ -80,11 +74,7 @@ fn criterion_benchmark(c: &mut Criterion) {
     let handler = BenchDeviceHandler::new().unwrap();
     for device in handler.devices {
         for dtype in [DType::F32, DType::BF16, DType::F16] {
-            let to_dtype = if matches!(dtype, DType::F32) {
-                DType::F16
-            } else {
-                DType::F32
-            };
+            let to_dtype = if matches!(dtype, DType::F32) { DType::F16 } else { DType::F32 };
             let name = format!("cast_{}_{}", dtype.as_str(), to_dtype.as_str());
             run_cast_benchmark(c, &device, dtype, to_dtype, &name);
         }

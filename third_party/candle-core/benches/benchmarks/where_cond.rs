@@ -52,11 +52,7 @@ fn run_where_cond_benchmark(c: &mut Criterion, device: &Device, dtype: DType, na
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _i in 0..iters {
-                run(
-                    black_box(&tensor),
-                    black_box(&on_true),
-                    black_box(&on_false),
-                );
+                run(black_box(&tensor), black_box(&on_true), black_box(&on_false));
             }
             device.sync().unwrap();
             start.elapsed()
@@ -74,12 +70,7 @@ static CAUSAL: [u8; AB * AH * AS * AS] = create_causal_arr::<AS, { AB * AH * AS 
 fn run_masked_fill_benchmark(c: &mut Criterion, device: &Device, dtype: DType, name: &str) {
     let shape = (AB, AH, AS, AS);
     let tensor = Tensor::from_slice(CAUSAL.as_slice(), shape, device).unwrap();
-    let on_true = Tensor::new(1.0, device)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap()
-        .broadcast_as(shape)
-        .unwrap();
+    let on_true = Tensor::new(1.0, device).unwrap().to_dtype(dtype).unwrap().broadcast_as(shape).unwrap();
     let on_false = Tensor::zeros(shape, dtype, device).unwrap();
 
     let elements = AB * AH * AS * AS;
@@ -91,11 +82,7 @@ fn run_masked_fill_benchmark(c: &mut Criterion, device: &Device, dtype: DType, n
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _i in 0..iters {
-                run(
-                    black_box(&tensor),
-                    black_box(&on_true),
-                    black_box(&on_false),
-                );
+                run(black_box(&tensor), black_box(&on_true), black_box(&on_false));
             }
             device.sync().unwrap();
             start.elapsed()
@@ -106,16 +93,8 @@ fn run_masked_fill_benchmark(c: &mut Criterion, device: &Device, dtype: DType, n
 
 fn run_masked_fill_bcast_benchmark(c: &mut Criterion, device: &Device, dtype: DType, name: &str) {
     let shape = (AB, AH, AS, AS);
-    let tensor = Tensor::from_slice(&CAUSAL[..AS * AS], (1, 1, AS, AS), device)
-        .unwrap()
-        .broadcast_as(shape)
-        .unwrap();
-    let on_true = Tensor::new(1.0, device)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap()
-        .broadcast_as(shape)
-        .unwrap();
+    let tensor = Tensor::from_slice(&CAUSAL[..AS * AS], (1, 1, AS, AS), device).unwrap().broadcast_as(shape).unwrap();
+    let on_true = Tensor::new(1.0, device).unwrap().to_dtype(dtype).unwrap().broadcast_as(shape).unwrap();
     let on_false = Tensor::zeros(shape, dtype, device).unwrap();
 
     let elements = AB * AH * AS * AS;
@@ -127,11 +106,7 @@ fn run_masked_fill_bcast_benchmark(c: &mut Criterion, device: &Device, dtype: DT
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _i in 0..iters {
-                run(
-                    black_box(&tensor),
-                    black_box(&on_true),
-                    black_box(&on_false),
-                );
+                run(black_box(&tensor), black_box(&on_true), black_box(&on_false));
             }
             device.sync().unwrap();
             start.elapsed()
@@ -143,10 +118,7 @@ fn run_masked_fill_bcast_benchmark(c: &mut Criterion, device: &Device, dtype: DT
 fn run_transposed_benchmark(c: &mut Criterion, device: &Device, dtype: DType, name: &str) {
     let tensor = Tensor::from_slice(DATA.as_slice(), (M, K), device).unwrap();
     let on_true = Tensor::ones((M, K), dtype, device).unwrap();
-    let on_false = Tensor::zeros((K, M), dtype, device)
-        .unwrap()
-        .transpose(0, 1)
-        .unwrap();
+    let on_false = Tensor::zeros((K, M), dtype, device).unwrap().transpose(0, 1).unwrap();
 
     let elements = M * K;
     let flops = (2 * elements * dtype.size_in_bytes()) + elements;
@@ -157,11 +129,7 @@ fn run_transposed_benchmark(c: &mut Criterion, device: &Device, dtype: DType, na
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _i in 0..iters {
-                run(
-                    black_box(&tensor),
-                    black_box(&on_true),
-                    black_box(&on_false),
-                );
+                run(black_box(&tensor), black_box(&on_true), black_box(&on_false));
             }
             device.sync().unwrap();
             start.elapsed()
@@ -177,20 +145,9 @@ const ND: usize = 3;
 
 fn run_narrow_inner_benchmark(c: &mut Criterion, device: &Device, dtype: DType, name: &str) {
     let padded = (NB, NS, ND_PAD);
-    let tensor = Tensor::from_slice(DATA.as_slice(), padded, device)
-        .unwrap()
-        .narrow(2, 0, ND)
-        .unwrap();
-    let on_true = Tensor::new(0f32, device)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap()
-        .broadcast_as((NB, NS, ND))
-        .unwrap();
-    let on_false = Tensor::zeros(padded, dtype, device)
-        .unwrap()
-        .narrow(2, 0, ND)
-        .unwrap();
+    let tensor = Tensor::from_slice(DATA.as_slice(), padded, device).unwrap().narrow(2, 0, ND).unwrap();
+    let on_true = Tensor::new(0f32, device).unwrap().to_dtype(dtype).unwrap().broadcast_as((NB, NS, ND)).unwrap();
+    let on_false = Tensor::zeros(padded, dtype, device).unwrap().narrow(2, 0, ND).unwrap();
 
     let elements = NB * NS * ND;
     let flops = (2 * elements * dtype.size_in_bytes()) + elements;
@@ -201,11 +158,7 @@ fn run_narrow_inner_benchmark(c: &mut Criterion, device: &Device, dtype: DType, 
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _i in 0..iters {
-                run(
-                    black_box(&tensor),
-                    black_box(&on_true),
-                    black_box(&on_false),
-                );
+                run(black_box(&tensor), black_box(&on_true), black_box(&on_false));
             }
             device.sync().unwrap();
             start.elapsed()

@@ -164,9 +164,7 @@ impl CpuBF16 for CurrentCpuBF16 {
 
     unsafe fn load(mem_addr: *const bf16) -> Self::Unit {
         if is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512vl") {
-            _mm256_cvtpbh_ps(transmute::<__m128i, __m128bh>(_mm_loadu_si128(
-                mem_addr as *const __m128i,
-            )))
+            _mm256_cvtpbh_ps(transmute::<__m128i, __m128bh>(_mm_loadu_si128(mem_addr as *const __m128i)))
         } else {
             let mut tmp = [0.0f32; 8];
             for i in 0..8 {
@@ -186,10 +184,7 @@ impl CpuBF16 for CurrentCpuBF16 {
 
     unsafe fn vec_store(mem_addr: *mut bf16, a: Self::Unit) {
         if is_x86_feature_detected!("avx512bf16") && is_x86_feature_detected!("avx512vl") {
-            _mm_storeu_si128(
-                mem_addr as *mut __m128i,
-                transmute::<__m128bh, __m128i>(_mm256_cvtneps_pbh(a)),
-            )
+            _mm_storeu_si128(mem_addr as *mut __m128i, transmute::<__m128bh, __m128i>(_mm256_cvtneps_pbh(a)))
         } else {
             let mut tmp = [0.0f32; 8];
             _mm256_storeu_ps(tmp.as_mut_ptr(), a);
@@ -377,10 +372,7 @@ pub(crate) unsafe fn vec_scalar_add_bf16(scalar: bf16, xs: *const bf16, ys: *mut
         for j in 0..CurrentCpuBF16::ARR {
             CurrentCpuBF16::vec_store(
                 ys.add(i + j * CurrentCpuBF16::EPR),
-                CurrentCpuBF16::vec_add(
-                    CurrentCpuBF16::load(xs.add(i + j * CurrentCpuBF16::EPR)),
-                    sv,
-                ),
+                CurrentCpuBF16::vec_add(CurrentCpuBF16::load(xs.add(i + j * CurrentCpuBF16::EPR)), sv),
             );
         }
         i += CurrentCpuBF16::STEP;

@@ -54,19 +54,10 @@ fn detect() -> CpuFeatures {
 
 #[cfg(all(target_arch = "arm", not(target_arch = "aarch64")))]
 fn detect() -> CpuFeatures {
-    CpuFeatures {
-        neon: cfg!(target_feature = "neon"),
-        fp16: cfg!(target_feature = "fp16"),
-        ..CpuFeatures::default()
-    }
+    CpuFeatures { neon: cfg!(target_feature = "neon"), fp16: cfg!(target_feature = "fp16"), ..CpuFeatures::default() }
 }
 
-#[cfg(not(any(
-    target_arch = "x86",
-    target_arch = "x86_64",
-    target_arch = "arm",
-    target_arch = "aarch64"
-)))]
+#[cfg(not(any(target_arch = "x86", target_arch = "x86_64", target_arch = "arm", target_arch = "aarch64")))]
 fn detect() -> CpuFeatures {
     CpuFeatures::default()
 }

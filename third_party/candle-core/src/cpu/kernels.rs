@@ -5,17 +5,11 @@ pub trait VecOps: num_traits::NumAssign + Copy {
     /// Element-wise addition of two slices into a third.
     #[inline(always)]
     fn vec_add(lhs: &[Self], rhs: &[Self], res: &mut [Self]) {
-        lhs.iter()
-            .zip(rhs)
-            .zip(res)
-            .for_each(|((&a, &b), y)| *y = a + b)
+        lhs.iter().zip(rhs).zip(res).for_each(|((&a, &b), y)| *y = a + b)
     }
 
     fn vec_mul(lhs: &[Self], rhs: &[Self], res: &mut [Self]) {
-        lhs.iter()
-            .zip(rhs)
-            .zip(res)
-            .for_each(|((&a, &b), y)| *y = a * b)
+        lhs.iter().zip(rhs).zip(res).for_each(|((&a, &b), y)| *y = a * b)
     }
 
     #[inline(always)]
@@ -103,10 +97,7 @@ impl VecOps for f32 {
         #[cfg(all(feature = "accelerate", not(feature = "mkl")))]
         crate::accelerate::vs_add(lhs, rhs, res);
         #[cfg(not(any(feature = "mkl", feature = "accelerate")))]
-        lhs.iter()
-            .zip(rhs)
-            .zip(res)
-            .for_each(|((&a, &b), y)| *y = a + b)
+        lhs.iter().zip(rhs).zip(res).for_each(|((&a, &b), y)| *y = a + b)
     }
 
     #[inline(always)]
@@ -166,10 +157,7 @@ impl VecOps for f64 {
         #[cfg(all(feature = "accelerate", not(feature = "mkl")))]
         crate::accelerate::vd_add(lhs, rhs, res);
         #[cfg(not(any(feature = "mkl", feature = "accelerate")))]
-        lhs.iter()
-            .zip(rhs)
-            .zip(res)
-            .for_each(|((&a, &b), y)| *y = a + b)
+        lhs.iter().zip(rhs).zip(res).for_each(|((&a, &b), y)| *y = a + b)
     }
 }
 impl VecOps for half::bf16 {

@@ -70,10 +70,7 @@ pub mod avx;
 #[cfg(target_feature = "simd128")]
 pub mod simd128;
 
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "arm", target_feature = "neon")
-))]
+#[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
 pub mod neon;
 
 #[inline(always)]
@@ -149,10 +146,7 @@ fn use_avx2() -> bool {
     features::get().avx2
 }
 
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "arm", target_feature = "neon")
-))]
+#[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
 #[inline(always)]
 fn use_neon() -> bool {
     features::get().neon
@@ -165,20 +159,14 @@ fn use_avx2_f16() -> bool {
     features.avx2 && (!cfg!(target_feature = "f16c") || features.f16c)
 }
 
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "arm", target_feature = "neon")
-))]
+#[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
 #[inline(always)]
 fn use_neon_f16() -> bool {
     let features = features::get();
     features.neon && (!cfg!(target_feature = "fp16") || features.fp16)
 }
 
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "arm", target_feature = "neon")
-))]
+#[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
 #[inline(always)]
 fn use_neon_bf16() -> bool {
     let features = features::get();
@@ -191,10 +179,7 @@ pub(crate) unsafe fn vec_dot_f32(a_row: *const f32, b_row: *const f32, c: *mut f
     if use_avx2() {
         return avx::vec_dot_f32(a_row, b_row, c, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon() {
         return neon::vec_dot_f32(a_row, b_row, c, k);
     }
@@ -214,10 +199,7 @@ pub(crate) unsafe fn vec_sum(row: *const f32, b: *mut f32, k: usize) {
     if use_avx2() {
         return avx::vec_sum(row, b, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon() {
         return neon::vec_sum(row, b, k);
     }
@@ -237,10 +219,7 @@ pub(crate) unsafe fn vec_dot_f16(a_row: *const f16, b_row: *const f16, c: *mut f
     if use_avx2_f16() {
         return avx::vec_dot_f16(a_row, b_row, c, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_f16() {
         return neon::vec_dot_f16(a_row, b_row, c, k);
     }
@@ -253,10 +232,7 @@ pub(crate) unsafe fn vec_dot_bf16(a_row: *const bf16, b_row: *const bf16, c: *mu
     if use_avx2() {
         return avx::vec_dot_bf16(a_row, b_row, c, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_bf16() {
         return neon::vec_dot_bf16(a_row, b_row, c, k);
     }
@@ -269,10 +245,7 @@ pub(crate) unsafe fn vec_add_f16(a_row: *const f16, b_row: *const f16, c: *mut f
     if use_avx2_f16() {
         return avx::vec_add_f16(a_row, b_row, c, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_f16() {
         return neon::vec_add_f16(a_row, b_row, c, k);
     }
@@ -292,10 +265,7 @@ pub(crate) unsafe fn vec_add_bf16(a_row: *const bf16, b_row: *const bf16, c: *mu
     if use_avx2() {
         return avx::vec_add_bf16(a_row, b_row, c, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_bf16() {
         return neon::vec_add_bf16(a_row, b_row, c, k);
     }
@@ -315,10 +285,7 @@ pub(crate) unsafe fn vec_scalar_add_f16(scalar: f16, xs: *const f16, ys: *mut f1
     if use_avx2_f16() {
         return avx::vec_scalar_add_f16(scalar, xs, ys, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_f16() {
         return neon::vec_scalar_add_f16(scalar, xs, ys, k);
     }
@@ -334,10 +301,7 @@ pub(crate) unsafe fn vec_scalar_add_f16(scalar: f16, xs: *const f16, ys: *mut f1
 
 #[inline(always)]
 pub(crate) unsafe fn vec_mul_bf16(a_row: *const bf16, b_row: *const bf16, c: *mut bf16, k: usize) {
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_bf16() {
         return neon::vec_mul_bf16(a_row, b_row, c, k);
     }
@@ -352,10 +316,7 @@ pub(crate) unsafe fn vec_scalar_add_bf16(scalar: bf16, xs: *const bf16, ys: *mut
     if use_avx2() {
         return avx::vec_scalar_add_bf16(scalar, xs, ys, k);
     }
-    #[cfg(any(
-        target_arch = "aarch64",
-        all(target_arch = "arm", target_feature = "neon")
-    ))]
+    #[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
     if use_neon_bf16() {
         return neon::vec_scalar_add_bf16(scalar, xs, ys, k);
     }

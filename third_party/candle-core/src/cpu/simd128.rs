@@ -264,10 +264,7 @@ pub(crate) unsafe fn vec_scalar_add_bf16(scalar: bf16, xs: *const bf16, ys: *mut
         for j in 0..CurrentCpuBF16::ARR {
             CurrentCpuBF16::vec_store(
                 ys.add(i + j * CurrentCpuBF16::EPR),
-                CurrentCpuBF16::vec_add(
-                    CurrentCpuBF16::load(xs.add(i + j * CurrentCpuBF16::EPR)),
-                    sv,
-                ),
+                CurrentCpuBF16::vec_add(CurrentCpuBF16::load(xs.add(i + j * CurrentCpuBF16::EPR)), sv),
             );
         }
         i += CurrentCpuBF16::STEP;

@@ -62,8 +62,7 @@ fn conv2d_1x1<T: WithDType + num_traits::Num + Copy + 'static>(
 ) -> Result<Vec<T>> {
     let inp = &inp[inp_l.start_offset()..];
     let inp_stride = inp_l.stride();
-    let (inp_s0, inp_s1, inp_s2, inp_s3) =
-        (inp_stride[0], inp_stride[1], inp_stride[2], inp_stride[3]);
+    let (inp_s0, inp_s1, inp_s2, inp_s3) = (inp_stride[0], inp_stride[1], inp_stride[2], inp_stride[3]);
     let k = &k[k_l.start_offset()..];
     let k_stride = k_l.stride();
     let (k_s0, k_s1) = (k_stride[0], k_stride[1]);
@@ -94,8 +93,7 @@ fn conv2d_1x1<T: WithDType + num_traits::Num + Copy + 'static>(
         for c_in_idx in 0..p.c_in {
             for h_idx in 0..p.i_h {
                 for w_idx in 0..p.i_w {
-                    let inp_idx =
-                        b_idx * inp_s0 + c_in_idx * inp_s1 + h_idx * inp_s2 + w_idx * inp_s3;
+                    let inp_idx = b_idx * inp_s0 + c_in_idx * inp_s1 + h_idx * inp_s2 + w_idx * inp_s3;
                     inp_reshaped.push(inp[inp_idx]);
                 }
             }
@@ -197,9 +195,7 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
 
             // Precompute output coordinates.
             // Used in both im2col extraction and writing output.
-            let out_coords: Vec<_> = (tile_start..tile_end)
-                .map(|idx| (idx / out_w, idx % out_w))
-                .collect();
+            let out_coords: Vec<_> = (tile_start..tile_end).map(|idx| (idx / out_w, idx % out_w)).collect();
 
             // Build im2col tile: [k_size, tile_size]
             // This represents the input patches needed for this tile of outputs
@@ -210,16 +206,14 @@ fn conv2d_tiled<T: WithDType + num_traits::Num + Copy + 'static>(
                 for c_in in 0..p.c_in {
                     let mut patch_offset = c_in;
                     for kh in 0..p.k_h {
-                        let in_y =
-                            (out_y * p.stride + kh * p.dilation) as isize - p.padding as isize;
+                        let in_y = (out_y * p.stride + kh * p.dilation) as isize - p.padding as isize;
                         if in_y < 0 || in_y >= p.i_h as isize {
                             // Padding: already zero
                             patch_offset += p.c_in * p.k_w;
                             continue;
                         }
                         for kw in 0..p.k_w {
-                            let in_x =
-                                (out_x * p.stride + kw * p.dilation) as isize - p.padding as isize;
+                            let in_x = (out_x * p.stride + kw * p.dilation) as isize - p.padding as isize;
 
                             if in_x >= 0 && in_x < p.i_w as isize {
                                 let in_y = in_y as usize;
@@ -310,9 +304,8 @@ fn conv2d_direct<T: WithDType + num_traits::Num + Copy + 'static>(
                 .flat_map(|kw_kh| {
                     let offset_h = kw_kh / p.k_w;
                     let offset_w = kw_kh % p.k_w;
-                    (0..p.c_in).map(move |c_in_idx| {
-                        k[dst_c_idx * k_s0 + c_in_idx * k_s1 + offset_h * k_s2 + offset_w * k_s3]
-                    })
+                    (0..p.c_in)
+                        .map(move |c_in_idx| k[dst_c_idx * k_s0 + c_in_idx * k_s1 + offset_h * k_s2 + offset_w * k_s3])
                 })
                 .collect()
         })
@@ -381,13 +374,7 @@ fn conv2d_im2col_gemm<T: WithDType + num_traits::Num + Copy + 'static>(
     kernel: &[T],
     kernel_l: &Layout,
 ) -> Result<Vec<T>> {
-    let op = Im2Col {
-        h_k: p.k_h,
-        w_k: p.k_w,
-        padding: p.padding,
-        stride: p.stride,
-        dilation: p.dilation,
-    };
+    let op = Im2Col { h_k: p.k_h, w_k: p.k_w, padding: p.padding, stride: p.stride, dilation: p.dilation };
     let col = op.f(inp, inp_l)?;
     let b = p.b_size;
     let n = p.c_out;
@@ -405,14 +392,10 @@ fn conv2d_im2col_gemm<T: WithDType + num_traits::Num + Copy + 'static>(
         // matmul layout must use offset 0, not the original (strided) kernel's start offset.
         let mut kernel_c = alloc_uninit_vec(kernel_l.shape().elem_count());
         copy_strided_src_(kernel, &mut kernel_c, 0, kernel_l);
-        let kernel_l = Layout::contiguous_with_offset((1, n, k), 0)
-            .transpose(1, 2)?
-            .broadcast_as((b, k, n))?;
+        let kernel_l = Layout::contiguous_with_offset((1, n, k), 0).transpose(1, 2)?.broadcast_as((b, k, n))?;
         MatMul((b, m, n, k)).f(&col, &col_l, &kernel_c, &kernel_l)?
     };
-    let res_l = Layout::contiguous((b, h_out, w_out, p.c_out))
-        .transpose(1, 2)?
-        .transpose(1, 3)?;
+    let res_l = Layout::contiguous((b, h_out, w_out, p.c_out)).transpose(1, 2)?.transpose(1, 3)?;
     let mut res_t = alloc_uninit_vec(res_l.shape().elem_count());
     copy_strided_src_(&res, &mut res_t, 0, &res_l);
     Ok(res_t)

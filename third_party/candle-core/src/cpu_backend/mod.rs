@@ -8,8 +8,8 @@ use rayon::prelude::*;
 
 mod utils;
 pub use utils::{
-    binary_map, binary_map_vec, binary_map_vec_par, unary_map, unary_map_vec, unary_map_vec_par,
-    Map1, Map1Any, Map2, Map2InPlace, Map2U8,
+    binary_map, binary_map_vec, binary_map_vec_par, unary_map, unary_map_vec, unary_map_vec_par, Map1, Map1Any, Map2,
+    Map2InPlace, Map2U8,
 };
 mod conv2d;
 use conv2d::Conv2D;
@@ -64,13 +64,7 @@ struct Cmp(CmpOp);
 impl Map2U8 for Cmp {
     const OP: &'static str = "cmp";
     #[inline(always)]
-    fn f<T: WithDType>(
-        &self,
-        lhs: &[T],
-        lhs_l: &Layout,
-        rhs: &[T],
-        rhs_l: &Layout,
-    ) -> Result<Vec<u8>> {
+    fn f<T: WithDType>(&self, lhs: &[T], lhs_l: &Layout, rhs: &[T], rhs_l: &Layout) -> Result<Vec<u8>> {
         let dst = match self.0 {
             CmpOp::Eq => binary_map(lhs_l, rhs_l, lhs, rhs, |x, y| u8::from(x == y)),
             CmpOp::Ne => binary_map(lhs_l, rhs_l, lhs, rhs, |x, y| u8::from(x != y)),
@@ -122,11 +116,7 @@ impl<I: IntDType> Map2 for WCond<'_, I> {
     const OP: &'static str = "where";
     #[inline(always)]
     fn f<T: WithDType>(&self, t: &[T], t_l: &Layout, f: &[T], f_l: &Layout) -> Result<Vec<T>> {
-        let vs = match (
-            self.1.contiguous_offsets(),
-            t_l.contiguous_offsets(),
-            f_l.contiguous_offsets(),
-        ) {
+        let vs = match (self.1.contiguous_offsets(), t_l.contiguous_offsets(), f_l.contiguous_offsets()) {
             (Some((o1, o2)), Some((o_t1, o_t2)), Some((o_f1, o_f2))) => {
                 let pred = &self.0[o1..o2];
                 let t = &t[o_t1..o_t2];
@@ -213,8 +203,7 @@ impl ReduceIndex {
         let dst_len = src_l.shape().elem_count() / reduce_dim_size;
         let mut dst: Vec<U> = Vec::with_capacity(dst_len);
         let dst_to_set = dst.spare_capacity_mut();
-        let dst_to_set =
-            unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(dst_to_set) };
+        let dst_to_set = unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(dst_to_set) };
         match src_l.contiguous_offsets() {
             Some((o1, o2)) => {
                 let src = &src[o1..o2];
@@ -234,10 +223,7 @@ impl ReduceIndex {
                     }
                 } else {
                     for (start_src_i, dst_v) in dst_to_set.iter_mut().enumerate() {
-                        let (p, q) = (
-                            start_src_i / reduce_dim_stride,
-                            start_src_i % reduce_dim_stride,
-                        );
+                        let (p, q) = (start_src_i / reduce_dim_stride, start_src_i % reduce_dim_stride);
                         // start_src_i = p * reduce_dim_stride + q
                         let start_src_i = p * reduce_dim_stride * reduce_dim_size + q;
                         let src = &src[start_src_i..];
@@ -278,24 +264,15 @@ impl ReduceIndex {
 
 impl Map1Any for ReduceIndex {
     #[inline(always)]
-    fn f<T: WithDType, W: Fn(Vec<T>) -> CpuStorage>(
-        &self,
-        src: &[T],
-        src_l: &Layout,
-        wrap: W,
-    ) -> Result<CpuStorage> {
+    fn f<T: WithDType, W: Fn(Vec<T>) -> CpuStorage>(&self, src: &[T], src_l: &Layout, wrap: W) -> Result<CpuStorage> {
         if src_l.shape().elem_count() == 0 {
             Err(Error::EmptyTensor { op: "reduce" }.bt())?
         }
         let dst = match (self.return_index, self.use_min) {
             (false, true) => wrap(self.fold_impl(src, src_l, |x, y| x > y, |v, _i| v)?),
             (false, false) => wrap(self.fold_impl(src, src_l, |x, y| x < y, |v, _i| v)?),
-            (true, true) => {
-                CpuStorage::U32(self.fold_impl(src, src_l, |x, y| x > y, |_v, i| i as u32)?)
-            }
-            (true, false) => {
-                CpuStorage::U32(self.fold_impl(src, src_l, |x, y| x < y, |_v, i| i as u32)?)
-            }
+            (true, true) => CpuStorage::U32(self.fold_impl(src, src_l, |x, y| x > y, |_v, i| i as u32)?),
+            (true, false) => CpuStorage::U32(self.fold_impl(src, src_l, |x, y| x < y, |_v, i| i as u32)?),
         };
         Ok(dst)
     }
@@ -320,27 +297,13 @@ impl ReduceSum<'_> {
                 // Handle the case where we reduce over the last dimensions separately as it is
                 // fairly common and easy to optimize. This rely on the layout being contiguous!
                 // reduce_dims is sorted, check if it is ranging from a to n-1.
-                let reduce_over_last_dims = self
-                    .reduce_dims
-                    .iter()
-                    .rev()
-                    .enumerate()
-                    .all(|(i, &v)| v == src_l.shape().rank() - 1 - i);
+                let reduce_over_last_dims =
+                    self.reduce_dims.iter().rev().enumerate().all(|(i, &v)| v == src_l.shape().rank() - 1 - i);
                 if reduce_over_last_dims {
-                    let reduce_sz = self
-                        .reduce_dims_and_stride
-                        .iter()
-                        .map(|(u, _)| u)
-                        .product::<usize>();
+                    let reduce_sz = self.reduce_dims_and_stride.iter().map(|(u, _)| u).product::<usize>();
                     for (dst_i, dst_v) in dst.iter_mut().enumerate() {
                         let src_i = dst_i * reduce_sz;
-                        unsafe {
-                            T::vec_reduce_sum(
-                                src[src_i..src_i + reduce_sz].as_ptr(),
-                                dst_v,
-                                reduce_sz,
-                            )
-                        };
+                        unsafe { T::vec_reduce_sum(src[src_i..src_i + reduce_sz].as_ptr(), dst_v, reduce_sz) };
                     }
                     return Ok(dst);
                 };
@@ -452,8 +415,7 @@ impl Map1 for MaxPool2D {
                 let src_index = src_index + c_idx * stride[1];
                 for h_idx in 0..h_out {
                     for w_idx in 0..w_out {
-                        let mut largest =
-                            src[src_index + s_h * h_idx * stride_h + s_w * w_idx * stride_w];
+                        let mut largest = src[src_index + s_h * h_idx * stride_h + s_w * w_idx * stride_w];
                         for m in 0..k_h {
                             for n in 0..k_w {
                                 let m = s_h * h_idx + m;
@@ -484,9 +446,8 @@ impl Map1 for UpsampleNearest1D {
         let src_index = layout.start_offset();
         let scale_sz = src_sz as f64 / dst_sz as f64;
         let mut dst = vec![T::zero(); b_sz * c * dst_sz];
-        let src_idxs = (0..dst_sz)
-            .map(|idx| usize::min(src_sz - 1, (idx as f64 * scale_sz) as usize))
-            .collect::<Vec<_>>();
+        let src_idxs =
+            (0..dst_sz).map(|idx| usize::min(src_sz - 1, (idx as f64 * scale_sz) as usize)).collect::<Vec<_>>();
         for b_idx in 0..b_sz {
             let dst = &mut dst[b_idx * c * dst_sz..];
             let src_index = src_index + b_idx * stride[0];
@@ -515,12 +476,10 @@ impl Map1 for UpsampleNearest2D {
         let scale_h = src_h as f64 / dst_h as f64;
         let scale_w = src_w as f64 / dst_w as f64;
         let mut dst = vec![T::zero(); b_sz * c * dst_h * dst_w];
-        let src_h_idxs = (0..dst_h)
-            .map(|h_idx| usize::min(src_h - 1, (h_idx as f64 * scale_h) as usize))
-            .collect::<Vec<_>>();
-        let src_w_idxs = (0..dst_w)
-            .map(|w_idx| usize::min(src_w - 1, (w_idx as f64 * scale_w) as usize))
-            .collect::<Vec<_>>();
+        let src_h_idxs =
+            (0..dst_h).map(|h_idx| usize::min(src_h - 1, (h_idx as f64 * scale_h) as usize)).collect::<Vec<_>>();
+        let src_w_idxs =
+            (0..dst_w).map(|w_idx| usize::min(src_w - 1, (w_idx as f64 * scale_w) as usize)).collect::<Vec<_>>();
         for b_idx in 0..b_sz {
             let dst = &mut dst[b_idx * c * dst_h * dst_w..];
             let src_index = src_index + b_idx * stride[0];
@@ -594,11 +553,7 @@ impl Map1 for UpsampleBilinear2D {
         // Precompute indices and weights for height
         let mut h_indices = Vec::with_capacity(height_out);
         for h_out in 0..height_out {
-            let src_h = if self.align_corners {
-                scale_h * h_out as f64
-            } else {
-                scale_h * (h_out as f64 + 0.5) - 0.5
-            };
+            let src_h = if self.align_corners { scale_h * h_out as f64 } else { scale_h * (h_out as f64 + 0.5) - 0.5 };
             let src_h_clamped = src_h.max(0.0);
             let h0 = src_h_clamped.floor() as usize;
             let h1 = (h0 + 1).min(height_in - 1);
@@ -609,11 +564,7 @@ impl Map1 for UpsampleBilinear2D {
         // Precompute indices and weights for width
         let mut w_indices = Vec::with_capacity(width_out);
         for w_out in 0..width_out {
-            let src_w = if self.align_corners {
-                scale_w * w_out as f64
-            } else {
-                scale_w * (w_out as f64 + 0.5) - 0.5
-            };
+            let src_w = if self.align_corners { scale_w * w_out as f64 } else { scale_w * (w_out as f64 + 0.5) - 0.5 };
             let src_w_clamped = src_w.max(0.0);
             let w0 = src_w_clamped.floor() as usize;
             let w1 = (w0 + 1).min(width_in - 1);
@@ -699,12 +650,7 @@ impl<I: IntDType> Map1 for Gather<'_, I> {
                     } else {
                         let index = index.as_usize();
                         if index >= src_dim_len {
-                            Err(Error::InvalidIndex {
-                                index,
-                                size: src_dim_len,
-                                op: "gather",
-                            }
-                            .bt())?
+                            Err(Error::InvalidIndex { index, size: src_dim_len, op: "gather" }.bt())?
                         }
                         let src_idx = start_src_idx + index * src_right_len + right_i;
                         dst[dst_idx] = src[src_idx]
@@ -731,12 +677,9 @@ impl<I: IntDType> Map1 for IndexSelect<'_, I> {
         let dim = self.dim;
         let n_ids = match self.ids_l.dims() {
             [n_ids] => *n_ids,
-            d => Err(Error::UnexpectedNumberOfDims {
-                expected: 1,
-                got: d.len(),
-                shape: self.ids_l.shape().clone(),
+            d => {
+                Err(Error::UnexpectedNumberOfDims { expected: 1, got: d.len(), shape: self.ids_l.shape().clone() }.bt())?
             }
-            .bt())?,
         };
         let stride_ids = self.ids_l.stride()[0];
         let mut dst_dims = layout.dims().to_vec();
@@ -757,12 +700,7 @@ impl<I: IntDType> Map1 for IndexSelect<'_, I> {
                 } else {
                     let index = index.as_usize();
                     if index >= src_dim {
-                        Err(Error::InvalidIndex {
-                            index,
-                            size: src_dim,
-                            op: "index-select",
-                        }
-                        .bt())?
+                        Err(Error::InvalidIndex { index, size: src_dim, op: "index-select" }.bt())?
                     }
                     let start_src_idx = start_src_idx + index * right_len;
                     dst[start_dst_idx..start_dst_idx + right_len]
@@ -802,24 +740,13 @@ struct Scatter<'a, I: IntDType, M: ElemUpdate> {
 
 impl<'a, I: IntDType, M: ElemUpdate> Scatter<'a, I, M> {
     fn new(ids: &'a [I], ids_l: &'a Layout, dim: usize) -> Self {
-        Self {
-            ids,
-            ids_l,
-            dim,
-            _phantom: Default::default(),
-        }
+        Self { ids, ids_l, dim, _phantom: Default::default() }
     }
 }
 
 impl<I: IntDType, M: ElemUpdate> Map2InPlace for Scatter<'_, I, M> {
     const OP: &'static str = "scatter";
-    fn f<T: WithDType>(
-        &self,
-        dst: &mut [T],
-        dst_l: &Layout,
-        src: &[T],
-        src_l: &Layout,
-    ) -> Result<()> {
+    fn f<T: WithDType>(&self, dst: &mut [T], dst_l: &Layout, src: &[T], src_l: &Layout) -> Result<()> {
         let dst = match dst_l.contiguous_offsets() {
             None => Err(Error::RequiresContiguous { op: "scatter" }.bt())?,
             Some((o1, o2)) => &mut dst[o1..o2],
@@ -857,12 +784,7 @@ impl<I: IntDType, M: ElemUpdate> Map2InPlace for Scatter<'_, I, M> {
                     }
                     let index = index.as_usize();
                     if index >= dst_dim_len {
-                        Err(Error::InvalidIndex {
-                            index,
-                            size: dst_dim_len,
-                            op: "gather",
-                        }
-                        .bt())?
+                        Err(Error::InvalidIndex { index, size: dst_dim_len, op: "gather" }.bt())?
                     }
                     let dst_idx = start_dst_idx + index * dst_right_len + right_i;
                     M::f(&mut dst[dst_idx], src[ids_idx])
@@ -903,11 +825,7 @@ impl<I: IntDType> Map2 for IndexAdd<'_, I> {
                 }
                 let dst_idx = dst_idx.as_usize();
                 if dst_idx >= max_idx {
-                    Err(Error::InvalidIndex {
-                        index: dst_idx,
-                        op: "index-add",
-                        size: max_idx,
-                    })?
+                    Err(Error::InvalidIndex { index: dst_idx, op: "index-add", size: max_idx })?
                 }
                 let src_idx = src_idx * post_dim;
                 let dst_idx = dst_idx * post_dim;
@@ -924,11 +842,7 @@ impl<I: IntDType> Map2 for IndexAdd<'_, I> {
                 }
                 let dst_idx = dst_idx.as_usize();
                 if dst_idx >= max_idx {
-                    Err(Error::InvalidIndex {
-                        index: dst_idx,
-                        op: "index-add",
-                        size: max_idx,
-                    })?
+                    Err(Error::InvalidIndex { index: dst_idx, op: "index-add", size: max_idx })?
                 }
                 for pre_i in 0..pre_dim {
                     let pre_src_i = (pre_i * src_dim_sz + src_idx) * post_dim;
@@ -974,44 +888,25 @@ fn copy2d_<T: Copy>(
 
 fn copy_strided_src_<T: Copy>(src: &[T], dst: &mut [T], dst_offset: usize, src_l: &Layout) {
     match src_l.strided_blocks() {
-        crate::StridedBlocks::SingleBlock { start_offset, len } => dst
-            [dst_offset..dst_offset + len]
-            .copy_from_slice(&src[start_offset..start_offset + len]),
-        crate::StridedBlocks::UniformBlocks {
-            start_offset,
-            block_len,
-            count,
-            src_stride,
-        } => copy2d_(
-            src,
-            dst,
-            count,
-            block_len,
-            src_stride,
-            block_len,
-            start_offset,
-            dst_offset,
-        ),
-        crate::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len: 1,
-        } => {
+        crate::StridedBlocks::SingleBlock { start_offset, len } => {
+            dst[dst_offset..dst_offset + len].copy_from_slice(&src[start_offset..start_offset + len])
+        }
+        crate::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } => {
+            copy2d_(src, dst, count, block_len, src_stride, block_len, start_offset, dst_offset)
+        }
+        crate::StridedBlocks::MultipleBlocks { block_start_index, block_len: 1 } => {
             let n = block_start_index.len();
             let dst = &mut dst[dst_offset..dst_offset + n];
             for (dst_elem, src_index) in dst.iter_mut().zip(block_start_index) {
                 *dst_elem = src[src_index]
             }
         }
-        crate::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len,
-        } => {
+        crate::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
             let n_blocks = block_start_index.len();
             let dst = &mut dst[dst_offset..dst_offset + n_blocks * block_len];
             let mut dst_index = 0;
             for src_index in block_start_index {
-                dst[dst_index..dst_index + block_len]
-                    .copy_from_slice(&src[src_index..src_index + block_len]);
+                dst[dst_index..dst_index + block_len].copy_from_slice(&src[src_index..src_index + block_len]);
                 dst_index += block_len;
             }
         }
@@ -1095,12 +990,7 @@ impl Im2Col1D {
 
 impl Map1 for Im2Col1D {
     fn f<T: WithDType>(&self, vs: &[T], layout: &Layout) -> Result<Vec<T>> {
-        let &Self {
-            l_k,
-            stride,
-            dilation,
-            padding,
-        } = self;
+        let &Self { l_k, stride, dilation, padding } = self;
         let (b, c, l) = layout.shape().dims3()?;
         let l_out = self.l_out(l);
         let src = &vs[layout.start_offset()..];
@@ -1157,13 +1047,7 @@ impl Im2Col {
 
 impl Map1 for Im2Col {
     fn f<T: WithDType>(&self, vs: &[T], layout: &Layout) -> Result<Vec<T>> {
-        let &Self {
-            h_k,
-            w_k,
-            stride,
-            dilation,
-            padding,
-        } = self;
+        let &Self { h_k, w_k, stride, dilation, padding } = self;
         let (b, c, h, w) = layout.shape().dims4()?;
         let (h_out, w_out) = self.hw_out(h, w);
         let src = &vs[layout.start_offset()..];
@@ -1291,9 +1175,7 @@ impl Map2 for ConvTranspose1D<'_> {
                             let inp_cont = &inp_cont[b_idx * cont_s0 + l_idx * cont_s1..];
                             let dst_idx = b_idx * dst_s0 + out_idx * dst_s2 + dst_c_idx * dst_s1;
                             let mut d = T::zero();
-                            unsafe {
-                                T::vec_dot(inp_cont.as_ptr(), k_cont.as_ptr(), &mut d, p.c_in)
-                            }
+                            unsafe { T::vec_dot(inp_cont.as_ptr(), k_cont.as_ptr(), &mut d, p.c_in) }
                             let dst_p = dst.as_ptr();
                             // Safety: dst_idx are uniques per dst_c_idx which is used to
                             // parallelise the different tasks so no two threads can try to
@@ -1339,8 +1221,7 @@ impl Map2 for ConvTranspose2D<'_> {
             for h_idx in 0..p.i_h {
                 for w_idx in 0..p.i_w {
                     for c_idx in 0..p.c_in {
-                        let src_idx =
-                            b_idx * inp_s0 + c_idx * inp_s1 + h_idx * inp_s2 + w_idx * inp_s3;
+                        let src_idx = b_idx * inp_s0 + c_idx * inp_s1 + h_idx * inp_s2 + w_idx * inp_s3;
                         let dst_idx = b_idx * cont_s0 + h_idx * cont_s1 + w_idx * cont_s2 + c_idx;
                         inp_cont[dst_idx] = inp[src_idx]
                     }
@@ -1352,9 +1233,7 @@ impl Map2 for ConvTranspose2D<'_> {
             for k_x in 0..p.k_w {
                 (0..p.c_out).into_par_iter().for_each(|dst_c_idx| {
                     let k_cont = (0..p.c_in)
-                        .map(|c_in_idx| {
-                            k[c_in_idx * k_s0 + dst_c_idx * k_s1 + k_y * k_s2 + k_x * k_s3]
-                        })
+                        .map(|c_in_idx| k[c_in_idx * k_s0 + dst_c_idx * k_s1 + k_y * k_s2 + k_x * k_s3])
                         .collect::<Vec<_>>();
                     for b_idx in 0..p.b_size {
                         for inp_y in 0..p.i_h {
@@ -1367,21 +1246,10 @@ impl Map2 for ConvTranspose2D<'_> {
                                 let out_x = out_x - p.padding;
                                 let out_y = out_y - p.padding;
                                 if out_x < out_w && out_y < out_h {
-                                    let inp_cont = &inp_cont
-                                        [b_idx * cont_s0 + inp_y * cont_s1 + inp_x * cont_s2..];
-                                    let dst_idx = b_idx * dst_s0
-                                        + out_y * dst_s2
-                                        + out_x * dst_s3
-                                        + dst_c_idx * dst_s1;
+                                    let inp_cont = &inp_cont[b_idx * cont_s0 + inp_y * cont_s1 + inp_x * cont_s2..];
+                                    let dst_idx = b_idx * dst_s0 + out_y * dst_s2 + out_x * dst_s3 + dst_c_idx * dst_s1;
                                     let mut d = T::zero();
-                                    unsafe {
-                                        T::vec_dot(
-                                            inp_cont.as_ptr(),
-                                            k_cont.as_ptr(),
-                                            &mut d,
-                                            p.c_in,
-                                        )
-                                    }
+                                    unsafe { T::vec_dot(inp_cont.as_ptr(), k_cont.as_ptr(), &mut d, p.c_in) }
                                     let dst_p = dst.as_ptr();
                                     // Safety: dst_idx are uniques per dst_c_idx which is used to
                                     // parallelise the different tasks so no two threads can try to
@@ -1480,11 +1348,7 @@ impl Map2 for MatMul {
 
         let mut dst = vec![T::zero(); b * m * n];
         let num_threads = crate::utils::get_num_threads();
-        let parallelism = if num_threads > 1 {
-            Parallelism::Rayon(num_threads)
-        } else {
-            Parallelism::None
-        };
+        let parallelism = if num_threads > 1 { Parallelism::Rayon(num_threads) } else { Parallelism::None };
         let (b, m, n, k) = if b_skip == 0 && a_skip == m * k {
             // A batch-invariant rhs lets the batches of lhs stack into the rows of a single
             // (b * m, k) matrix, which the destination already matches row for row.
@@ -1587,10 +1451,9 @@ impl Map2 for MatMul {
                         let b = std::slice::from_raw_parts(b, b_skip);
                         let c = std::slice::from_raw_parts_mut(c, c_skip);
                         crate::accelerate::sgemm(
-                            transa, transb, /* m= */ n as i32, /* n= */ m as i32,
-                            /* k= */ k as i32, /* alpha= */ 1., /* a= */ a,
-                            /* lda= */ lda, /* b= */ b, /* ldb= */ ldb,
-                            /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
+                            transa, transb, /* m= */ n as i32, /* n= */ m as i32, /* k= */ k as i32,
+                            /* alpha= */ 1., /* a= */ a, /* lda= */ lda, /* b= */ b,
+                            /* ldb= */ ldb, /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
                         )
                     }
                 }
@@ -1608,10 +1471,9 @@ impl Map2 for MatMul {
                         let b = std::slice::from_raw_parts(b, b_skip);
                         let c = std::slice::from_raw_parts_mut(c, c_skip);
                         crate::accelerate::dgemm(
-                            transa, transb, /* m= */ n as i32, /* n= */ m as i32,
-                            /* k= */ k as i32, /* alpha= */ 1., /* a= */ a,
-                            /* lda= */ lda, /* b= */ b, /* ldb= */ ldb,
-                            /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
+                            transa, transb, /* m= */ n as i32, /* n= */ m as i32, /* k= */ k as i32,
+                            /* alpha= */ 1., /* a= */ a, /* lda= */ lda, /* b= */ b,
+                            /* ldb= */ ldb, /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
                         )
                     }
                 }
@@ -1705,10 +1567,9 @@ impl Map2 for MatMul {
                         let b = std::slice::from_raw_parts(b, b_skip);
                         let c = std::slice::from_raw_parts_mut(c, c_skip);
                         crate::mkl::sgemm(
-                            transa, transb, /* m= */ n as i32, /* n= */ m as i32,
-                            /* k= */ k as i32, /* alpha= */ 1., /* a= */ a,
-                            /* lda= */ lda, /* b= */ b, /* ldb= */ ldb,
-                            /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
+                            transa, transb, /* m= */ n as i32, /* n= */ m as i32, /* k= */ k as i32,
+                            /* alpha= */ 1., /* a= */ a, /* lda= */ lda, /* b= */ b,
+                            /* ldb= */ ldb, /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
                         )
                     }
                 }
@@ -1726,10 +1587,9 @@ impl Map2 for MatMul {
                         let b = std::slice::from_raw_parts(b, b_skip);
                         let c = std::slice::from_raw_parts_mut(c, c_skip);
                         crate::mkl::dgemm(
-                            transa, transb, /* m= */ n as i32, /* n= */ m as i32,
-                            /* k= */ k as i32, /* alpha= */ 1., /* a= */ a,
-                            /* lda= */ lda, /* b= */ b, /* ldb= */ ldb,
-                            /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
+                            transa, transb, /* m= */ n as i32, /* n= */ m as i32, /* k= */ k as i32,
+                            /* alpha= */ 1., /* a= */ a, /* lda= */ lda, /* b= */ b,
+                            /* ldb= */ ldb, /* beta= */ 0., /* c= */ c, /* ldc= */ n as i32,
                         )
                     }
                 }
@@ -2350,10 +2210,7 @@ impl BackendStorage for CpuStorage {
             (_, DType::F6E2M3) | (_, DType::F6E3M2) | (_, DType::F4) | (_, DType::F8E8M0) => {
                 Err(Error::UnsupportedDTypeForOp(dtype, "to_dtype").bt())
             }
-            (Self::F6E2M3(_), _)
-            | (Self::F6E3M2(_), _)
-            | (Self::F4(_), _)
-            | (Self::F8E8M0(_), _) => {
+            (Self::F6E2M3(_), _) | (Self::F6E3M2(_), _) | (Self::F4(_), _) | (Self::F8E8M0(_), _) => {
                 Err(Error::UnsupportedDTypeForOp(self.dtype(), "to_dtype").bt())
             }
         }
@@ -2372,16 +2229,9 @@ impl BackendStorage for CpuStorage {
                 // Sort the reduce_dims as they have to be processed from left to right when converting the
                 // indexes.
                 reduce_dims.sort();
-                let reduce_dims_and_stride: Vec<_> = reduce_dims
-                    .iter()
-                    .map(|&d| (src_dims[d], src_dims[d + 1..].iter().product::<usize>()))
-                    .collect();
-                ReduceSum {
-                    dst_shape: &dst_shape,
-                    reduce_dims: &reduce_dims,
-                    reduce_dims_and_stride,
-                }
-                .map(self, layout)
+                let reduce_dims_and_stride: Vec<_> =
+                    reduce_dims.iter().map(|&d| (src_dims[d], src_dims[d + 1..].iter().product::<usize>())).collect();
+                ReduceSum { dst_shape: &dst_shape, reduce_dims: &reduce_dims, reduce_dims_and_stride }.map(self, layout)
             }
             ReduceOp::Min | ReduceOp::ArgMin | ReduceOp::Max | ReduceOp::ArgMax => {
                 let reduce_dim_index = match reduce_dims {
@@ -2405,12 +2255,7 @@ impl BackendStorage for CpuStorage {
                     ReduceOp::ArgMax => (false, true),
                     _ => unreachable!(),
                 };
-                ReduceIndex {
-                    reduce_dim_index,
-                    use_min,
-                    return_index,
-                }
-                .map(self, layout)
+                ReduceIndex { reduce_dim_index, use_min, return_index }.map(self, layout)
             }
         }
     }
@@ -2423,21 +2268,11 @@ impl BackendStorage for CpuStorage {
         Affine(mul, add).map(self, layout)
     }
 
-    fn avg_pool2d(
-        &self,
-        layout: &Layout,
-        kernel_size: (usize, usize),
-        stride: (usize, usize),
-    ) -> Result<Self> {
+    fn avg_pool2d(&self, layout: &Layout, kernel_size: (usize, usize), stride: (usize, usize)) -> Result<Self> {
         AvgPool2D(kernel_size, stride).map(self, layout)
     }
 
-    fn max_pool2d(
-        &self,
-        layout: &Layout,
-        kernel_size: (usize, usize),
-        stride: (usize, usize),
-    ) -> Result<Self> {
+    fn max_pool2d(&self, layout: &Layout, kernel_size: (usize, usize), stride: (usize, usize)) -> Result<Self> {
         MaxPool2D(kernel_size, stride).map(self, layout)
     }
 
@@ -2458,14 +2293,8 @@ impl BackendStorage for CpuStorage {
         scale_h: Option<f64>,
         scale_w: Option<f64>,
     ) -> Result<Self> {
-        UpsampleBilinear2D {
-            target_h: h,
-            target_w: w,
-            align_corners,
-            scale_h_factor: scale_h,
-            scale_w_factor: scale_w,
-        }
-        .map(self, layout)
+        UpsampleBilinear2D { target_h: h, target_w: w, align_corners, scale_h_factor: scale_h, scale_w_factor: scale_w }
+            .map(self, layout)
     }
 
     fn powf(&self, layout: &Layout, e: f64) -> Result<Self> {
@@ -2588,112 +2417,42 @@ impl BackendStorage for CpuStorage {
         }
     }
 
-    fn binary_impl<B: BinaryOpT>(
-        &self,
-        rhs: &Self,
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-    ) -> Result<Self> {
+    fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {
         match (self, rhs) {
             (Self::BF16(lhs), Self::BF16(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::bf16,
-                    B::bf16_vec,
-                    B::bf16_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::bf16, B::bf16_vec, B::bf16_scalar_vec);
                 Ok(Self::BF16(data))
             }
             (Self::F16(lhs), Self::F16(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::f16,
-                    B::f16_vec,
-                    B::f16_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::f16, B::f16_vec, B::f16_scalar_vec);
                 Ok(Self::F16(data))
             }
             (Self::F32(lhs), Self::F32(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::f32,
-                    B::f32_vec,
-                    B::f32_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::f32, B::f32_vec, B::f32_scalar_vec);
                 Ok(Self::F32(data))
             }
             (Self::F64(lhs), Self::F64(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::f64,
-                    B::f64_vec,
-                    B::f64_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::f64, B::f64_vec, B::f64_scalar_vec);
                 Ok(Self::F64(data))
             }
             (Self::U32(lhs), Self::U32(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::u32,
-                    B::u32_vec,
-                    B::u32_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::u32, B::u32_vec, B::u32_scalar_vec);
                 Ok(Self::U32(data))
             }
             (Self::I16(lhs), Self::I16(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::i16,
-                    B::i16_vec,
-                    B::i16_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::i16, B::i16_vec, B::i16_scalar_vec);
                 Ok(Self::I16(data))
             }
             (Self::I32(lhs), Self::I32(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::i32,
-                    B::i32_vec,
-                    B::i32_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::i32, B::i32_vec, B::i32_scalar_vec);
                 Ok(Self::I32(data))
             }
             (Self::I64(lhs), Self::I64(rhs)) => {
-                let data = binary_map_vec_par(
-                    lhs_l,
-                    rhs_l,
-                    lhs,
-                    rhs,
-                    B::i64,
-                    B::i64_vec,
-                    B::i64_scalar_vec,
-                );
+                let data = binary_map_vec_par(lhs_l, rhs_l, lhs, rhs, B::i64, B::i64_vec, B::i64_scalar_vec);
                 Ok(Self::I64(data))
             }
             (Self::U8(lhs), Self::U8(rhs)) => {
-                let data =
-                    binary_map_vec(lhs_l, rhs_l, lhs, rhs, B::u8, B::u8_vec, B::u8_scalar_vec);
+                let data = binary_map_vec(lhs_l, rhs_l, lhs, rhs, B::u8, B::u8_vec, B::u8_scalar_vec);
                 Ok(Self::U8(data))
             }
             (Self::F8E4M3(lhs), Self::F8E4M3(rhs)) => {
@@ -2702,12 +2461,7 @@ impl BackendStorage for CpuStorage {
             }
             _ => {
                 // This should be covered by the dtype check above.
-                Err(Error::DTypeMismatchBinaryOp {
-                    lhs: self.dtype(),
-                    rhs: rhs.dtype(),
-                    op: B::NAME,
-                }
-                .bt())
+                Err(Error::DTypeMismatchBinaryOp { lhs: self.dtype(), rhs: rhs.dtype(), op: B::NAME }.bt())
             }
         }
     }
@@ -2724,50 +2478,21 @@ impl BackendStorage for CpuStorage {
     ) -> Result<()> {
         match (self, dst) {
             (Self::U8(src), Self::U8(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
-            (Self::U32(src), Self::U32(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::I16(src), Self::I16(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::I32(src), Self::I32(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::I64(src), Self::I64(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::BF16(src), Self::BF16(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F16(src), Self::F16(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F32(src), Self::F32(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F64(src), Self::F64(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F8E4M3(src), Self::F8E4M3(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F6E2M3(src), Self::F6E2M3(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
-            (Self::F6E3M2(src), Self::F6E3M2(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
+            (Self::U32(src), Self::U32(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::I16(src), Self::I16(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::I32(src), Self::I32(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::I64(src), Self::I64(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::BF16(src), Self::BF16(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F16(src), Self::F16(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F32(src), Self::F32(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F64(src), Self::F64(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F8E4M3(src), Self::F8E4M3(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F6E2M3(src), Self::F6E2M3(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
+            (Self::F6E3M2(src), Self::F6E3M2(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
             (Self::F4(src), Self::F4(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
-            (Self::F8E8M0(src), Self::F8E8M0(dst)) => {
-                copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o)
-            }
+            (Self::F8E8M0(src), Self::F8E8M0(dst)) => copy2d_(src, dst, d1, d2, src_s, dst_s, src_o, dst_o),
             (_, dst) => {
-                return Err(Error::DTypeMismatchBinaryOp {
-                    lhs: self.dtype(),
-                    rhs: dst.dtype(),
-                    op: "copy2d",
-                }
-                .bt());
+                return Err(Error::DTypeMismatchBinaryOp { lhs: self.dtype(), rhs: dst.dtype(), op: "copy2d" }.bt());
             }
         }
         Ok(())
@@ -2784,40 +2509,22 @@ impl BackendStorage for CpuStorage {
             (Self::F16(src), Self::F16(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
             (Self::F32(src), Self::F32(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
             (Self::F64(src), Self::F64(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
-            (Self::F8E4M3(src), Self::F8E4M3(dst)) => {
-                copy_strided_src_(src, dst, dst_offset, src_l)
-            }
-            (Self::F6E2M3(src), Self::F6E2M3(dst)) => {
-                copy_strided_src_(src, dst, dst_offset, src_l)
-            }
-            (Self::F6E3M2(src), Self::F6E3M2(dst)) => {
-                copy_strided_src_(src, dst, dst_offset, src_l)
-            }
+            (Self::F8E4M3(src), Self::F8E4M3(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
+            (Self::F6E2M3(src), Self::F6E2M3(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
+            (Self::F6E3M2(src), Self::F6E3M2(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
             (Self::F4(src), Self::F4(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
-            (Self::F8E8M0(src), Self::F8E8M0(dst)) => {
-                copy_strided_src_(src, dst, dst_offset, src_l)
-            }
+            (Self::F8E8M0(src), Self::F8E8M0(dst)) => copy_strided_src_(src, dst, dst_offset, src_l),
             (_, dst) => {
                 // This should be covered by the dtype check above.
-                return Err(Error::DTypeMismatchBinaryOp {
-                    lhs: self.dtype(),
-                    rhs: dst.dtype(),
-                    op: "copy_strided",
-                }
-                .bt());
+                return Err(
+                    Error::DTypeMismatchBinaryOp { lhs: self.dtype(), rhs: dst.dtype(), op: "copy_strided" }.bt()
+                );
             }
         }
         Ok(())
     }
 
-    fn where_cond(
-        &self,
-        layout: &Layout,
-        t: &Self,
-        t_l: &Layout,
-        f: &Self,
-        f_l: &Layout,
-    ) -> Result<Self> {
+    fn where_cond(&self, layout: &Layout, t: &Self, t_l: &Layout, f: &Self, f_l: &Layout) -> Result<Self> {
         match self {
             Self::U8(pred) => WCond(pred, layout).map(t, t_l, f, f_l),
             Self::U32(pred) => WCond(pred, layout).map(t, t_l, f, f_l),
@@ -2828,22 +2535,12 @@ impl BackendStorage for CpuStorage {
         }
     }
 
-    fn conv1d(
-        &self,
-        l: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &crate::conv::ParamsConv1D,
-    ) -> Result<Self> {
+    fn conv1d(&self, l: &Layout, kernel: &Self, kernel_l: &Layout, params: &crate::conv::ParamsConv1D) -> Result<Self> {
         if !USE_IM2COL_CONV1D {
             return Conv1D(params).map(self, l, kernel, kernel_l);
         }
-        let op = Im2Col1D {
-            l_k: params.k_size,
-            padding: params.padding,
-            stride: params.stride,
-            dilation: params.dilation,
-        };
+        let op =
+            Im2Col1D { l_k: params.k_size, padding: params.padding, stride: params.stride, dilation: params.dilation };
         let col = op.map(self, l)?;
         let b = params.b_size;
         let n = params.c_out;
@@ -2858,10 +2555,7 @@ impl BackendStorage for CpuStorage {
             col.matmul(kernel, (b, m, n, k), &col_l, &kernel_l)?
         } else {
             // Make the kernel contiguous if not already the case.
-            let mut kernel_c = unsafe {
-                self.device()
-                    .alloc_uninit(kernel_l.shape(), kernel.dtype())?
-            };
+            let mut kernel_c = unsafe { self.device().alloc_uninit(kernel_l.shape(), kernel.dtype())? };
             kernel.copy_strided_src(&mut kernel_c, 0, kernel_l)?;
             let kernel_l = Layout::contiguous_with_offset((1, n, k), kernel_l.start_offset())
                 .transpose(1, 2)?
@@ -2881,24 +2575,16 @@ impl BackendStorage for CpuStorage {
         kernel_l: &Layout,
         params: &crate::conv::ParamsConvTranspose1D,
     ) -> Result<Self> {
-        let can_use_col2im = kernel_l.is_contiguous()
-            && params.dilation == 1
-            && params.padding == 0
-            && params.output_padding == 0;
+        let can_use_col2im =
+            kernel_l.is_contiguous() && params.dilation == 1 && params.padding == 0 && params.output_padding == 0;
         if USE_COL2IM_CONV1D_TR && can_use_col2im {
             let (b_size, c_in, l_in) = l.shape().dims3()?;
             let (c_in2, c_out, k_size) = kernel_l.shape().dims3()?;
             if !kernel_l.is_contiguous() {
-                crate::bail!(
-                    "convtr1d: the second argument (kernel) has to be contiguous {kernel_l:?}"
-                )
+                crate::bail!("convtr1d: the second argument (kernel) has to be contiguous {kernel_l:?}")
             }
             if c_in != c_in2 {
-                crate::bail!(
-                    "convtr1d: shape mismatch on c_in {:?} {:?}",
-                    l.shape(),
-                    kernel_l.shape()
-                )
+                crate::bail!("convtr1d: shape mismatch on c_in {:?} {:?}", l.shape(), kernel_l.shape())
             }
             let col = {
                 // This merges the last two dimensions of the kernel together.
@@ -2909,33 +2595,19 @@ impl BackendStorage for CpuStorage {
                 );
                 self.matmul(
                     kernel,
-                    (
-                        b_size,
-                        /* m */ l_in,
-                        /* n */ c_out * k_size,
-                        /* k */ c_in,
-                    ),
+                    (b_size, /* m */ l_in, /* n */ c_out * k_size, /* k */ c_in),
                     &l.transpose(1, 2)?,
                     &kernel_l_mm,
                 )?
             };
             let col_l = Layout::contiguous((b_size, l_in, c_out, k_size));
-            Col2Im1D {
-                stride: params.stride,
-            }
-            .map(&col, &col_l)
+            Col2Im1D { stride: params.stride }.map(&col, &col_l)
         } else {
             ConvTranspose1D(params).map(self, l, kernel, kernel_l)
         }
     }
 
-    fn conv2d(
-        &self,
-        l: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &crate::conv::ParamsConv2D,
-    ) -> Result<Self> {
+    fn conv2d(&self, l: &Layout, kernel: &Self, kernel_l: &Layout, params: &crate::conv::ParamsConv2D) -> Result<Self> {
         Conv2D(params).map(self, l, kernel, kernel_l)
     }
 
@@ -3052,21 +2724,13 @@ impl BackendStorage for CpuStorage {
         }
     }
 
-    fn matmul(
-        &self,
-        rhs: &Self,
-        bmnk: (usize, usize, usize, usize),
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-    ) -> Result<Self> {
+    fn matmul(&self, rhs: &Self, bmnk: (usize, usize, usize, usize), lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {
         // no bf16 gemm kernel yet: widen to f32, multiply, narrow back
         if let (Self::BF16(lhs_v), Self::BF16(rhs_v)) = (self, rhs) {
             let lhs32 = Self::F32(lhs_v.to_f32_vec());
             let rhs32 = Self::F32(rhs_v.to_f32_vec());
             let out = MatMul(bmnk).map(&lhs32, lhs_l, &rhs32, rhs_l)?;
-            let Self::F32(out_v) = out else {
-                crate::bail!("matmul dtype mismatch")
-            };
+            let Self::F32(out_v) = out else { crate::bail!("matmul dtype mismatch") };
             return Ok(Self::BF16(Vec::from_f32_slice(&out_v)));
         }
         MatMul(bmnk).map(self, lhs_l, rhs, rhs_l)
@@ -3091,29 +2755,18 @@ impl BackendStorage for CpuStorage {
                 crate::StridedBlocks::SingleBlock { start_offset, len } => {
                     src[start_offset..start_offset + len].fill(s)
                 }
-                crate::StridedBlocks::UniformBlocks {
-                    start_offset,
-                    block_len,
-                    count,
-                    src_stride,
-                } => {
+                crate::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } => {
                     for i in 0..count {
                         let start = start_offset + i * src_stride;
                         src[start..start + block_len].fill(s)
                     }
                 }
-                crate::StridedBlocks::MultipleBlocks {
-                    block_start_index,
-                    block_len: 1,
-                } => {
+                crate::StridedBlocks::MultipleBlocks { block_start_index, block_len: 1 } => {
                     for src_index in block_start_index {
                         src[src_index] = s
                     }
                 }
-                crate::StridedBlocks::MultipleBlocks {
-                    block_start_index,
-                    block_len,
-                } => {
+                crate::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
                     for src_index in block_start_index {
                         src[src_index..src_index + block_len].fill(s)
                     }
@@ -3144,11 +2797,7 @@ impl BackendStorage for CpuStorage {
             (Self::F8E8M0(_), _) => {
                 crate::bail!("const_set not supported for dummy type F8E8M0")
             }
-            (st, s) => crate::bail!(
-                "const_set dtype mismatch, expected {:?} but got {:?}",
-                st.dtype(),
-                s
-            ),
+            (st, s) => crate::bail!("const_set dtype mismatch, expected {:?} but got {:?}", st.dtype(), s),
         }
         Ok(())
     }
@@ -3206,8 +2855,8 @@ impl BackendDevice for CpuDevice {
             | DType::F8E8M0 => Err(Error::UnsupportedDTypeForOp(dtype, "rand_uniform").bt()),
             DType::BF16 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let uniform = rand::distr::Uniform::new(bf16::from_f64(min), bf16::from_f64(max))
-                    .map_err(Error::wrap)?;
+                let uniform =
+                    rand::distr::Uniform::new(bf16::from_f64(min), bf16::from_f64(max)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(rng.sample::<bf16, _>(uniform))
                 }
@@ -3215,8 +2864,7 @@ impl BackendDevice for CpuDevice {
             }
             DType::F16 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let uniform = rand::distr::Uniform::new(f16::from_f64(min), f16::from_f64(max))
-                    .map_err(Error::wrap)?;
+                let uniform = rand::distr::Uniform::new(f16::from_f64(min), f16::from_f64(max)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(rng.sample::<f16, _>(uniform))
                 }
@@ -3225,8 +2873,7 @@ impl BackendDevice for CpuDevice {
             DType::F8E4M3 => {
                 let mut data = Vec::with_capacity(elem_count);
                 let uniform =
-                    rand::distr::Uniform::new(F8E4M3::from_f64(min), F8E4M3::from_f64(max))
-                        .map_err(Error::wrap)?;
+                    rand::distr::Uniform::new(F8E4M3::from_f64(min), F8E4M3::from_f64(max)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(rng.sample::<F8E4M3, _>(uniform))
                 }
@@ -3234,8 +2881,7 @@ impl BackendDevice for CpuDevice {
             }
             DType::F32 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let uniform =
-                    rand::distr::Uniform::new(min as f32, max as f32).map_err(Error::wrap)?;
+                let uniform = rand::distr::Uniform::new(min as f32, max as f32).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(rng.sample::<f32, _>(uniform))
                 }
@@ -3269,8 +2915,7 @@ impl BackendDevice for CpuDevice {
             | DType::F8E8M0 => Err(Error::UnsupportedDTypeForOp(dtype, "rand_normal").bt()),
             DType::BF16 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let normal = rand_distr::Normal::new(bf16::from_f64(mean), bf16::from_f64(std))
-                    .map_err(Error::wrap)?;
+                let normal = rand_distr::Normal::new(bf16::from_f64(mean), bf16::from_f64(std)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(normal.sample(&mut rng))
                 }
@@ -3278,8 +2923,7 @@ impl BackendDevice for CpuDevice {
             }
             DType::F16 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let normal = rand_distr::Normal::new(f16::from_f64(mean), f16::from_f64(std))
-                    .map_err(Error::wrap)?;
+                let normal = rand_distr::Normal::new(f16::from_f64(mean), f16::from_f64(std)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(normal.sample(&mut rng))
                 }
@@ -3287,8 +2931,8 @@ impl BackendDevice for CpuDevice {
             }
             DType::F8E4M3 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let normal = rand_distr::Normal::new(F8E4M3::from_f64(mean), F8E4M3::from_f64(std))
-                    .map_err(Error::wrap)?;
+                let normal =
+                    rand_distr::Normal::new(F8E4M3::from_f64(mean), F8E4M3::from_f64(std)).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(normal.sample(&mut rng))
                 }
@@ -3296,8 +2940,7 @@ impl BackendDevice for CpuDevice {
             }
             DType::F32 => {
                 let mut data = Vec::with_capacity(elem_count);
-                let normal =
-                    rand_distr::Normal::new(mean as f32, std as f32).map_err(Error::wrap)?;
+                let normal = rand_distr::Normal::new(mean as f32, std as f32).map_err(Error::wrap)?;
                 for _i in 0..elem_count {
                     data.push(normal.sample(&mut rng))
                 }

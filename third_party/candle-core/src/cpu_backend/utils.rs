@@ -68,12 +68,7 @@ pub trait Map2 {
             (C::F32(v1), C::F32(v2)) => Ok(C::F32(self.f(v1, l1, v2, l2)?)),
             (C::F64(v1), C::F64(v2)) => Ok(C::F64(self.f(v1, l1, v2, l2)?)),
             (C::F8E4M3(v1), C::F8E4M3(v2)) => Ok(C::F8E4M3(self.f(v1, l1, v2, l2)?)),
-            _ => Err(Error::DTypeMismatchBinaryOp {
-                lhs: v1.dtype(),
-                rhs: v2.dtype(),
-                op: Self::OP,
-            }
-            .bt()),
+            _ => Err(Error::DTypeMismatchBinaryOp { lhs: v1.dtype(), rhs: v2.dtype(), op: Self::OP }.bt()),
         }
     }
 }
@@ -94,12 +89,7 @@ pub trait Map2InPlace {
             (C::F32(v1), C::F32(v2)) => self.f(v1, l1, v2, l2)?,
             (C::F64(v1), C::F64(v2)) => self.f(v1, l1, v2, l2)?,
             (C::F8E4M3(v1), C::F8E4M3(v2)) => self.f(v1, l1, v2, l2)?,
-            (v1, v2) => Err(Error::DTypeMismatchBinaryOp {
-                lhs: v1.dtype(),
-                rhs: v2.dtype(),
-                op: Self::OP,
-            }
-            .bt())?,
+            (v1, v2) => Err(Error::DTypeMismatchBinaryOp { lhs: v1.dtype(), rhs: v2.dtype(), op: Self::OP }.bt())?,
         };
         Ok(())
     }
@@ -121,12 +111,7 @@ pub trait Map2U8 {
             (C::F32(v1), C::F32(v2)) => Ok(C::U8(self.f(v1, l1, v2, l2)?)),
             (C::F64(v1), C::F64(v2)) => Ok(C::U8(self.f(v1, l1, v2, l2)?)),
             (C::F8E4M3(v1), C::F8E4M3(v2)) => Ok(C::U8(self.f(v1, l1, v2, l2)?)),
-            _ => Err(Error::DTypeMismatchBinaryOp {
-                lhs: v1.dtype(),
-                rhs: v2.dtype(),
-                op: Self::OP,
-            }
-            .bt()),
+            _ => Err(Error::DTypeMismatchBinaryOp { lhs: v1.dtype(), rhs: v2.dtype(), op: Self::OP }.bt()),
         }
     }
 }
@@ -155,12 +140,7 @@ pub fn binary_map<T: Copy, U: Copy, F: FnMut(T, T) -> U>(
 }
 
 // Similar to binary_map but with vectorized variants.
-pub fn binary_map_vec<
-    T: Copy,
-    F: FnMut(T, T) -> T,
-    FV: FnMut(&[T], &[T], &mut [T]),
-    FSV: FnMut(T, &[T], &mut [T]),
->(
+pub fn binary_map_vec<T: Copy, F: FnMut(T, T) -> T, FV: FnMut(&[T], &[T], &mut [T]), FSV: FnMut(T, &[T], &mut [T])>(
     lhs_l: &Layout,
     rhs_l: &Layout,
     lhs: &[T],
@@ -191,11 +171,7 @@ pub fn binary_map_vec<
             ),
             (1, 0) => {
                 let r = rhs[rhs_off];
-                f_scalar_vec(
-                    r,
-                    &lhs[lhs_off..lhs_off + inner_size],
-                    &mut ys_to_set[dst_off..dst_off + inner_size],
-                );
+                f_scalar_vec(r, &lhs[lhs_off..lhs_off + inner_size], &mut ys_to_set[dst_off..dst_off + inner_size]);
             }
             (0, 1) => {
                 let l = lhs[lhs_off];
@@ -205,8 +181,7 @@ pub fn binary_map_vec<
             }
             _ => {
                 for i in 0..inner_size {
-                    ys_to_set[dst_off + i] =
-                        f(lhs[lhs_off + i * inner_ls], rhs[rhs_off + i * inner_rs]);
+                    ys_to_set[dst_off + i] = f(lhs[lhs_off + i * inner_ls], rhs[rhs_off + i * inner_rs]);
                 }
             }
         }
@@ -218,23 +193,12 @@ pub fn binary_map_vec<
     ys
 }
 
-pub fn unary_map<T: Copy, U: Copy, F: FnMut(T) -> U>(
-    vs: &[T],
-    layout: &Layout,
-    mut f: F,
-) -> Vec<U> {
+pub fn unary_map<T: Copy, U: Copy, F: FnMut(T) -> U>(vs: &[T], layout: &Layout, mut f: F) -> Vec<U> {
     match layout.strided_blocks() {
-        crate::StridedBlocks::SingleBlock { start_offset, len } => vs
-            [start_offset..start_offset + len]
-            .iter()
-            .map(|&v| f(v))
-            .collect(),
-        crate::StridedBlocks::UniformBlocks {
-            start_offset,
-            block_len,
-            count,
-            src_stride,
-        } => {
+        crate::StridedBlocks::SingleBlock { start_offset, len } => {
+            vs[start_offset..start_offset + len].iter().map(|&v| f(v)).collect()
+        }
+        crate::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } => {
             let mut result = Vec::with_capacity(count * block_len);
             if block_len == 1 {
                 for i in 0..count {
@@ -252,10 +216,7 @@ pub fn unary_map<T: Copy, U: Copy, F: FnMut(T) -> U>(
             }
             result
         }
-        crate::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len,
-        } => {
+        crate::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
             let mut result = Vec::with_capacity(layout.shape().elem_count());
             // Specialize the case where block_len is one to avoid the second loop.
             if block_len == 1 {
@@ -286,20 +247,13 @@ pub fn unary_map_vec<T: Copy, U: Copy, F: FnMut(T) -> U, FV: FnMut(&[T], &mut [U
         crate::StridedBlocks::SingleBlock { start_offset, len } => {
             let mut ys: Vec<U> = Vec::with_capacity(len);
             let ys_to_set = ys.spare_capacity_mut();
-            let ys_to_set = unsafe {
-                std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set)
-            };
+            let ys_to_set = unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set) };
             f_vec(&vs[start_offset..start_offset + len], ys_to_set);
             // SAFETY: values are all set by f_vec.
             unsafe { ys.set_len(len) };
             ys
         }
-        crate::StridedBlocks::UniformBlocks {
-            start_offset,
-            block_len,
-            count,
-            src_stride,
-        } => {
+        crate::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } => {
             let el_count = count * block_len;
             if block_len == 1 {
                 let mut result = Vec::with_capacity(count);
@@ -311,16 +265,11 @@ pub fn unary_map_vec<T: Copy, U: Copy, F: FnMut(T) -> U, FV: FnMut(&[T], &mut [U
             } else {
                 let mut ys: Vec<U> = Vec::with_capacity(el_count);
                 let ys_to_set = ys.spare_capacity_mut();
-                let ys_to_set = unsafe {
-                    std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set)
-                };
+                let ys_to_set = unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set) };
                 let mut dst_index = 0;
                 for i in 0..count {
                     let src_start = start_offset + i * src_stride;
-                    f_vec(
-                        &vs[src_start..src_start + block_len],
-                        &mut ys_to_set[dst_index..dst_index + block_len],
-                    );
+                    f_vec(&vs[src_start..src_start + block_len], &mut ys_to_set[dst_index..dst_index + block_len]);
                     dst_index += block_len;
                 }
                 // SAFETY: values are all set by f_vec.
@@ -328,10 +277,7 @@ pub fn unary_map_vec<T: Copy, U: Copy, F: FnMut(T) -> U, FV: FnMut(&[T], &mut [U
                 ys
             }
         }
-        crate::StridedBlocks::MultipleBlocks {
-            block_start_index,
-            block_len,
-        } => {
+        crate::StridedBlocks::MultipleBlocks { block_start_index, block_len } => {
             let el_count = layout.shape().elem_count();
             // Specialize the case where block_len is one to avoid the second loop.
             if block_len == 1 {
@@ -344,9 +290,7 @@ pub fn unary_map_vec<T: Copy, U: Copy, F: FnMut(T) -> U, FV: FnMut(&[T], &mut [U
             } else {
                 let mut ys: Vec<U> = Vec::with_capacity(el_count);
                 let ys_to_set = ys.spare_capacity_mut();
-                let ys_to_set = unsafe {
-                    std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set)
-                };
+                let ys_to_set = unsafe { std::mem::transmute::<&mut [std::mem::MaybeUninit<U>], &mut [U]>(ys_to_set) };
                 let mut dst_index = 0;
                 for src_index in block_start_index {
                     let vs = &vs[src_index..src_index + block_len];
@@ -436,9 +380,8 @@ pub fn binary_map_vec_par<
             let hi = el_count.min(dst_offset + PAR_ELEMWISE_CHUNK);
             let mut inner_offset = dst_offset % inner_size;
             let mut nd_iter = NdIter::new([lhs_l, rhs_l]);
-            let mut offsets = nd_iter
-                .nth(dst_offset / inner_size)
-                .expect("logical output offset must map to an NdIter block");
+            let mut offsets =
+                nd_iter.nth(dst_offset / inner_size).expect("logical output offset must map to an NdIter block");
 
             while dst_offset < hi {
                 let len = (inner_size - inner_offset).min(hi - dst_offset);
@@ -448,20 +391,11 @@ pub fn binary_map_vec_par<
                 let dst = unsafe { std::slice::from_raw_parts_mut(ys_ptr.add(dst_offset), len) };
 
                 match (lhs_stride, rhs_stride) {
-                    (1, 1) => f_vec(
-                        &lhs[lhs_offset..lhs_offset + len],
-                        &rhs[rhs_offset..rhs_offset + len],
-                        dst,
-                    ),
-                    (1, 0) => {
-                        f_scalar_vec(rhs[rhs_offset], &lhs[lhs_offset..lhs_offset + len], dst)
-                    }
+                    (1, 1) => f_vec(&lhs[lhs_offset..lhs_offset + len], &rhs[rhs_offset..rhs_offset + len], dst),
+                    (1, 0) => f_scalar_vec(rhs[rhs_offset], &lhs[lhs_offset..lhs_offset + len], dst),
                     _ => {
                         for (i, dst) in dst.iter_mut().enumerate() {
-                            *dst = f(
-                                lhs[lhs_offset + i * lhs_stride],
-                                rhs[rhs_offset + i * rhs_stride],
-                            );
+                            *dst = f(lhs[lhs_offset + i * lhs_stride], rhs[rhs_offset + i * rhs_stride]);
                         }
                     }
                 }
@@ -469,9 +403,7 @@ pub fn binary_map_vec_par<
                 dst_offset += len;
                 inner_offset = 0;
                 if dst_offset < hi {
-                    offsets = nd_iter
-                        .next()
-                        .expect("logical output range must stay within NdIter blocks");
+                    offsets = nd_iter.next().expect("logical output range must stay within NdIter blocks");
                 }
             }
         }
@@ -523,9 +455,8 @@ mod tests {
             },
         );
 
-        let expected: Vec<_> = (0..ROWS)
-            .flat_map(|row| (0..COLS).map(move |col| (row * COLS + col) as i64 - rhs[row]))
-            .collect();
+        let expected: Vec<_> =
+            (0..ROWS).flat_map(|row| (0..COLS).map(move |col| (row * COLS + col) as i64 - rhs[row])).collect();
         assert_eq!(result, expected);
         assert_eq!(calls.load(Ordering::Relaxed), 4);
         assert_eq!(elements.load(Ordering::Relaxed), ROWS * COLS);
@@ -563,11 +494,7 @@ mod tests {
         let lhs = &lhs;
         let rhs = &rhs;
         let expected: Vec<_> = (0..COLS)
-            .flat_map(|col| {
-                (0..ROWS).map(move |row| {
-                    lhs[row * LHS_ROW_STRIDE + col] - rhs[row * RHS_ROW_STRIDE + col]
-                })
-            })
+            .flat_map(|col| (0..ROWS).map(move |row| lhs[row * LHS_ROW_STRIDE + col] - rhs[row * RHS_ROW_STRIDE + col]))
             .collect();
         assert_eq!(result, expected);
     }

@@ -53,10 +53,7 @@ impl CutileContext {
                 candle_stream.clone(),
             )
         };
-        Ok(Self {
-            candle_stream,
-            cutile_stream,
-        })
+        Ok(Self { candle_stream, cutile_stream })
     }
 
     /// The borrowed cuTile stream used by `compile_on` and `async_on`.
@@ -65,28 +62,17 @@ impl CutileContext {
     }
 
     /// Borrows a typed Candle allocation for a cuTile kernel read.
-    pub fn read<'a, T: DeviceRepr>(
-        &'a self,
-        slice: &'a CudaSlice<T>,
-        offset: usize,
-    ) -> Result<CutileRead<'a, T>> {
+    pub fn read<'a, T: DeviceRepr>(&'a self, slice: &'a CudaSlice<T>, offset: usize) -> Result<CutileRead<'a, T>> {
         if offset > slice.len() {
-            return Err(Error::msg(format!(
-                "cuTile read offset {offset} exceeds allocation length {}",
-                slice.len()
-            )));
+            return Err(Error::msg(format!("cuTile read offset {offset} exceeds allocation length {}", slice.len())));
         }
         let (pointer, guard) = slice.device_ptr(&self.candle_stream);
-        let byte_offset = offset
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::msg("cuTile read offset overflow"))?;
-        let pointer = pointer
-            .checked_add(byte_offset as u64)
-            .ok_or_else(|| Error::msg("cuTile read pointer overflow"))?;
+        let byte_offset =
+            offset.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::msg("cuTile read offset overflow"))?;
+        let pointer =
+            pointer.checked_add(byte_offset as u64).ok_or_else(|| Error::msg("cuTile read pointer overflow"))?;
         Ok(CutileRead {
-            pointer: unsafe {
-                ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(pointer)
-            },
+            pointer: unsafe { ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(pointer) },
             _guard: guard,
         })
     }
@@ -98,22 +84,15 @@ impl CutileContext {
         offset: usize,
     ) -> Result<CutileWrite<'a, T>> {
         if offset > slice.len() {
-            return Err(Error::msg(format!(
-                "cuTile write offset {offset} exceeds allocation length {}",
-                slice.len()
-            )));
+            return Err(Error::msg(format!("cuTile write offset {offset} exceeds allocation length {}", slice.len())));
         }
         let (pointer, guard) = slice.device_ptr_mut(&self.candle_stream);
-        let byte_offset = offset
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::msg("cuTile write offset overflow"))?;
-        let pointer = pointer
-            .checked_add(byte_offset as u64)
-            .ok_or_else(|| Error::msg("cuTile write pointer overflow"))?;
+        let byte_offset =
+            offset.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| Error::msg("cuTile write offset overflow"))?;
+        let pointer =
+            pointer.checked_add(byte_offset as u64).ok_or_else(|| Error::msg("cuTile write pointer overflow"))?;
         Ok(CutileWrite {
-            pointer: unsafe {
-                ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(pointer)
-            },
+            pointer: unsafe { ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(pointer) },
             _guard: guard,
         })
     }
@@ -147,12 +126,7 @@ fn check_device_support(ordinal: usize) -> Result<()> {
     ensure_gpu_supported(ordinal, &get_gpu_name(ordinal), &tileiras, &supported)
 }
 
-fn ensure_gpu_supported(
-    ordinal: usize,
-    gpu_name: &str,
-    tileiras: &Path,
-    supported: &[String],
-) -> Result<()> {
+fn ensure_gpu_supported(ordinal: usize, gpu_name: &str, tileiras: &Path, supported: &[String]) -> Result<()> {
     if supported.iter().any(|name| name == gpu_name) {
         return Ok(());
     }
@@ -169,10 +143,7 @@ type GpuNames = Option<Arc<[String]>>;
 /// Architectures accepted by `tileiras --gpu-name`, probed once per binary.
 fn tileiras_gpu_names(tileiras: &Path) -> GpuNames {
     static CACHE: OnceLock<Mutex<HashMap<PathBuf, GpuNames>>> = OnceLock::new();
-    let mut cache = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(cached) = cache.get(tileiras) {
         return cached.clone();
     }
@@ -198,10 +169,7 @@ fn parse_tileiras_gpu_names(help: &str) -> Vec<String> {
         if line.starts_with("--gpu-name") {
             in_gpu_name = true;
         } else if in_gpu_name {
-            match line
-                .strip_prefix('=')
-                .and_then(|rest| rest.split_whitespace().next())
-            {
+            match line.strip_prefix('=').and_then(|rest| rest.split_whitespace().next()) {
                 Some(name) => names.push(name.to_string()),
                 None => in_gpu_name = false,
             }
@@ -220,11 +188,7 @@ pub struct CutileRead<'a, T> {
 impl<T> CutileRead<'_, T> {
     /// Returns the pointer accepted by raw-pointer cuTile entry functions.
     pub fn device_pointer(&self) -> ::cutile::cuda_async::device_buffer::DevicePointer<T> {
-        unsafe {
-            ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(
-                self.pointer.cu_deviceptr(),
-            )
-        }
+        unsafe { ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(self.pointer.cu_deviceptr()) }
     }
 }
 
@@ -238,19 +202,12 @@ pub struct CutileWrite<'a, T> {
 impl<T> CutileWrite<'_, T> {
     /// Returns the pointer accepted by raw-pointer cuTile entry functions.
     pub fn device_pointer(&self) -> ::cutile::cuda_async::device_buffer::DevicePointer<T> {
-        unsafe {
-            ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(
-                self.pointer.cu_deviceptr(),
-            )
-        }
+        unsafe { ::cutile::cuda_async::device_buffer::DevicePointer::from_cu_deviceptr(self.pointer.cu_deviceptr()) }
     }
 }
 
 /// Converts a cuTile error or panic into a Candle error.
-pub fn kernel<T, E: std::fmt::Display>(
-    operation: &str,
-    f: impl FnOnce() -> std::result::Result<T, E>,
-) -> Result<T> {
+pub fn kernel<T, E: std::fmt::Display>(operation: &str, f: impl FnOnce() -> std::result::Result<T, E>) -> Result<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(Error::msg(format!("cuTile {operation}: {error}"))),
@@ -260,9 +217,7 @@ pub fn kernel<T, E: std::fmt::Display>(
                 .map(String::as_str)
                 .or_else(|| payload.downcast_ref::<&'static str>().copied())
                 .unwrap_or("non-string panic");
-            Err(Error::msg(format!(
-                "cuTile {operation} panicked: {message}"
-            )))
+            Err(Error::msg(format!("cuTile {operation} panicked: {message}")))
         }
     }
 }

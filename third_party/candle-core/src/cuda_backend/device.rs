@@ -75,10 +75,7 @@ impl std::fmt::Debug for CudaDevice {
 
 impl CudaDevice {
     #[allow(clippy::missing_safety_doc)]
-    pub unsafe fn alloc<T: cudarc::driver::DeviceRepr>(
-        &self,
-        len: usize,
-    ) -> Result<cudarc::driver::CudaSlice<T>> {
+    pub unsafe fn alloc<T: cudarc::driver::DeviceRepr>(&self, len: usize) -> Result<cudarc::driver::CudaSlice<T>> {
         self.stream.alloc::<T>(len).w()
     }
 
@@ -117,11 +114,7 @@ impl CudaDevice {
         self.stream.clone_dtoh(src).w()
     }
 
-    pub fn memcpy_dtod<
-        T,
-        Src: cudarc::driver::DevicePtr<T>,
-        Dst: cudarc::driver::DevicePtrMut<T>,
-    >(
+    pub fn memcpy_dtod<T, Src: cudarc::driver::DevicePtr<T>, Dst: cudarc::driver::DevicePtrMut<T>>(
         &self,
         src: &Src,
         dst: &mut Dst,
@@ -142,10 +135,7 @@ impl CudaDevice {
         self.stream.memcpy_dtoh(src, dst).w()
     }
 
-    pub fn clone_htod<
-        T: cudarc::driver::DeviceRepr + 'static,
-        Src: cudarc::driver::HostSlice<T> + ?Sized,
-    >(
+    pub fn clone_htod<T: cudarc::driver::DeviceRepr + 'static, Src: cudarc::driver::HostSlice<T> + ?Sized>(
         &self,
         src: &Src,
     ) -> Result<cudarc::driver::CudaSlice<T>> {
@@ -197,10 +187,7 @@ impl CudaDevice {
         self.stream.clone_htod(src).w()
     }
 
-    fn cached_htod_slice<
-        T: cudarc::driver::DeviceRepr + 'static,
-        Src: cudarc::driver::HostSlice<T> + ?Sized,
-    >(
+    fn cached_htod_slice<T: cudarc::driver::DeviceRepr + 'static, Src: cudarc::driver::HostSlice<T> + ?Sized>(
         &self,
         src: &Src,
     ) -> Result<Option<cudarc::driver::CudaSlice<T>>> {
@@ -213,16 +200,10 @@ impl CudaDevice {
             return Ok(None);
         }
 
-        let bytes =
-            unsafe { std::slice::from_raw_parts(src_slice.as_ptr().cast::<u8>(), byte_len) }
-                .to_vec();
+        let bytes = unsafe { std::slice::from_raw_parts(src_slice.as_ptr().cast::<u8>(), byte_len) }.to_vec();
         let key = (self.id, TypeId::of::<T>(), bytes);
         if let Some(cached) = CUDA_GRAPH_HTOD_CACHE.with(|cache| {
-            cache.borrow().get(&key).and_then(|cached| {
-                cached
-                    .downcast_ref::<cudarc::driver::CudaSlice<T>>()
-                    .cloned()
-            })
+            cache.borrow().get(&key).and_then(|cached| cached.downcast_ref::<cudarc::driver::CudaSlice<T>>().cloned())
         }) {
             return Ok(Some(cached));
         }
@@ -311,49 +292,32 @@ impl CudaDevice {
         self.id
     }
 
-    pub fn get_or_load_custom_func(
-        &self,
-        fn_name: &str,
-        module_name: &str,
-        ptx: &str,
-    ) -> Result<CudaFunc> {
+    pub fn get_or_load_custom_func(&self, fn_name: &str, module_name: &str, ptx: &str) -> Result<CudaFunc> {
         let ms = self.custom_modules.read().unwrap();
         if let Some(mdl) = ms.get(module_name).as_ref() {
             let func = mdl.load_function(fn_name).w()?;
-            return Ok(CudaFunc {
-                func,
-                stream: self.stream.clone(),
-            });
+            return Ok(CudaFunc { func, stream: self.stream.clone() });
         }
         drop(ms);
         let mut ms = self.custom_modules.write().unwrap();
         let cuda_module = self.context.load_module(ptx.into()).w()?;
         ms.insert(module_name.to_string(), cuda_module.clone());
         let func = cuda_module.load_function(fn_name).w()?;
-        Ok(CudaFunc {
-            func,
-            stream: self.stream.clone(),
-        })
+        Ok(CudaFunc { func, stream: self.stream.clone() })
     }
 
     pub fn get_or_load_func(&self, fn_name: &str, mdl: &kernels::Module) -> Result<CudaFunc> {
         let ms = self.modules.read().unwrap();
         if let Some(mdl) = ms.mdls[mdl.index()].as_ref() {
             let func = mdl.load_function(fn_name).w()?;
-            return Ok(CudaFunc {
-                func,
-                stream: self.stream.clone(),
-            });
+            return Ok(CudaFunc { func, stream: self.stream.clone() });
         }
         drop(ms);
         let mut ms = self.modules.write().unwrap();
         let cuda_module = self.context.load_module(mdl.ptx().into()).w()?;
         ms.mdls[mdl.index()] = Some(cuda_module.clone());
         let func = cuda_module.load_function(fn_name).w()?;
-        Ok(CudaFunc {
-            func,
-            stream: self.stream.clone(),
-        })
+        Ok(CudaFunc { func, stream: self.stream.clone() })
     }
 
     pub fn cublas_handle(&self) -> Arc<cudarc::cublas::CudaBlas> {
@@ -374,9 +338,7 @@ impl CudaDevice {
     ) -> Result<Self> {
         let blas = cudarc::cublas::CudaBlas::new(stream.clone()).w()?;
         let curand = cudarc::curand::CudaRng::new(299792458, stream.clone()).w()?;
-        let module_store = ModuleStore {
-            mdls: [const { None }; kernels::ALL_IDS.len()],
-        };
+        let module_store = ModuleStore { mdls: [const { None }; kernels::ALL_IDS.len()] };
         Ok(Self {
             id: DeviceId::new(),
             context,
@@ -413,9 +375,7 @@ impl BackendDevice for CudaDevice {
     }
 
     fn location(&self) -> crate::DeviceLocation {
-        crate::DeviceLocation::Cuda {
-            gpu_id: self.context.ordinal(),
-        }
+        crate::DeviceLocation::Cuda { gpu_id: self.context.ordinal() }
     }
 
     fn same_device(&self, rhs: &Self) -> bool {
@@ -466,15 +426,10 @@ impl BackendDevice for CudaDevice {
                 CudaStorageSlice::F8E4M3(data)
             }
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                return Err(
-                    CudaError::InternalError("Dummy types not supported in CUDA backend").into(),
-                )
+                return Err(CudaError::InternalError("Dummy types not supported in CUDA backend").into())
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<CudaStorage> {
@@ -483,17 +438,9 @@ impl BackendDevice for CudaDevice {
         let slice = match dtype {
             // TODO: Add support for F16 and BF16 though this is likely to require some upstream
             // cudarc changes.
-            DType::U8
-            | DType::U32
-            | DType::I16
-            | DType::I32
-            | DType::I64
-            | DType::F16
-            | DType::BF16 => Err(CudaError::UnsupportedDtype {
-                dtype,
-                op: "rand_uniform",
-            })
-            .w()?,
+            DType::U8 | DType::U32 | DType::I16 | DType::I32 | DType::I64 | DType::F16 | DType::BF16 => {
+                Err(CudaError::UnsupportedDtype { dtype, op: "rand_uniform" }).w()?
+            }
             DType::F32 => {
                 let mut data = unsafe { self.alloc::<f32>(elem_count)? };
                 curand.0.fill_with_uniform(&mut data).w()?;
@@ -505,11 +452,7 @@ impl BackendDevice for CudaDevice {
                 CudaStorageSlice::F64(data)
             }
             DType::F8E4M3 | DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                Err(CudaError::UnsupportedDtype {
-                    dtype,
-                    op: "rand_uniform",
-                })
-                .w()?
+                Err(CudaError::UnsupportedDtype { dtype, op: "rand_uniform" }).w()?
             }
         };
         let slice = if lo == 0. && up == 1.0 {
@@ -519,10 +462,7 @@ impl BackendDevice for CudaDevice {
             let layout = Layout::contiguous(shape);
             super::Affine(up - lo, lo).map(&slice, self, &layout)?
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<CudaStorage> {
@@ -532,29 +472,14 @@ impl BackendDevice for CudaDevice {
         let curand = self.curand.lock().unwrap();
         // curand can only generate an odd number of values.
         // https://github.com/huggingface/candle/issues/734
-        let elem_count_round = if elem_count % 2 == 1 {
-            elem_count + 1
-        } else {
-            elem_count
-        };
+        let elem_count_round = if elem_count % 2 == 1 { elem_count + 1 } else { elem_count };
         let slice = match dtype {
-            DType::U8
-            | DType::U32
-            | DType::I16
-            | DType::I32
-            | DType::I64
-            | DType::F16
-            | DType::BF16 => Err(CudaError::UnsupportedDtype {
-                dtype,
-                op: "rand_normal",
-            })
-            .w()?,
+            DType::U8 | DType::U32 | DType::I16 | DType::I32 | DType::I64 | DType::F16 | DType::BF16 => {
+                Err(CudaError::UnsupportedDtype { dtype, op: "rand_normal" }).w()?
+            }
             DType::F32 => {
                 let mut data = unsafe { self.alloc::<f32>(elem_count_round)? };
-                curand
-                    .0
-                    .fill_with_normal(&mut data, mean as f32, std as f32)
-                    .w()?;
+                curand.0.fill_with_normal(&mut data, mean as f32, std as f32).w()?;
                 CudaStorageSlice::F32(data)
             }
             DType::F64 => {
@@ -563,17 +488,10 @@ impl BackendDevice for CudaDevice {
                 CudaStorageSlice::F64(data)
             }
             DType::F8E4M3 | DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                Err(CudaError::UnsupportedDtype {
-                    dtype,
-                    op: "rand_normal",
-                })
-                .w()?
+                Err(CudaError::UnsupportedDtype { dtype, op: "rand_normal" }).w()?
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<Self::Storage> {
@@ -620,15 +538,10 @@ impl BackendDevice for CudaDevice {
                 CudaStorageSlice::F8E4M3(data)
             }
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                return Err(
-                    CudaError::InternalError("Dummy types not supported in CUDA backend").into(),
-                )
+                return Err(CudaError::InternalError("Dummy types not supported in CUDA backend").into())
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn storage_from_slice<T: crate::WithDType>(&self, s: &[T]) -> Result<Self::Storage> {
@@ -673,21 +586,11 @@ impl BackendDevice for CudaDevice {
                 let data = self.clone_htod(storage)?;
                 CudaStorageSlice::F8E4M3(data)
             }
-            CpuStorageRef::F4(_)
-            | CpuStorageRef::F6E2M3(_)
-            | CpuStorageRef::F6E3M2(_)
-            | CpuStorageRef::F8E8M0(_) => {
-                return Err(CudaError::UnsupportedDtype {
-                    dtype: T::DTYPE,
-                    op: "storage_from_slice",
-                }
-                .into());
+            CpuStorageRef::F4(_) | CpuStorageRef::F6E2M3(_) | CpuStorageRef::F6E3M2(_) | CpuStorageRef::F8E8M0(_) => {
+                return Err(CudaError::UnsupportedDtype { dtype: T::DTYPE, op: "storage_from_slice" }.into());
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn storage_from_cpu_storage(&self, storage: &CpuStorage) -> Result<CudaStorage> {
@@ -732,21 +635,13 @@ impl BackendDevice for CudaDevice {
                 let data = self.clone_htod(storage)?;
                 CudaStorageSlice::F8E4M3(data)
             }
-            CpuStorage::F4(_)
-            | CpuStorage::F6E2M3(_)
-            | CpuStorage::F6E3M2(_)
-            | CpuStorage::F8E8M0(_) => {
-                return Err(CudaError::UnsupportedDtype {
-                    dtype: storage.dtype(),
-                    op: "storage_from_cpu_storage",
-                }
-                .into());
+            CpuStorage::F4(_) | CpuStorage::F6E2M3(_) | CpuStorage::F6E3M2(_) | CpuStorage::F8E8M0(_) => {
+                return Err(
+                    CudaError::UnsupportedDtype { dtype: storage.dtype(), op: "storage_from_cpu_storage" }.into()
+                );
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn storage_from_cpu_storage_owned(&self, storage: CpuStorage) -> Result<CudaStorage> {
@@ -791,10 +686,7 @@ impl BackendDevice for CudaDevice {
                 let data = self.clone_htod(&storage)?;
                 CudaStorageSlice::F8E4M3(data)
             }
-            CpuStorage::F4(_)
-            | CpuStorage::F6E2M3(_)
-            | CpuStorage::F6E3M2(_)
-            | CpuStorage::F8E8M0(_) => {
+            CpuStorage::F4(_) | CpuStorage::F6E2M3(_) | CpuStorage::F6E3M2(_) | CpuStorage::F8E8M0(_) => {
                 return Err(CudaError::UnsupportedDtype {
                     dtype: storage.dtype(),
                     op: "storage_from_cpu_storage_owned",
@@ -802,10 +694,7 @@ impl BackendDevice for CudaDevice {
                 .into());
             }
         };
-        Ok(CudaStorage {
-            slice,
-            device: self.clone(),
-        })
+        Ok(CudaStorage { slice, device: self.clone() })
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -24,25 +24,16 @@ pub enum CudaError {
     #[error("internal error '{0}'")]
     InternalError(&'static str),
 
-    #[error("matmul is only supported for contiguous tensors lstride: {lhs_stride:?} rstride: {rhs_stride:?} mnk: {mnk:?}")]
-    MatMulNonContiguous {
-        lhs_stride: Layout,
-        rhs_stride: Layout,
-        mnk: (usize, usize, usize),
-    },
+    #[error(
+        "matmul is only supported for contiguous tensors lstride: {lhs_stride:?} rstride: {rhs_stride:?} mnk: {mnk:?}"
+    )]
+    MatMulNonContiguous { lhs_stride: Layout, rhs_stride: Layout, mnk: (usize, usize, usize) },
 
     #[error("{msg}, expected: {expected:?}, got: {got:?}")]
-    UnexpectedDType {
-        msg: &'static str,
-        expected: DType,
-        got: DType,
-    },
+    UnexpectedDType { msg: &'static str, expected: DType, got: DType },
 
     #[error("{cuda} when loading {module_name}")]
-    Load {
-        cuda: cudarc::driver::DriverError,
-        module_name: String,
-    },
+    Load { cuda: cudarc::driver::DriverError, module_name: String },
 }
 
 impl From<CudaError> for crate::Error {

@@ -6,9 +6,7 @@ use crate::{builder_arg as barg, CpuStorage, DType, Layout, Result, WithDType};
 pub use candle_kernels as kernels;
 pub use cudarc;
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 use half::{bf16, f16};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -119,12 +117,7 @@ pub enum CudaStorageSlice {
 
 struct Clone;
 impl Map1 for Clone {
-    fn f<T: DeviceRepr>(
-        &self,
-        s: &CudaSlice<T>,
-        _: &CudaDevice,
-        _: &Layout,
-    ) -> Result<CudaSlice<T>> {
+    fn f<T: DeviceRepr>(&self, s: &CudaSlice<T>, _: &CudaDevice, _: &Layout) -> Result<CudaSlice<T>> {
         s.try_clone().w()
     }
 }
@@ -354,8 +347,7 @@ impl Map1Any for FastReduce<'_> {
             stride.push(src_stride[dim_idx]);
         }
         let el_to_sum_per_block = src_el / dst_el;
-        let ds =
-            SlicePtrOrNull::params_from_vec(dev, [dims.as_slice(), stride.as_slice()].concat())?;
+        let ds = SlicePtrOrNull::params_from_vec(dev, [dims.as_slice(), stride.as_slice()].concat())?;
         let src = &src.slice(layout.start_offset()..);
         let (name, check_empty, return_index) = match self.1 {
             ReduceOp::Sum => ("fast_sum", false, false),
@@ -1058,8 +1050,7 @@ impl Map1 for UpsampleBilinear2D {
         let (out_w, out_h) = (self.out_w, self.out_h);
         let dst_el = out_w * out_h * dims[0] * dims[1];
         let cfg = LaunchConfig::for_num_elems(dst_el as u32);
-        let func =
-            dev.get_or_load_func(&kernel_name::<T>("upsample_bilinear2d"), &kernels::CONV)?;
+        let func = dev.get_or_load_func(&kernel_name::<T>("upsample_bilinear2d"), &kernels::CONV)?;
 
         // SAFETY: Set later by running the kernel.
         let out = unsafe { dev.alloc::<T>(dst_el)? };
@@ -1227,21 +1218,15 @@ fn slice_src_and_dst<'a, T>(
     src_l: &Layout,
     dst: &'a mut CudaSlice<T>,
     dst_offset: usize,
-) -> (
-    cudarc::driver::CudaView<'a, T>,
-    cudarc::driver::CudaViewMut<'a, T>,
-) {
+) -> (cudarc::driver::CudaView<'a, T>, cudarc::driver::CudaViewMut<'a, T>) {
     let src_offset = src_l.start_offset();
     // Copy exactly the number of elements the layout describes. Deriving the
     // count from the storage lengths alone over-copies whenever `src` is a view
     // whose storage continues past it -- anything produced by `narrow` -- and
     // that overruns into the elements sitting after `dst_offset` in `dst`. The
     // two storage bounds are kept as a defensive clamp.
-    let to_copy = src_l
-        .shape()
-        .elem_count()
-        .min(dst.len().saturating_sub(dst_offset))
-        .min(src.len().saturating_sub(src_offset));
+    let to_copy =
+        src_l.shape().elem_count().min(dst.len().saturating_sub(dst_offset)).min(src.len().saturating_sub(src_offset));
     let src = src.slice(src_offset..src_offset + to_copy);
     let dst = dst.slice_mut(dst_offset..dst_offset + to_copy);
     (src, dst)
@@ -1392,10 +1377,7 @@ impl CudaStorage {
             }
         };
 
-        Ok(Self {
-            slice: storage_slice,
-            device: dst.clone(),
-        })
+        Ok(Self { slice: storage_slice, device: dst.clone() })
     }
 }
 
@@ -1423,11 +1405,7 @@ fn gemm_config<T>(
     } else if (rhs_m1 == k || n == 1) && (rhs_m2 == 1 || k == 1) {
         (k as i32, cublasOperation_t::CUBLAS_OP_T)
     } else {
-        Err(CudaError::MatMulNonContiguous {
-            lhs_stride: lhs_l.clone(),
-            rhs_stride: rhs_l.clone(),
-            mnk: (m, n, k),
-        })?
+        Err(CudaError::MatMulNonContiguous { lhs_stride: lhs_l.clone(), rhs_stride: rhs_l.clone(), mnk: (m, n, k) })?
     };
     // The b tensor has dims batching, m, k (lhs)
     // We also allow for the case where the stride on the minor dimension is not as expected but
@@ -1437,26 +1415,12 @@ fn gemm_config<T>(
     } else if (lhs_m1 == m || k == 1) && (lhs_m2 == 1 || m == 1) {
         (m as i32, cublasOperation_t::CUBLAS_OP_T)
     } else {
-        Err(CudaError::MatMulNonContiguous {
-            lhs_stride: lhs_l.clone(),
-            rhs_stride: rhs_l.clone(),
-            mnk: (m, n, k),
-        })?
+        Err(CudaError::MatMulNonContiguous { lhs_stride: lhs_l.clone(), rhs_stride: rhs_l.clone(), mnk: (m, n, k) })?
     };
     // The setup below was copied from:
     // https://github.com/lebedov/scikit-cuda/blob/7e7300474286019c917a6c8a4bca59405c64fbce/tests/test_cublas.py#L531
-    let gemm = GemmConfig {
-        alpha,
-        beta,
-        m: n as i32,
-        n: m as i32,
-        k: k as i32,
-        lda,
-        ldb,
-        ldc: n as i32,
-        transa,
-        transb,
-    };
+    let gemm =
+        GemmConfig { alpha, beta, m: n as i32, n: m as i32, k: k as i32, lda, ldb, ldc: n as i32, transa, transb };
 
     let stride_b: usize = match lhs_stride[..lhs_stride.len() - 2] {
         [s1, stride] if s1 == stride * lhs_l.dims()[1] => stride,
@@ -1543,11 +1507,7 @@ impl BackendStorage for CudaStorage {
             S::F64(s) => (slice_ptr(s, src_o), "const_set_f64"),
             S::F8E4M3(s) => (slice_ptr(s, src_o), "const_set_f8_e4m3"),
             S::F4(_) | S::F6E2M3(_) | S::F6E3M2(_) | S::F8E8M0(_) => {
-                return Err(CudaError::UnsupportedDtype {
-                    dtype: self.dtype(),
-                    op: "const_set",
-                }
-                .into());
+                return Err(CudaError::UnsupportedDtype { dtype: self.dtype(), op: "const_set" }.into());
             }
         };
 
@@ -1589,11 +1549,7 @@ impl BackendStorage for CudaStorage {
             | CudaStorageSlice::F6E2M3(_)
             | CudaStorageSlice::F6E3M2(_)
             | CudaStorageSlice::F8E8M0(_) => {
-                return Err(CudaError::UnsupportedDtype {
-                    dtype: self.dtype(),
-                    op: "to_dtype",
-                }
-                .into());
+                return Err(CudaError::UnsupportedDtype { dtype: self.dtype(), op: "to_dtype" }.into());
             }
         };
         let inp = &inp;
@@ -1689,19 +1645,12 @@ impl BackendStorage for CudaStorage {
                 unsafe { builder.launch(cfg) }.w()?;
                 CudaStorageSlice::F8E4M3(out)
             }
-            DType::I16 | DType::I32 => {
-                return Err(CudaError::InternalError("i16,i32 dtypes are not supported").into())
-            }
+            DType::I16 | DType::I32 => return Err(CudaError::InternalError("i16,i32 dtypes are not supported").into()),
             DType::F6E2M3 | DType::F6E3M2 | DType::F4 | DType::F8E8M0 => {
-                return Err(
-                    CudaError::InternalError("Dummy types not supported in CUDA backend").into(),
-                )
+                return Err(CudaError::InternalError("Dummy types not supported in CUDA backend").into())
             }
         };
-        Ok(Self {
-            slice,
-            device: dev.clone(),
-        })
+        Ok(Self { slice, device: dev.clone() })
     }
 
     fn affine(&self, layout: &Layout, mul: f64, add: f64) -> Result<Self> {
@@ -1740,12 +1689,7 @@ impl BackendStorage for CudaStorage {
         Ok(Self { slice, device })
     }
 
-    fn binary_impl<B: BinaryOpT>(
-        &self,
-        rhs: &Self,
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-    ) -> Result<Self> {
+    fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {
         let device = self.device().clone();
         let slice = B::V.map(&self.slice, lhs_l, &rhs.slice, rhs_l, &device)?;
         Ok(Self { slice, device })
@@ -1806,35 +1750,20 @@ impl BackendStorage for CudaStorage {
             CudaStorageSlice::F4(_)
             | CudaStorageSlice::F6E2M3(_)
             | CudaStorageSlice::F6E3M2(_)
-            | CudaStorageSlice::F8E8M0(_) => Err(CudaError::UnsupportedDtype {
-                dtype: self.dtype(),
-                op: "to_cpu_storage",
+            | CudaStorageSlice::F8E8M0(_) => {
+                Err(CudaError::UnsupportedDtype { dtype: self.dtype(), op: "to_cpu_storage" }.into())
             }
-            .into()),
         }
     }
 
-    fn where_cond(
-        &self,
-        layout: &Layout,
-        t: &Self,
-        t_l: &Layout,
-        f: &Self,
-        f_l: &Layout,
-    ) -> Result<Self> {
+    fn where_cond(&self, layout: &Layout, t: &Self, t_l: &Layout, f: &Self, f_l: &Layout) -> Result<Self> {
         let device = self.device().clone();
         let slice = WhereCond(self, layout).map(&t.slice, t_l, &f.slice, f_l, &device)?;
         Ok(Self { slice, device })
     }
 
     #[cfg(not(feature = "cudnn"))]
-    fn conv1d(
-        &self,
-        l: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &crate::conv::ParamsConv1D,
-    ) -> Result<Self> {
+    fn conv1d(&self, l: &Layout, kernel: &Self, kernel_l: &Layout, params: &crate::conv::ParamsConv1D) -> Result<Self> {
         const USE_IM2COL_CONV1D: bool = true;
 
         let device = self.device().clone();
@@ -1843,13 +1772,9 @@ impl BackendStorage for CudaStorage {
             return Ok(Self { slice, device });
         }
 
-        let col = Im2Col1D {
-            l_k: params.k_size,
-            stride: params.stride,
-            dilation: params.dilation,
-            padding: params.padding,
-        }
-        .map(&self.slice, &device, l)?;
+        let col =
+            Im2Col1D { l_k: params.k_size, stride: params.stride, dilation: params.dilation, padding: params.padding }
+                .map(&self.slice, &device, l)?;
         let col = Self { slice: col, device };
         let l_out = params.l_out();
         let b = params.b_size;
@@ -1858,18 +1783,13 @@ impl BackendStorage for CudaStorage {
         let m = l_out;
         let col_l = Layout::contiguous((b * m, k));
         let res = if kernel_l.is_contiguous() {
-            let kernel_l =
-                Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
+            let kernel_l = Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
             col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_l)?
         } else {
             // Make the kernel contiguous if not already the case.
-            let mut kernel_c = unsafe {
-                self.device()
-                    .alloc_uninit(kernel_l.shape(), kernel.dtype())?
-            };
+            let mut kernel_c = unsafe { self.device().alloc_uninit(kernel_l.shape(), kernel.dtype())? };
             kernel.copy_strided_src(&mut kernel_c, 0, kernel_l)?;
-            let kernel_l =
-                Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
+            let kernel_l = Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
             col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_l)?
         };
         let res_l = Layout::contiguous((b, l_out, n)).transpose(1, 2)?;
@@ -1941,9 +1861,7 @@ impl BackendStorage for CudaStorage {
             (S::I16(_), S::I16(_)) => Err(CudaError::InternalError("conv1d does not support i16"))?,
             (S::I32(_), S::I32(_)) => Err(CudaError::InternalError("conv1d does not support i32"))?,
             (S::I64(_), S::I64(_)) => Err(CudaError::InternalError("conv1d does not support i64"))?,
-            (S::F8E4M3(_), S::F8E4M3(_)) => {
-                Err(CudaError::InternalError("conv1d does not support f8e4m3"))?
-            }
+            (S::F8E4M3(_), S::F8E4M3(_)) => Err(CudaError::InternalError("conv1d does not support f8e4m3"))?,
             _ => Err(CudaError::InternalError("dtype mismatch in conv1d"))?,
         };
         Ok(Self { slice, device })
@@ -1959,24 +1877,16 @@ impl BackendStorage for CudaStorage {
         const USE_COL2IM_CONV1D_TR: bool = true;
 
         let device = self.device().clone();
-        let can_use_col2im = kernel_l.is_contiguous()
-            && params.dilation == 1
-            && params.padding == 0
-            && params.output_padding == 0;
+        let can_use_col2im =
+            kernel_l.is_contiguous() && params.dilation == 1 && params.padding == 0 && params.output_padding == 0;
         let slice = if USE_COL2IM_CONV1D_TR && can_use_col2im {
             let (b_size, c_in, l_in) = l.shape().dims3()?;
             let (c_in2, c_out, k_size) = kernel_l.shape().dims3()?;
             if !kernel_l.is_contiguous() {
-                crate::bail!(
-                    "convtr1d: the second argument (kernel) has to be contiguous {kernel_l:?}"
-                )
+                crate::bail!("convtr1d: the second argument (kernel) has to be contiguous {kernel_l:?}")
             }
             if c_in != c_in2 {
-                crate::bail!(
-                    "convtr1d: shape mismatch on c_in {:?} {:?}",
-                    l.shape(),
-                    kernel_l.shape()
-                )
+                crate::bail!("convtr1d: shape mismatch on c_in {:?} {:?}", l.shape(), kernel_l.shape())
             }
             let col = {
                 // This merges the last two dimensions of the kernel together.
@@ -1987,21 +1897,13 @@ impl BackendStorage for CudaStorage {
                 );
                 self.matmul(
                     kernel,
-                    (
-                        b_size,
-                        /* m */ l_in,
-                        /* n */ c_out * k_size,
-                        /* k */ c_in,
-                    ),
+                    (b_size, /* m */ l_in, /* n */ c_out * k_size, /* k */ c_in),
                     &l.transpose(1, 2)?,
                     &kernel_l_mm,
                 )?
             };
             let col_l = Layout::contiguous((b_size, l_in, c_out, k_size));
-            Col2Im1D {
-                stride: params.stride,
-            }
-            .map(&col.slice, &device, &col_l)?
+            Col2Im1D { stride: params.stride }.map(&col.slice, &device, &col_l)?
         } else {
             ConvTranspose1D(params).map(&self.slice, l, &kernel.slice, kernel_l, &device)?
         };
@@ -2009,13 +1911,7 @@ impl BackendStorage for CudaStorage {
     }
 
     #[cfg(not(feature = "cudnn"))]
-    fn conv2d(
-        &self,
-        l: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &crate::conv::ParamsConv2D,
-    ) -> Result<Self> {
+    fn conv2d(&self, l: &Layout, kernel: &Self, kernel_l: &Layout, params: &crate::conv::ParamsConv2D) -> Result<Self> {
         const USE_IM2COL_CONV2D: bool = true;
 
         let device = self.device().clone();
@@ -2041,24 +1937,18 @@ impl BackendStorage for CudaStorage {
         let m = h_out * w_out;
         let col_l = Layout::contiguous((b * m, k));
         let res = if kernel_l.is_contiguous() {
-            let kernel_l =
-                Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
+            let kernel_l = Layout::contiguous_with_offset((n, k), kernel_l.start_offset()).transpose(0, 1)?;
             col.matmul(kernel, (1, b * m, n, k), &col_l, &kernel_l)?
         } else {
             // Make the kernel contiguous if not already the case. copy_strided_src writes the
             // materialized kernel starting at offset 0, so the matmul layout must use offset 0,
             // not the original (strided) kernel's start offset.
-            let mut kernel_c = unsafe {
-                self.device()
-                    .alloc_uninit(kernel_l.shape(), kernel.dtype())?
-            };
+            let mut kernel_c = unsafe { self.device().alloc_uninit(kernel_l.shape(), kernel.dtype())? };
             kernel.copy_strided_src(&mut kernel_c, 0, kernel_l)?;
             let kernel_l = Layout::contiguous_with_offset((n, k), 0).transpose(0, 1)?;
             col.matmul(&kernel_c, (1, b * m, n, k), &col_l, &kernel_l)?
         };
-        let res_l = Layout::contiguous((b, h_out, w_out, n))
-            .transpose(1, 2)?
-            .transpose(1, 3)?;
+        let res_l = Layout::contiguous((b, h_out, w_out, n)).transpose(1, 2)?.transpose(1, 3)?;
         let mut res_t = unsafe { self.device().alloc_uninit(res_l.shape(), res.dtype())? };
         res.copy_strided_src(&mut res_t, 0, &res_l)?;
         Ok(res_t)
@@ -2127,9 +2017,7 @@ impl BackendStorage for CudaStorage {
             (S::I16(_), S::I16(_)) => Err(CudaError::InternalError("conv2d does not support i16"))?,
             (S::I32(_), S::I32(_)) => Err(CudaError::InternalError("conv2d does not support i32"))?,
             (S::I64(_), S::I64(_)) => Err(CudaError::InternalError("conv2d does not support i64"))?,
-            (S::F8E4M3(_), S::F8E4M3(_)) => {
-                Err(CudaError::InternalError("conv2d does not support f8e4m3"))?
-            }
+            (S::F8E4M3(_), S::F8E4M3(_)) => Err(CudaError::InternalError("conv2d does not support f8e4m3"))?,
             _ => Err(CudaError::InternalError("dtype mismatch in conv2d"))?,
         };
         Ok(Self { slice, device })
@@ -2143,34 +2031,27 @@ impl BackendStorage for CudaStorage {
         params: &crate::conv::ParamsConvTranspose2D,
     ) -> Result<Self> {
         let device = self.device().clone();
-        let slice =
-            ConvTranspose2D(params).map(&self.slice, l, &kernel.slice, kernel_l, &device)?;
+        let slice = ConvTranspose2D(params).map(&self.slice, l, &kernel.slice, kernel_l, &device)?;
         Ok(Self { slice, device })
     }
 
     fn avg_pool2d(&self, l: &Layout, k: (usize, usize), stride: (usize, usize)) -> Result<Self> {
         let device = self.device().clone();
-        let slice = Pool2D {
-            w_k: k.0,
-            h_k: k.1,
-            w_stride: stride.0,
-            h_stride: stride.1,
-            op: PoolOp::Avg,
-        }
-        .map(&self.slice, &device, l)?;
+        let slice = Pool2D { w_k: k.0, h_k: k.1, w_stride: stride.0, h_stride: stride.1, op: PoolOp::Avg }.map(
+            &self.slice,
+            &device,
+            l,
+        )?;
         Ok(Self { slice, device })
     }
 
     fn max_pool2d(&self, l: &Layout, k: (usize, usize), stride: (usize, usize)) -> Result<Self> {
         let device = self.device().clone();
-        let slice = Pool2D {
-            w_k: k.0,
-            h_k: k.1,
-            w_stride: stride.0,
-            h_stride: stride.1,
-            op: PoolOp::Max,
-        }
-        .map(&self.slice, &device, l)?;
+        let slice = Pool2D { w_k: k.0, h_k: k.1, w_stride: stride.0, h_stride: stride.1, op: PoolOp::Max }.map(
+            &self.slice,
+            &device,
+            l,
+        )?;
         Ok(Self { slice, device })
     }
 
@@ -2194,14 +2075,12 @@ impl BackendStorage for CudaStorage {
         scale_w: Option<f64>,
     ) -> Result<Self> {
         let device = self.device().clone();
-        let slice = UpsampleBilinear2D {
-            out_w,
-            out_h,
-            align_corners,
-            scale_h_factor: scale_h,
-            scale_w_factor: scale_w,
-        }
-        .map(&self.slice, &device, l)?;
+        let slice =
+            UpsampleBilinear2D { out_w, out_h, align_corners, scale_h_factor: scale_h, scale_w_factor: scale_w }.map(
+                &self.slice,
+                &device,
+                l,
+            )?;
         Ok(Self { slice, device })
     }
 
@@ -2270,8 +2149,7 @@ impl BackendStorage for CudaStorage {
                 let rhs = &rhs.slice(rhs_l.start_offset()..);
                 let cfg = gemm_config(bf16::ONE, bf16::ZERO, (b, m, n, k), lhs_l, rhs_l)?;
                 let mut out = unsafe { dev.alloc::<bf16>(elem_count)? };
-                unsafe { gemm_strided_batched_bf16(&self.device.blas, cfg, rhs, lhs, &mut out) }
-                    .w()?;
+                unsafe { gemm_strided_batched_bf16(&self.device.blas, cfg, rhs, lhs, &mut out) }.w()?;
                 CudaStorageSlice::BF16(out)
             }
             (CudaStorageSlice::F16(lhs), CudaStorageSlice::F16(rhs)) => {
@@ -2279,8 +2157,7 @@ impl BackendStorage for CudaStorage {
                 let rhs = &rhs.slice(rhs_l.start_offset()..);
                 let cfg = gemm_config(f16::ONE, f16::ZERO, (b, m, n, k), lhs_l, rhs_l)?;
                 let mut out = unsafe { dev.alloc::<f16>(elem_count)? };
-                unsafe { gemm_strided_batched_f16(&self.device.blas, cfg, rhs, lhs, &mut out) }
-                    .w()?;
+                unsafe { gemm_strided_batched_f16(&self.device.blas, cfg, rhs, lhs, &mut out) }.w()?;
                 CudaStorageSlice::F16(out)
             }
             (CudaStorageSlice::F32(lhs), CudaStorageSlice::F32(rhs)) => {
@@ -2288,8 +2165,7 @@ impl BackendStorage for CudaStorage {
                 let rhs = &rhs.slice(rhs_l.start_offset()..);
                 let cfg = gemm_config(1., 0., (b, m, n, k), lhs_l, rhs_l)?;
                 let mut out = unsafe { dev.alloc::<f32>(elem_count)? };
-                unsafe { gemm_strided_batched_f32(&self.device.blas, cfg, rhs, lhs, &mut out) }
-                    .w()?;
+                unsafe { gemm_strided_batched_f32(&self.device.blas, cfg, rhs, lhs, &mut out) }.w()?;
                 CudaStorageSlice::F32(out)
             }
             (CudaStorageSlice::F64(lhs), CudaStorageSlice::F64(rhs)) => {
@@ -2297,12 +2173,7 @@ impl BackendStorage for CudaStorage {
                 let rhs = &rhs.slice(rhs_l.start_offset()..);
                 let cfg = gemm_config(1., 0., (b, m, n, k), lhs_l, rhs_l)?;
                 let mut out = unsafe { dev.alloc::<f64>(elem_count)? };
-                unsafe {
-                    self.device
-                        .blas
-                        .gemm_strided_batched(cfg, rhs, lhs, &mut out)
-                }
-                .w()?;
+                unsafe { self.device.blas.gemm_strided_batched(cfg, rhs, lhs, &mut out) }.w()?;
                 CudaStorageSlice::F64(out)
             }
             _ => Err(CudaError::InternalError("dtype mismatch in matmul op"))?,
@@ -2530,9 +2401,7 @@ impl BackendStorage for CudaStorage {
                     unsafe { builder.launch(cfg) }.w()?;
                 }
             }
-            _ => Err(CudaError::InternalError(
-                "dtype mismatch in copy_strided op",
-            ))?,
+            _ => Err(CudaError::InternalError("dtype mismatch in copy_strided op"))?,
         }
         Ok(())
     }
@@ -2540,12 +2409,9 @@ impl BackendStorage for CudaStorage {
 
 // Default for the reduced precision setting is false, similar to pytorch.
 // https://github.com/pytorch/pytorch/issues/123157
-static MM_F16_REDUCED_PRECISION: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-static MM_BF16_REDUCED_PRECISION: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-static MM_F32_REDUCED_PRECISION: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+static MM_F16_REDUCED_PRECISION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static MM_BF16_REDUCED_PRECISION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static MM_F32_REDUCED_PRECISION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// This bool controls whether reduced precision reductions (e.g., with tf32 accumulation type) are
 /// allowed with f32 GEMMs.

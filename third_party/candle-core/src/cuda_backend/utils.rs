@@ -77,16 +77,7 @@ pub trait Map3 {
     ) -> Result<CudaSlice<T>>;
 
     #[allow(clippy::too_many_arguments)]
-    fn map(
-        &self,
-        s1: &S,
-        l1: &Layout,
-        s2: &S,
-        l2: &Layout,
-        s3: &S,
-        l3: &Layout,
-        d: &CudaDevice,
-    ) -> Result<S> {
+    fn map(&self, s1: &S, l1: &Layout, s2: &S, l2: &Layout, s3: &S, l3: &Layout, d: &CudaDevice) -> Result<S> {
         let out = match (s1, s2, s3) {
             (S::U8(s1), S::U8(s2), S::U8(s3)) => S::U8(self.f(s1, l1, s2, l2, s3, l3, d)?),
             (S::U32(s1), S::U32(s2), S::U32(s3)) => S::U32(self.f(s1, l1, s2, l2, s3, l3, d)?),
@@ -95,9 +86,7 @@ pub trait Map3 {
             (S::F16(s1), S::F16(s2), S::F16(s3)) => S::F16(self.f(s1, l1, s2, l2, s3, l3, d)?),
             (S::F32(s1), S::F32(s2), S::F32(s3)) => S::F32(self.f(s1, l1, s2, l2, s3, l3, d)?),
             (S::F64(s1), S::F64(s2), S::F64(s3)) => S::F64(self.f(s1, l1, s2, l2, s3, l3, d)?),
-            (S::F8E4M3(s1), S::F8E4M3(s2), S::F8E4M3(s3)) => {
-                S::F8E4M3(self.f(s1, l1, s2, l2, s3, l3, d)?)
-            }
+            (S::F8E4M3(s1), S::F8E4M3(s2), S::F8E4M3(s3)) => S::F8E4M3(self.f(s1, l1, s2, l2, s3, l3, d)?),
             _ => Err(CudaError::InternalError("dtype mismatch in ternary op"))?,
         };
         Ok(out)
@@ -114,14 +103,7 @@ pub trait Map2InPlace {
         dev: &CudaDevice,
     ) -> Result<()>;
 
-    fn map(
-        &self,
-        dst: &mut S,
-        dst_l: &Layout,
-        src: &S,
-        src_l: &Layout,
-        d: &CudaDevice,
-    ) -> Result<()> {
+    fn map(&self, dst: &mut S, dst_l: &Layout, src: &S, src_l: &Layout, d: &CudaDevice) -> Result<()> {
         match (dst, src) {
             (S::U8(dst), S::U8(src)) => self.f(dst, dst_l, src, src_l, d),
             (S::U32(dst), S::U32(src)) => self.f(dst, dst_l, src, src_l, d),

@@ -1,10 +1,7 @@
 use crate::{DType, Result};
 
 use candle_metal_kernels::{
-    metal::{
-        BlitCommandsGuard, Buffer, BufferMap, Commands, CommandsGuard, Device, MTLResourceOptions,
-        ResidencySet,
-    },
+    metal::{BlitCommandsGuard, Buffer, BufferMap, Commands, CommandsGuard, Device, MTLResourceOptions, ResidencySet},
     Kernels,
 };
 use objc2_foundation::NSURL;
@@ -135,17 +132,12 @@ impl MetalDevice {
     }
 
     pub fn blit_command_encoder(&self) -> Result<BlitCommandsGuard<'_>> {
-        let command_encoder = self
-            .commands
-            .blit_command_encoder()
-            .map_err(MetalError::from)?;
+        let command_encoder = self.commands.blit_command_encoder().map_err(MetalError::from)?;
         Ok(command_encoder)
     }
 
     pub fn wait_until_completed(&self) -> Result<()> {
-        self.commands
-            .wait_until_completed()
-            .map_err(MetalError::from)?;
+        self.commands.wait_until_completed().map_err(MetalError::from)?;
 
         self.drop_unused_buffers()?;
         Ok(())
@@ -153,9 +145,7 @@ impl MetalDevice {
 
     /// Commit and wait on the buffer holding the caller's work; safe for concurrent CPU readbacks.
     pub fn flush_and_wait_current(&self) -> Result<()> {
-        self.commands
-            .flush_and_wait_current()
-            .map_err(MetalError::from)?;
+        self.commands.flush_and_wait_current().map_err(MetalError::from)?;
 
         self.drop_unused_buffers()?;
         Ok(())
@@ -194,12 +184,7 @@ impl MetalDevice {
     ///
     /// Uses StorageModePrivate on macOS for faster GPU access (no CPU coherency overhead).
     /// Falls back to StorageModeShared on iOS where Private is not always available.
-    pub fn new_buffer(
-        &self,
-        element_count: usize,
-        dtype: DType,
-        _name: &str,
-    ) -> Result<Arc<Buffer>> {
+    pub fn new_buffer(&self, element_count: usize, dtype: DType, _name: &str) -> Result<Arc<Buffer>> {
         let size = element_count * dtype.size_in_bytes();
         let mut buffers = self.private_buffers.write().map_err(MetalError::from)?;
         if let Some(b) = find_available_buffer(size, &buffers) {
@@ -208,10 +193,7 @@ impl MetalDevice {
         let size = buf_size(size);
         let subbuffers = buffers.entry(size).or_insert(vec![]);
 
-        let new_buffer = self
-            .device
-            .new_buffer(size, PRIVATE_RESOURCE_OPTIONS)
-            .map_err(MetalError::from)?;
+        let new_buffer = self.device.new_buffer(size, PRIVATE_RESOURCE_OPTIONS).map_err(MetalError::from)?;
         let new_buffer = Arc::new(new_buffer);
         self.residency_set.insert(&new_buffer);
         subbuffers.push(new_buffer.clone());
@@ -221,17 +203,9 @@ impl MetalDevice {
     /// Creates a new private buffer (not necessarily zeroed).
     ///
     /// This is intentionally not in the Metal buffer pool to allow the efficient implementation of persistent buffers.
-    pub fn new_private_buffer(
-        &self,
-        element_count: usize,
-        dtype: DType,
-        _name: &str,
-    ) -> Result<Arc<Buffer>> {
+    pub fn new_private_buffer(&self, element_count: usize, dtype: DType, _name: &str) -> Result<Arc<Buffer>> {
         let size = element_count * dtype.size_in_bytes();
-        let buffer = self
-            .device
-            .new_buffer(size, PRIVATE_RESOURCE_OPTIONS)
-            .map_err(MetalError::from)?;
+        let buffer = self.device.new_buffer(size, PRIVATE_RESOURCE_OPTIONS).map_err(MetalError::from)?;
         let buffer = Arc::new(buffer);
         self.residency_set.insert(&buffer);
         Ok(buffer)
@@ -243,10 +217,8 @@ impl MetalDevice {
     /// allocates the buffer and copies over the existing data before returning the MTLBuffer.
     pub fn new_buffer_with_data<T>(&self, data: &[T]) -> Result<Arc<Buffer>> {
         let size = core::mem::size_of_val(data);
-        let new_buffer = self
-            .device
-            .new_buffer_with_data(data.as_ptr().cast(), size, RESOURCE_OPTIONS)
-            .map_err(MetalError::from)?;
+        let new_buffer =
+            self.device.new_buffer_with_data(data.as_ptr().cast(), size, RESOURCE_OPTIONS).map_err(MetalError::from)?;
         let mut buffers = self.buffers.write().map_err(MetalError::from)?;
 
         let subbuffers = buffers.entry(size).or_insert(vec![]);
@@ -291,10 +263,7 @@ impl MetalDevice {
         let size = buf_size(size);
         let subbuffers = buffers.entry(size).or_insert(vec![]);
 
-        let new_buffer = self
-            .device
-            .new_buffer(size, RESOURCE_OPTIONS)
-            .map_err(MetalError::from)?;
+        let new_buffer = self.device.new_buffer(size, RESOURCE_OPTIONS).map_err(MetalError::from)?;
         let new_buffer = Arc::new(new_buffer);
         self.residency_set.insert(&new_buffer);
         subbuffers.push(new_buffer.clone());
@@ -317,9 +286,7 @@ impl MetalDevice {
             descriptor.setOutputURL(url.as_deref());
         }
 
-        capture
-            .startCaptureWithDescriptor_error(&descriptor)
-            .map_err(|e| MetalError::from(e.to_string()))?;
+        capture.startCaptureWithDescriptor_error(&descriptor).map_err(|e| MetalError::from(e.to_string()))?;
         Ok(())
     }
 }
@@ -362,10 +329,7 @@ pub struct ReadyBufferBuilder<'a> {
 
 impl<'a> BufferBuilder<'a> {
     fn new(device: &'a MetalDevice) -> Self {
-        Self {
-            device,
-            label: None,
-        }
+        Self { device, label: None }
     }
 
     /// Allocate elem_count * dtype size bytes, uninitialized, private storage.
@@ -387,9 +351,7 @@ impl<'a> BufferBuilder<'a> {
     /// Allocate a shared buffer initialized from data. Always allocates; does not
     /// reuse the pool.
     pub fn with_data<T>(self, data: &'a [T]) -> ReadyBufferBuilder<'a> {
-        self.ready(BufferInit::Data(Box::new(move |device| {
-            device.new_buffer_with_data(data)
-        })))
+        self.ready(BufferInit::Data(Box::new(move |device| device.new_buffer_with_data(data))))
     }
 
     pub fn with_label(mut self, label: &'a str) -> Self {
@@ -399,11 +361,7 @@ impl<'a> BufferBuilder<'a> {
 
     #[inline]
     fn ready(self, init: BufferInit<'a>) -> ReadyBufferBuilder<'a> {
-        ReadyBufferBuilder {
-            device: self.device,
-            init,
-            label: self.label,
-        }
+        ReadyBufferBuilder { device: self.device, init, label: self.label }
     }
 }
 
@@ -415,9 +373,7 @@ impl<'a> ReadyBufferBuilder<'a> {
 
     pub fn build(self) -> Result<Arc<Buffer>> {
         let buffer = match self.init {
-            BufferInit::Typed { elem_count, dtype } => {
-                self.device.new_buffer(elem_count, dtype, "")?
-            }
+            BufferInit::Typed { elem_count, dtype } => self.device.new_buffer(elem_count, dtype, "")?,
             BufferInit::Size(size) => self.device.allocate_buffer(size)?,
             BufferInit::Zeros(size) => self.device.allocate_zeros(size)?,
             BufferInit::Data(upload) => upload(self.device)?,

@@ -21,10 +21,7 @@ mod device;
 pub use device::{DeviceId, MetalDevice};
 
 pub fn buffer_o<'a>(buffer: &'a Buffer, l: &Layout, dtype: DType) -> BufferOffset<'a> {
-    BufferOffset {
-        buffer,
-        offset_in_bytes: l.start_offset() * dtype.size_in_bytes(),
-    }
+    BufferOffset { buffer, offset_in_bytes: l.start_offset() * dtype.size_in_bytes() }
 }
 /// Simple way to catch lock error without
 /// depending on T
@@ -61,11 +58,7 @@ pub enum MetalError {
     #[error("{0:?}")]
     LockError(LockError),
     #[error("{msg}, expected: {expected:?}, got: {got:?}")]
-    UnexpectedDType {
-        msg: &'static str,
-        expected: DType,
-        got: DType,
-    },
+    UnexpectedDType { msg: &'static str, expected: DType, got: DType },
 }
 
 impl From<String> for MetalError {
@@ -126,11 +119,7 @@ impl BackendStorage for MetalStorage {
         let el = shape.elem_count();
         let dtype = self.dtype;
 
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(el, self.dtype)
-            .with_label("affine")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(el, self.dtype).with_label("affine").build()?;
         let encoder = self.device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, dtype);
         if layout.is_contiguous() {
@@ -190,11 +179,7 @@ impl BackendStorage for MetalStorage {
         let el = shape.elem_count();
         let dtype = self.dtype;
 
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(el, self.dtype)
-            .with_label("powf")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(el, self.dtype).with_label("powf").build()?;
         let encoder = self.device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, dtype);
         if layout.is_contiguous() {
@@ -246,11 +231,7 @@ impl BackendStorage for MetalStorage {
         let el = shape.elem_count();
         let dtype = self.dtype;
 
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(el, self.dtype)
-            .with_label("elu")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(el, self.dtype).with_label("elu").build()?;
         let encoder = self.device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, self.dtype);
         if layout.is_contiguous() {
@@ -359,11 +340,7 @@ impl BackendStorage for MetalStorage {
                 Err(crate::Error::EmptyTensor { op: "reduce" }.bt())?
             }
             let dtype = if return_index { DType::U32 } else { self.dtype };
-            let buffer = device
-                .new_buffer_builder()
-                .with_size_for(dst_el, dtype)
-                .with_label("reduce")
-                .build()?;
+            let buffer = device.new_buffer_builder().with_size_for(dst_el, dtype).with_label("reduce").build()?;
             let encoder = self.device.command_encoder()?;
             let src = buffer_o(&self.buffer, layout, self.dtype);
             candle_metal_kernels::call_reduce_contiguous(
@@ -418,11 +395,7 @@ impl BackendStorage for MetalStorage {
             Err(crate::Error::EmptyTensor { op: "reduce" }.bt())?
         }
         let dtype = if return_index { DType::U32 } else { self.dtype };
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(dst_el, dtype)
-            .with_label("reduce")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(dst_el, dtype).with_label("reduce").build()?;
         let encoder = self.device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, self.dtype);
         candle_metal_kernels::call_reduce_strided(
@@ -478,12 +451,7 @@ impl BackendStorage for MetalStorage {
                     DType::U8 => contiguous::const_set::U8,
                     DType::F8E4M3 => crate::bail!("unsupported const-set f8e4m3"),
                     DType::F64 => crate::bail!("unsupported const-set f64"),
-                    DType::F4
-                    | DType::F6E2M3
-                    | DType::F6E3M2
-                    | DType::F8E8M0
-                    | DType::I16
-                    | DType::I32 => {
+                    DType::F4 | DType::F6E2M3 | DType::F6E3M2 | DType::F8E8M0 | DType::I16 | DType::I32 => {
                         return Err(Error::UnsupportedDTypeForOp(dtype, "const-set").bt())
                     }
                 };
@@ -509,12 +477,7 @@ impl BackendStorage for MetalStorage {
                     DType::U8 => strided::const_set::U8,
                     DType::F8E4M3 => crate::bail!("unsupported const-set f8e4m3"),
                     DType::F64 => crate::bail!("unsupported const-set f64"),
-                    DType::F4
-                    | DType::F6E2M3
-                    | DType::F6E3M2
-                    | DType::F8E8M0
-                    | DType::I16
-                    | DType::I32 => {
+                    DType::F4 | DType::F6E2M3 | DType::F6E3M2 | DType::F8E8M0 | DType::I16 | DType::I32 => {
                         return Err(Error::UnsupportedDTypeForOp(dtype, "const-set").bt())
                     }
                 };
@@ -548,11 +511,7 @@ impl BackendStorage for MetalStorage {
         let device = self.device();
         let shape = layout.shape();
         let el_count = shape.elem_count();
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(el_count, dtype)
-            .with_label("to_dtype")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(el_count, dtype).with_label("to_dtype").build()?;
         let encoder = device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, self.dtype);
         if layout.is_contiguous() {
@@ -670,11 +629,7 @@ impl BackendStorage for MetalStorage {
         let dtype = self.dtype;
         let shape = layout.shape();
         let el_count = shape.elem_count();
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(el_count, dtype)
-            .with_label(B::KERNEL)
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(el_count, dtype).with_label(B::KERNEL).build()?;
         let encoder = device.command_encoder()?;
         let src = buffer_o(&self.buffer, layout, self.dtype);
 
@@ -833,41 +788,20 @@ impl BackendStorage for MetalStorage {
         Ok(Self::new(buffer, device.clone(), el_count, dtype))
     }
 
-    fn binary_impl<B: BinaryOpT>(
-        &self,
-        rhs: &Self,
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-    ) -> Result<Self> {
+    fn binary_impl<B: BinaryOpT>(&self, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {
         self.binary(B::KERNEL, rhs, lhs_l, rhs_l)
     }
 
-    fn where_cond(
-        &self,
-        layout: &Layout,
-        t: &Self,
-        t_l: &Layout,
-        f: &Self,
-        f_l: &Layout,
-    ) -> Result<Self> {
+    fn where_cond(&self, layout: &Layout, t: &Self, t_l: &Layout, f: &Self, f_l: &Layout) -> Result<Self> {
         let device = self.device.clone();
         let shape = t_l.shape();
         let dims = shape.dims();
         let el = shape.elem_count();
         let dtype = t.dtype;
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(el, dtype)
-            .with_label("where")
-            .build()?;
+        let buffer = self.device.new_buffer_builder().with_size_for(el, dtype).with_label("where").build()?;
         let encoder = self.device.command_encoder()?;
         if t.dtype() != f.dtype() {
-            crate::bail!(
-                "Invalid where: different dtypes for values {:?} != {:?}",
-                t.dtype(),
-                f.dtype()
-            );
+            crate::bail!("Invalid where: different dtypes for values {:?} != {:?}", t.dtype(), f.dtype());
         }
         let name = match (self.dtype, t.dtype()) {
             (DType::U8, DType::F32) => "where_u8_f32",
@@ -904,13 +838,7 @@ impl BackendStorage for MetalStorage {
         Ok(Self::new(buffer, device, el, dtype))
     }
 
-    fn conv1d(
-        &self,
-        layout: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &ParamsConv1D,
-    ) -> Result<Self> {
+    fn conv1d(&self, layout: &Layout, kernel: &Self, kernel_l: &Layout, params: &ParamsConv1D) -> Result<Self> {
         let device = self.device().clone();
         let shape = layout.shape();
         let dims = shape.dims();
@@ -922,12 +850,8 @@ impl BackendStorage for MetalStorage {
         let k_size = params.k_size;
         let l_out = (dims[2] + 2 * padding - dilation * (k_size - 1) - 1) / stride + 1;
         let dst_el = dims[0] * l_out * dims[1] * k_size;
-        let dst = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(dst_el, self.dtype)
-            .with_label("conv1d_im2col")
-            .build()?;
+        let dst =
+            self.device.new_buffer_builder().with_size_for(dst_el, self.dtype).with_label("conv1d_im2col").build()?;
         let encoder = self.device.command_encoder()?;
         let name = match self.dtype {
             DType::F32 => "im2col1d_f32",
@@ -951,12 +875,7 @@ impl BackendStorage for MetalStorage {
         )
         .map_err(MetalError::from)?;
         drop(encoder);
-        let col = Self {
-            buffer: dst,
-            device,
-            count: dst_el,
-            dtype: self.dtype,
-        };
+        let col = Self { buffer: dst, device, count: dst_el, dtype: self.dtype };
         let l_out = params.l_out();
         let b = params.b_size;
         let n = params.c_out;
@@ -992,10 +911,8 @@ impl BackendStorage for MetalStorage {
     ) -> Result<Self> {
         const USE_COL2IM_CONV1D_TR: bool = true;
 
-        let can_use_col2im = k_layout.is_contiguous()
-            && params.dilation == 1
-            && params.padding == 0
-            && params.output_padding == 0;
+        let can_use_col2im =
+            k_layout.is_contiguous() && params.dilation == 1 && params.padding == 0 && params.output_padding == 0;
         let l_out = params.l_out();
         let dst_el = params.c_out * l_out * params.b_size;
 
@@ -1003,11 +920,7 @@ impl BackendStorage for MetalStorage {
             let (b_size, c_in, l_in) = layout.shape().dims3()?;
             let (c_in2, c_out, k_size) = k_layout.shape().dims3()?;
             if c_in != c_in2 {
-                crate::bail!(
-                    "convtr1d: shape mismatch on c_in {:?} {:?}",
-                    layout.shape(),
-                    k_layout.shape()
-                )
+                crate::bail!("convtr1d: shape mismatch on c_in {:?} {:?}", layout.shape(), k_layout.shape())
             }
             let buffer = self
                 .device
@@ -1031,12 +944,7 @@ impl BackendStorage for MetalStorage {
                     vec![0, k_size * c_out, 1],
                     k_layout.start_offset(),
                 );
-                self.matmul(
-                    k,
-                    (b_size, l_in, c_out * k_size, c_in),
-                    &layout.transpose(1, 2)?,
-                    &kernel_l_mm,
-                )?
+                self.matmul(k, (b_size, l_in, c_out * k_size, c_in), &layout.transpose(1, 2)?, &kernel_l_mm)?
             };
             // It is important for the command encoder to be obtained *after* the matmul
             // kernel has run, otherwise we might use a command-buffer that has been committed
@@ -1102,13 +1010,7 @@ impl BackendStorage for MetalStorage {
         Ok(Self::new(buffer, self.device.clone(), dst_el, self.dtype))
     }
 
-    fn conv2d(
-        &self,
-        layout: &Layout,
-        kernel: &Self,
-        kernel_l: &Layout,
-        params: &ParamsConv2D,
-    ) -> Result<Self> {
+    fn conv2d(&self, layout: &Layout, kernel: &Self, kernel_l: &Layout, params: &ParamsConv2D) -> Result<Self> {
         let device = self.device().clone();
         let shape = layout.shape();
         let dims = shape.dims();
@@ -1124,12 +1026,8 @@ impl BackendStorage for MetalStorage {
         let w_out = (w + 2 * padding - dilation * (w_k - 1) - 1) / stride + 1;
         let dst_el = dims[0] * h_out * w_out * dims[1] * h_k * w_k;
 
-        let dst = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(dst_el, self.dtype)
-            .with_label("conv2d_im2col")
-            .build()?;
+        let dst =
+            self.device.new_buffer_builder().with_size_for(dst_el, self.dtype).with_label("conv2d_im2col").build()?;
         let encoder = self.device.command_encoder()?;
         let name = match self.dtype {
             DType::F32 => "im2col_f32",
@@ -1153,12 +1051,7 @@ impl BackendStorage for MetalStorage {
         )
         .map_err(MetalError::from)?;
         drop(encoder);
-        let col = Self {
-            buffer: dst,
-            device,
-            count: dst_el,
-            dtype: self.dtype,
-        };
+        let col = Self { buffer: dst, device, count: dst_el, dtype: self.dtype };
         let h_out = params.out_h();
         let w_out = params.out_w();
         let b = params.b_size;
@@ -1180,9 +1073,7 @@ impl BackendStorage for MetalStorage {
                 .broadcast_as((b, k, n))?;
             col.matmul(kernel, (b, m, n, k), &col_l, &kernel_l)?
         };
-        let res_l = Layout::contiguous((b, h_out, w_out, n))
-            .transpose(1, 2)?
-            .transpose(1, 3)?;
+        let res_l = Layout::contiguous((b, h_out, w_out, n)).transpose(1, 2)?.transpose(1, 3)?;
         let mut res_t = self.device().zeros_impl(res_l.shape(), res.dtype())?;
         res.copy_strided_src(&mut res_t, 0, &res_l)?;
         Ok(res_t)
@@ -1275,12 +1166,8 @@ impl BackendStorage for MetalStorage {
         let out_w = (width - w_k) / w_stride + 1;
         let out_h = (height - h_k) / h_stride + 1;
         let dst_el = out_w * out_h * b_size * channels;
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(dst_el, self.dtype)
-            .with_label("avg_pool2d")
-            .build()?;
+        let buffer =
+            self.device.new_buffer_builder().with_size_for(dst_el, self.dtype).with_label("avg_pool2d").build()?;
         let encoder = self.device.command_encoder()?;
         candle_metal_kernels::call_pool2d(
             &self.device.device,
@@ -1322,12 +1209,8 @@ impl BackendStorage for MetalStorage {
         let out_w = (width - w_k) / w_stride + 1;
         let out_h = (height - h_k) / h_stride + 1;
         let dst_el = out_w * out_h * b_size * channels;
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(dst_el, self.dtype)
-            .with_label("max_pool2d")
-            .build()?;
+        let buffer =
+            self.device.new_buffer_builder().with_size_for(dst_el, self.dtype).with_label("max_pool2d").build()?;
         let encoder = self.device.command_encoder()?;
         candle_metal_kernels::call_pool2d(
             &self.device.device,
@@ -1460,11 +1343,7 @@ impl BackendStorage for MetalStorage {
         let dst_el = ids_l.shape().elem_count();
         let dtype = self.dtype;
         let device = self.device();
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(dst_el, dtype)
-            .with_label("gather")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(dst_el, dtype).with_label("gather").build()?;
         let name = match (ids.dtype, self.dtype) {
             (DType::U8, DType::U8) => "gather_u8_u8",
             (DType::U8, DType::F32) => "gather_u8_f32",
@@ -1611,11 +1490,7 @@ impl BackendStorage for MetalStorage {
         let dst_el = ids_el * left_size * right_size;
         let dtype = self.dtype;
         let device = self.device();
-        let buffer = device
-            .new_buffer_builder()
-            .with_size_for(dst_el, dtype)
-            .with_label("index_select")
-            .build()?;
+        let buffer = device.new_buffer_builder().with_size_for(dst_el, dtype).with_label("index_select").build()?;
         let name = match (ids.dtype, self.dtype) {
             (DType::U8, DType::U8) => "is_u8_u8",
             (DType::U8, DType::U32) => "is_u8_u32",
@@ -1733,22 +1608,14 @@ impl BackendStorage for MetalStorage {
         lhs_l: &Layout,
         rhs_l: &Layout,
     ) -> Result<Self> {
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_size_for(b * m * n, self.dtype)
-            .with_label("matmul")
-            .build()?;
+        let buffer =
+            self.device.new_buffer_builder().with_size_for(b * m * n, self.dtype).with_label("matmul").build()?;
         let encoder = self.device.command_encoder()?;
         let dtype = match self.dtype {
             DType::F32 => candle_metal_kernels::GemmDType::F32,
             DType::F16 => candle_metal_kernels::GemmDType::F16,
             DType::BF16 => candle_metal_kernels::GemmDType::BF16,
-            dtype => {
-                return Err(
-                    MetalError::Message(format!("mlx matmul doesn't support {dtype:?}")).into(),
-                )
-            }
+            dtype => return Err(MetalError::Message(format!("mlx matmul doesn't support {dtype:?}")).into()),
         };
         candle_metal_kernels::call_mlx_gemm(
             &self.device.device,
@@ -1766,12 +1633,7 @@ impl BackendStorage for MetalStorage {
         )
         .map_err(MetalError::from)?;
 
-        Ok(Self::new(
-            buffer,
-            self.device.clone(),
-            b * m * n,
-            self.dtype(),
-        ))
+        Ok(Self::new(buffer, self.device.clone(), b * m * n, self.dtype()))
     }
 
     fn copy2d(
@@ -1785,11 +1647,7 @@ impl BackendStorage for MetalStorage {
         dst_o: usize,
     ) -> Result<()> {
         if self.dtype() != dst.dtype() {
-            crate::bail!(
-                "copy2d with inconsistent dtypes {:?} {:?}",
-                self.dtype(),
-                dst.dtype()
-            )
+            crate::bail!("copy2d with inconsistent dtypes {:?} {:?}", self.dtype(), dst.dtype())
         }
         if src_s == d2 && dst_s == d2 {
             let mut blit = self.device.blit_command_encoder()?;
@@ -1853,22 +1711,10 @@ impl BackendStorage for MetalStorage {
                 let ndim = strides.len();
                 // Inner blocks are contiguous - eligible for copy2d
                 if ndim == 1 || strides[ndim - 1] == 1 {
-                    if let crate::StridedBlocks::UniformBlocks {
-                        start_offset,
-                        block_len,
-                        count,
-                        src_stride,
-                    } = src_l.strided_blocks()
+                    if let crate::StridedBlocks::UniformBlocks { start_offset, block_len, count, src_stride } =
+                        src_l.strided_blocks()
                     {
-                        return self.copy2d(
-                            dst,
-                            count,
-                            block_len,
-                            src_stride,
-                            block_len,
-                            start_offset,
-                            dst_offset,
-                        );
+                        return self.copy2d(dst, count, block_len, src_stride, block_len, start_offset, dst_offset);
                     }
                 }
             }
@@ -1882,10 +1728,7 @@ impl BackendStorage for MetalStorage {
                 dtype => crate::bail!("Metal copy_strided {dtype:?} not implemented"),
             };
             let src = buffer_o(&self.buffer, src_l, self.dtype);
-            let dst = BufferOffset {
-                buffer: &dst.buffer,
-                offset_in_bytes: dst_offset * dst.dtype.size_in_bytes(),
-            };
+            let dst = BufferOffset { buffer: &dst.buffer, offset_in_bytes: dst_offset * dst.dtype.size_in_bytes() };
             let encoder = self.device.command_encoder()?;
             candle_metal_kernels::call_unary_strided(
                 &self.device.device,
@@ -1905,25 +1748,14 @@ impl BackendStorage for MetalStorage {
 
 impl MetalStorage {
     pub fn new(buffer: Arc<Buffer>, device: MetalDevice, count: usize, dtype: DType) -> Self {
-        Self {
-            buffer,
-            device,
-            count,
-            dtype,
-        }
+        Self { buffer, device, count, dtype }
     }
 
     pub fn buffer(&self) -> &Buffer {
         &self.buffer
     }
 
-    pub fn binary(
-        &self,
-        op: &'static str,
-        rhs: &Self,
-        lhs_l: &Layout,
-        rhs_l: &Layout,
-    ) -> Result<Self> {
+    pub fn binary(&self, op: &'static str, rhs: &Self, lhs_l: &Layout, rhs_l: &Layout) -> Result<Self> {
         fn kernel_name(op: &'static str, dtype: &DType, suffix: &str) -> String {
             format!("{op}_{}{}", dtype.as_str(), suffix)
         }
@@ -1957,11 +1789,7 @@ impl MetalStorage {
         };
 
         let buffer = if kernel == contiguous_kernel {
-            let buffer = device
-                .new_buffer_builder()
-                .with_size_for(el_count, dtype)
-                .with_label(op)
-                .build()?;
+            let buffer = device.new_buffer_builder().with_size_for(el_count, dtype).with_label(op).build()?;
             candle_metal_kernels::call_binary_contiguous(
                 &device.device,
                 &encoder,
@@ -1976,11 +1804,7 @@ impl MetalStorage {
             .map_err(MetalError::from)?;
             buffer
         } else {
-            let buffer = device
-                .new_buffer_builder()
-                .with_size_for(el_count, dtype)
-                .with_label(op)
-                .build()?;
+            let buffer = device.new_buffer_builder().with_size_for(el_count, dtype).with_label(op).build()?;
             candle_metal_kernels::call_binary_strided(
                 &device.device,
                 &encoder,
@@ -2002,12 +1826,7 @@ impl MetalStorage {
 
     pub(crate) fn to_cpu<T: Clone>(&self) -> Result<Vec<T>> {
         let size = self.count * self.dtype.size_in_bytes();
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_size(size)
-            .with_label("blit_to_cpu_dst")
-            .build()?;
+        let buffer = self.device.new_buffer_builder().with_size(size).with_label("blit_to_cpu_dst").build()?;
         {
             let mut blit = self.device.blit_command_encoder()?;
             blit.set_label("blit_to_cpu");
@@ -2054,9 +1873,7 @@ impl BackendDevice for MetalDevice {
     }
 
     fn location(&self) -> crate::DeviceLocation {
-        crate::DeviceLocation::Metal {
-            gpu_id: self.registry_id() as usize,
-        }
+        crate::DeviceLocation::Metal { gpu_id: self.registry_id() as usize }
     }
 
     fn same_device(&self, rhs: &Self) -> bool {
@@ -2064,111 +1881,51 @@ impl BackendDevice for MetalDevice {
     }
 
     unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<MetalStorage> {
-        let buffer = self
-            .new_buffer_builder()
-            .with_size_for(shape.elem_count(), dtype)
-            .with_label("alloc-uninit")
-            .build()?;
-        Ok(MetalStorage::new(
-            buffer,
-            self.clone(),
-            shape.elem_count(),
-            dtype,
-        ))
+        let buffer =
+            self.new_buffer_builder().with_size_for(shape.elem_count(), dtype).with_label("alloc-uninit").build()?;
+        Ok(MetalStorage::new(buffer, self.clone(), shape.elem_count(), dtype))
     }
 
     fn zeros_impl(&self, shape: &Shape, dtype: DType) -> Result<MetalStorage> {
         let size = shape.elem_count() * dtype.size_in_bytes();
-        let buffer = self
-            .new_buffer_builder()
-            .with_zeros(size)
-            .with_label("zeros")
-            .build()?;
-        Ok(MetalStorage::new(
-            buffer,
-            self.clone(),
-            shape.elem_count(),
-            dtype,
-        ))
+        let buffer = self.new_buffer_builder().with_zeros(size).with_label("zeros").build()?;
+        Ok(MetalStorage::new(buffer, self.clone(), shape.elem_count(), dtype))
     }
 
     fn storage_from_slice<T: crate::WithDType>(&self, s: &[T]) -> Result<Self::Storage> {
         let label = "storage_from_slice";
         let (count, buffer) = match T::cpu_storage_ref(s) {
-            CpuStorageRef::U8(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::U32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::I16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::I32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::I64(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::BF16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::F16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::F32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::F64(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::F8E4M3(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorageRef::F6E2M3(_)
-            | CpuStorageRef::F6E3M2(_)
-            | CpuStorageRef::F4(_)
-            | CpuStorageRef::F8E8M0(_) => {
+            CpuStorageRef::U8(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::U32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::I16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::I32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::I64(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::BF16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::F16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::F32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::F64(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::F8E4M3(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorageRef::F6E2M3(_) | CpuStorageRef::F6E3M2(_) | CpuStorageRef::F4(_) | CpuStorageRef::F8E8M0(_) => {
                 return Err(Error::UnsupportedDTypeForOp(T::DTYPE, "to_dtype").bt())
             }
         };
@@ -2178,113 +1935,56 @@ impl BackendDevice for MetalDevice {
     fn storage_from_cpu_storage(&self, storage: &CpuStorage) -> Result<Self::Storage> {
         let label = "storage_from_cpu_storage";
         let (count, buffer) = match storage {
-            CpuStorage::U8(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::U32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::I16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::I32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::I64(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::BF16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::F16(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::F32(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::F64(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::F8E4M3(storage) => (
-                storage.len(),
-                self.new_buffer_builder()
-                    .with_data(storage)
-                    .with_label(label)
-                    .build(),
-            ),
-            CpuStorage::F6E2M3(_)
-            | CpuStorage::F6E3M2(_)
-            | CpuStorage::F4(_)
-            | CpuStorage::F8E8M0(_) => {
+            CpuStorage::U8(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::U32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::I16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::I32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::I64(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::BF16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::F16(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::F32(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::F64(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::F8E4M3(storage) => {
+                (storage.len(), self.new_buffer_builder().with_data(storage).with_label(label).build())
+            }
+            CpuStorage::F6E2M3(_) | CpuStorage::F6E3M2(_) | CpuStorage::F4(_) | CpuStorage::F8E8M0(_) => {
                 return Err(Error::UnsupportedDTypeForOp(storage.dtype(), "to_dtype").bt())
             }
         };
-        Ok(Self::Storage::new(
-            buffer?,
-            self.clone(),
-            count,
-            storage.dtype(),
-        ))
+        Ok(Self::Storage::new(buffer?, self.clone(), count, storage.dtype()))
     }
 
     fn storage_from_cpu_storage_owned(&self, storage: CpuStorage) -> Result<Self::Storage> {
         self.storage_from_cpu_storage(&storage)
     }
 
-    fn rand_uniform(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        min: f64,
-        max: f64,
-    ) -> Result<Self::Storage> {
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, min: f64, max: f64) -> Result<Self::Storage> {
         let name = match dtype {
             DType::F32 => "rand_uniform_f32",
             DType::F16 => "rand_uniform_f16",
             DType::BF16 => "rand_uniform_bf16",
             dtype => crate::bail!("rand_uniform not implemented for {dtype:?}"),
         };
-        let buffer = self
-            .new_buffer_builder()
-            .with_size_for(shape.elem_count(), dtype)
-            .with_label("rand_uniform")
-            .build()?;
+        let buffer =
+            self.new_buffer_builder().with_size_for(shape.elem_count(), dtype).with_label("rand_uniform").build()?;
         let encoder = self.command_encoder()?;
         candle_metal_kernels::call_random_uniform(
             &self.device,
@@ -2299,32 +1999,18 @@ impl BackendDevice for MetalDevice {
         )
         .map_err(MetalError::from)?;
 
-        Ok(Self::Storage::new(
-            buffer,
-            self.clone(),
-            shape.elem_count(),
-            dtype,
-        ))
+        Ok(Self::Storage::new(buffer, self.clone(), shape.elem_count(), dtype))
     }
 
-    fn rand_normal(
-        &self,
-        shape: &Shape,
-        dtype: DType,
-        mean: f64,
-        stddev: f64,
-    ) -> Result<Self::Storage> {
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, stddev: f64) -> Result<Self::Storage> {
         let name = match dtype {
             DType::F32 => "rand_normal_f32",
             DType::F16 => "rand_normal_f16",
             DType::BF16 => "rand_normal_bf16",
             dtype => crate::bail!("rand_uniform not implemented for {dtype:?}"),
         };
-        let buffer = self
-            .new_buffer_builder()
-            .with_size_for(shape.elem_count(), dtype)
-            .with_label("rand_normal")
-            .build()?;
+        let buffer =
+            self.new_buffer_builder().with_size_for(shape.elem_count(), dtype).with_label("rand_normal").build()?;
         let encoder = self.command_encoder()?;
         candle_metal_kernels::call_random_normal(
             &self.device,
@@ -2339,12 +2025,7 @@ impl BackendDevice for MetalDevice {
         )
         .map_err(MetalError::from)?;
 
-        Ok(Self::Storage::new(
-            buffer,
-            self.clone(),
-            shape.elem_count(),
-            dtype,
-        ))
+        Ok(Self::Storage::new(buffer, self.clone(), shape.elem_count(), dtype))
     }
 
     fn set_seed(&self, seed: u64) -> Result<()> {

@@ -19,8 +19,7 @@ pub struct QCudaStorage {
     device: CudaDevice,
 }
 
-pub(crate) static FORCE_DMMV: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+pub(crate) static FORCE_DMMV: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 pub fn set_force_dmmv(f: bool) {
     FORCE_DMMV.store(f, std::sync::atomic::Ordering::Relaxed)
@@ -45,13 +44,7 @@ fn pad(p: usize, q: usize) -> usize {
     ceil_div(p, q) * q
 }
 
-fn quantize_q8_1(
-    src: &CudaView<f32>,
-    dst: &mut CudaSlice<u8>,
-    k: usize,
-    ky: usize,
-    dev: &CudaDevice,
-) -> Result<()> {
+fn quantize_q8_1(src: &CudaView<f32>, dst: &mut CudaSlice<u8>, k: usize, ky: usize, dev: &CudaDevice) -> Result<()> {
     let kx_padded = pad(k, MATRIX_ROW_PADDING);
     let num_blocks = ceil_div(kx_padded, CUDA_QUANTIZE_BLOCK_SIZE);
 
@@ -230,54 +223,26 @@ fn get_rows(
     dev: &CudaDevice,
 ) -> Result<CudaStorage> {
     let (kernel_name, block_dim, block_num_y, can_stride_y) = match dtype {
-        GgmlDType::F32 => (
-            "get_rows_f32",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::F16 => (
-            "get_rows_f16",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::BF16 => (
-            "get_rows_bf16",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::Q4_0 => (
-            "get_rows_q4_0",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::Q4_1 => (
-            "get_rows_q4_1",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::Q5_0 => (
-            "get_rows_q5_0",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::Q5_1 => (
-            "get_rows_q5_1",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
-        GgmlDType::Q8_0 => (
-            "get_rows_q8_0",
-            CUDA_GET_ROWS_BLOCK_SIZE,
-            ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE),
-            true,
-        ),
+        GgmlDType::F32 => ("get_rows_f32", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE), true),
+        GgmlDType::F16 => ("get_rows_f16", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE), true),
+        GgmlDType::BF16 => {
+            ("get_rows_bf16", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
+        GgmlDType::Q4_0 => {
+            ("get_rows_q4_0", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
+        GgmlDType::Q4_1 => {
+            ("get_rows_q4_1", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
+        GgmlDType::Q5_0 => {
+            ("get_rows_q5_0", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
+        GgmlDType::Q5_1 => {
+            ("get_rows_q5_1", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
+        GgmlDType::Q8_0 => {
+            ("get_rows_q8_0", CUDA_GET_ROWS_BLOCK_SIZE, ceil_div(hidden, 2 * CUDA_GET_ROWS_BLOCK_SIZE), true)
+        }
         GgmlDType::Q2K => ("get_rows_q2_K", 64, hidden / dtype.block_size(), false),
         GgmlDType::Q3K => ("get_rows_q3_K", 64, hidden / dtype.block_size(), false),
         GgmlDType::Q4K => ("get_rows_q4_K", 32, hidden / dtype.block_size(), false),
@@ -294,11 +259,7 @@ fn get_rows(
     if !can_stride_y && block_num_y > u16::MAX as usize {
         crate::bail!("quantized embedding hidden size {hidden} exceeds CUDA grid y limit")
     }
-    let grid_y = if can_stride_y {
-        block_num_y.min(u16::MAX as usize)
-    } else {
-        block_num_y
-    };
+    let grid_y = if can_stride_y { block_num_y.min(u16::MAX as usize) } else { block_num_y };
     let cfg = cudarc::driver::LaunchConfig {
         grid_dim: (ids_len as u32, grid_y as u32, 1),
         block_dim: (block_dim as u32, 1, 1),
@@ -382,8 +343,7 @@ fn mul_mat_vec_via_q8_1(
     }
     // Start by quantizing y
     let ncols_padded = pad(ncols, MATRIX_ROW_PADDING);
-    let y_size_in_bytes =
-        b_size * ncols_padded * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
+    let y_size_in_bytes = b_size * ncols_padded * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
     let mut y_q8_1 = dev.alloc_zeros::<u8>(y_size_in_bytes)?;
     quantize_q8_1(y, &mut y_q8_1, ncols, b_size, dev)?;
 
@@ -455,8 +415,7 @@ fn mul_mat_via_q8_1(
     let k = x_cols;
     // Start by quantizing y
     let k_padded = pad(k, MATRIX_ROW_PADDING);
-    let y_size_in_bytes =
-        k_padded * y_cols * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
+    let y_size_in_bytes = k_padded * y_cols * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
     let mut y_q8_1 = dev.alloc_zeros::<u8>(y_size_in_bytes)?;
     quantize_q8_1(y, &mut y_q8_1, k, y_cols, dev)?;
 
@@ -476,11 +435,7 @@ fn mul_mat_via_q8_1(
     let func = dev.get_or_load_func(kernel_name, &candle_kernels::QUANTIZED)?;
     let dst = dev.alloc_zeros::<f32>(x_rows * y_cols)?;
     let cfg = cudarc::driver::LaunchConfig {
-        grid_dim: (
-            ceil_div(x_rows, mmq_y) as u32,
-            ceil_div(y_cols, mmq_x) as u32,
-            1,
-        ),
+        grid_dim: (ceil_div(x_rows, mmq_y) as u32, ceil_div(y_cols, mmq_x) as u32, 1),
         block_dim: (WARP_SIZE as u32, 4, 1),
         shared_mem_bytes: 0,
     };
@@ -562,25 +517,14 @@ fn indexed_moe_forward_fused_q8_1_input(
     builder.arg(ids);
     builder.arg(&out);
 
-    barg!(
-        builder,
-        n as i32,
-        k as i32,
-        batch as i32,
-        topk as i32,
-        k_padded as i32,
-        input_dim1 as i32
-    );
+    barg!(builder, n as i32, k as i32, batch as i32, topk as i32, k_padded as i32, input_dim1 as i32);
     unsafe { builder.launch(cfg) }.w()?;
 
     let mut out_shape = in_shape.dims().to_vec();
     out_shape.pop();
     out_shape.push(n);
     out_shape[1] = topk;
-    Ok((
-        CudaStorage::wrap_cuda_slice(out, dev.clone()),
-        out_shape.into(),
-    ))
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), out_shape.into()))
 }
 
 impl QCudaStorage {
@@ -594,12 +538,7 @@ impl QCudaStorage {
     ) -> Result<(CudaStorage, crate::Shape)> {
         if matches!(
             self.dtype(),
-            GgmlDType::Q8_0
-                | GgmlDType::Q2K
-                | GgmlDType::Q3K
-                | GgmlDType::Q4K
-                | GgmlDType::Q5K
-                | GgmlDType::Q6K
+            GgmlDType::Q8_0 | GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K
         ) {
             let input_storage = input.as_cuda_slice::<f32>()?;
             let ids_storage = ids.as_cuda_slice::<u32>()?;
@@ -614,26 +553,15 @@ impl QCudaStorage {
                 &self.device,
             )
         } else {
-            crate::bail!(
-                "The given quantized dtype {:?} is not supported for indexed_moe_forward!",
-                self.dtype()
-            );
+            crate::bail!("The given quantized dtype {:?} is not supported for indexed_moe_forward!", self.dtype());
         }
     }
 
     pub fn zeros(device: &CudaDevice, el_count: usize, dtype: GgmlDType) -> Result<Self> {
         let size_in_bytes = ceil_div(el_count, dtype.block_size()) * dtype.type_size();
-        let padded_size_in_bytes =
-            ceil_div(el_count + MATRIX_ROW_PADDING, dtype.block_size()) * dtype.type_size();
+        let padded_size_in_bytes = ceil_div(el_count + MATRIX_ROW_PADDING, dtype.block_size()) * dtype.type_size();
         let inner = device.alloc_zeros::<u8>(padded_size_in_bytes)?;
-        Ok(QCudaStorage {
-            data: PaddedCudaSlice {
-                inner,
-                len: size_in_bytes,
-            },
-            device: device.clone(),
-            dtype,
-        })
+        Ok(QCudaStorage { data: PaddedCudaSlice { inner, len: size_in_bytes }, device: device.clone(), dtype })
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -670,9 +598,7 @@ impl QCudaStorage {
         }
         // Run the dequantization on cpu.
 
-        let buffer = self
-            .device
-            .clone_dtoh(&self.data.inner.slice(..self.data.len))?;
+        let buffer = self.device.clone_dtoh(&self.data.inner.slice(..self.data.len))?;
         let mut out = vec![0.0; elem_count];
         let block_len = elem_count / self.dtype.block_size();
         match self.dtype {
@@ -693,8 +619,7 @@ impl QCudaStorage {
             GgmlDType::Q8K => deq::<crate::quantized::BlockQ8K>(&buffer, block_len, &mut out),
         }
 
-        self.device
-            .storage_from_cpu_storage(&crate::CpuStorage::F32(out))
+        self.device.storage_from_cpu_storage(&crate::CpuStorage::F32(out))
     }
 
     pub fn dequantize_f16(&self, elem_count: usize) -> Result<CudaStorage> {
@@ -712,24 +637,14 @@ impl QCudaStorage {
         let mut qcpu_storage = crate::Device::Cpu.qzeros(src_len, self.dtype)?;
         qcpu_storage.quantize(&src)?;
         let data = qcpu_storage.data()?;
-        let padded_len =
-            data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
+        let padded_len = data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
         let mut inner = unsafe { self.device.alloc::<u8>(padded_len)? };
-        self.device
-            .memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
-        self.data = PaddedCudaSlice {
-            inner,
-            len: data.len(),
-        };
+        self.device.memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
+        self.data = PaddedCudaSlice { inner, len: data.len() };
         Ok(())
     }
 
-    pub fn quantize_imatrix(
-        &mut self,
-        src: &CudaStorage,
-        imatrix_weights: &[f32],
-        n_per_row: usize,
-    ) -> Result<()> {
+    pub fn quantize_imatrix(&mut self, src: &CudaStorage, imatrix_weights: &[f32], n_per_row: usize) -> Result<()> {
         // Run the quantization on cpu.
         let src = match &src.slice {
             crate::cuda_backend::CudaStorageSlice::F32(data) => self.device.clone_dtoh(data)?,
@@ -740,15 +655,10 @@ impl QCudaStorage {
         let mut qcpu_storage = crate::Device::Cpu.qzeros(src_len, self.dtype)?;
         qcpu_storage.quantize_imatrix(&src, imatrix_weights, n_per_row)?;
         let data = qcpu_storage.data()?;
-        let padded_len =
-            data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
+        let padded_len = data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
         let mut inner = unsafe { self.device.alloc::<u8>(padded_len)? };
-        self.device
-            .memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
-        self.data = PaddedCudaSlice {
-            inner,
-            len: data.len(),
-        };
+        self.device.memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
+        self.data = PaddedCudaSlice { inner, len: data.len() };
         Ok(())
     }
 
@@ -769,15 +679,10 @@ impl QCudaStorage {
         }
 
         let data = qcpu_storage.data()?;
-        let padded_len =
-            data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
+        let padded_len = data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
         let mut inner = unsafe { self.device.alloc::<u8>(padded_len)? };
-        self.device
-            .memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
-        self.data = PaddedCudaSlice {
-            inner,
-            len: data.len(),
-        };
+        self.device.memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
+        self.data = PaddedCudaSlice { inner, len: data.len() };
         Ok(())
     }
 
@@ -793,15 +698,10 @@ impl QCudaStorage {
         }
 
         let data = qcpu_storage.data()?;
-        let padded_len =
-            data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
+        let padded_len = data.len() + MATRIX_ROW_PADDING * self.dtype.type_size() / self.dtype.block_size();
         let mut inner = unsafe { self.device.alloc::<u8>(padded_len)? };
-        self.device
-            .memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
-        self.data = PaddedCudaSlice {
-            inner,
-            len: data.len(),
-        };
+        self.device.memcpy_htod(&*data, &mut inner.slice_mut(..data.len()))?;
+        self.data = PaddedCudaSlice { inner, len: data.len() };
         Ok(())
     }
 
@@ -827,18 +727,12 @@ impl QCudaStorage {
         }
         let expected_size = rows * hidden * self.dtype.type_size() / self.dtype.block_size();
         if self.storage_size_in_bytes() != expected_size {
-            crate::bail!(
-                "quantized tensor has {} bytes, expected {expected_size}",
-                self.storage_size_in_bytes()
-            )
+            crate::bail!("quantized tensor has {} bytes, expected {expected_size}", self.storage_size_in_bytes())
         }
         let ids = ids.as_cuda_slice::<u32>()?;
         let ids = match ids_l.contiguous_offsets() {
             Some((o1, o2)) => ids.slice(o1..o2),
-            None => Err(crate::Error::RequiresContiguous {
-                op: "quantized-embedding",
-            }
-            .bt())?,
+            None => Err(crate::Error::RequiresContiguous { op: "quantized-embedding" }.bt())?,
         };
         get_rows(&self.data, self.dtype, hidden, &ids, self.device())
     }
@@ -860,11 +754,7 @@ impl QCudaStorage {
         }
 
         // Fallback
-        let max_bm = if FORCE_DMMV.load(std::sync::atomic::Ordering::Relaxed) {
-            1
-        } else {
-            8
-        };
+        let max_bm = if FORCE_DMMV.load(std::sync::atomic::Ordering::Relaxed) { 1 } else { 8 };
         let use_vec_kernel = match layout.shape().dims() {
             [b, m, _k] => b * m <= max_bm,
             [b, _k] => *b <= max_bm,
@@ -879,8 +769,7 @@ impl QCudaStorage {
 
     pub fn data(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.data.len];
-        self.device
-            .memcpy_dtoh(&self.data.inner.slice(..self.data.len), &mut out)?;
+        self.device.memcpy_dtoh(&self.data.inner.slice(..self.data.len), &mut out)?;
         Ok(out)
     }
 
@@ -888,10 +777,7 @@ impl QCudaStorage {
         Ok(self.data.inner.device_ptr(self.data.inner.stream()).0 as *const u8)
     }
 
-    pub fn device_ptr_with_guard<'a>(
-        &'a self,
-        stream: &'a CudaStream,
-    ) -> Result<(*const u8, SyncOnDrop<'a>)> {
+    pub fn device_ptr_with_guard<'a>(&'a self, stream: &'a CudaStream) -> Result<(*const u8, SyncOnDrop<'a>)> {
         let (ptr, guard) = self.data.inner.device_ptr(stream);
         Ok((ptr as *const u8, guard))
     }
@@ -922,15 +808,7 @@ impl QCudaStorage {
         let out = if FORCE_DMMV.load(std::sync::atomic::Ordering::Relaxed) {
             dequantize_mul_mat_vec(&self.data, &rhs, self.dtype, ncols, nrows, self.device())?
         } else {
-            mul_mat_vec_via_q8_1(
-                &self.data,
-                &rhs,
-                self.dtype,
-                ncols,
-                nrows,
-                b_size,
-                self.device(),
-            )?
+            mul_mat_vec_via_q8_1(&self.data, &rhs, self.dtype, ncols, nrows, b_size, self.device())?
         };
         let mut out_shape = rhs_l.shape().dims().to_vec();
         out_shape.pop();
@@ -963,10 +841,7 @@ impl QCudaStorage {
             let storage = storage.as_cuda_slice::<f32>()?;
             let storage = match layout.contiguous_offsets() {
                 Some((o1, o2)) => storage.slice(o1..o2),
-                None => Err(crate::Error::RequiresContiguous {
-                    op: "quantized-matmul",
-                }
-                .bt())?,
+                None => Err(crate::Error::RequiresContiguous { op: "quantized-matmul" }.bt())?,
             };
             mul_mat_via_q8_1(
                 &self.data,
@@ -990,21 +865,12 @@ pub fn load_quantized<T: super::GgmlType + Send + Sync + 'static>(
     device: &CudaDevice,
     data: &[T],
 ) -> Result<super::QStorage> {
-    let data = unsafe {
-        std::slice::from_raw_parts(data.as_ptr() as *const u8, core::mem::size_of_val(data))
-    };
+    let data = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, core::mem::size_of_val(data)) };
     let dtype = T::DTYPE;
     let padded_len = data.len() + MATRIX_ROW_PADDING * dtype.type_size() / dtype.block_size();
     let mut inner = device.alloc_zeros::<u8>(padded_len)?;
     device.memcpy_htod(data, &mut inner.slice_mut(..data.len()))?;
-    Ok(QStorage::Cuda(QCudaStorage {
-        data: PaddedCudaSlice {
-            inner,
-            len: data.len(),
-        },
-        device: device.clone(),
-        dtype,
-    }))
+    Ok(QStorage::Cuda(QCudaStorage { data: PaddedCudaSlice { inner, len: data.len() }, device: device.clone(), dtype }))
 }
 
 #[cfg(test)]
@@ -1016,8 +882,7 @@ mod test {
         let dev = CudaDevice::new(0)?;
         let el = 256;
         let el_padded = pad(el, MATRIX_ROW_PADDING);
-        let y_size_in_bytes =
-            el_padded * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
+        let y_size_in_bytes = el_padded * GgmlDType::Q8_1.type_size() / GgmlDType::Q8_1.block_size();
         let mut y_q8_1 = unsafe { dev.alloc::<u8>(y_size_in_bytes)? };
         let vs: Vec<f32> = (0..el).map(|v| v as f32).collect();
         let y = dev.clone_htod(&vs)?;

@@ -32,12 +32,7 @@ impl QCudaStorage {
         Err(Error::NotCompiledWithCudaSupport)
     }
 
-    pub fn quantize_imatrix(
-        &mut self,
-        _src: &CudaStorage,
-        _imatrix_weights: &[f32],
-        _n_per_row: usize,
-    ) -> Result<()> {
+    pub fn quantize_imatrix(&mut self, _src: &CudaStorage, _imatrix_weights: &[f32], _n_per_row: usize) -> Result<()> {
         Err(Error::NotCompiledWithCudaSupport)
     }
 

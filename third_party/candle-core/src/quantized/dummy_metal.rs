@@ -28,12 +28,7 @@ impl QMetalStorage {
         Err(Error::NotCompiledWithMetalSupport)
     }
 
-    pub fn quantize_imatrix(
-        &mut self,
-        _src: &MetalStorage,
-        _imatrix_weights: &[f32],
-        _n_per_row: usize,
-    ) -> Result<()> {
+    pub fn quantize_imatrix(&mut self, _src: &MetalStorage, _imatrix_weights: &[f32], _n_per_row: usize) -> Result<()> {
         Err(Error::NotCompiledWithMetalSupport)
     }
 

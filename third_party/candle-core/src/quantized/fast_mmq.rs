@@ -39,9 +39,7 @@ fn supports(dtype: GgmlDType) -> bool {
 /// qk (block quantization size) per dtype.
 fn qk_for(dtype: GgmlDType) -> usize {
     match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_0 => {
-            32
-        }
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_0 => 32,
         GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K => 256,
         _ => unreachable!(),
     }
@@ -155,10 +153,7 @@ fn workspace_ensure(
             Some(mtx) => mtx,
             None => {
                 let slice = unsafe { dev.alloc::<u8>(bytes.max(1))? };
-                let leaked = Box::leak(Box::new(Mutex::new(WorkspaceSlot {
-                    slice,
-                    cap: bytes.max(1),
-                })));
+                let leaked = Box::leak(Box::new(Mutex::new(WorkspaceSlot { slice, cap: bytes.max(1) })));
                 guard.insert(device_key, leaked);
                 leaked
             }
@@ -197,24 +192,15 @@ fn get_device_info(dev: &CudaDevice) -> DeviceInfo {
     }
     let cu_device = dev.cuda_stream().context().cu_device();
     let major = unsafe {
-        result::device::get_attribute(
-            cu_device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-        )
+        result::device::get_attribute(cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
     }
     .unwrap_or(8);
     let minor = unsafe {
-        result::device::get_attribute(
-            cu_device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-        )
+        result::device::get_attribute(cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     }
     .unwrap_or(0);
     let nsm = unsafe {
-        result::device::get_attribute(
-            cu_device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        )
+        result::device::get_attribute(cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
     }
     .unwrap_or(1);
     let smpbo = unsafe {
@@ -224,19 +210,10 @@ fn get_device_info(dev: &CudaDevice) -> DeviceInfo {
         )
     }
     .unwrap_or(49152);
-    let warp_size = unsafe {
-        result::device::get_attribute(
-            cu_device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE,
-        )
-    }
-    .unwrap_or(32);
-    let info = DeviceInfo {
-        cc: major * 100 + minor * 10,
-        nsm,
-        smpbo: smpbo as i64,
-        warp_size,
-    };
+    let warp_size =
+        unsafe { result::device::get_attribute(cu_device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE) }
+            .unwrap_or(32);
+    let info = DeviceInfo { cc: major * 100 + minor * 10, nsm, smpbo: smpbo as i64, warp_size };
     guard.insert(key, info);
     info
 }
@@ -295,8 +272,7 @@ pub fn try_fwd(
 
     // MMQ quantize expects f32 input. Convert if needed.
     let rhs_f32_storage: Option<CudaStorage> = if input_dtype != DType::F32 {
-        let layout_for_cast =
-            crate::Layout::contiguous_with_offset(rhs_l.shape(), rhs_l.start_offset());
+        let layout_for_cast = crate::Layout::contiguous_with_offset(rhs_l.shape(), rhs_l.start_offset());
         Some(rhs.to_dtype(&layout_for_cast, DType::F32)?)
     } else {
         None
@@ -307,11 +283,8 @@ pub fn try_fwd(
     let rhs_f32_slice = rhs_f32_ref.as_cuda_slice::<f32>()?;
     // For the converted case, offset is 0 (to_dtype returns contiguous from 0).
     // For the original f32 case, apply the original offsets.
-    let rhs_f32_slice = if rhs_f32_storage.is_some() {
-        rhs_f32_slice.slice(..b_size * k)
-    } else {
-        rhs_f32_slice.slice(o1..o2)
-    };
+    let rhs_f32_slice =
+        if rhs_f32_storage.is_some() { rhs_f32_slice.slice(..b_size * k) } else { rhs_f32_slice.slice(o1..o2) };
     let rhs_ptr = rhs_f32_slice.device_ptr(&stream).0 as *const std::ffi::c_void;
 
     // Compute padded dimensions

@@ -55,10 +55,7 @@ static WORKSPACE: OnceLock<Mutex<HashMap<DeviceId, WorkspaceSlot>>> = OnceLock::
 fn workspace_ensure(
     dev: &CudaDevice,
     bytes: usize,
-) -> Result<(
-    u64,
-    std::sync::MutexGuard<'static, HashMap<DeviceId, WorkspaceSlot>>,
-)> {
+) -> Result<(u64, std::sync::MutexGuard<'static, HashMap<DeviceId, WorkspaceSlot>>)> {
     let map = WORKSPACE.get_or_init(|| Mutex::new(HashMap::new()));
     let device_key = dev.id();
     let mut guard = map.lock().unwrap();

@@ -94,9 +94,7 @@ impl TensorInfo {
         let tensor_elems = self.shape.elem_count();
         let block_size = self.ggml_dtype.block_size();
         if !tensor_elems.is_multiple_of(block_size) {
-            crate::bail!(
-            "the number of elements {tensor_elems} is not divisible by the block size {block_size}"
-        )
+            crate::bail!("the number of elements {tensor_elems} is not divisible by the block size {block_size}")
         }
         let size_in_bytes = tensor_elems / block_size * self.ggml_dtype.type_size();
         let tensor_start = tensor_data_offset.saturating_add(self.offset);
@@ -110,12 +108,7 @@ impl TensorInfo {
         let mut raw_data = vec![0u8; size_in_bytes];
         reader.seek(std::io::SeekFrom::Start(tensor_start))?;
         reader.read_exact(&mut raw_data)?;
-        super::ggml_file::qtensor_from_ggml(
-            self.ggml_dtype,
-            &raw_data,
-            self.shape.dims().to_vec(),
-            device,
-        )
+        super::ggml_file::qtensor_from_ggml(self.ggml_dtype, &raw_data, self.shape.dims().to_vec(), device)
     }
 }
 
@@ -359,13 +352,7 @@ impl Value {
                 }
                 let mut vs = Vec::new();
                 for _ in 0..len {
-                    vs.push(Value::read(
-                        reader,
-                        value_type,
-                        magic,
-                        depth + 1,
-                        file_size,
-                    )?)
+                    vs.push(Value::read(reader, value_type, magic, depth + 1, file_size)?)
                 }
                 Self::Array(vs)
             }
@@ -394,8 +381,7 @@ impl Value {
                     // Doesn't matter, the array is empty.
                     ValueType::U32
                 } else {
-                    let value_type: std::collections::HashSet<_> =
-                        v.iter().map(|elem| elem.value_type()).collect();
+                    let value_type: std::collections::HashSet<_> = v.iter().map(|elem| elem.value_type()).collect();
                     if value_type.len() != 1 {
                         crate::bail!("multiple value-types in the same array {value_type:?}")
                     }
@@ -481,9 +467,7 @@ impl Content {
             crate::bail!("gguf: tensor_count {tensor_count} exceeds max {GGUF_MAX_ARRAY_ELEMENTS}")
         }
         if metadata_kv_count > GGUF_MAX_ARRAY_ELEMENTS {
-            crate::bail!(
-                "gguf: metadata_kv_count {metadata_kv_count} exceeds max {GGUF_MAX_ARRAY_ELEMENTS}"
-            )
+            crate::bail!("gguf: metadata_kv_count {metadata_kv_count} exceeds max {GGUF_MAX_ARRAY_ELEMENTS}")
         }
 
         // Reject header-declared counts that can't fit in the file at minimum size.
@@ -493,9 +477,8 @@ impl Content {
         let prefix = magic.length_prefix_size();
         let min_per_kv = prefix + 4 + 1;
         let min_per_tensor = prefix + 4 + 4 + 8;
-        let needed = metadata_kv_count
-            .saturating_mul(min_per_kv)
-            .saturating_add(tensor_count.saturating_mul(min_per_tensor));
+        let needed =
+            metadata_kv_count.saturating_mul(min_per_kv).saturating_add(tensor_count.saturating_mul(min_per_tensor));
         let remaining = remaining_bytes(reader, file_size)?;
         if needed > remaining {
             crate::bail!(
@@ -538,14 +521,7 @@ impl Content {
             let ggml_dtype = reader.read_u32::<LittleEndian>()?;
             let ggml_dtype = GgmlDType::from_u32(ggml_dtype)?;
             let offset = reader.read_u64::<LittleEndian>()?;
-            tensor_infos.insert(
-                tensor_name,
-                TensorInfo {
-                    shape: crate::Shape::from(dimensions),
-                    offset,
-                    ggml_dtype,
-                },
-            );
+            tensor_infos.insert(tensor_name, TensorInfo { shape: crate::Shape::from(dimensions), offset, ggml_dtype });
         }
         let position = reader.stream_position()?;
         let alignment = match metadata.get("general.alignment") {
@@ -558,12 +534,7 @@ impl Content {
             _ => DEFAULT_ALIGNMENT,
         };
         let tensor_data_offset = position.div_ceil(alignment) * alignment;
-        Ok(Self {
-            magic,
-            metadata,
-            tensor_infos,
-            tensor_data_offset,
-        })
+        Ok(Self { magic, metadata, tensor_infos, tensor_data_offset })
     }
 
     pub fn tensor<R: std::io::Seek + std::io::Read>(
@@ -624,9 +595,7 @@ pub fn write<W: std::io::Seek + std::io::Write>(
     for (offset, (_name, tensor)) in offsets.iter().zip(tensors.iter()) {
         let pos = w.stream_position()? as usize;
         if tensor_start_pos + offset != pos {
-            crate::bail!(
-                "internal error, unexpected current position {tensor_start_pos} {offset} {pos}"
-            )
+            crate::bail!("internal error, unexpected current position {tensor_start_pos} {offset} {pos}")
         }
         let data = tensor.data()?;
         let size_in_bytes = data.len();

@@ -1,6 +1,6 @@
 use super::utils::{
-    get_scale_min_k4, group_for_dequantization, group_for_quantization, make_q3_quants,
-    make_qkx1_quants, make_qx_quants, nearest_int,
+    get_scale_min_k4, group_for_dequantization, group_for_quantization, make_q3_quants, make_qkx1_quants,
+    make_qx_quants, nearest_int,
 };
 use super::GgmlDType;
 use crate::quantized::utils::{make_qkx3_quants, make_qp_quants};
@@ -40,16 +40,8 @@ pub trait GgmlType: Sized + Clone + Send + Sync {
     }
     fn to_float(xs: &[Self], ys: &mut [f32]);
     fn from_float(xs: &[f32], ys: &mut [Self]);
-    fn from_float_imatrix(
-        _xs: &[f32],
-        _ys: &mut [Self],
-        _imatrix_weights: &[f32],
-        _n_per_row: usize,
-    ) {
-        panic!(
-            "`from_float_imatrix` is unimplemented for {:?}",
-            Self::DTYPE
-        );
+    fn from_float_imatrix(_xs: &[f32], _ys: &mut [Self], _imatrix_weights: &[f32], _n_per_row: usize) {
+        panic!("`from_float_imatrix` is unimplemented for {:?}", Self::DTYPE);
     }
 
     fn direct_copy(_xs: &[f32], _ys: &mut [Self]) {}
@@ -176,8 +168,7 @@ pub struct BlockQ5K {
     pub(crate) qh: [u8; QK_K / 8],
     pub(crate) qs: [u8; QK_K / 2],
 }
-const _: () =
-    assert!(QK_K / 8 + QK_K / 2 + 2 * 2 + K_SCALE_SIZE == std::mem::size_of::<BlockQ5K>());
+const _: () = assert!(QK_K / 8 + QK_K / 2 + 2 * 2 + K_SCALE_SIZE == std::mem::size_of::<BlockQ5K>());
 
 #[derive(Debug, Clone, PartialEq)]
 #[repr(C)]
@@ -207,10 +198,7 @@ impl GgmlType for BlockQ4_0 {
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
         let qk = Self::BLCK_SIZE;
-        debug_assert!(
-            k.is_multiple_of(qk),
-            "dequantize_row_q4_0: {k} is not divisible by {qk}"
-        );
+        debug_assert!(k.is_multiple_of(qk), "dequantize_row_q4_0: {k} is not divisible by {qk}");
 
         let nb = k / qk;
         for i in 0..nb {
@@ -231,14 +219,7 @@ impl GgmlType for BlockQ4_0 {
         let qk = Self::BLCK_SIZE;
         let k = xs.len();
         debug_assert!(k.is_multiple_of(qk), "{k} is not divisible by {qk}");
-        debug_assert_eq!(
-            ys.len(),
-            k / qk,
-            "size mismatch {} {} {}",
-            xs.len(),
-            ys.len(),
-            qk,
-        );
+        debug_assert_eq!(ys.len(), k / qk, "size mismatch {} {} {}", xs.len(), ys.len(), qk,);
         for (i, ys) in ys.iter_mut().enumerate() {
             let mut amax = 0f32;
             let mut max = 0f32;
@@ -282,10 +263,7 @@ impl GgmlType for BlockQ4_0 {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK8_0),
-            "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}"
-        );
+        debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}");
         // Generic implementation.
         let mut sumf = 0f32;
         for (xs, ys) in xs.iter().zip(ys.iter()) {
@@ -313,14 +291,8 @@ impl GgmlType for BlockQ4_1 {
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
         // ggml_vec_dot_q4_1_q8_1
         let qk = QK8_1;
-        debug_assert!(
-            n.is_multiple_of(qk),
-            "vec_dot_q4_1_q8_1: {n} is not divisible by {qk}"
-        );
-        debug_assert!(
-            (n / qk).is_multiple_of(2),
-            "vec_dot_q4_1_q8_1: {n}, nb is not divisible by 2"
-        );
+        debug_assert!(n.is_multiple_of(qk), "vec_dot_q4_1_q8_1: {n} is not divisible by {qk}");
+        debug_assert!((n / qk).is_multiple_of(2), "vec_dot_q4_1_q8_1: {n}, nb is not divisible by 2");
 
         // Generic implementation.
         let mut sumf = 0f32;
@@ -334,8 +306,7 @@ impl GgmlType for BlockQ4_1 {
                 sumi += (v0 * ys.qs[j] as i32) + (v1 * ys.qs[j + qk / 2] as i32);
             }
 
-            sumf += sumi as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d)
-                + f16::to_f32(xs.m) * f16::to_f32(ys.s)
+            sumf += sumi as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d) + f16::to_f32(xs.m) * f16::to_f32(ys.s)
         }
         sumf
     }
@@ -344,14 +315,7 @@ impl GgmlType for BlockQ4_1 {
         // quantize_row_q4_1
         let qk = Self::BLCK_SIZE;
 
-        debug_assert_eq!(
-            ys.len() * qk,
-            xs.len(),
-            "size mismatch {} {} {}",
-            xs.len(),
-            ys.len(),
-            qk,
-        );
+        debug_assert_eq!(ys.len() * qk, xs.len(), "size mismatch {} {} {}", xs.len(), ys.len(), qk,);
         for (i, ys) in ys.iter_mut().enumerate() {
             let xs = &xs[i * qk..(i + 1) * qk];
 
@@ -381,10 +345,7 @@ impl GgmlType for BlockQ4_1 {
     // https://github.com/ggerganov/llama.cpp/blob/468ea24fb4633a0d681f7ac84089566c1c6190cb/ggml.c#L1545
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK4_1),
-            "dequantize_row_q4_1: {k} is not divisible by {QK4_1}"
-        );
+        debug_assert!(k.is_multiple_of(QK4_1), "dequantize_row_q4_1: {k} is not divisible by {QK4_1}");
 
         let nb = k / QK4_1;
         for i in 0..nb {
@@ -410,14 +371,8 @@ impl GgmlType for BlockQ5_0 {
     fn vec_dot(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
         let qk = Self::BLCK_SIZE;
 
-        debug_assert!(
-            n.is_multiple_of(qk),
-            "vec_dot_q5_0_q8_0: {n} is not divisible by {qk}"
-        );
-        debug_assert!(
-            (n / qk).is_multiple_of(2),
-            "vec_dot_q5_0_q8_0: {n}, nb is not divisible by 2"
-        );
+        debug_assert!(n.is_multiple_of(qk), "vec_dot_q5_0_q8_0: {n} is not divisible by {qk}");
+        debug_assert!((n / qk).is_multiple_of(2), "vec_dot_q5_0_q8_0: {n}, nb is not divisible by 2");
         Self::vec_dot_unopt(n, xs, ys)
     }
 
@@ -485,10 +440,7 @@ impl GgmlType for BlockQ5_0 {
     // https://github.com/ggerganov/llama.cpp/blob/468ea24fb4633a0d681f7ac84089566c1c6190cb/ggml.c#L1566
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK5_0),
-            "dequantize_row_q5_0: {k} is not divisible by {QK5_0}"
-        );
+        debug_assert!(k.is_multiple_of(QK5_0), "dequantize_row_q5_0: {k} is not divisible by {QK5_0}");
         let nb = k / QK5_0;
         for i in 0..nb {
             let d = xs[i].d.to_f32();
@@ -519,14 +471,8 @@ impl GgmlType for BlockQ5_1 {
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
         let qk = Self::BLCK_SIZE;
-        debug_assert!(
-            n.is_multiple_of(qk),
-            "vec_dot_q5_1_q8_1: {n} is not divisible by {qk}"
-        );
-        debug_assert!(
-            (n / qk).is_multiple_of(2),
-            "vec_dot_q5_1_q8_1: {n}, nb is not divisible by 2"
-        );
+        debug_assert!(n.is_multiple_of(qk), "vec_dot_q5_1_q8_1: {n} is not divisible by {qk}");
+        debug_assert!((n / qk).is_multiple_of(2), "vec_dot_q5_1_q8_1: {n}, nb is not divisible by 2");
 
         // Generic implementation.
         let mut sumf = 0f32;
@@ -545,8 +491,7 @@ impl GgmlType for BlockQ5_1 {
                 sumi += (x0 * ys.qs[j] as i32) + (x1 * ys.qs[j + Self::BLCK_SIZE / 2] as i32);
             }
 
-            sumf += sumi as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d)
-                + f16::to_f32(xs.m) * f16::to_f32(ys.s)
+            sumf += sumi as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d) + f16::to_f32(xs.m) * f16::to_f32(ys.s)
         }
         sumf
     }
@@ -554,14 +499,7 @@ impl GgmlType for BlockQ5_1 {
     fn from_float(xs: &[f32], ys: &mut [Self]) {
         // quantize_row_q5_1
         let qk = Self::BLCK_SIZE;
-        debug_assert_eq!(
-            ys.len() * qk,
-            xs.len(),
-            "size mismatch {} {} {}",
-            xs.len(),
-            ys.len(),
-            qk,
-        );
+        debug_assert_eq!(ys.len() * qk, xs.len(), "size mismatch {} {} {}", xs.len(), ys.len(), qk,);
         for (i, ys) in ys.iter_mut().enumerate() {
             let xs = &xs[i * qk..(i + 1) * qk];
 
@@ -596,10 +534,7 @@ impl GgmlType for BlockQ5_1 {
     // https://github.com/ggerganov/llama.cpp/blob/468ea24fb4633a0d681f7ac84089566c1c6190cb/ggml.c#L1592
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK5_1),
-            "dequantize_row_q5_1: {k} is not divisible by {QK5_1}"
-        );
+        debug_assert!(k.is_multiple_of(QK5_1), "dequantize_row_q5_1: {k} is not divisible by {QK5_1}");
 
         let nb = k / QK5_1;
         for i in 0..nb {
@@ -629,10 +564,7 @@ impl GgmlType for BlockQ8_0 {
     // https://github.com/ggerganov/llama.cpp/blob/468ea24fb4633a0d681f7ac84089566c1c6190cb/ggml.c#L1619
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK8_0),
-            "dequantize_row_q8_0: {k} is not divisible by {QK8_0}"
-        );
+        debug_assert!(k.is_multiple_of(QK8_0), "dequantize_row_q8_0: {k} is not divisible by {QK8_0}");
 
         let nb = k / QK8_0;
 
@@ -654,11 +586,7 @@ impl GgmlType for BlockQ8_0 {
         #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
         {
             let k = xs.len();
-            debug_assert!(
-                k.is_multiple_of(Self::BLCK_SIZE),
-                "{k} is not divisible by {}",
-                Self::BLCK_SIZE
-            );
+            debug_assert!(k.is_multiple_of(Self::BLCK_SIZE), "{k} is not divisible by {}", Self::BLCK_SIZE);
             debug_assert_eq!(
                 ys.len(),
                 k / Self::BLCK_SIZE,
@@ -717,20 +645,12 @@ impl GgmlType for BlockQ8_0 {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK8_0),
-            "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}"
-        );
+        debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}");
 
         // Generic implementation.
         let mut sumf = 0f32;
         for (xs, ys) in xs.iter().zip(ys.iter()) {
-            let sum_i = xs
-                .qs
-                .iter()
-                .zip(ys.qs.iter())
-                .map(|(&x, &y)| x as i32 * y as i32)
-                .sum::<i32>();
+            let sum_i = xs.qs.iter().zip(ys.qs.iter()).map(|(&x, &y)| x as i32 * y as i32).sum::<i32>();
             sumf += sum_i as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d)
         }
         sumf
@@ -747,20 +667,12 @@ impl GgmlType for BlockQ8_1 {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK8_1),
-            "vec_dot_q8_1_q8_1: {n} is not divisible by {QK8_1}"
-        );
+        debug_assert!(n.is_multiple_of(QK8_1), "vec_dot_q8_1_q8_1: {n} is not divisible by {QK8_1}");
 
         // Generic implementation.
         let mut sumf = 0f32;
         for (xs, ys) in xs.iter().zip(ys.iter()) {
-            let sum_i = xs
-                .qs
-                .iter()
-                .zip(ys.qs.iter())
-                .map(|(&x, &y)| x as i32 * y as i32)
-                .sum::<i32>();
+            let sum_i = xs.qs.iter().zip(ys.qs.iter()).map(|(&x, &y)| x as i32 * y as i32).sum::<i32>();
             sumf += sum_i as f32 * f16::to_f32(xs.d) * f16::to_f32(ys.d)
         }
         sumf
@@ -838,10 +750,7 @@ impl GgmlType for BlockQ2K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}");
 
         let mut sumf = 0.0;
         for (x, y) in xs.iter().zip(ys.iter()) {
@@ -974,8 +883,7 @@ impl GgmlType for BlockQ2K {
                 }
                 let sumw = weights.iter().sum::<f32>();
                 sw[j] = sumw;
-                (scales[j], mins[j]) =
-                    make_qkx3_quants(3, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
+                (scales[j], mins[j]) = make_qkx3_quants(3, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
             }
 
             let d_block = make_qp_quants(QK_K / 16, 15, &scales, &mut ls, &sw);
@@ -1073,10 +981,7 @@ impl GgmlType for BlockQ3K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q3k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q3k_q8k: {n} is not divisible by {QK_K}");
 
         const KMASK1: u32 = 0x03030303;
         const KMASK2: u32 = 0x0f0f0f0f;
@@ -1099,55 +1004,35 @@ impl GgmlType for BlockQ3K {
             let mut m = 1;
             //Like the GGML original this is written this way to enable the compiler to vectorize it.
             for _ in 0..QK_K / 128 {
-                a.iter_mut()
-                    .take(32)
-                    .zip(q3)
-                    .for_each(|(a_val, q3_val)| *a_val = (q3_val & 3) as i8);
+                a.iter_mut().take(32).zip(q3).for_each(|(a_val, q3_val)| *a_val = (q3_val & 3) as i8);
                 a.iter_mut()
                     .take(32)
                     .zip(hmask)
-                    .for_each(|(a_val, hmask_val)| {
-                        *a_val -= if hmask_val & m != 0 { 0 } else { 4 }
-                    });
+                    .for_each(|(a_val, hmask_val)| *a_val -= if hmask_val & m != 0 { 0 } else { 4 });
                 a = &mut a[32..];
                 m <<= 1;
 
-                a.iter_mut()
-                    .take(32)
-                    .zip(q3)
-                    .for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 2) & 3) as i8);
+                a.iter_mut().take(32).zip(q3).for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 2) & 3) as i8);
                 a.iter_mut()
                     .take(32)
                     .zip(hmask)
-                    .for_each(|(a_val, hmask_val)| {
-                        *a_val -= if hmask_val & m != 0 { 0 } else { 4 }
-                    });
+                    .for_each(|(a_val, hmask_val)| *a_val -= if hmask_val & m != 0 { 0 } else { 4 });
                 a = &mut a[32..];
                 m <<= 1;
 
-                a.iter_mut()
-                    .take(32)
-                    .zip(q3)
-                    .for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 4) & 3) as i8);
+                a.iter_mut().take(32).zip(q3).for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 4) & 3) as i8);
                 a.iter_mut()
                     .take(32)
                     .zip(hmask)
-                    .for_each(|(a_val, hmask_val)| {
-                        *a_val -= if hmask_val & m != 0 { 0 } else { 4 }
-                    });
+                    .for_each(|(a_val, hmask_val)| *a_val -= if hmask_val & m != 0 { 0 } else { 4 });
                 a = &mut a[32..];
                 m <<= 1;
 
-                a.iter_mut()
-                    .take(32)
-                    .zip(q3)
-                    .for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 6) & 3) as i8);
+                a.iter_mut().take(32).zip(q3).for_each(|(a_val, q3_val)| *a_val = ((q3_val >> 6) & 3) as i8);
                 a.iter_mut()
                     .take(32)
                     .zip(hmask)
-                    .for_each(|(a_val, hmask_val)| {
-                        *a_val -= if hmask_val & m != 0 { 0 } else { 4 }
-                    });
+                    .for_each(|(a_val, hmask_val)| *a_val -= if hmask_val & m != 0 { 0 } else { 4 });
                 a = &mut a[32..];
                 m <<= 1;
                 q3 = &q3[32..];
@@ -1233,11 +1118,7 @@ impl GgmlType for BlockQ3K {
             let mut l: [i8; QK_K] = [0; QK_K];
 
             for j in 0..QK_K / 16 {
-                let sc = if j < 8 {
-                    block.scales[j] & 0xF
-                } else {
-                    block.scales[j - 8] >> 4
-                };
+                let sc = if j < 8 { block.scales[j] & 0xF } else { block.scales[j - 8] >> 4 };
                 let sc = (sc | (((block.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i8 - 32;
                 let d = block.d.to_f32() * sc as f32;
                 if d != 0.0 {
@@ -1266,11 +1147,9 @@ impl GgmlType for BlockQ3K {
 
             for j in (0..QK_K).step_by(128) {
                 for l_val in 0..32 {
-                    block.qs[j / 4 + l_val] = (l[j + l_val]
-                        | (l[j + l_val + 32] << 2)
-                        | (l[j + l_val + 64] << 4)
-                        | (l[j + l_val + 96] << 6))
-                        as u8;
+                    block.qs[j / 4 + l_val] =
+                        (l[j + l_val] | (l[j + l_val + 32] << 2) | (l[j + l_val + 64] << 4) | (l[j + l_val + 96] << 6))
+                            as u8;
                 }
             }
         }
@@ -1297,28 +1176,12 @@ impl GgmlType for BlockQ3K {
                 let sumw = weights.iter().sum::<f32>();
                 sw[j] = sumw;
                 scales[j] = unsafe {
-                    make_qx_quants(
-                        16,
-                        4,
-                        x_scale_slice.as_ptr(),
-                        l.as_mut_ptr().add(16 * j),
-                        1,
-                        weights.as_ptr(),
-                    )
+                    make_qx_quants(16, 4, x_scale_slice.as_ptr(), l.as_mut_ptr().add(16 * j), 1, weights.as_ptr())
                 };
             }
 
             block.scales.fill(0);
-            let d_block = unsafe {
-                make_qx_quants(
-                    QK_K / 16,
-                    32,
-                    scales.as_ptr(),
-                    ls.as_mut_ptr(),
-                    1,
-                    sw.as_ptr(),
-                )
-            };
+            let d_block = unsafe { make_qx_quants(QK_K / 16, 32, scales.as_ptr(), ls.as_mut_ptr(), 1, sw.as_ptr()) };
             block.d = f16::from_f32(d_block);
             for (j, l_val) in ls.iter().enumerate().take(QK_K / 16) {
                 if j < 8 {
@@ -1331,11 +1194,7 @@ impl GgmlType for BlockQ3K {
             }
 
             for j in 0..QK_K / 16 {
-                let sc = if j < 8 {
-                    block.scales[j] & 0xF
-                } else {
-                    block.scales[j - 8] >> 4
-                };
+                let sc = if j < 8 { block.scales[j] & 0xF } else { block.scales[j - 8] >> 4 };
                 let sc = (sc | (((block.scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i8 - 32;
                 let d = block.d.to_f32() * sc as f32;
                 if d != 0.0 {
@@ -1364,11 +1223,9 @@ impl GgmlType for BlockQ3K {
 
             for j in (0..QK_K).step_by(128) {
                 for l_val in 0..32 {
-                    block.qs[j / 4 + l_val] = (l[j + l_val]
-                        | (l[j + l_val + 32] << 2)
-                        | (l[j + l_val + 64] << 4)
-                        | (l[j + l_val + 96] << 6))
-                        as u8;
+                    block.qs[j / 4 + l_val] =
+                        (l[j + l_val] | (l[j + l_val + 32] << 2) | (l[j + l_val + 64] << 4) | (l[j + l_val + 96] << 6))
+                            as u8;
                 }
             }
         }
@@ -1391,8 +1248,7 @@ impl GgmlType for BlockQ3K {
             aux[1] = (aux[1] & KMASK2) | (((tmp >> 2) & KMASK1) << 4);
 
             //Transfer the scales into an i8 array
-            let scales: &mut [i8] =
-                unsafe { std::slice::from_raw_parts_mut(aux.as_mut_ptr() as *mut i8, 16) };
+            let scales: &mut [i8] = unsafe { std::slice::from_raw_parts_mut(aux.as_mut_ptr() as *mut i8, 16) };
 
             let d_all = block.d.to_f32();
             let mut m = 1;
@@ -1410,17 +1266,13 @@ impl GgmlType for BlockQ3K {
                 for shift_scoped_y in scoped_y_chunks {
                     let (shift_scoped_chunks, _) = shift_scoped_y.as_chunks_mut::<16>();
 
-                    for (scale_index, scale_scoped_y) in shift_scoped_chunks.iter_mut().enumerate()
-                    {
+                    for (scale_index, scale_scoped_y) in shift_scoped_chunks.iter_mut().enumerate() {
                         let dl = d_all * (scales[is] as f32 - 32.0);
                         for (i, inner_y) in scale_scoped_y.iter_mut().enumerate() {
                             let new_y = dl
                                 * (((qs[i + 16 * scale_index] >> shift) & 3) as i8
-                                    - if (block.hmask[i + 16 * scale_index] & m) == 0 {
-                                        4
-                                    } else {
-                                        0
-                                    }) as f32;
+                                    - if (block.hmask[i + 16 * scale_index] & m) == 0 { 4 } else { 0 })
+                                    as f32;
                             *inner_y = new_y;
                         }
                         // 16 block finished => advance scale index
@@ -1474,10 +1326,7 @@ impl GgmlType for BlockQ4K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}");
 
         const KMASK1: u32 = 0x3f3f3f3f;
         const KMASK2: u32 = 0x0f0f0f0f;
@@ -1569,11 +1418,7 @@ impl GgmlType for BlockQ4K {
             let max_scale = scales.iter().fold(0.0, |max, &val| val.max(max));
             let max_min = mins.iter().fold(0.0, |max, &val| val.max(max));
 
-            let inv_scale = if max_scale > 0.0 {
-                63.0 / max_scale
-            } else {
-                0.0
-            };
+            let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
             let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
 
             for j in 0..QK_K / 32 {
@@ -1637,8 +1482,7 @@ impl GgmlType for BlockQ4K {
                 }
                 let sumw = weights.iter().sum::<f32>();
                 sw[j] = sumw;
-                (scales[j], mins[j]) =
-                    make_qkx3_quants(15, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
+                (scales[j], mins[j]) = make_qkx3_quants(15, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
             }
 
             let d_block = make_qp_quants(QK_K / 32, 63, &scales, &mut ls, &sw);
@@ -1732,10 +1576,7 @@ impl GgmlType for BlockQ5K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q5k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q5k_q8k: {n} is not divisible by {QK_K}");
 
         const KMASK1: u32 = 0x3f3f3f3f;
         const KMASK2: u32 = 0x0f0f0f0f;
@@ -1835,11 +1676,7 @@ impl GgmlType for BlockQ5K {
             let max_scale = scales.iter().fold(0.0, |max, &val| val.max(max));
             let max_min = mins.iter().fold(0.0, |max, &val| val.max(max));
 
-            let inv_scale = if max_scale > 0.0 {
-                63.0 / max_scale
-            } else {
-                0.0
-            };
+            let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
             let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
             for j in 0..QK_K / 32 {
                 let ls = nearest_int(inv_scale * scales[j]).min(63) as u8;
@@ -1918,8 +1755,7 @@ impl GgmlType for BlockQ5K {
                 }
                 let sumw = weights.iter().sum::<f32>();
                 sw[j] = sumw;
-                (scales[j], mins[j]) =
-                    make_qkx3_quants(31, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
+                (scales[j], mins[j]) = make_qkx3_quants(31, x_scale_slice, Some(&weights), -0.9, 0.05, 36, false);
             }
 
             let d_block = make_qp_quants(QK_K / 32, 63, &scales, &mut ls, &sw);
@@ -2070,10 +1906,7 @@ impl GgmlType for BlockQ6K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}");
 
         let mut aux8 = [0i8; QK_K];
         let mut aux16 = [0i16; 8];
@@ -2092,11 +1925,9 @@ impl GgmlType for BlockQ6K {
                 let qh = &qh[j / 4..];
                 for l in 0..32 {
                     aux8[l] = (((q4[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32) as i8;
-                    aux8[l + 32] =
-                        (((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32) as i8;
+                    aux8[l + 32] = (((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32) as i8;
                     aux8[l + 64] = (((q4[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32) as i8;
-                    aux8[l + 96] =
-                        (((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32) as i8;
+                    aux8[l + 96] = (((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32) as i8;
                 }
             }
 
@@ -2146,8 +1977,7 @@ impl GgmlType for BlockQ6K {
                 let mut max_scale = 0f32;
                 let mut max_abs_scale = 0f32;
                 for (ib, scale_) in scales.iter_mut().enumerate() {
-                    let scale =
-                        make_qx_quants(16, 32, x.add(16 * ib), l.add(16 * ib), 1, std::ptr::null());
+                    let scale = make_qx_quants(16, 32, x.add(16 * ib), l.add(16 * ib), 1, std::ptr::null());
                     *scale_ = scale;
                     let abs_scale = scale.abs();
                     if abs_scale > max_abs_scale {
@@ -2188,8 +2018,7 @@ impl GgmlType for BlockQ6K {
                         *qh.add(l_idx) = ((*l.add(j + l_idx) >> 4)
                             | ((*l.add(j + l_idx + 32) >> 4) << 2)
                             | ((*l.add(j + l_idx + 64) >> 4) << 4)
-                            | ((*l.add(j + l_idx + 96) >> 4) << 6))
-                            as u8;
+                            | ((*l.add(j + l_idx + 96) >> 4) << 6)) as u8;
                     }
                     ql = ql.add(64);
                     qh = qh.add(32);
@@ -2268,8 +2097,7 @@ impl GgmlType for BlockQ6K {
                         *qh.add(l_idx) = ((*l.add(j + l_idx) >> 4)
                             | ((*l.add(j + l_idx + 32) >> 4) << 2)
                             | ((*l.add(j + l_idx + 64) >> 4) << 4)
-                            | ((*l.add(j + l_idx + 96) >> 4) << 6))
-                            as u8;
+                            | ((*l.add(j + l_idx + 96) >> 4) << 6)) as u8;
                     }
                     ql = ql.add(64);
                     qh = qh.add(32);
@@ -2283,10 +2111,7 @@ impl GgmlType for BlockQ6K {
     // https://github.com/ggerganov/llama.cpp/blob/8183159cf3def112f6d1fe94815fce70e1bffa12/k_quants.c#L1067
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK_K),
-            "dequantize_row_q6k: {k} is not divisible by {QK_K}"
-        );
+        debug_assert!(k.is_multiple_of(QK_K), "dequantize_row_q6k: {k} is not divisible by {QK_K}");
 
         for (idx_x, x) in xs.iter().enumerate() {
             let d = x.d.to_f32();
@@ -2337,19 +2162,11 @@ impl GgmlType for BlockQ8K {
     }
 
     fn vec_dot_unopt(n: usize, xs: &[Self], ys: &[Self::VecDotType]) -> f32 {
-        debug_assert!(
-            n.is_multiple_of(QK_K),
-            "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}"
-        );
+        debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}");
         // Generic implementation.
         let mut sumf = 0f32;
         for (xs, ys) in xs.iter().zip(ys.iter()) {
-            let sum_i = xs
-                .qs
-                .iter()
-                .zip(ys.qs.iter())
-                .map(|(&x, &y)| x as i32 * y as i32)
-                .sum::<i32>();
+            let sum_i = xs.qs.iter().zip(ys.qs.iter()).map(|(&x, &y)| x as i32 * y as i32).sum::<i32>();
             sumf += sum_i as f32 * xs.d * ys.d
         }
         sumf
@@ -2361,10 +2178,7 @@ impl GgmlType for BlockQ8K {
         return super::neon::quantize_row_q8k(xs, ys);
 
         let k = xs.len();
-        debug_assert!(
-            k.is_multiple_of(QK_K),
-            "quantize_row_q8k: {k} is not divisible by {QK_K}"
-        );
+        debug_assert!(k.is_multiple_of(QK_K), "quantize_row_q8k: {k} is not divisible by {QK_K}");
         for (i, y) in ys.iter_mut().enumerate() {
             let mut max = 0f32;
             let mut amax = 0f32;
@@ -2399,10 +2213,7 @@ impl GgmlType for BlockQ8K {
 
     fn to_float(xs: &[Self], ys: &mut [f32]) {
         let k = ys.len();
-        debug_assert!(
-            k.is_multiple_of(QK_K),
-            "dequantize_row_q8k: {k} is not divisible by {QK_K}"
-        );
+        debug_assert!(k.is_multiple_of(QK_K), "dequantize_row_q8k: {k} is not divisible by {QK_K}");
         for (i, x) in xs.iter().enumerate() {
             for (j, &q) in x.qs.iter().enumerate() {
                 ys[i * QK_K + j] = x.d * q as f32
@@ -2418,31 +2229,12 @@ impl GgmlType for BlockQ8K {
 const MATMUL_ROW_TILE: usize = 16;
 
 // https://github.com/ggml-org/llama.cpp/blob/aa3ee0eb0b80efca126cedf9bcb4fb5864b46ce3/ggml/src/ggml-cpu/ggml-cpu.c#L1205
-pub fn matmul<T: GgmlType>(
-    (m, k, n): (usize, usize, usize),
-    lhs: &[f32],
-    rhs_t: &[T],
-    dst: &mut [f32],
-) -> Result<()> {
-    debug_assert_eq!(
-        T::BLCK_SIZE,
-        T::VecDotType::BLCK_SIZE,
-        "Mismatched block sizes"
-    );
+pub fn matmul<T: GgmlType>((m, k, n): (usize, usize, usize), lhs: &[f32], rhs_t: &[T], dst: &mut [f32]) -> Result<()> {
+    debug_assert_eq!(T::BLCK_SIZE, T::VecDotType::BLCK_SIZE, "Mismatched block sizes");
     // Real asserts rather than debug ones: the workers below write `dst` through a raw pointer,
     // so an undersized `dst` would otherwise be written out of bounds instead of panicking.
-    assert_eq!(
-        m * k,
-        lhs.len(),
-        "unexpected lhs length {} ({m},{k},{n})",
-        lhs.len()
-    );
-    assert!(
-        dst.len() >= m * n,
-        "dst too small: {} < {}",
-        dst.len(),
-        m * n
-    );
+    assert_eq!(m * k, lhs.len(), "unexpected lhs length {} ({m},{k},{n})", lhs.len());
+    assert!(dst.len() >= m * n, "dst too small: {} < {}", dst.len(), m * n);
     let k_in_blocks = k.div_ceil(T::BLCK_SIZE);
 
     // Thread-local scratch buffer reused across calls to avoid per-matmul
@@ -2464,12 +2256,8 @@ pub fn matmul<T: GgmlType>(
         }
         // SAFETY: u64 ensures sufficient alignment. Resize ensures sufficient size.
         // All elements written before reading.
-        let lhs_b: &mut [T::VecDotType] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut T::VecDotType,
-                m * k_in_blocks,
-            )
-        };
+        let lhs_b: &mut [T::VecDotType] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut T::VecDotType, m * k_in_blocks) };
         // f32, f16, and bf16 support direct copy
         if T::DIRECT_COPY {
             T::VecDotType::direct_copy(lhs, lhs_b);
@@ -2510,12 +2298,8 @@ pub fn matmul<T: GgmlType>(
         };
         // The 0..=3 columns left over after the quads.
         let dot_tail = |row_idx: usize| {
-            let dst_row = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (dst_ptr as *mut f32).add(row_idx * n + n_quad),
-                    n_tail,
-                )
-            };
+            let dst_row =
+                unsafe { std::slice::from_raw_parts_mut((dst_ptr as *mut f32).add(row_idx * n + n_quad), n_tail) };
             if n_tail >= 2 {
                 let col = n_quad;
                 let (d0, d1) = T::vec_dot_2(
@@ -2529,11 +2313,8 @@ pub fn matmul<T: GgmlType>(
             }
             if n_tail & 1 == 1 {
                 let col = n - 1;
-                dst_row[n_tail - 1] = T::vec_dot(
-                    k,
-                    &rhs_t[col * k_in_blocks..(col + 1) * k_in_blocks],
-                    lhs_row(row_idx),
-                );
+                dst_row[n_tail - 1] =
+                    T::vec_dot(k, &rhs_t[col * k_in_blocks..(col + 1) * k_in_blocks], lhs_row(row_idx));
             }
         };
 
@@ -2606,9 +2387,8 @@ pub(crate) fn matmul_q4k_x8(
         if scratch.len() < required_len {
             scratch.resize(required_len, 0);
         }
-        let lhs_b: &mut [BlockQ8K] = unsafe {
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, m * k_in_blocks)
-        };
+        let lhs_b: &mut [BlockQ8K] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, m * k_in_blocks) };
         for row_idx in 0..m {
             let lhs_row = &lhs[row_idx * k..(row_idx + 1) * k];
             let lhs_b_mut = &mut lhs_b[row_idx * k_in_blocks..(row_idx + 1) * k_in_blocks];
@@ -2626,9 +2406,8 @@ pub(crate) fn matmul_q4k_x8(
             let lhs_row_ptr = lhs_b.as_ptr() as usize;
             let dst_row_ptr = dst.as_mut_ptr() as usize;
             pool.execute_static(n_groups, |range| {
-                let lhs_row: &[BlockQ8K] = unsafe {
-                    std::slice::from_raw_parts(lhs_row_ptr as *const BlockQ8K, k_in_blocks)
-                };
+                let lhs_row: &[BlockQ8K] =
+                    unsafe { std::slice::from_raw_parts(lhs_row_ptr as *const BlockQ8K, k_in_blocks) };
                 let dst_ptr = dst_row_ptr as *mut f32;
                 for g in range {
                     let xs = unsafe {
@@ -2652,9 +2431,8 @@ pub(crate) fn matmul_q4k_x8(
             let dst_row_ptr = dst[row_idx * n..(row_idx + 1) * n].as_mut_ptr() as usize;
 
             pool.execute_static(n_groups, |range| {
-                let lhs_row: &[BlockQ8K] = unsafe {
-                    std::slice::from_raw_parts(lhs_row_ptr as *const BlockQ8K, k_in_blocks)
-                };
+                let lhs_row: &[BlockQ8K] =
+                    unsafe { std::slice::from_raw_parts(lhs_row_ptr as *const BlockQ8K, k_in_blocks) };
                 let dst_ptr = dst_row_ptr as *mut f32;
                 for g in range {
                     let xs = unsafe {
@@ -2675,12 +2453,7 @@ pub(crate) fn matmul_q4k_x8(
     })
 }
 
-pub fn matmul_f16<T: GgmlType>(
-    mkn: (usize, usize, usize),
-    lhs: &[f16],
-    rhs_t: &[T],
-    dst: &mut [f16],
-) -> Result<()> {
+pub fn matmul_f16<T: GgmlType>(mkn: (usize, usize, usize), lhs: &[f16], rhs_t: &[T], dst: &mut [f16]) -> Result<()> {
     let (m, k, n) = mkn;
     if m * k != lhs.len() {
         crate::bail!("unexpected lhs length {} {mkn:?}", lhs.len());
@@ -2729,24 +2502,12 @@ impl GgmlType for f32 {
     }
 
     fn from_float(xs: &[f32], ys: &mut [Self]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         ys.copy_from_slice(xs);
     }
 
     fn to_float(xs: &[Self], ys: &mut [f32]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         ys.copy_from_slice(xs);
     }
 
@@ -2774,24 +2535,12 @@ impl GgmlType for f16 {
     }
 
     fn from_float(xs: &[f32], ys: &mut [Self]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         ys.convert_from_f32_slice(xs);
     }
 
     fn to_float(xs: &[Self], ys: &mut [f32]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         xs.convert_to_f32_slice(ys);
     }
 
@@ -2819,24 +2568,12 @@ impl GgmlType for bf16 {
     }
 
     fn from_float(xs: &[f32], ys: &mut [Self]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         ys.convert_from_f32_slice(xs);
     }
 
     fn to_float(xs: &[Self], ys: &mut [f32]) {
-        debug_assert_eq!(
-            xs.len(),
-            ys.len(),
-            "size mismatch xs {} != ys {}",
-            xs.len(),
-            ys.len()
-        );
+        debug_assert_eq!(xs.len(), ys.len(), "size mismatch xs {} != ys {}", xs.len(), ys.len());
         xs.convert_to_f32_slice(ys);
     }
 
@@ -2847,8 +2584,7 @@ impl GgmlType for bf16 {
 
 macro_rules! verify_block_size {
     ( $block_type:ident ) => {
-        const _: () =
-            assert!($block_type::BLCK_SIZE == <$block_type as GgmlType>::VecDotType::BLCK_SIZE);
+        const _: () = assert!($block_type::BLCK_SIZE == <$block_type as GgmlType>::VecDotType::BLCK_SIZE);
     };
 }
 
@@ -2861,6 +2597,6 @@ macro_rules! verify_block_sizes {
 }
 
 verify_block_sizes!(
-    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ2K, BlockQ3K, BlockQ4K,
-    BlockQ5K, BlockQ6K, BlockQ8K, f32, f16, bf16
+    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K,
+    BlockQ8K, f32, f16, bf16
 );

@@ -13,16 +13,8 @@ pub struct QMetalStorage {
 impl QMetalStorage {
     pub fn zeros(device: &MetalDevice, elem_count: usize, dtype: GgmlDType) -> Result<Self> {
         let size = elem_count * dtype.type_size() / dtype.block_size();
-        let buffer = device
-            .new_buffer_builder()
-            .with_zeros(size)
-            .with_label("qstorage_zeros")
-            .build()?;
-        Ok(Self {
-            buffer,
-            device: device.clone(),
-            dtype,
-        })
+        let buffer = device.new_buffer_builder().with_zeros(size).with_label("qstorage_zeros").build()?;
+        Ok(Self { buffer, device: device.clone(), dtype })
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -117,18 +109,8 @@ impl QMetalStorage {
             }
         }
 
-        let buffer = self
-            .device
-            .new_buffer_builder()
-            .with_data(&out)
-            .with_label("qstorage_dequantized")
-            .build()?;
-        Ok(MetalStorage::new(
-            buffer,
-            self.device.clone(),
-            elem_count,
-            DType::F32,
-        ))
+        let buffer = self.device.new_buffer_builder().with_data(&out).with_label("qstorage_dequantized").build()?;
+        Ok(MetalStorage::new(buffer, self.device.clone(), elem_count, DType::F32))
     }
 
     pub fn quantize(&mut self, src: &MetalStorage) -> Result<()> {
@@ -148,12 +130,7 @@ impl QMetalStorage {
         Ok(())
     }
 
-    pub fn quantize_imatrix(
-        &mut self,
-        src: &MetalStorage,
-        imatrix_weights: &[f32],
-        n_per_row: usize,
-    ) -> Result<()> {
+    pub fn quantize_imatrix(&mut self, src: &MetalStorage, imatrix_weights: &[f32], n_per_row: usize) -> Result<()> {
         // Quantization only happens on CPU for now.
         let src = src.to_cpu::<f32>()?;
         let elem_count = src.len();
@@ -221,13 +198,7 @@ impl QMetalStorage {
         self.buffer.length()
     }
 
-    pub fn embedding(
-        &self,
-        rows: usize,
-        hidden: usize,
-        ids: &MetalStorage,
-        ids_l: &Layout,
-    ) -> Result<MetalStorage> {
+    pub fn embedding(&self, rows: usize, hidden: usize, ids: &MetalStorage, ids_l: &Layout) -> Result<MetalStorage> {
         use crate::MetalError;
 
         if ids.dtype() != DType::U32 {
@@ -244,18 +215,12 @@ impl QMetalStorage {
         }
         let expected_size = rows * hidden * self.dtype.type_size() / self.dtype.block_size();
         if self.storage_size_in_bytes() != expected_size {
-            crate::bail!(
-                "quantized tensor has {} bytes, expected {expected_size}",
-                self.storage_size_in_bytes()
-            )
+            crate::bail!("quantized tensor has {} bytes, expected {expected_size}", self.storage_size_in_bytes())
         }
         let ids_len = ids_l.shape().elem_count();
         let device = self.device.clone();
-        let dst = device
-            .new_buffer_builder()
-            .with_size_for(ids_len * hidden, DType::F32)
-            .with_label("qembedding")
-            .build()?;
+        let dst =
+            device.new_buffer_builder().with_size_for(ids_len * hidden, DType::F32).with_label("qembedding").build()?;
         let encoder = device.command_encoder()?;
         candle_metal_kernels::call_quantized_get_rows(
             device.device(),
@@ -271,12 +236,7 @@ impl QMetalStorage {
             &dst,
         )
         .map_err(MetalError::from)?;
-        Ok(MetalStorage::new(
-            dst,
-            device.clone(),
-            ids_len * hidden,
-            DType::F32,
-        ))
+        Ok(MetalStorage::new(dst, device.clone(), ids_len * hidden, DType::F32))
     }
 
     fn fwd_mv(
@@ -336,8 +296,7 @@ impl QMetalStorage {
             )
             .map_err(MetalError::from)?;
         }
-        let dst_storage =
-            crate::MetalStorage::new(dst, device.clone(), dst_shape.elem_count(), DType::F32);
+        let dst_storage = crate::MetalStorage::new(dst, device.clone(), dst_shape.elem_count(), DType::F32);
         Ok((dst_storage, dst_shape))
     }
 
@@ -362,11 +321,7 @@ impl QMetalStorage {
         let mut dst_shape = src_shape.dims().to_vec();
 
         if src_shape.rank() < self_shape.rank() {
-            crate::bail!(
-                "input rank ({}) must be >= weight rank ({})",
-                src_shape.rank(),
-                self_shape.rank()
-            )
+            crate::bail!("input rank ({}) must be >= weight rank ({})", src_shape.rank(), self_shape.rank())
         }
 
         if src_shape.dim(D::Minus2)? == 1 {
@@ -392,24 +347,17 @@ impl QMetalStorage {
         if self_shape.rank() > 4 {
             crate::bail!("weight rank ({}) must be <= 4", self_shape.rank())
         }
-        let src0_l = crate::Layout::contiguous(
-            [vec![1; 4 - self_shape.rank()], self_shape.dims().to_vec()].concat(),
-        );
+        let src0_l = crate::Layout::contiguous([vec![1; 4 - self_shape.rank()], self_shape.dims().to_vec()].concat());
         let src0_stride = src0_l
             .stride()
             .iter()
-            .map(|x| {
-                (*x as f32 * (self.dtype.type_size() as f32 / self.dtype.block_size() as f32))
-                    as usize
-            })
+            .map(|x| (*x as f32 * (self.dtype.type_size() as f32 / self.dtype.block_size() as f32)) as usize)
             .collect::<Vec<_>>();
 
         if src_shape.rank() > 4 {
             crate::bail!("weight rank ({}) must be <= 4", src_shape.rank())
         }
-        let src1_l = crate::Layout::contiguous(
-            [vec![1; 4 - src_shape.rank()], src_shape.dims().to_vec()].concat(),
-        );
+        let src1_l = crate::Layout::contiguous([vec![1; 4 - src_shape.rank()], src_shape.dims().to_vec()].concat());
 
         candle_metal_kernels::call_quantized_matmul_mm_t(
             device.device(),
@@ -420,11 +368,7 @@ impl QMetalStorage {
             &src0_stride,
             &self.buffer,
             src1_l.dims(),
-            &src1_l
-                .stride()
-                .iter()
-                .map(|x| x * DType::F32.size_in_bytes())
-                .collect::<Vec<_>>(),
+            &src1_l.stride().iter().map(|x| x * DType::F32.size_in_bytes()).collect::<Vec<_>>(),
             storage.buffer(),
             src1_l.start_offset() * storage.dtype().size_in_bytes(),
             dst_shape.dims(),
@@ -433,8 +377,7 @@ impl QMetalStorage {
         )
         .map_err(MetalError::from)?;
 
-        let dst_storage =
-            crate::MetalStorage::new(dst, device.clone(), dst_shape.elem_count(), DType::F32);
+        let dst_storage = crate::MetalStorage::new(dst, device.clone(), dst_shape.elem_count(), DType::F32);
         Ok((dst_storage, dst_shape))
     }
 
@@ -459,17 +402,9 @@ pub fn load_quantized<T: super::GgmlType + Send + Sync + 'static>(
     device: &MetalDevice,
     data: &[T],
 ) -> Result<QStorage> {
-    let buffer = device
-        .new_buffer_builder()
-        .with_data(data)
-        .with_label("qstorage_load_quantized")
-        .build()?;
+    let buffer = device.new_buffer_builder().with_data(data).with_label("qstorage_load_quantized").build()?;
     let device = device.clone();
-    Ok(QStorage::Metal(QMetalStorage {
-        dtype: T::DTYPE,
-        device,
-        buffer,
-    }))
+    Ok(QStorage::Metal(QMetalStorage { dtype: T::DTYPE, device, buffer }))
 }
 
 fn read_to_vec<T: Clone>(buffer: &Buffer, n: usize) -> Vec<T> {

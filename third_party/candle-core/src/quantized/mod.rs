@@ -1,6 +1,4 @@
-use crate::{
-    backend::BackendStorage, CpuStorage, DType, Device, Result, Shape, Storage, Tensor, D,
-};
+use crate::{backend::BackendStorage, CpuStorage, DType, Device, Result, Shape, Storage, Tensor, D};
 use k_quants::*;
 use std::borrow::Cow;
 
@@ -34,10 +32,7 @@ mod cuda {
     pub use super::dummy_cuda::*;
 }
 
-#[cfg(any(
-    target_arch = "aarch64",
-    all(target_arch = "arm", target_feature = "neon")
-))]
+#[cfg(any(target_arch = "aarch64", all(target_arch = "arm", target_feature = "neon")))]
 pub mod neon;
 #[cfg(target_feature = "simd128")]
 pub mod simd128;
@@ -48,17 +43,9 @@ pub use k_quants::GgmlType;
 
 fn as_t_slice<T>(data: &[u8]) -> &[T] {
     let size = std::mem::size_of::<T>();
-    assert_eq!(
-        data.len() % size,
-        0,
-        "Data length must be a multiple of T's size"
-    );
+    assert_eq!(data.len() % size, 0, "Data length must be a multiple of T's size");
     let ptr = data.as_ptr();
-    assert_eq!(
-        (ptr as usize) % std::mem::align_of::<T>(),
-        0,
-        "Data pointer must be aligned to T's alignment"
-    );
+    assert_eq!((ptr as usize) % std::mem::align_of::<T>(), 0, "Data pointer must be aligned to T's alignment");
     unsafe { std::slice::from_raw_parts(ptr as *const T, data.len() / size) }
 }
 
@@ -186,12 +173,7 @@ impl QStorage {
         Ok(())
     }
 
-    fn quantize_imatrix(
-        &mut self,
-        src: &Storage,
-        imatrix_weights: &[f32],
-        n_per_row: usize,
-    ) -> Result<()> {
+    fn quantize_imatrix(&mut self, src: &Storage, imatrix_weights: &[f32], n_per_row: usize) -> Result<()> {
         match (self, src) {
             (QStorage::Cpu(storage), Storage::Cpu(src)) => {
                 storage.from_float_imatrix(src.as_slice::<f32>()?, imatrix_weights, n_per_row);
@@ -219,12 +201,7 @@ impl QStorage {
         Ok(())
     }
 
-    fn quantize_imatrix_onto(
-        &mut self,
-        src: &Storage,
-        imatrix_weights: &[f32],
-        n_per_row: usize,
-    ) -> Result<()> {
+    fn quantize_imatrix_onto(&mut self, src: &Storage, imatrix_weights: &[f32], n_per_row: usize) -> Result<()> {
         match (self, src) {
             (QStorage::Cpu(storage), Storage::Cpu(src)) => {
                 storage.from_float_imatrix(src.as_slice::<f32>()?, imatrix_weights, n_per_row);
@@ -274,10 +251,7 @@ impl QStorage {
     pub fn device_ptr_with_guard<'a>(
         &'a self,
         stream: &'a crate::cuda_backend::cudarc::driver::CudaStream,
-    ) -> Result<(
-        *const u8,
-        crate::cuda_backend::cudarc::driver::SyncOnDrop<'a>,
-    )> {
+    ) -> Result<(*const u8, crate::cuda_backend::cudarc::driver::SyncOnDrop<'a>)> {
         match self {
             QStorage::Cuda(storage) => storage.device_ptr_with_guard(stream),
             QStorage::Metal(_) | QStorage::Cpu(_) => {
@@ -458,18 +432,11 @@ impl<T: k_quants::GgmlType + Send + Sync> QuantizedType for Vec<T> {
 
     fn embedding(&self, ids: &[u32], rows: usize, hidden: usize) -> Result<CpuStorage> {
         if !hidden.is_multiple_of(T::BLCK_SIZE) {
-            crate::bail!(
-                "quantized embedding hidden size {hidden} is not divisible by block size {}",
-                T::BLCK_SIZE
-            )
+            crate::bail!("quantized embedding hidden size {hidden} is not divisible by block size {}", T::BLCK_SIZE)
         }
         let row_blocks = hidden / T::BLCK_SIZE;
         if self.len() != rows * row_blocks {
-            crate::bail!(
-                "quantized tensor has {} blocks, expected {}",
-                self.len(),
-                rows * row_blocks
-            )
+            crate::bail!("quantized tensor has {} blocks, expected {}", self.len(), rows * row_blocks)
         }
         let mut out = vec![0f32; ids.len() * hidden];
         for (out_row, &row_id) in ids.iter().enumerate() {
@@ -531,10 +498,7 @@ fn check_shape(shape: &Shape, block_size: usize) -> Result<()> {
         crate::bail!("scalar tensor cannot be quantized {shape:?}")
     }
     if !dims[dims.len() - 1].is_multiple_of(block_size) {
-        crate::bail!(
-            "quantized tensor must have their last dim divisible by block size {shape:?} {}",
-            block_size
-        )
+        crate::bail!("quantized tensor must have their last dim divisible by block size {shape:?} {}", block_size)
     }
     Ok(())
 }
@@ -543,11 +507,7 @@ impl QTensor {
     pub fn new<S: Into<Shape>>(storage: QStorage, shape: S) -> Result<Self> {
         let shape = shape.into();
         check_shape(&shape, storage.block_size())?;
-        Ok(Self {
-            storage,
-            shape,
-            repacked_qs: repack::PackedCache::new(),
-        })
+        Ok(Self { storage, shape, repacked_qs: repack::PackedCache::new() })
     }
 
     pub fn quantize(src: &Tensor, dtype: GgmlDType) -> Result<Self> {
@@ -557,25 +517,14 @@ impl QTensor {
         let src = src.to_dtype(crate::DType::F32)?.flatten_all()?;
         let elem_count = shape.elem_count();
         if !elem_count.is_multiple_of(block_size) {
-            crate::bail!(
-                "tensor size ({shape:?}) is not divisible by block size {}",
-                block_size
-            )
+            crate::bail!("tensor size ({shape:?}) is not divisible by block size {}", block_size)
         }
         let mut storage = src.device().qzeros(elem_count, dtype)?;
         storage.quantize(&src.storage())?;
-        Ok(Self {
-            storage,
-            shape: shape.clone(),
-            repacked_qs: repack::PackedCache::new(),
-        })
+        Ok(Self { storage, shape: shape.clone(), repacked_qs: repack::PackedCache::new() })
     }
 
-    pub fn quantize_imatrix(
-        src: &Tensor,
-        imatrix_weights: &[f32],
-        dtype: GgmlDType,
-    ) -> Result<Self> {
+    pub fn quantize_imatrix(src: &Tensor, imatrix_weights: &[f32], dtype: GgmlDType) -> Result<Self> {
         // (n_per_row/QK_K-1)*QK_K+(QK_K/32-1)*32+32=n_per_row
         // Size of imatrix == last dim of tensor
         let n_per_row = src.dim(D::Minus1)?;
@@ -593,18 +542,11 @@ impl QTensor {
         let src = src.to_dtype(crate::DType::F32)?.flatten_all()?;
         let elem_count = shape.elem_count();
         if !elem_count.is_multiple_of(block_size) {
-            crate::bail!(
-                "tensor size ({shape:?}) is not divisible by block size {}",
-                block_size
-            );
+            crate::bail!("tensor size ({shape:?}) is not divisible by block size {}", block_size);
         }
         let mut storage = src.device().qzeros(elem_count, dtype)?;
         storage.quantize_imatrix(&src.storage(), imatrix_weights, n_per_row)?;
-        Ok(Self {
-            storage,
-            shape: shape.clone(),
-            repacked_qs: repack::PackedCache::new(),
-        })
+        Ok(Self { storage, shape: shape.clone(), repacked_qs: repack::PackedCache::new() })
     }
 
     /// Quantize `src` (currently on the CPU) to a QTensor on `dev`
@@ -615,10 +557,7 @@ impl QTensor {
         dev: &Device,
     ) -> Result<Self> {
         if !src.device().is_cpu() {
-            crate::bail!(
-                "`quantize_onto` expects a `src` to be on the cpu, got {:?}.",
-                src.device()
-            )
+            crate::bail!("`quantize_onto` expects a `src` to be on the cpu, got {:?}.", src.device())
         }
         // (n_per_row/QK_K-1)*QK_K+(QK_K/32-1)*32+32=n_per_row
         // Size of imatrix == last dim of tensor
@@ -636,28 +575,18 @@ impl QTensor {
         let src = src.to_dtype(crate::DType::F32)?.flatten_all()?;
         let elem_count = shape.elem_count();
         if !elem_count.is_multiple_of(block_size) {
-            crate::bail!(
-                "tensor size ({shape:?}) is not divisible by block size {}",
-                block_size
-            )
+            crate::bail!("tensor size ({shape:?}) is not divisible by block size {}", block_size)
         }
         // storage is on the `dev`, src is on `cpu`
         let mut storage = dev.qzeros(elem_count, dtype)?;
         storage.quantize_imatrix_onto(&src.storage(), imatrix_weights, n_per_row)?;
-        Ok(Self {
-            storage,
-            shape: shape.clone(),
-            repacked_qs: repack::PackedCache::new(),
-        })
+        Ok(Self { storage, shape: shape.clone(), repacked_qs: repack::PackedCache::new() })
     }
 
     /// Quantize `src` (currently on the CPU) to a QTensor on `dev`
     pub fn quantize_onto(src: &Tensor, dtype: GgmlDType, dev: &Device) -> Result<Self> {
         if !src.device().is_cpu() {
-            crate::bail!(
-                "`quantize_onto` expects a `src` to be on the cpu, got {:?}.",
-                src.device()
-            )
+            crate::bail!("`quantize_onto` expects a `src` to be on the cpu, got {:?}.", src.device())
         }
         let shape = src.shape();
         let block_size = dtype.block_size();
@@ -665,19 +594,12 @@ impl QTensor {
         let src = src.to_dtype(crate::DType::F32)?.flatten_all()?;
         let elem_count = shape.elem_count();
         if !elem_count.is_multiple_of(block_size) {
-            crate::bail!(
-                "tensor size ({shape:?}) is not divisible by block size {}",
-                block_size
-            )
+            crate::bail!("tensor size ({shape:?}) is not divisible by block size {}", block_size)
         }
         // storage is on the `dev`, src is on `cpu`
         let mut storage = dev.qzeros(elem_count, dtype)?;
         storage.quantize_onto(&src.storage())?;
-        Ok(Self {
-            storage,
-            shape: shape.clone(),
-            repacked_qs: repack::PackedCache::new(),
-        })
+        Ok(Self { storage, shape: shape.clone(), repacked_qs: repack::PackedCache::new() })
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -709,8 +631,7 @@ impl QTensor {
             QStorage::Cuda(s) => {
                 let s = s.dequantize_f16(self.shape.elem_count())?;
                 let none = crate::op::BackpropOp::none();
-                crate::tensor::from_storage(Storage::Cuda(s), self.shape.clone(), none, false)
-                    .to_device(device)
+                crate::tensor::from_storage(Storage::Cuda(s), self.shape.clone(), none, false).to_device(device)
             }
             _ => {
                 let s = self.dequantize(device)?.to_dtype(crate::DType::F16)?;
@@ -730,11 +651,7 @@ impl QTensor {
         let mut out_shape = ids.dims().to_vec();
         out_shape.push(hidden);
         let device = self.device();
-        let ids = ids
-            .to_device(&device)?
-            .to_dtype(DType::U32)?
-            .flatten_all()?
-            .contiguous()?;
+        let ids = ids.to_device(&device)?.to_dtype(DType::U32)?.flatten_all()?.contiguous()?;
         let storage = match &self.storage {
             QStorage::Cpu(storage) => {
                 let ids = ids.to_vec1::<u32>()?;
@@ -769,13 +686,8 @@ impl QTensor {
         match &self.storage {
             QStorage::Cuda(s) => match (&*x.storage(), &*ids.storage()) {
                 (Storage::Cuda(x_storage), Storage::Cuda(ids_storage)) => {
-                    let (storage, out_shape) = s.indexed_moe_forward(
-                        self.shape(),
-                        x_storage,
-                        x.layout(),
-                        ids_storage,
-                        ids.layout(),
-                    )?;
+                    let (storage, out_shape) =
+                        s.indexed_moe_forward(self.shape(), x_storage, x.layout(), ids_storage, ids.layout())?;
                     Ok(crate::tensor::from_storage(
                         Storage::Cuda(storage),
                         out_shape,
@@ -806,10 +718,7 @@ impl QTensor {
     pub fn device_ptr_with_guard<'a>(
         &'a self,
         stream: &'a crate::cuda_backend::cudarc::driver::CudaStream,
-    ) -> Result<(
-        *const u8,
-        crate::cuda_backend::cudarc::driver::SyncOnDrop<'a>,
-    )> {
+    ) -> Result<(*const u8, crate::cuda_backend::cudarc::driver::SyncOnDrop<'a>)> {
         self.storage.device_ptr_with_guard(stream)
     }
 }
@@ -926,8 +835,7 @@ impl QTensor {
                 return Ok(None);
             }
             let mut ns = Vec::with_capacity(ts.len());
-            let mut parts: Vec<(&dyn QuantizedType, &repack::PackedCache)> =
-                Vec::with_capacity(ts.len());
+            let mut parts: Vec<(&dyn QuantizedType, &repack::PackedCache)> = Vec::with_capacity(ts.len());
             for t in ts {
                 let (n, tk) = t.shape.dims2()?;
                 if tk != k {
@@ -1011,15 +919,11 @@ impl QTensor {
                 .enumerate()
                 .map(|(i, t)| {
                     let n = shapes[i];
-                    t.repacked_qs
-                        .x86_get_or_init(|| repack_x86::pack(dtype, t.storage_ref(), n, k))
+                    t.repacked_qs.x86_get_or_init(|| repack_x86::pack(dtype, t.storage_ref(), n, k))
                 })
                 .collect();
-            let parts: Vec<(&repack_x86::PackedX86, usize)> = packs
-                .iter()
-                .zip(shapes.iter())
-                .map(|(p, &n)| (*p, n))
-                .collect();
+            let parts: Vec<(&repack_x86::PackedX86, usize)> =
+                packs.iter().zip(shapes.iter()).map(|(p, &n)| (*p, n)).collect();
             let mut dsts: Vec<Vec<f32>> = shapes.iter().map(|&n| vec![0f32; m * n]).collect();
             repack_x86::gemv_fused(&parts, &lhs_q, m, k, &mut dsts);
             drop(guard);
@@ -1027,11 +931,7 @@ impl QTensor {
             let mut out_dims = dims.to_vec();
             for (dst, &n) in dsts.into_iter().zip(shapes.iter()) {
                 *out_dims.last_mut().unwrap() = n;
-                out.push(Tensor::from_vec(
-                    dst,
-                    out_dims.clone(),
-                    &crate::Device::Cpu,
-                )?);
+                out.push(Tensor::from_vec(dst, out_dims.clone(), &crate::Device::Cpu)?);
             }
             Ok(Some(out))
         }
@@ -1080,10 +980,7 @@ impl QTensor {
             let QStorage::Cpu(storage) = &self.storage else {
                 return Ok(None);
             };
-            let ids_v: Vec<u32> = ids
-                .to_dtype(crate::DType::U32)?
-                .flatten_all()?
-                .to_vec1::<u32>()?;
+            let ids_v: Vec<u32> = ids.to_dtype(crate::DType::U32)?.flatten_all()?.to_vec1::<u32>()?;
             if ids_v.iter().any(|&e| e as usize >= n_experts) {
                 crate::bail!("expert index out of range");
             }
@@ -1179,11 +1076,7 @@ impl crate::CustomOp1 for QTensor {
         "qmatmul"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &crate::CpuStorage,
-        layout: &crate::Layout,
-    ) -> Result<(crate::CpuStorage, Shape)> {
+    fn cpu_fwd(&self, storage: &crate::CpuStorage, layout: &crate::Layout) -> Result<(crate::CpuStorage, Shape)> {
         if !layout.is_contiguous() {
             crate::bail!("input tensor is not contiguous {layout:?}")
         }
@@ -1208,18 +1101,12 @@ impl crate::CustomOp1 for QTensor {
         match storage.dtype() {
             DType::F32 => {
                 let slice = storage.as_slice::<f32>()?;
-                let slice =
-                    &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
+                let slice = &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
                 let mut dst_storage = vec![0f32; dst_shape.elem_count()];
 
                 let mkn = (dst_shape.elem_count() / n, k, n);
-                let used_packed = repack::try_matmul_f32(
-                    self_storage.as_ref(),
-                    &self.repacked_qs,
-                    mkn,
-                    slice,
-                    &mut dst_storage,
-                )?;
+                let used_packed =
+                    repack::try_matmul_f32(self_storage.as_ref(), &self.repacked_qs, mkn, slice, &mut dst_storage)?;
                 if used_packed {
                     return Ok((crate::CpuStorage::F32(dst_storage), dst_shape));
                 }
@@ -1229,32 +1116,21 @@ impl crate::CustomOp1 for QTensor {
             }
             DType::F16 => {
                 let slice = storage.as_slice::<f16>()?;
-                let slice =
-                    &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
+                let slice = &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
                 let mut dst_storage = vec![f16::ZERO; dst_shape.elem_count()];
-                self_storage.matmul_t_f16(
-                    (dst_shape.elem_count() / n, k, n),
-                    slice,
-                    &mut dst_storage,
-                )?;
+                self_storage.matmul_t_f16((dst_shape.elem_count() / n, k, n), slice, &mut dst_storage)?;
                 Ok((crate::CpuStorage::F16(dst_storage), dst_shape))
             }
             DType::BF16 => {
                 // widen to f32 once and take the repacked path; output stays bf16
                 let slice = storage.as_slice::<half::bf16>()?;
-                let slice =
-                    &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
+                let slice = &slice[layout.start_offset()..layout.start_offset() + src_shape.elem_count()];
                 let lhs = widen_bf16(slice);
                 let mut dst_storage = vec![0f32; dst_shape.elem_count()];
 
                 let mkn = (dst_shape.elem_count() / n, k, n);
-                let used_packed = repack::try_matmul_f32(
-                    self_storage.as_ref(),
-                    &self.repacked_qs,
-                    mkn,
-                    &lhs,
-                    &mut dst_storage,
-                )?;
+                let used_packed =
+                    repack::try_matmul_f32(self_storage.as_ref(), &self.repacked_qs, mkn, &lhs, &mut dst_storage)?;
                 if !used_packed {
                     self_storage.matmul_t(mkn, &lhs, &mut dst_storage)?;
                 }
@@ -1265,11 +1141,7 @@ impl crate::CustomOp1 for QTensor {
         }
     }
 
-    fn metal_fwd(
-        &self,
-        storage: &crate::MetalStorage,
-        layout: &crate::Layout,
-    ) -> Result<(crate::MetalStorage, Shape)> {
+    fn metal_fwd(&self, storage: &crate::MetalStorage, layout: &crate::Layout) -> Result<(crate::MetalStorage, Shape)> {
         let self_storage = match &self.storage {
             QStorage::Metal(metal) => metal,
             _ => unreachable!("Cannot call metal matmul on non metal QTensor"),
@@ -1277,11 +1149,7 @@ impl crate::CustomOp1 for QTensor {
         self_storage.fwd(&self.shape, storage, layout)
     }
 
-    fn cuda_fwd(
-        &self,
-        storage: &crate::CudaStorage,
-        layout: &crate::Layout,
-    ) -> Result<(crate::CudaStorage, Shape)> {
+    fn cuda_fwd(&self, storage: &crate::CudaStorage, layout: &crate::Layout) -> Result<(crate::CudaStorage, Shape)> {
         let self_storage = match &self.storage {
             QStorage::Cuda(cuda) => cuda,
             _ => unreachable!("Cannot call cuda matmul on non cuda QTensor"),

@@ -1,8 +1,6 @@
 #![allow(clippy::needless_range_loop)]
 
-use super::k_quants::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
-};
+use super::k_quants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K};
 #[cfg(target_arch = "aarch64")]
 use super::repack::BlockQ8_0x4;
 #[cfg(target_arch = "aarch64")]
@@ -71,11 +69,7 @@ unsafe fn sdot_acc(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
 #[cfg(target_arch = "aarch64")]
 #[inline(always)]
 unsafe fn sdot_laneq_s32<const LANE: i32>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-    sdot_acc(
-        acc,
-        a,
-        vreinterpretq_s8_s32(vdupq_laneq_s32::<LANE>(vreinterpretq_s32_s8(b))),
-    )
+    sdot_acc(acc, a, vreinterpretq_s8_s32(vdupq_laneq_s32::<LANE>(vreinterpretq_s32_s8(b))))
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -110,9 +104,8 @@ unsafe fn decode_q4kx8_scales(scales_in: *const u8) -> (int16x8_t, int16x8_t) {
     ))));
     let sc_0 = sm0 & KMASK1;
     let sc_1 = (sm2 & KMASK2) | (((sm0 >> 6) & KMASK3) << 4);
-    let out_scales = vmovl_s8(vreinterpret_s8_u8(vreinterpret_u8_u32(vcreate_u32(
-        (sc_0 as u64) | ((sc_1 as u64) << 32),
-    ))));
+    let out_scales =
+        vmovl_s8(vreinterpret_s8_u8(vreinterpret_u8_u32(vcreate_u32((sc_0 as u64) | ((sc_1 as u64) << 32)))));
     (out_mins, out_scales)
 }
 
@@ -123,18 +116,12 @@ unsafe fn merge_signed_max(
     abs_b: float32x4_t,
     smax_b: float32x4_t,
 ) -> (float32x4_t, float32x4_t) {
-    (
-        vmaxq_f32(abs_a, abs_b),
-        vbslq_f32(vcgtq_f32(abs_b, abs_a), smax_b, smax_a),
-    )
+    (vmaxq_f32(abs_a, abs_b), vbslq_f32(vcgtq_f32(abs_b, abs_a), smax_b, smax_a))
 }
 
 #[inline(always)]
 pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK8_0),
-        "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}"
-    );
+    debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}");
     let nb = n / QK8_0;
     unsafe {
         let mut sumv0 = vdupq_n_f32(0.0f32);
@@ -161,11 +148,7 @@ pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) ->
 
             let pl0 = vdotq_s32(v0_0ls, v1_0l);
             let ph0 = vdotq_s32(v0_0hs, v1_0h);
-            sumv0 = vmlaq_n_f32(
-                sumv0,
-                vcvtq_f32_s32(vaddq_s32(pl0, ph0)),
-                x0.d.to_f32() * y0.d.to_f32(),
-            );
+            sumv0 = vmlaq_n_f32(sumv0, vcvtq_f32_s32(vaddq_s32(pl0, ph0)), x0.d.to_f32() * y0.d.to_f32());
         }
         vaddvq_f32(sumv0)
     }
@@ -173,10 +156,7 @@ pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) ->
 
 #[inline(always)]
 pub(crate) fn vec_dot_q8_0_q8_0(n: usize, xs: &[BlockQ8_0], ys: &[BlockQ8_0]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK8_0),
-        "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}"
-    );
+    debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}");
     let nb = n / QK8_0;
     unsafe {
         let mut sumv0 = vdupq_n_f32(0.0f32);
@@ -194,11 +174,7 @@ pub(crate) fn vec_dot_q8_0_q8_0(n: usize, xs: &[BlockQ8_0], ys: &[BlockQ8_0]) ->
             let p0 = vdotq_s32(x0_0, y0_0);
             let p1 = vdotq_s32(x0_1, y0_1);
 
-            sumv0 = vmlaq_n_f32(
-                sumv0,
-                vcvtq_f32_s32(vaddq_s32(p0, p1)),
-                x0.d.to_f32() * y0.d.to_f32(),
-            );
+            sumv0 = vmlaq_n_f32(sumv0, vcvtq_f32_s32(vaddq_s32(p0, p1)), x0.d.to_f32() * y0.d.to_f32());
         }
         vaddvq_f32(sumv0)
     }
@@ -266,10 +242,7 @@ pub(crate) fn vec_dot_4_q8_0_q8_0(
     xs3: &[BlockQ8_0],
     ys: &[BlockQ8_0],
 ) -> (f32, f32, f32, f32) {
-    debug_assert!(
-        n.is_multiple_of(QK8_0),
-        "vec_dot_4_q8_0_q8_0: {n} is not divisible by {QK8_0}"
-    );
+    debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_4_q8_0_q8_0: {n} is not divisible by {QK8_0}");
     let nb = n / QK8_0;
     unsafe {
         let mut sum0 = vdupq_n_f32(0.0f32);
@@ -287,57 +260,24 @@ pub(crate) fn vec_dot_4_q8_0_q8_0(
             let x3 = &xs3[i];
             // Each column uses 2 SDOTs fused into one accumulator via vdotq_s32_pair.
             // All 4 columns share y0/y1 and have independent accumulators.
-            let p0 = vdotq_s32_pair(
-                vld1q_s8(x0.qs.as_ptr()),
-                y0,
-                vld1q_s8(x0.qs.as_ptr().add(16)),
-                y1,
-            );
-            let p1 = vdotq_s32_pair(
-                vld1q_s8(x1.qs.as_ptr()),
-                y0,
-                vld1q_s8(x1.qs.as_ptr().add(16)),
-                y1,
-            );
-            let p2 = vdotq_s32_pair(
-                vld1q_s8(x2.qs.as_ptr()),
-                y0,
-                vld1q_s8(x2.qs.as_ptr().add(16)),
-                y1,
-            );
-            let p3 = vdotq_s32_pair(
-                vld1q_s8(x3.qs.as_ptr()),
-                y0,
-                vld1q_s8(x3.qs.as_ptr().add(16)),
-                y1,
-            );
+            let p0 = vdotq_s32_pair(vld1q_s8(x0.qs.as_ptr()), y0, vld1q_s8(x0.qs.as_ptr().add(16)), y1);
+            let p1 = vdotq_s32_pair(vld1q_s8(x1.qs.as_ptr()), y0, vld1q_s8(x1.qs.as_ptr().add(16)), y1);
+            let p2 = vdotq_s32_pair(vld1q_s8(x2.qs.as_ptr()), y0, vld1q_s8(x2.qs.as_ptr().add(16)), y1);
+            let p3 = vdotq_s32_pair(vld1q_s8(x3.qs.as_ptr()), y0, vld1q_s8(x3.qs.as_ptr().add(16)), y1);
             sum0 = vmlaq_n_f32(sum0, vcvtq_f32_s32(p0), x0.d.to_f32() * yd);
             sum1 = vmlaq_n_f32(sum1, vcvtq_f32_s32(p1), x1.d.to_f32() * yd);
             sum2 = vmlaq_n_f32(sum2, vcvtq_f32_s32(p2), x2.d.to_f32() * yd);
             sum3 = vmlaq_n_f32(sum3, vcvtq_f32_s32(p3), x3.d.to_f32() * yd);
         }
-        (
-            vaddvq_f32(sum0),
-            vaddvq_f32(sum1),
-            vaddvq_f32(sum2),
-            vaddvq_f32(sum3),
-        )
+        (vaddvq_f32(sum0), vaddvq_f32(sum1), vaddvq_f32(sum2), vaddvq_f32(sum3))
     }
 }
 
 #[cfg(target_arch = "aarch64")]
-fn quantize_q8_0x4_interleaved<const BLOCK_LEN: usize>(
-    lhs: &[f32],
-    k: usize,
-    row: usize,
-    out: &mut [BlockQ8_0x4],
-) {
+fn quantize_q8_0x4_interleaved<const BLOCK_LEN: usize>(lhs: &[f32], k: usize, row: usize, out: &mut [BlockQ8_0x4]) {
     let k_in_blocks = k / QK8_0;
     for b in 0..k_in_blocks {
-        let mut p = BlockQ8_0x4 {
-            d: [f16::ZERO; 4],
-            qs: [0; QK8_0 * 4],
-        };
+        let mut p = BlockQ8_0x4 { d: [f16::ZERO; 4], qs: [0; QK8_0 * 4] };
         let mut ids = [0f32; 4];
         for r in 0..4 {
             let xs = &lhs[(row + r) * k + b * QK8_0..(row + r) * k + (b + 1) * QK8_0];
@@ -352,8 +292,7 @@ fn quantize_q8_0x4_interleaved<const BLOCK_LEN: usize>(
         for r in 0..4 {
             let xs = &lhs[(row + r) * k + b * QK8_0..(row + r) * k + (b + 1) * QK8_0];
             for (j, &x) in xs.iter().enumerate() {
-                p.qs[(j / BLOCK_LEN) * BLOCK_LEN * 4 + r * BLOCK_LEN + j % BLOCK_LEN] =
-                    (x * ids[r]).round() as i8;
+                p.qs[(j / BLOCK_LEN) * BLOCK_LEN * 4 + r * BLOCK_LEN + j % BLOCK_LEN] = (x * ids[r]).round() as i8;
             }
         }
         out[b] = p;
@@ -385,52 +324,16 @@ unsafe fn vec_dot_4_q4_0x4_q8_0_4x4(n: usize, xs: &[BlockQ4_0x4], ys: &[BlockQ8_
             }};
         }
 
-        dot_lane!(
-            0,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b0), 4)),
-            a0
-        );
-        dot_lane!(
-            1,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b1), 4)),
-            a0
-        );
-        dot_lane!(
-            2,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b2), 4)),
-            a0
-        );
-        dot_lane!(
-            3,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b3), 4)),
-            a0
-        );
-        dot_lane!(
-            0,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b0), high_mask)),
-            a1
-        );
-        dot_lane!(
-            1,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b1), high_mask)),
-            a1
-        );
-        dot_lane!(
-            2,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b2), high_mask)),
-            a1
-        );
-        dot_lane!(
-            3,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b3), high_mask)),
-            a1
-        );
+        dot_lane!(0, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b0), 4)), a0);
+        dot_lane!(1, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b1), 4)), a0);
+        dot_lane!(2, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b2), 4)), a0);
+        dot_lane!(3, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b3), 4)), a0);
+        dot_lane!(0, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b0), high_mask)), a1);
+        dot_lane!(1, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b1), high_mask)), a1);
+        dot_lane!(2, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b2), high_mask)), a1);
+        dot_lane!(3, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b3), high_mask)), a1);
 
-        acc = vmlaq_f32(
-            acc,
-            vmulq_n_f32(vcvtq_f32_s32(ret), 1. / 16.),
-            vmulq_f32(ad, bd),
-        );
+        acc = vmlaq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(ret), 1. / 16.), vmulq_f32(ad, bd));
     }
 
     vst1q_f32(out.as_mut_ptr(), acc);
@@ -459,53 +362,17 @@ unsafe fn vec_dot_4_q4_0x4_q8_0_4x8(n: usize, xs: &[BlockQ4_0x4], ys: &[BlockQ8_
         let mut ret0 = vdupq_n_s32(0);
         let mut ret1 = vdupq_n_s32(0);
 
-        ret0 = sdot_acc(
-            ret0,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b0), 4)),
-            a0,
-        );
-        ret1 = sdot_acc(
-            ret1,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b1), 4)),
-            a0,
-        );
-        ret0 = sdot_acc(
-            ret0,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b2), 4)),
-            a1,
-        );
-        ret1 = sdot_acc(
-            ret1,
-            vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b3), 4)),
-            a1,
-        );
-        ret0 = sdot_acc(
-            ret0,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b0), high_mask)),
-            a2,
-        );
-        ret1 = sdot_acc(
-            ret1,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b1), high_mask)),
-            a2,
-        );
-        ret0 = sdot_acc(
-            ret0,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b2), high_mask)),
-            a3,
-        );
-        ret1 = sdot_acc(
-            ret1,
-            vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b3), high_mask)),
-            a3,
-        );
+        ret0 = sdot_acc(ret0, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b0), 4)), a0);
+        ret1 = sdot_acc(ret1, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b1), 4)), a0);
+        ret0 = sdot_acc(ret0, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b2), 4)), a1);
+        ret1 = sdot_acc(ret1, vreinterpretq_s8_u8(vshlq_n_u8(vreinterpretq_u8_s8(b3), 4)), a1);
+        ret0 = sdot_acc(ret0, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b0), high_mask)), a2);
+        ret1 = sdot_acc(ret1, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b1), high_mask)), a2);
+        ret0 = sdot_acc(ret0, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b2), high_mask)), a3);
+        ret1 = sdot_acc(ret1, vreinterpretq_s8_u8(vandq_u8(vreinterpretq_u8_s8(b3), high_mask)), a3);
 
         let ret = vpaddq_s32(ret0, ret1);
-        acc = vmlaq_f32(
-            acc,
-            vmulq_n_f32(vcvtq_f32_s32(ret), 1. / 16.),
-            vmulq_f32(ad, bd),
-        );
+        acc = vmlaq_f32(acc, vmulq_n_f32(vcvtq_f32_s32(ret), 1. / 16.), vmulq_f32(ad, bd));
     }
 
     vst1q_f32(out.as_mut_ptr(), acc);
@@ -548,9 +415,8 @@ fn matmul_q4_0_x4_gemv(
         if scratch.len() < required_len {
             scratch.resize(required_len, 0);
         }
-        let lhs_b: &mut [BlockQ8_0] = unsafe {
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0, k_in_blocks)
-        };
+        let lhs_b: &mut [BlockQ8_0] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0, k_in_blocks) };
         <BlockQ8_0 as super::GgmlType>::from_float(lhs, lhs_b);
 
         let pool = crate::utils::barrier_pool();
@@ -562,8 +428,7 @@ fn matmul_q4_0_x4_gemv(
         // equal-sized gemv units: a static split skips the shared cursor, which costs
         // several us per small decode matmul
         pool.execute_static(n_groups, |range| {
-            let lhs_row =
-                unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8_0, k_in_blocks) };
+            let lhs_row = unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8_0, k_in_blocks) };
             let dst_ptr = dst_ptr as *mut f32;
             for g in range {
                 let xs = unsafe {
@@ -603,19 +468,9 @@ unsafe fn store_q4_0x4_4x4(
     for i in 0..k_in_blocks {
         let x = &rhs[i];
         let y = &lhs[i];
-        let bd = [
-            x.d[0].to_f32(),
-            x.d[1].to_f32(),
-            x.d[2].to_f32(),
-            x.d[3].to_f32(),
-        ];
+        let bd = [x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()];
         let bd = vld1q_f32(bd.as_ptr());
-        let ad = [
-            y.d[0].to_f32(),
-            y.d[1].to_f32(),
-            y.d[2].to_f32(),
-            y.d[3].to_f32(),
-        ];
+        let ad = [y.d[0].to_f32(), y.d[1].to_f32(), y.d[2].to_f32(), y.d[3].to_f32()];
 
         let mut ret0 = vdupq_n_s32(0);
         let mut ret1 = vdupq_n_s32(0);
@@ -639,26 +494,10 @@ unsafe fn store_q4_0x4_4x4(
             dot_rows!(q4hi, vld1q_s8(y.qs.as_ptr().add((j + 4) * 16)));
         }
 
-        sum0 = vmlaq_f32(
-            sum0,
-            vmulq_n_f32(vcvtq_f32_s32(ret0), 1. / 16.),
-            vmulq_n_f32(bd, ad[0]),
-        );
-        sum1 = vmlaq_f32(
-            sum1,
-            vmulq_n_f32(vcvtq_f32_s32(ret1), 1. / 16.),
-            vmulq_n_f32(bd, ad[1]),
-        );
-        sum2 = vmlaq_f32(
-            sum2,
-            vmulq_n_f32(vcvtq_f32_s32(ret2), 1. / 16.),
-            vmulq_n_f32(bd, ad[2]),
-        );
-        sum3 = vmlaq_f32(
-            sum3,
-            vmulq_n_f32(vcvtq_f32_s32(ret3), 1. / 16.),
-            vmulq_n_f32(bd, ad[3]),
-        );
+        sum0 = vmlaq_f32(sum0, vmulq_n_f32(vcvtq_f32_s32(ret0), 1. / 16.), vmulq_n_f32(bd, ad[0]));
+        sum1 = vmlaq_f32(sum1, vmulq_n_f32(vcvtq_f32_s32(ret1), 1. / 16.), vmulq_n_f32(bd, ad[1]));
+        sum2 = vmlaq_f32(sum2, vmulq_n_f32(vcvtq_f32_s32(ret2), 1. / 16.), vmulq_n_f32(bd, ad[2]));
+        sum3 = vmlaq_f32(sum3, vmulq_n_f32(vcvtq_f32_s32(ret3), 1. / 16.), vmulq_n_f32(bd, ad[3]));
     }
 
     vst1q_f32(dst.add(row * n + col), sum0);
@@ -698,10 +537,7 @@ pub(crate) fn matmul_q4_0_x4(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8_0x4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8_0x4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0x4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             quantize_q8_0x4_interleaved::<4>(
@@ -727,15 +563,9 @@ pub(crate) fn matmul_q4_0_x4(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 4;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
                 unsafe { store_q4_0x4_4x4(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
             }
         });
@@ -764,19 +594,9 @@ unsafe fn store_q4_0x4_4x4_i8mm(
     for i in 0..k_in_blocks {
         let x = &rhs[i];
         let y = &lhs[i];
-        let bd = [
-            x.d[0].to_f32(),
-            x.d[1].to_f32(),
-            x.d[2].to_f32(),
-            x.d[3].to_f32(),
-        ];
+        let bd = [x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()];
         let bd = vld1q_f32(bd.as_ptr());
-        let ad = [
-            y.d[0].to_f32(),
-            y.d[1].to_f32(),
-            y.d[2].to_f32(),
-            y.d[3].to_f32(),
-        ];
+        let ad = [y.d[0].to_f32(), y.d[1].to_f32(), y.d[2].to_f32(), y.d[3].to_f32()];
 
         let mut acc00 = vdupq_n_s32(0);
         let mut acc01 = vdupq_n_s32(0);
@@ -815,26 +635,10 @@ unsafe fn store_q4_0x4_4x4_i8mm(
         let row2 = vcombine_s32(vget_low_s32(acc10), vget_low_s32(acc11));
         let row3 = vcombine_s32(vget_high_s32(acc10), vget_high_s32(acc11));
 
-        sum0 = vmlaq_f32(
-            sum0,
-            vmulq_n_f32(vcvtq_f32_s32(row0), 1. / 16.),
-            vmulq_n_f32(bd, ad[0]),
-        );
-        sum1 = vmlaq_f32(
-            sum1,
-            vmulq_n_f32(vcvtq_f32_s32(row1), 1. / 16.),
-            vmulq_n_f32(bd, ad[1]),
-        );
-        sum2 = vmlaq_f32(
-            sum2,
-            vmulq_n_f32(vcvtq_f32_s32(row2), 1. / 16.),
-            vmulq_n_f32(bd, ad[2]),
-        );
-        sum3 = vmlaq_f32(
-            sum3,
-            vmulq_n_f32(vcvtq_f32_s32(row3), 1. / 16.),
-            vmulq_n_f32(bd, ad[3]),
-        );
+        sum0 = vmlaq_f32(sum0, vmulq_n_f32(vcvtq_f32_s32(row0), 1. / 16.), vmulq_n_f32(bd, ad[0]));
+        sum1 = vmlaq_f32(sum1, vmulq_n_f32(vcvtq_f32_s32(row1), 1. / 16.), vmulq_n_f32(bd, ad[1]));
+        sum2 = vmlaq_f32(sum2, vmulq_n_f32(vcvtq_f32_s32(row2), 1. / 16.), vmulq_n_f32(bd, ad[2]));
+        sum3 = vmlaq_f32(sum3, vmulq_n_f32(vcvtq_f32_s32(row3), 1. / 16.), vmulq_n_f32(bd, ad[3]));
     }
 
     vst1q_f32(dst.add(row * n + col), sum0);
@@ -871,10 +675,7 @@ pub(crate) fn matmul_q4_0_x4_i8mm(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8_0x4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8_0x4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0x4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             quantize_q8_0x4_interleaved::<8>(
@@ -900,18 +701,10 @@ pub(crate) fn matmul_q4_0_x4_i8mm(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 4;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
-                unsafe {
-                    store_q4_0x4_4x4_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
+                unsafe { store_q4_0x4_4x4_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
             }
         });
 
@@ -920,19 +713,10 @@ pub(crate) fn matmul_q4_0_x4_i8mm(
 }
 
 #[cfg(target_arch = "aarch64")]
-fn quantize_q8k_x4_interleaved<const BLOCK_LEN: usize>(
-    lhs: &[f32],
-    k: usize,
-    row: usize,
-    out: &mut [BlockQ8Kx4],
-) {
+fn quantize_q8k_x4_interleaved<const BLOCK_LEN: usize>(lhs: &[f32], k: usize, row: usize, out: &mut [BlockQ8Kx4]) {
     let k_in_blocks = k / QK_K;
     for b in 0..k_in_blocks {
-        let mut p = BlockQ8Kx4 {
-            d: [0.; 4],
-            qs: [0; QK_K * 4],
-            bsums: [0; QK_K / 4],
-        };
+        let mut p = BlockQ8Kx4 { d: [0.; 4], qs: [0; QK_K * 4], bsums: [0; QK_K / 4] };
         let mut src = [[0f32; QK_K]; 4];
         let mut iscale = [0f32; 4];
         for r in 0..4 {
@@ -1050,26 +834,12 @@ unsafe fn store_q4kx8_4x8_i8mm(
             for q8_row in 0..4 {
                 let bsums_vec_lo = vdup_n_s16(bsums_arr[q8_row][sb * 2]);
                 let bsums_vec_hi = vdup_n_s16(bsums_arr[q8_row][sb * 2 + 1]);
-                bias_acc[2 * q8_row] = vmlal_s16(
-                    bias_acc[2 * q8_row],
-                    bsums_vec_lo,
-                    vget_low_s16(q4sb_mins[0]),
-                );
-                bias_acc[2 * q8_row] = vmlal_s16(
-                    bias_acc[2 * q8_row],
-                    bsums_vec_hi,
-                    vget_low_s16(q4sb_mins[1]),
-                );
-                bias_acc[2 * q8_row + 1] = vmlal_s16(
-                    bias_acc[2 * q8_row + 1],
-                    bsums_vec_lo,
-                    vget_high_s16(q4sb_mins[0]),
-                );
-                bias_acc[2 * q8_row + 1] = vmlal_s16(
-                    bias_acc[2 * q8_row + 1],
-                    bsums_vec_hi,
-                    vget_high_s16(q4sb_mins[1]),
-                );
+                bias_acc[2 * q8_row] = vmlal_s16(bias_acc[2 * q8_row], bsums_vec_lo, vget_low_s16(q4sb_mins[0]));
+                bias_acc[2 * q8_row] = vmlal_s16(bias_acc[2 * q8_row], bsums_vec_hi, vget_low_s16(q4sb_mins[1]));
+                bias_acc[2 * q8_row + 1] =
+                    vmlal_s16(bias_acc[2 * q8_row + 1], bsums_vec_lo, vget_high_s16(q4sb_mins[0]));
+                bias_acc[2 * q8_row + 1] =
+                    vmlal_s16(bias_acc[2 * q8_row + 1], bsums_vec_hi, vget_high_s16(q4sb_mins[1]));
             }
         }
 
@@ -1090,12 +860,8 @@ unsafe fn store_q4kx8_4x8_i8mm(
 
         for r in 0..4 {
             for g in 0..2 {
-                let q4_d = [
-                    x.d[g * 4].to_f32(),
-                    x.d[g * 4 + 1].to_f32(),
-                    x.d[g * 4 + 2].to_f32(),
-                    x.d[g * 4 + 3].to_f32(),
-                ];
+                let q4_d =
+                    [x.d[g * 4].to_f32(), x.d[g * 4 + 1].to_f32(), x.d[g * 4 + 2].to_f32(), x.d[g * 4 + 3].to_f32()];
                 let q4_dmin = [
                     x.dmin[g * 4].to_f32(),
                     x.dmin[g * 4 + 1].to_f32(),
@@ -1106,8 +872,7 @@ unsafe fn store_q4kx8_4x8_i8mm(
                 let scale = vmulq_n_f32(vld1q_f32(q4_d.as_ptr()), q8_d);
                 let dmins = vmulq_n_f32(vld1q_f32(q4_dmin.as_ptr()), q8_d);
                 let idx = 2 * r + g;
-                acc_f32[idx] =
-                    vsubq_f32(acc_f32[idx], vmulq_f32(vcvtq_f32_s32(bias_acc[idx]), dmins));
+                acc_f32[idx] = vsubq_f32(acc_f32[idx], vmulq_f32(vcvtq_f32_s32(bias_acc[idx]), dmins));
                 acc_f32[idx] = vmlaq_f32(acc_f32[idx], vcvtq_f32_s32(reorder_acc[idx]), scale);
             }
         }
@@ -1147,10 +912,7 @@ pub(crate) fn matmul_q4k_x8_i8mm(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8Kx4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8Kx4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8Kx4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             quantize_q8k_x4_interleaved::<8>(
@@ -1176,18 +938,10 @@ pub(crate) fn matmul_q4k_x8_i8mm(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 8;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
-                unsafe {
-                    store_q4kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
+                unsafe { store_q4kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
             }
         });
 
@@ -1214,42 +968,12 @@ unsafe fn store_q5kx8_4x8(
     for b in 0..k_in_blocks {
         let x = &rhs[b];
         let y = &lhs[b];
-        let q5_d_0123 = vld1q_f32(
-            [
-                x.d[0].to_f32(),
-                x.d[1].to_f32(),
-                x.d[2].to_f32(),
-                x.d[3].to_f32(),
-            ]
-            .as_ptr(),
-        );
-        let q5_d_4567 = vld1q_f32(
-            [
-                x.d[4].to_f32(),
-                x.d[5].to_f32(),
-                x.d[6].to_f32(),
-                x.d[7].to_f32(),
-            ]
-            .as_ptr(),
-        );
-        let q5_dmin_0123 = vld1q_f32(
-            [
-                x.dmin[0].to_f32(),
-                x.dmin[1].to_f32(),
-                x.dmin[2].to_f32(),
-                x.dmin[3].to_f32(),
-            ]
-            .as_ptr(),
-        );
-        let q5_dmin_4567 = vld1q_f32(
-            [
-                x.dmin[4].to_f32(),
-                x.dmin[5].to_f32(),
-                x.dmin[6].to_f32(),
-                x.dmin[7].to_f32(),
-            ]
-            .as_ptr(),
-        );
+        let q5_d_0123 = vld1q_f32([x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()].as_ptr());
+        let q5_d_4567 = vld1q_f32([x.d[4].to_f32(), x.d[5].to_f32(), x.d[6].to_f32(), x.d[7].to_f32()].as_ptr());
+        let q5_dmin_0123 =
+            vld1q_f32([x.dmin[0].to_f32(), x.dmin[1].to_f32(), x.dmin[2].to_f32(), x.dmin[3].to_f32()].as_ptr());
+        let q5_dmin_4567 =
+            vld1q_f32([x.dmin[4].to_f32(), x.dmin[5].to_f32(), x.dmin[6].to_f32(), x.dmin[7].to_f32()].as_ptr());
 
         let sbd_scale_0123 = [
             vmulq_n_f32(q5_d_0123, y.d[0]),
@@ -1297,8 +1021,7 @@ unsafe fn store_q5kx8_4x8(
             let mut acc_lo = [vdupq_n_s32(0); 8];
             let mut acc_hi = [vdupq_n_s32(0); 8];
             let (q5sb_mins_0, q5sb_scales_0) = decode_q4kx8_scales(x.scales.as_ptr().add(sb * 24));
-            let (q5sb_mins_1, q5sb_scales_1) =
-                decode_q4kx8_scales(x.scales.as_ptr().add(sb * 24 + 12));
+            let (q5sb_mins_1, q5sb_scales_1) = decode_q4kx8_scales(x.scales.as_ptr().add(sb * 24 + 12));
             let q5sb_mins = [q5sb_mins_0, q5sb_mins_1];
             let q5sb_scales = [q5sb_scales_0, q5sb_scales_1];
 
@@ -1315,12 +1038,8 @@ unsafe fn store_q5kx8_4x8(
                 let hbit_hi_4567 = vshlq_n_u8(vandq_u8(qh[1][k_idx], mtwo), 3);
                 qh[1][k_idx] = vshrq_n_u8(qh[1][k_idx], 2);
 
-                let q5_0123_lo = vreinterpretq_s8_u8(vorrq_u8(
-                    vandq_u8(q5_0123, m4b),
-                    vshlq_n_u8(hbit_lo_0123, 4),
-                ));
-                let q5_0123_hi =
-                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q5_0123, 4), hbit_hi_0123));
+                let q5_0123_lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q5_0123, m4b), vshlq_n_u8(hbit_lo_0123, 4)));
+                let q5_0123_hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q5_0123, 4), hbit_hi_0123));
 
                 acc_lo[0] = sdot_laneq_s32::<0>(acc_lo[0], q5_0123_lo, q8_blk0);
                 acc_lo[1] = sdot_laneq_s32::<1>(acc_lo[1], q5_0123_lo, q8_blk0);
@@ -1332,12 +1051,8 @@ unsafe fn store_q5kx8_4x8(
                 acc_hi[2] = sdot_laneq_s32::<2>(acc_hi[2], q5_0123_hi, q8_blk1);
                 acc_hi[3] = sdot_laneq_s32::<3>(acc_hi[3], q5_0123_hi, q8_blk1);
 
-                let q5_4567_lo = vreinterpretq_s8_u8(vorrq_u8(
-                    vandq_u8(q5_4567, m4b),
-                    vshlq_n_u8(hbit_lo_4567, 4),
-                ));
-                let q5_4567_hi =
-                    vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q5_4567, 4), hbit_hi_4567));
+                let q5_4567_lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q5_4567, m4b), vshlq_n_u8(hbit_lo_4567, 4)));
+                let q5_4567_hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q5_4567, 4), hbit_hi_4567));
 
                 acc_lo[4] = sdot_laneq_s32::<0>(acc_lo[4], q5_4567_lo, q8_blk0);
                 acc_lo[5] = sdot_laneq_s32::<1>(acc_lo[5], q5_4567_lo, q8_blk0);
@@ -1369,32 +1084,17 @@ unsafe fn store_q5kx8_4x8(
 
                 let bsums_vec_lo = vdup_n_s16(bsums_arr[r][sb * 2]);
                 let bsums_vec_hi = vdup_n_s16(bsums_arr[r][sb * 2 + 1]);
-                bias_acc[2 * r] =
-                    vmlal_s16(bias_acc[2 * r], bsums_vec_lo, vget_low_s16(q5sb_mins[0]));
-                bias_acc[2 * r] =
-                    vmlal_s16(bias_acc[2 * r], bsums_vec_hi, vget_low_s16(q5sb_mins[1]));
-                bias_acc[2 * r + 1] = vmlal_s16(
-                    bias_acc[2 * r + 1],
-                    bsums_vec_lo,
-                    vget_high_s16(q5sb_mins[0]),
-                );
-                bias_acc[2 * r + 1] = vmlal_s16(
-                    bias_acc[2 * r + 1],
-                    bsums_vec_hi,
-                    vget_high_s16(q5sb_mins[1]),
-                );
+                bias_acc[2 * r] = vmlal_s16(bias_acc[2 * r], bsums_vec_lo, vget_low_s16(q5sb_mins[0]));
+                bias_acc[2 * r] = vmlal_s16(bias_acc[2 * r], bsums_vec_hi, vget_low_s16(q5sb_mins[1]));
+                bias_acc[2 * r + 1] = vmlal_s16(bias_acc[2 * r + 1], bsums_vec_lo, vget_high_s16(q5sb_mins[0]));
+                bias_acc[2 * r + 1] = vmlal_s16(bias_acc[2 * r + 1], bsums_vec_hi, vget_high_s16(q5sb_mins[1]));
             }
         }
 
         for r in 0..4 {
-            acc_f32[2 * r] = vsubq_f32(
-                acc_f32[2 * r],
-                vmulq_f32(vcvtq_f32_s32(bias_acc[2 * r]), sbd_min_0123[r]),
-            );
-            acc_f32[2 * r + 1] = vsubq_f32(
-                acc_f32[2 * r + 1],
-                vmulq_f32(vcvtq_f32_s32(bias_acc[2 * r + 1]), sbd_min_4567[r]),
-            );
+            acc_f32[2 * r] = vsubq_f32(acc_f32[2 * r], vmulq_f32(vcvtq_f32_s32(bias_acc[2 * r]), sbd_min_0123[r]));
+            acc_f32[2 * r + 1] =
+                vsubq_f32(acc_f32[2 * r + 1], vmulq_f32(vcvtq_f32_s32(bias_acc[2 * r + 1]), sbd_min_4567[r]));
         }
     }
 
@@ -1476,8 +1176,7 @@ unsafe fn store_q5kx8_4x8_i8mm(
                     let hbit_hi = vshlq_n_u8(vandq_u8(qh[cp][i], mtwo), 3);
                     qh[cp][i] = vshrq_n_u8(qh[cp][i], 2);
 
-                    let qs_lo =
-                        vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qs[i], m4b), vshlq_n_u8(hbit_lo, 4)));
+                    let qs_lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qs[i], m4b), vshlq_n_u8(hbit_lo, 4)));
                     let qs_hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qs[i], 4), hbit_hi));
 
                     acc_0 = smmla_s32(acc_0, qs_lo, q8s[0][i]);
@@ -1504,26 +1203,12 @@ unsafe fn store_q5kx8_4x8_i8mm(
             for q8_row in 0..4 {
                 let bsums_vec_lo = vdup_n_s16(bsums_arr[q8_row][sb * 2]);
                 let bsums_vec_hi = vdup_n_s16(bsums_arr[q8_row][sb * 2 + 1]);
-                bias_acc[2 * q8_row] = vmlal_s16(
-                    bias_acc[2 * q8_row],
-                    bsums_vec_lo,
-                    vget_low_s16(q5sb_mins[0]),
-                );
-                bias_acc[2 * q8_row] = vmlal_s16(
-                    bias_acc[2 * q8_row],
-                    bsums_vec_hi,
-                    vget_low_s16(q5sb_mins[1]),
-                );
-                bias_acc[2 * q8_row + 1] = vmlal_s16(
-                    bias_acc[2 * q8_row + 1],
-                    bsums_vec_lo,
-                    vget_high_s16(q5sb_mins[0]),
-                );
-                bias_acc[2 * q8_row + 1] = vmlal_s16(
-                    bias_acc[2 * q8_row + 1],
-                    bsums_vec_hi,
-                    vget_high_s16(q5sb_mins[1]),
-                );
+                bias_acc[2 * q8_row] = vmlal_s16(bias_acc[2 * q8_row], bsums_vec_lo, vget_low_s16(q5sb_mins[0]));
+                bias_acc[2 * q8_row] = vmlal_s16(bias_acc[2 * q8_row], bsums_vec_hi, vget_low_s16(q5sb_mins[1]));
+                bias_acc[2 * q8_row + 1] =
+                    vmlal_s16(bias_acc[2 * q8_row + 1], bsums_vec_lo, vget_high_s16(q5sb_mins[0]));
+                bias_acc[2 * q8_row + 1] =
+                    vmlal_s16(bias_acc[2 * q8_row + 1], bsums_vec_hi, vget_high_s16(q5sb_mins[1]));
             }
         }
 
@@ -1544,12 +1229,8 @@ unsafe fn store_q5kx8_4x8_i8mm(
 
         for r in 0..4 {
             for g in 0..2 {
-                let q5_d = [
-                    x.d[g * 4].to_f32(),
-                    x.d[g * 4 + 1].to_f32(),
-                    x.d[g * 4 + 2].to_f32(),
-                    x.d[g * 4 + 3].to_f32(),
-                ];
+                let q5_d =
+                    [x.d[g * 4].to_f32(), x.d[g * 4 + 1].to_f32(), x.d[g * 4 + 2].to_f32(), x.d[g * 4 + 3].to_f32()];
                 let q5_dmin = [
                     x.dmin[g * 4].to_f32(),
                     x.dmin[g * 4 + 1].to_f32(),
@@ -1560,8 +1241,7 @@ unsafe fn store_q5kx8_4x8_i8mm(
                 let scale = vmulq_n_f32(vld1q_f32(q5_d.as_ptr()), q8_d);
                 let dmins = vmulq_n_f32(vld1q_f32(q5_dmin.as_ptr()), q8_d);
                 let idx = 2 * r + g;
-                acc_f32[idx] =
-                    vsubq_f32(acc_f32[idx], vmulq_f32(vcvtq_f32_s32(bias_acc[idx]), dmins));
+                acc_f32[idx] = vsubq_f32(acc_f32[idx], vmulq_f32(vcvtq_f32_s32(bias_acc[idx]), dmins));
                 acc_f32[idx] = vmlaq_f32(acc_f32[idx], vcvtq_f32_s32(reorder_acc[idx]), scale);
             }
         }
@@ -1589,10 +1269,7 @@ unsafe fn vec_dot_8_q5kx8_q8k_8x4(n: usize, xs: &[BlockQ5Kx8], ys: &[BlockQ8K]) 
         let sb_scale_1 = vmulq_f32(load_f16x4(q5.d.as_ptr().add(4)), vdupq_n_f32(q8.d));
         let sb_min_0 = vmulq_f32(load_f16x4(q5.dmin.as_ptr()), vdupq_n_f32(q8.d));
         let sb_min_1 = vmulq_f32(load_f16x4(q5.dmin.as_ptr().add(4)), vdupq_n_f32(q8.d));
-        let bsums = vpaddq_s16(
-            vld1q_s16(q8.bsums.as_ptr()),
-            vld1q_s16(q8.bsums.as_ptr().add(8)),
-        );
+        let bsums = vpaddq_s16(vld1q_s16(q8.bsums.as_ptr()), vld1q_s16(q8.bsums.as_ptr().add(8)));
         let mut bsums_arr = [0i16; 8];
         vst1q_s16(bsums_arr.as_mut_ptr(), bsums);
         let mut qh = [[vdupq_n_u8(0); 8]; 2];
@@ -1706,10 +1383,7 @@ unsafe fn vec_dot_8_q5kx8_q8k_8x8(n: usize, xs: &[BlockQ5Kx8], ys: &[BlockQ8K]) 
         let sb_scale_1 = vmulq_f32(load_f16x4(q5.d.as_ptr().add(4)), vdupq_n_f32(q8.d));
         let sb_min_0 = vmulq_f32(load_f16x4(q5.dmin.as_ptr()), vdupq_n_f32(q8.d));
         let sb_min_1 = vmulq_f32(load_f16x4(q5.dmin.as_ptr().add(4)), vdupq_n_f32(q8.d));
-        let bsums = vpaddq_s16(
-            vld1q_s16(q8.bsums.as_ptr()),
-            vld1q_s16(q8.bsums.as_ptr().add(8)),
-        );
+        let bsums = vpaddq_s16(vld1q_s16(q8.bsums.as_ptr()), vld1q_s16(q8.bsums.as_ptr().add(8)));
         let mut bsums_arr = [0i16; 8];
         vst1q_s16(bsums_arr.as_mut_ptr(), bsums);
         let mut qh = [[vdupq_n_u8(0); 4]; 4];
@@ -1754,25 +1428,13 @@ unsafe fn vec_dot_8_q5kx8_q8k_8x8(n: usize, xs: &[BlockQ5Kx8], ys: &[BlockQ8K]) 
             }
 
             let sumf_0 = vcvtq_f32_s32(vaddq_s32(
-                vmulq_s32(
-                    vmovl_s16(vget_low_s16(q5sb_scales[0])),
-                    vpaddq_s32(acc_lo[0], acc_lo[1]),
-                ),
-                vmulq_s32(
-                    vmovl_s16(vget_low_s16(q5sb_scales[1])),
-                    vpaddq_s32(acc_hi[0], acc_hi[1]),
-                ),
+                vmulq_s32(vmovl_s16(vget_low_s16(q5sb_scales[0])), vpaddq_s32(acc_lo[0], acc_lo[1])),
+                vmulq_s32(vmovl_s16(vget_low_s16(q5sb_scales[1])), vpaddq_s32(acc_hi[0], acc_hi[1])),
             ));
             acc_f32_0 = vfmaq_f32(acc_f32_0, sb_scale_0, sumf_0);
             let sumf_1 = vcvtq_f32_s32(vaddq_s32(
-                vmulq_s32(
-                    vmovl_s16(vget_high_s16(q5sb_scales[0])),
-                    vpaddq_s32(acc_lo[2], acc_lo[3]),
-                ),
-                vmulq_s32(
-                    vmovl_s16(vget_high_s16(q5sb_scales[1])),
-                    vpaddq_s32(acc_hi[2], acc_hi[3]),
-                ),
+                vmulq_s32(vmovl_s16(vget_high_s16(q5sb_scales[0])), vpaddq_s32(acc_lo[2], acc_lo[3])),
+                vmulq_s32(vmovl_s16(vget_high_s16(q5sb_scales[1])), vpaddq_s32(acc_hi[2], acc_hi[3])),
             ));
             acc_f32_1 = vfmaq_f32(acc_f32_1, sb_scale_1, sumf_1);
 
@@ -1829,9 +1491,8 @@ fn matmul_q5k_x8_gemv(
         if scratch.len() < required_len {
             scratch.resize(required_len, 0);
         }
-        let lhs_b: &mut [BlockQ8K] = unsafe {
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, k_in_blocks)
-        };
+        let lhs_b: &mut [BlockQ8K] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, k_in_blocks) };
         <BlockQ8K as super::GgmlType>::from_float(lhs, lhs_b);
 
         let pool = crate::utils::barrier_pool();
@@ -1843,8 +1504,7 @@ fn matmul_q5k_x8_gemv(
         // equal-sized gemv units: a static split skips the shared cursor, which costs
         // several us per small decode matmul
         pool.execute_static(n_groups, |range| {
-            let lhs_row =
-                unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8K, k_in_blocks) };
+            let lhs_row = unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8K, k_in_blocks) };
             let dst_ptr = dst_ptr as *mut f32;
             for g in range {
                 let xs = unsafe {
@@ -1896,10 +1556,7 @@ pub(crate) fn matmul_q5k_x8(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8Kx4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8Kx4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8Kx4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             if use_i8mm {
@@ -1934,23 +1591,13 @@ pub(crate) fn matmul_q5k_x8(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 8;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
                 if use_i8mm {
-                    unsafe {
-                        store_q5kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                    };
+                    unsafe { store_q5kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
                 } else {
-                    unsafe {
-                        store_q5kx8_4x8(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                    };
+                    unsafe { store_q5kx8_4x8(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
                 }
             }
         });
@@ -1979,24 +1626,8 @@ unsafe fn store_q6kx8_4x8(
     for b in 0..k_in_blocks {
         let x = &rhs[b];
         let y = &lhs[b];
-        let q6_d_0123 = vld1q_f32(
-            [
-                x.d[0].to_f32(),
-                x.d[1].to_f32(),
-                x.d[2].to_f32(),
-                x.d[3].to_f32(),
-            ]
-            .as_ptr(),
-        );
-        let q6_d_4567 = vld1q_f32(
-            [
-                x.d[4].to_f32(),
-                x.d[5].to_f32(),
-                x.d[6].to_f32(),
-                x.d[7].to_f32(),
-            ]
-            .as_ptr(),
-        );
+        let q6_d_0123 = vld1q_f32([x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()].as_ptr());
+        let q6_d_4567 = vld1q_f32([x.d[4].to_f32(), x.d[5].to_f32(), x.d[6].to_f32(), x.d[7].to_f32()].as_ptr());
 
         let sbd_scale_0123 = [
             vmulq_n_f32(q6_d_0123, y.d[0]),
@@ -2041,16 +1672,11 @@ unsafe fn store_q6kx8_4x8(
                     let hbit_hi_4567 = vandq_u8(q6_qh_4567, mask_hi);
 
                     let q6_0123_lo = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vandq_u8(q6_ql_0123, m4b),
-                            vshlq_n_u8(hbit_lo_0123, 4),
-                        )),
+                        vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q6_ql_0123, m4b), vshlq_n_u8(hbit_lo_0123, 4))),
                         m32s,
                     );
-                    let q6_0123_hi = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_0123, 4), hbit_hi_0123)),
-                        m32s,
-                    );
+                    let q6_0123_hi =
+                        vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_0123, 4), hbit_hi_0123)), m32s);
 
                     acc_lo[0] = sdot_laneq_s32::<0>(acc_lo[0], q6_0123_lo, q8_l);
                     acc_lo[1] = sdot_laneq_s32::<1>(acc_lo[1], q6_0123_lo, q8_l);
@@ -2063,16 +1689,11 @@ unsafe fn store_q6kx8_4x8(
                     acc_hi[3] = sdot_laneq_s32::<3>(acc_hi[3], q6_0123_hi, q8_h);
 
                     let q6_4567_lo = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vandq_u8(q6_ql_4567, m4b),
-                            vshlq_n_u8(hbit_lo_4567, 4),
-                        )),
+                        vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q6_ql_4567, m4b), vshlq_n_u8(hbit_lo_4567, 4))),
                         m32s,
                     );
-                    let q6_4567_hi = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_4567, 4), hbit_hi_4567)),
-                        m32s,
-                    );
+                    let q6_4567_hi =
+                        vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_4567, 4), hbit_hi_4567)), m32s);
 
                     acc_lo[4] = sdot_laneq_s32::<0>(acc_lo[4], q6_4567_lo, q8_l);
                     acc_lo[5] = sdot_laneq_s32::<1>(acc_lo[5], q6_4567_lo, q8_l);
@@ -2111,10 +1732,8 @@ unsafe fn store_q6kx8_4x8(
                     let acc_offset = g * 4;
                     for row in 0..4 {
                         let idx = row * 2 + g;
-                        acc_s32[idx] =
-                            vmlaq_s32(acc_s32[idx], acc_lo[acc_offset + row], scale_vec_l);
-                        acc_s32[idx] =
-                            vmlaq_s32(acc_s32[idx], acc_hi[acc_offset + row], scale_vec_h);
+                        acc_s32[idx] = vmlaq_s32(acc_s32[idx], acc_lo[acc_offset + row], scale_vec_l);
+                        acc_s32[idx] = vmlaq_s32(acc_s32[idx], acc_hi[acc_offset + row], scale_vec_h);
                     }
                 }
             }
@@ -2123,16 +1742,8 @@ unsafe fn store_q6kx8_4x8(
         for r in 0..4 {
             let idx0 = 2 * r;
             let idx1 = 2 * r + 1;
-            acc_f32[idx0] = vmlaq_f32(
-                acc_f32[idx0],
-                vcvtq_f32_s32(acc_s32[idx0]),
-                sbd_scale_0123[r],
-            );
-            acc_f32[idx1] = vmlaq_f32(
-                acc_f32[idx1],
-                vcvtq_f32_s32(acc_s32[idx1]),
-                sbd_scale_4567[r],
-            );
+            acc_f32[idx0] = vmlaq_f32(acc_f32[idx0], vcvtq_f32_s32(acc_s32[idx0]), sbd_scale_0123[r]);
+            acc_f32[idx1] = vmlaq_f32(acc_f32[idx1], vcvtq_f32_s32(acc_s32[idx1]), sbd_scale_4567[r]);
         }
     }
 
@@ -2204,17 +1815,11 @@ unsafe fn store_q6kx8_4x8_i8mm(
                         m32s,
                     );
                     let q6_h0 = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vshrq_n_u8(q6_ql_0, 4),
-                            vandq_u8(q6_qh_0, mask_hi),
-                        )),
+                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_0, 4), vandq_u8(q6_qh_0, mask_hi))),
                         m32s,
                     );
                     let q6_h1 = vsubq_s8(
-                        vreinterpretq_s8_u8(vorrq_u8(
-                            vshrq_n_u8(q6_ql_1, 4),
-                            vandq_u8(q6_qh_1, mask_hi),
-                        )),
+                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql_1, 4), vandq_u8(q6_qh_1, mask_hi))),
                         m32s,
                     );
 
@@ -2260,12 +1865,8 @@ unsafe fn store_q6kx8_4x8_i8mm(
 
         for r in 0..4 {
             for g in 0..2 {
-                let q6_d = [
-                    x.d[g * 4].to_f32(),
-                    x.d[g * 4 + 1].to_f32(),
-                    x.d[g * 4 + 2].to_f32(),
-                    x.d[g * 4 + 3].to_f32(),
-                ];
+                let q6_d =
+                    [x.d[g * 4].to_f32(), x.d[g * 4 + 1].to_f32(), x.d[g * 4 + 2].to_f32(), x.d[g * 4 + 3].to_f32()];
                 let scale = vmulq_n_f32(vld1q_f32(q6_d.as_ptr()), y.d[r]);
                 let idx = 2 * r + g;
                 acc_f32[idx] = vmlaq_f32(acc_f32[idx], vcvtq_f32_s32(reorder_acc[idx]), scale);
@@ -2375,14 +1976,8 @@ unsafe fn vec_dot_8_q6kx8_q8k_8x8(n: usize, xs: &[BlockQ6Kx8], ys: &[BlockQ8K]) 
                 } else {
                     (q6_qh_1_raw.0, q6_qh_1_raw.1, q6_qh_1_raw.2, q6_qh_1_raw.3)
                 };
-                let q6_ql = [
-                    q6_ql_0.0, q6_ql_0.1, q6_ql_0.2, q6_ql_0.3, q6_ql_1.0, q6_ql_1.1, q6_ql_1.2,
-                    q6_ql_1.3,
-                ];
-                let q6_qh = [
-                    q6_qh_0.0, q6_qh_0.1, q6_qh_0.2, q6_qh_0.3, q6_qh_1.0, q6_qh_1.1, q6_qh_1.2,
-                    q6_qh_1.3,
-                ];
+                let q6_ql = [q6_ql_0.0, q6_ql_0.1, q6_ql_0.2, q6_ql_0.3, q6_ql_1.0, q6_ql_1.1, q6_ql_1.2, q6_ql_1.3];
+                let q6_qh = [q6_qh_0.0, q6_qh_0.1, q6_qh_0.2, q6_qh_0.3, q6_qh_1.0, q6_qh_1.1, q6_qh_1.2, q6_qh_1.3];
 
                 for cp in 0..4 {
                     let q6_l0 = vreinterpretq_s8_u8(vorrq_u8(
@@ -2393,14 +1988,9 @@ unsafe fn vec_dot_8_q6kx8_q8k_8x8(n: usize, xs: &[BlockQ6Kx8], ys: &[BlockQ8K]) 
                         vandq_u8(q6_ql[cp + 4], m4b),
                         vshlq_n_u8(vandq_u8(q6_qh[cp + 4], mask_lo), 4),
                     ));
-                    let q6_h0 = vreinterpretq_s8_u8(vorrq_u8(
-                        vshrq_n_u8(q6_ql[cp], 4),
-                        vandq_u8(q6_qh[cp], mask_hi),
-                    ));
-                    let q6_h1 = vreinterpretq_s8_u8(vorrq_u8(
-                        vshrq_n_u8(q6_ql[cp + 4], 4),
-                        vandq_u8(q6_qh[cp + 4], mask_hi),
-                    ));
+                    let q6_h0 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql[cp], 4), vandq_u8(q6_qh[cp], mask_hi)));
+                    let q6_h1 =
+                        vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql[cp + 4], 4), vandq_u8(q6_qh[cp + 4], mask_hi)));
                     let mut sb_acc_l = vdupq_n_s32(0);
                     sb_acc_l = sdot_acc(sb_acc_l, q6_l0, q8_l[0]);
                     sb_acc_l = sdot_acc(sb_acc_l, q6_l1, q8_l[1]);
@@ -2516,14 +2106,8 @@ unsafe fn vec_dot_8_q6kx8_q8k_8x4(n: usize, xs: &[BlockQ6Kx8], ys: &[BlockQ8K]) 
                 } else {
                     (q6_qh_1_raw.0, q6_qh_1_raw.1, q6_qh_1_raw.2, q6_qh_1_raw.3)
                 };
-                let q6_ql = [
-                    q6_ql_0.0, q6_ql_0.1, q6_ql_0.2, q6_ql_0.3, q6_ql_1.0, q6_ql_1.1, q6_ql_1.2,
-                    q6_ql_1.3,
-                ];
-                let q6_qh = [
-                    q6_qh_0.0, q6_qh_0.1, q6_qh_0.2, q6_qh_0.3, q6_qh_1.0, q6_qh_1.1, q6_qh_1.2,
-                    q6_qh_1.3,
-                ];
+                let q6_ql = [q6_ql_0.0, q6_ql_0.1, q6_ql_0.2, q6_ql_0.3, q6_ql_1.0, q6_ql_1.1, q6_ql_1.2, q6_ql_1.3];
+                let q6_qh = [q6_qh_0.0, q6_qh_0.1, q6_qh_0.2, q6_qh_0.3, q6_qh_1.0, q6_qh_1.1, q6_qh_1.2, q6_qh_1.3];
 
                 for g in 0..2 {
                     let mut sb_acc_l = vdupq_n_s32(0);
@@ -2534,10 +2118,8 @@ unsafe fn vec_dot_8_q6kx8_q8k_8x4(n: usize, xs: &[BlockQ6Kx8], ys: &[BlockQ8K]) 
                             vandq_u8(q6_ql[idx], m4b),
                             vshlq_n_u8(vandq_u8(q6_qh[idx], mask_lo), 4),
                         ));
-                        let q6_h = vreinterpretq_s8_u8(vorrq_u8(
-                            vshrq_n_u8(q6_ql[idx], 4),
-                            vandq_u8(q6_qh[idx], mask_hi),
-                        ));
+                        let q6_h =
+                            vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q6_ql[idx], 4), vandq_u8(q6_qh[idx], mask_hi)));
                         sb_acc_l = sdot_acc(sb_acc_l, q6_l, q8_l[chunk]);
                         sb_acc_h = sdot_acc(sb_acc_h, q6_h, q8_h[chunk]);
                     }
@@ -2562,14 +2144,8 @@ unsafe fn vec_dot_8_q6kx8_q8k_8x4(n: usize, xs: &[BlockQ6Kx8], ys: &[BlockQ8K]) 
             }
         }
 
-        acc[0] = vsubq_s32(
-            acc[0],
-            load_i32x4(bias[0] << 5, bias[1] << 5, bias[2] << 5, bias[3] << 5),
-        );
-        acc[1] = vsubq_s32(
-            acc[1],
-            load_i32x4(bias[4] << 5, bias[5] << 5, bias[6] << 5, bias[7] << 5),
-        );
+        acc[0] = vsubq_s32(acc[0], load_i32x4(bias[0] << 5, bias[1] << 5, bias[2] << 5, bias[3] << 5));
+        acc[1] = vsubq_s32(acc[1], load_i32x4(bias[4] << 5, bias[5] << 5, bias[6] << 5, bias[7] << 5));
         acc_f32_0 = vfmaq_f32(acc_f32_0, vcvtq_f32_s32(acc[0]), sb_scale_0);
         acc_f32_1 = vfmaq_f32(acc_f32_1, vcvtq_f32_s32(acc[1]), sb_scale_1);
     }
@@ -2616,9 +2192,8 @@ fn matmul_q6k_x8_gemv(
         if scratch.len() < required_len {
             scratch.resize(required_len, 0);
         }
-        let lhs_b: &mut [BlockQ8K] = unsafe {
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, k_in_blocks)
-        };
+        let lhs_b: &mut [BlockQ8K] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8K, k_in_blocks) };
         <BlockQ8K as super::GgmlType>::from_float(lhs, lhs_b);
 
         let pool = crate::utils::barrier_pool();
@@ -2630,8 +2205,7 @@ fn matmul_q6k_x8_gemv(
         // equal-sized gemv units: a static split skips the shared cursor, which costs
         // several us per small decode matmul
         pool.execute_static(n_groups, |range| {
-            let lhs_row =
-                unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8K, k_in_blocks) };
+            let lhs_row = unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8K, k_in_blocks) };
             let dst_ptr = dst_ptr as *mut f32;
             for g in range {
                 let xs = unsafe {
@@ -2683,10 +2257,7 @@ pub(crate) fn matmul_q6k_x8(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8Kx4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8Kx4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8Kx4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             if use_i8mm {
@@ -2721,23 +2292,13 @@ pub(crate) fn matmul_q6k_x8(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 8;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
                 if use_i8mm {
-                    unsafe {
-                        store_q6kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                    };
+                    unsafe { store_q6kx8_4x8_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
                 } else {
-                    unsafe {
-                        store_q6kx8_4x8(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                    };
+                    unsafe { store_q6kx8_4x8(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
                 }
             }
         });
@@ -2765,19 +2326,9 @@ unsafe fn store_q8_0x4_4x4(
     for i in 0..k_in_blocks {
         let x = &rhs[i];
         let y = &lhs[i];
-        let bd = [
-            x.d[0].to_f32(),
-            x.d[1].to_f32(),
-            x.d[2].to_f32(),
-            x.d[3].to_f32(),
-        ];
+        let bd = [x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()];
         let bd = vld1q_f32(bd.as_ptr());
-        let ad = [
-            y.d[0].to_f32(),
-            y.d[1].to_f32(),
-            y.d[2].to_f32(),
-            y.d[3].to_f32(),
-        ];
+        let ad = [y.d[0].to_f32(), y.d[1].to_f32(), y.d[2].to_f32(), y.d[3].to_f32()];
 
         let mut ret0 = vdupq_n_s32(0);
         let mut ret1 = vdupq_n_s32(0);
@@ -2923,9 +2474,8 @@ fn matmul_q8_0_x4_gemv(
         if scratch.len() < required_len {
             scratch.resize(required_len, 0);
         }
-        let lhs_b: &mut [BlockQ8_0] = unsafe {
-            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0, k_in_blocks)
-        };
+        let lhs_b: &mut [BlockQ8_0] =
+            unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0, k_in_blocks) };
         <BlockQ8_0 as super::GgmlType>::from_float(lhs, lhs_b);
 
         let pool = crate::utils::barrier_pool();
@@ -2937,8 +2487,7 @@ fn matmul_q8_0_x4_gemv(
         // equal-sized gemv units: a static split skips the shared cursor, which costs
         // several us per small decode matmul
         pool.execute_static(n_groups, |range| {
-            let lhs_row =
-                unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8_0, k_in_blocks) };
+            let lhs_row = unsafe { std::slice::from_raw_parts(lhs_ptr as *const BlockQ8_0, k_in_blocks) };
             let dst_ptr = dst_ptr as *mut f32;
             for g in range {
                 let xs = unsafe {
@@ -2989,10 +2538,7 @@ pub(crate) fn matmul_q8_0_x4(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8_0x4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8_0x4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0x4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             quantize_q8_0x4_interleaved::<4>(
@@ -3018,15 +2564,9 @@ pub(crate) fn matmul_q8_0_x4(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 4;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
                 unsafe { store_q8_0x4_4x4(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) };
             }
         });
@@ -3054,19 +2594,9 @@ unsafe fn store_q8_0x4_4x4_i8mm(
     for i in 0..k_in_blocks {
         let x = &rhs[i];
         let y = &lhs[i];
-        let bd = [
-            x.d[0].to_f32(),
-            x.d[1].to_f32(),
-            x.d[2].to_f32(),
-            x.d[3].to_f32(),
-        ];
+        let bd = [x.d[0].to_f32(), x.d[1].to_f32(), x.d[2].to_f32(), x.d[3].to_f32()];
         let bd = vld1q_f32(bd.as_ptr());
-        let ad = [
-            y.d[0].to_f32(),
-            y.d[1].to_f32(),
-            y.d[2].to_f32(),
-            y.d[3].to_f32(),
-        ];
+        let ad = [y.d[0].to_f32(), y.d[1].to_f32(), y.d[2].to_f32(), y.d[3].to_f32()];
 
         let mut acc00 = vdupq_n_s32(0);
         let mut acc01 = vdupq_n_s32(0);
@@ -3131,10 +2661,7 @@ pub(crate) fn matmul_q8_0_x4_i8mm(
             scratch.resize(required_len, 0);
         }
         let lhs_x4: &mut [BlockQ8_0x4] = unsafe {
-            std::slice::from_raw_parts_mut(
-                scratch.as_mut_ptr() as *mut BlockQ8_0x4,
-                row_groups * k_in_blocks,
-            )
+            std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut BlockQ8_0x4, row_groups * k_in_blocks)
         };
         for group in 0..row_groups {
             quantize_q8_0x4_interleaved::<8>(
@@ -3159,18 +2686,10 @@ pub(crate) fn matmul_q8_0_x4_i8mm(
                 let col_group = tile - row_group * n_groups;
                 let row = row_group * 4;
                 let col = col_group * 4;
-                let lhs_tile = unsafe {
-                    std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks)
-                };
-                let rhs_tile = unsafe {
-                    std::slice::from_raw_parts(
-                        repacked_ptr.add(col_group * k_in_blocks),
-                        k_in_blocks,
-                    )
-                };
-                unsafe {
-                    store_q8_0x4_4x4_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks)
-                }
+                let lhs_tile = unsafe { std::slice::from_raw_parts(lhs_ptr.add(row_group * k_in_blocks), k_in_blocks) };
+                let rhs_tile =
+                    unsafe { std::slice::from_raw_parts(repacked_ptr.add(col_group * k_in_blocks), k_in_blocks) };
+                unsafe { store_q8_0x4_4x4_i8mm(dst_ptr, n, row, col, lhs_tile, rhs_tile, k_in_blocks) }
             }
         });
         Ok(())
@@ -3179,10 +2698,7 @@ pub(crate) fn matmul_q8_0_x4_i8mm(
 
 #[inline(always)]
 pub(crate) fn vec_dot_q8k_q8k(n: usize, xs: &[BlockQ8K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}");
     let mut sumf = 0f32;
     for (xs, ys) in xs.iter().zip(ys.iter()) {
         unsafe {
@@ -3204,10 +2720,7 @@ pub(crate) fn vec_dot_q8k_q8k(n: usize, xs: &[BlockQ8K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}");
     let mut sum = 0f32;
     unsafe {
         let m4b = vdupq_n_u8(0xF);
@@ -3225,10 +2738,7 @@ pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32
 
             let q8sums = vld1q_s16_x2(y.bsums.as_ptr());
             let scales = vld1q_s8(scale);
-            let q6scales = int16x8x2_t(
-                vmovl_s8(vget_low_s8(scales)),
-                vmovl_s8(vget_high_s8(scales)),
-            );
+            let q6scales = int16x8x2_t(vmovl_s8(vget_low_s8(scales)), vmovl_s8(vget_high_s8(scales)));
 
             let prod = vaddq_s32(
                 vaddq_s32(
@@ -3321,10 +2831,7 @@ pub(crate) fn vec_dot_4_q6k_q8k(
     xs3: &[BlockQ6K],
     ys: &[BlockQ8K],
 ) -> (f32, f32, f32, f32) {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_4_q6k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_4_q6k_q8k: {n} is not divisible by {QK_K}");
 
     let mut sum0 = 0f32;
     let mut sum1 = 0f32;
@@ -3335,13 +2842,7 @@ pub(crate) fn vec_dot_4_q6k_q8k(
         let m4b = vdupq_n_u8(0xF);
         let mone = vdupq_n_u8(3);
 
-        for ((((x0, x1), x2), x3), y) in xs0
-            .iter()
-            .zip(xs1.iter())
-            .zip(xs2.iter())
-            .zip(xs3.iter())
-            .zip(ys.iter())
-        {
+        for ((((x0, x1), x2), x3), y) in xs0.iter().zip(xs1.iter()).zip(xs2.iter()).zip(xs3.iter()).zip(ys.iter()) {
             let yd = y.d;
 
             // Q8K bsums - loaded once for all four columns.
@@ -3351,10 +2852,7 @@ pub(crate) fn vec_dot_4_q6k_q8k(
             macro_rules! col_isum_mins {
                 ($x:ident) => {{
                     let scales_v = vld1q_s8($x.scales.as_ptr());
-                    let q6sc = int16x8x2_t(
-                        vmovl_s8(vget_low_s8(scales_v)),
-                        vmovl_s8(vget_high_s8(scales_v)),
-                    );
+                    let q6sc = int16x8x2_t(vmovl_s8(vget_low_s8(scales_v)), vmovl_s8(vget_high_s8(scales_v)));
                     let prod = vaddq_s32(
                         vaddq_s32(
                             vmull_s16(vget_low_s16(q8sums.0), vget_low_s16(q6sc.0)),
@@ -3422,14 +2920,12 @@ pub(crate) fn vec_dot_4_q6k_q8k(
 
                         let p0 = vdotq_s32(q6b0, q8lo.0);
                         let p1 = vdotq_s32(q6b1, q8lo.1);
-                        $isum +=
-                            vaddvq_s32(p0) * (*$sc as i32) + vaddvq_s32(p1) * (*$sc.add(1) as i32);
+                        $isum += vaddvq_s32(p0) * (*$sc as i32) + vaddvq_s32(p1) * (*$sc.add(1) as i32);
                         $sc = $sc.add(2);
 
                         let p2 = vdotq_s32(q6b2, q8lo.2);
                         let p3 = vdotq_s32(q6b3, q8lo.3);
-                        $isum +=
-                            vaddvq_s32(p2) * (*$sc as i32) + vaddvq_s32(p3) * (*$sc.add(1) as i32);
+                        $isum += vaddvq_s32(p2) * (*$sc as i32) + vaddvq_s32(p3) * (*$sc.add(1) as i32);
                         $sc = $sc.add(2);
 
                         // Second half: high nibbles of ql + bits[5:4] and bits[7:6] of qh.
@@ -3445,14 +2941,12 @@ pub(crate) fn vec_dot_4_q6k_q8k(
 
                         let p0 = vdotq_s32(q6b0, q8hi.0);
                         let p1 = vdotq_s32(q6b1, q8hi.1);
-                        $isum +=
-                            vaddvq_s32(p0) * (*$sc as i32) + vaddvq_s32(p1) * (*$sc.add(1) as i32);
+                        $isum += vaddvq_s32(p0) * (*$sc as i32) + vaddvq_s32(p1) * (*$sc.add(1) as i32);
                         $sc = $sc.add(2);
 
                         let p2 = vdotq_s32(q6b2, q8hi.2);
                         let p3 = vdotq_s32(q6b3, q8hi.3);
-                        $isum +=
-                            vaddvq_s32(p2) * (*$sc as i32) + vaddvq_s32(p3) * (*$sc.add(1) as i32);
+                        $isum += vaddvq_s32(p2) * (*$sc as i32) + vaddvq_s32(p3) * (*$sc.add(1) as i32);
                         $sc = $sc.add(2);
                     };
                 }
@@ -3475,10 +2969,7 @@ pub(crate) fn vec_dot_4_q6k_q8k(
 
 #[inline(always)]
 pub(crate) fn vec_dot_q5k_q8k(n: usize, xs: &[BlockQ5K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q5k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q5k_q8k: {n} is not divisible by {QK_K}");
     let mut sumf = 0f32;
     let mut utmp = [0u32; 4];
     const KMASK1: u32 = 0x3f3f3f3f;
@@ -3494,10 +2985,7 @@ pub(crate) fn vec_dot_q5k_q8k(n: usize, xs: &[BlockQ5K], ys: &[BlockQ8K]) -> f32
             let d = y.d * x.d.to_f32();
             let dmin = y.d * x.dmin.to_f32();
 
-            let q8sums = vpaddq_s16(
-                vld1q_s16(y.bsums.as_ptr()),
-                vld1q_s16(y.bsums.as_ptr().add(8)),
-            );
+            let q8sums = vpaddq_s16(vld1q_s16(y.bsums.as_ptr()), vld1q_s16(y.bsums.as_ptr().add(8)));
 
             LittleEndian::read_u32_into(&x.scales, &mut utmp[0..3]);
 
@@ -3560,10 +3048,7 @@ pub(crate) fn vec_dot_q5k_q8k(n: usize, xs: &[BlockQ5K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q4k_q8k(n: usize, xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}");
     let mut sumf = 0f32;
     let mut utmp = [0u32; 4];
     let mut scales = [0u8; 16];
@@ -3578,20 +3063,12 @@ pub(crate) fn vec_dot_q4k_q8k(n: usize, xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32
             let d = y.d * x.d.to_f32();
             let dmin = y.d * x.dmin.to_f32();
 
-            let q8sums = vpaddq_s16(
-                vld1q_s16(y.bsums.as_ptr()),
-                vld1q_s16(y.bsums.as_ptr().add(8)),
-            );
+            let q8sums = vpaddq_s16(vld1q_s16(y.bsums.as_ptr()), vld1q_s16(y.bsums.as_ptr().add(8)));
 
             LittleEndian::read_u32_into(&x.scales, &mut utmp[0..3]);
 
-            let mins8 = vld1_u32(
-                [
-                    utmp[1] & KMASK1,
-                    ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4),
-                ]
-                .as_ptr(),
-            );
+            let mins8 =
+                vld1_u32([utmp[1] & KMASK1, ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4)].as_ptr());
             utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
             utmp[0] &= KMASK1;
 
@@ -3649,10 +3126,7 @@ pub(crate) fn vec_dot_4_q4k_q8k(
     xs3: &[BlockQ4K],
     ys: &[BlockQ8K],
 ) -> (f32, f32, f32, f32) {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_4_q4k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_4_q4k_q8k: {n} is not divisible by {QK_K}");
 
     let mut sum0 = 0f32;
     let mut sum1 = 0f32;
@@ -3674,13 +3148,8 @@ pub(crate) fn vec_dot_4_q4k_q8k(
     macro_rules! decode_q4k_scales {
         ($x:ident, $sc:ident) => {{
             LittleEndian::read_u32_into(&$x.scales, &mut utmp[0..3]);
-            let mins8 = vld1_u32(
-                [
-                    utmp[1] & KMASK1,
-                    ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4),
-                ]
-                .as_ptr(),
-            );
+            let mins8 =
+                vld1_u32([utmp[1] & KMASK1, ((utmp[2] >> 4) & KMASK2) | (((utmp[1] >> 6) & KMASK3) << 4)].as_ptr());
             utmp[1] = (utmp[2] & KMASK2) | (((utmp[0] >> 6) & KMASK3) << 4);
             utmp[0] &= KMASK1;
             LittleEndian::write_u32_into(&utmp, &mut $sc);
@@ -3693,44 +3162,23 @@ pub(crate) fn vec_dot_4_q4k_q8k(
         ($q4:ident, $sc:ident, $vsum1:ident, $vsum2:ident, $q8lo:ident, $q8hi:ident, $j:ident, $m4b:ident) => {
             let bits = vld1q_u8_x2($q4);
             $q4 = $q4.add(32);
-            let q4lo = int8x16x2_t(
-                vreinterpretq_s8_u8(vandq_u8(bits.0, $m4b)),
-                vreinterpretq_s8_u8(vandq_u8(bits.1, $m4b)),
-            );
-            $vsum1 = vmlaq_n_s32(
-                $vsum1,
-                vdotq_s32_pair(q4lo.0, $q8lo.0, q4lo.1, $q8lo.1),
-                $sc[2 * $j] as i32,
-            );
-            let q4hi = int8x16x2_t(
-                vreinterpretq_s8_u8(vshrq_n_u8(bits.0, 4)),
-                vreinterpretq_s8_u8(vshrq_n_u8(bits.1, 4)),
-            );
-            $vsum2 = vmlaq_n_s32(
-                $vsum2,
-                vdotq_s32_pair(q4hi.0, $q8hi.0, q4hi.1, $q8hi.1),
-                $sc[2 * $j + 1] as i32,
-            );
+            let q4lo =
+                int8x16x2_t(vreinterpretq_s8_u8(vandq_u8(bits.0, $m4b)), vreinterpretq_s8_u8(vandq_u8(bits.1, $m4b)));
+            $vsum1 = vmlaq_n_s32($vsum1, vdotq_s32_pair(q4lo.0, $q8lo.0, q4lo.1, $q8lo.1), $sc[2 * $j] as i32);
+            let q4hi =
+                int8x16x2_t(vreinterpretq_s8_u8(vshrq_n_u8(bits.0, 4)), vreinterpretq_s8_u8(vshrq_n_u8(bits.1, 4)));
+            $vsum2 = vmlaq_n_s32($vsum2, vdotq_s32_pair(q4hi.0, $q8hi.0, q4hi.1, $q8hi.1), $sc[2 * $j + 1] as i32);
         };
     }
 
     unsafe {
         let m4b = vdupq_n_u8(0xF);
 
-        for ((((x0, x1), x2), x3), y) in xs0
-            .iter()
-            .zip(xs1.iter())
-            .zip(xs2.iter())
-            .zip(xs3.iter())
-            .zip(ys.iter())
-        {
+        for ((((x0, x1), x2), x3), y) in xs0.iter().zip(xs1.iter()).zip(xs2.iter()).zip(xs3.iter()).zip(ys.iter()) {
             let yd = y.d;
 
             // Q8K bsums - loaded once for all four columns.
-            let q8sums = vpaddq_s16(
-                vld1q_s16(y.bsums.as_ptr()),
-                vld1q_s16(y.bsums.as_ptr().add(8)),
-            );
+            let q8sums = vpaddq_s16(vld1q_s16(y.bsums.as_ptr()), vld1q_s16(y.bsums.as_ptr().add(8)));
 
             // Decode scales and apply min correction for each column.
             let mins0 = decode_q4k_scales!(x0, sc0);
@@ -3798,10 +3246,7 @@ pub(crate) fn vec_dot_4_q4k_q8k(
 
 #[inline(always)]
 pub(crate) fn vec_dot_q3k_q8k(n: usize, xs: &[BlockQ3K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q3k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q3k_q8k: {n} is not divisible by {QK_K}");
     let mut sumf = 0f32;
     let mut utmp = [0u32; 4];
     let mut aux = [0u32; 3];
@@ -3850,22 +3295,12 @@ pub(crate) fn vec_dot_q3k_q8k(n: usize, xs: &[BlockQ3K], ys: &[BlockQ8K]) -> f32
                 let q3h_2 = vshlq_n_u8(vbicq_u8(m1, qhbits.0), 1);
                 let q3h_3 = vshlq_n_u8(vbicq_u8(m1, qhbits.1), 1);
 
-                let q3bytes_0 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(q3bits.0, m3b)),
-                    vreinterpretq_s8_u8(q3h_0),
-                );
-                let q3bytes_1 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(q3bits.1, m3b)),
-                    vreinterpretq_s8_u8(q3h_1),
-                );
-                let q3bytes_2 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 2), m3b)),
-                    vreinterpretq_s8_u8(q3h_2),
-                );
-                let q3bytes_3 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 2), m3b)),
-                    vreinterpretq_s8_u8(q3h_3),
-                );
+                let q3bytes_0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q3bits.0, m3b)), vreinterpretq_s8_u8(q3h_0));
+                let q3bytes_1 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q3bits.1, m3b)), vreinterpretq_s8_u8(q3h_1));
+                let q3bytes_2 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 2), m3b)), vreinterpretq_s8_u8(q3h_2));
+                let q3bytes_3 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 2), m3b)), vreinterpretq_s8_u8(q3h_3));
 
                 let p0 = vdotq_s32(q3bytes_0, q8bytes_1.0);
                 let p1 = vdotq_s32(q3bytes_1, q8bytes_1.1);
@@ -3882,22 +3317,14 @@ pub(crate) fn vec_dot_q3k_q8k(n: usize, xs: &[BlockQ3K], ys: &[BlockQ8K]) -> f32
                 let q3h_2 = vshrq_n_u8(vbicq_u8(m3, qhbits.0), 1);
                 let q3h_3 = vshrq_n_u8(vbicq_u8(m3, qhbits.1), 1);
 
-                let q3bytes_0 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 4), m3b)),
-                    vreinterpretq_s8_u8(q3h_0),
-                );
-                let q3bytes_1 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 4), m3b)),
-                    vreinterpretq_s8_u8(q3h_1),
-                );
-                let q3bytes_2 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 6), m3b)),
-                    vreinterpretq_s8_u8(q3h_2),
-                );
-                let q3bytes_3 = vsubq_s8(
-                    vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 6), m3b)),
-                    vreinterpretq_s8_u8(q3h_3),
-                );
+                let q3bytes_0 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 4), m3b)), vreinterpretq_s8_u8(q3h_0));
+                let q3bytes_1 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 4), m3b)), vreinterpretq_s8_u8(q3h_1));
+                let q3bytes_2 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.0, 6), m3b)), vreinterpretq_s8_u8(q3h_2));
+                let q3bytes_3 =
+                    vsubq_s8(vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(q3bits.1, 6), m3b)), vreinterpretq_s8_u8(q3h_3));
 
                 let p0 = vdotq_s32(q3bytes_0, q8bytes_2.0);
                 let p1 = vdotq_s32(q3bytes_1, q8bytes_2.1);
@@ -3922,10 +3349,7 @@ pub(crate) fn vec_dot_q3k_q8k(n: usize, xs: &[BlockQ3K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}");
     let mut sumf = 0f32;
     let mut aux = [0u8; 16];
 
@@ -4006,11 +3430,7 @@ pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32
 /// Quantize a row of f32 activations into Q8K format
 #[inline(always)]
 pub(crate) fn quantize_row_q8k(xs: &[f32], ys: &mut [BlockQ8K]) {
-    debug_assert!(
-        xs.len().is_multiple_of(QK_K),
-        "quantize_row_q8k: {} is not a multiple of {QK_K}",
-        xs.len()
-    );
+    debug_assert!(xs.len().is_multiple_of(QK_K), "quantize_row_q8k: {} is not a multiple of {QK_K}", xs.len());
     unsafe {
         let (x_chunks, _) = xs.as_chunks::<QK_K>();
         for (chunk, y) in x_chunks.iter().zip(ys.iter_mut()) {
@@ -4062,14 +3482,8 @@ pub(crate) fn quantize_row_q8k(xs: &[f32], ys: &mut [BlockQ8K]) {
                 let f2 = vmulq_f32(vld1q_f32(p.add(8)), vscale);
                 let f3 = vmulq_f32(vld1q_f32(p.add(12)), vscale);
                 p = p.add(16);
-                let s01 = vcombine_s16(
-                    vqmovn_s32(vcvtaq_s32_f32(f0)),
-                    vqmovn_s32(vcvtaq_s32_f32(f1)),
-                );
-                let s23 = vcombine_s16(
-                    vqmovn_s32(vcvtaq_s32_f32(f2)),
-                    vqmovn_s32(vcvtaq_s32_f32(f3)),
-                );
+                let s01 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(f0)), vqmovn_s32(vcvtaq_s32_f32(f1)));
+                let s23 = vcombine_s16(vqmovn_s32(vcvtaq_s32_f32(f2)), vqmovn_s32(vcvtaq_s32_f32(f3)));
                 let q = vcombine_s8(vqmovn_s16(s01), vqmovn_s16(s23));
                 vst1q_s8(out, q);
                 out = out.add(16);
@@ -4124,10 +3538,7 @@ pub(crate) fn vec_dot_8_q4k_q8k(n: usize, xs: &[BlockQ4Kx8], ys: &[BlockQ8K]) ->
             let sb_scale_1 = vmulq_f32(load_f16x4(q4.d.as_ptr().add(4)), q8d_v);
             let sb_min_0 = vmulq_f32(load_f16x4(q4.dmin.as_ptr()), q8d_v);
             let sb_min_1 = vmulq_f32(load_f16x4(q4.dmin.as_ptr().add(4)), q8d_v);
-            let bsums = vpaddq_s16(
-                vld1q_s16(q8.bsums.as_ptr()),
-                vld1q_s16(q8.bsums.as_ptr().add(8)),
-            );
+            let bsums = vpaddq_s16(vld1q_s16(q8.bsums.as_ptr()), vld1q_s16(q8.bsums.as_ptr().add(8)));
             let mut bias_0 = vdupq_n_s32(0);
             let mut bias_1 = vdupq_n_s32(0);
             macro_rules! process_sb {
@@ -4180,11 +3591,9 @@ pub(crate) fn vec_dot_8_q4k_q8k(n: usize, xs: &[BlockQ4Kx8], ys: &[BlockQ8K]) ->
                     h1 = sdot_acc(h1, vreinterpretq_s8_u8(vshrq_n_u8(b11, 4)), q8_5);
                     h1 = sdot_acc(h1, vreinterpretq_s8_u8(vshrq_n_u8(b12, 4)), q8_6);
                     h1 = sdot_acc(h1, vreinterpretq_s8_u8(vshrq_n_u8(b13, 4)), q8_7);
-                    let sumf_lo_03 =
-                        vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_low_s16(sc0)), vpaddq_s32(a0, a1)));
+                    let sumf_lo_03 = vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_low_s16(sc0)), vpaddq_s32(a0, a1)));
                     vacc_0 = vfmaq_f32(vacc_0, sb_scale_0, sumf_lo_03);
-                    let sumf_hi_03 =
-                        vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_low_s16(sc1)), vpaddq_s32(h0, h1)));
+                    let sumf_hi_03 = vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_low_s16(sc1)), vpaddq_s32(h0, h1)));
                     vacc_0 = vfmaq_f32(vacc_0, sb_scale_0, sumf_hi_03);
                     let mut a2 = vdupq_n_s32(0);
                     a2 = sdot_acc(a2, vreinterpretq_s8_u8(vandq_u8(b20, m4b)), q8_0);
@@ -4206,11 +3615,9 @@ pub(crate) fn vec_dot_8_q4k_q8k(n: usize, xs: &[BlockQ4Kx8], ys: &[BlockQ8K]) ->
                     h3 = sdot_acc(h3, vreinterpretq_s8_u8(vshrq_n_u8(b31, 4)), q8_5);
                     h3 = sdot_acc(h3, vreinterpretq_s8_u8(vshrq_n_u8(b32, 4)), q8_6);
                     h3 = sdot_acc(h3, vreinterpretq_s8_u8(vshrq_n_u8(b33, 4)), q8_7);
-                    let sumf_lo_47 =
-                        vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_high_s16(sc0)), vpaddq_s32(a2, a3)));
+                    let sumf_lo_47 = vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_high_s16(sc0)), vpaddq_s32(a2, a3)));
                     vacc_1 = vfmaq_f32(vacc_1, sb_scale_1, sumf_lo_47);
-                    let sumf_hi_47 =
-                        vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_high_s16(sc1)), vpaddq_s32(h2, h3)));
+                    let sumf_hi_47 = vcvtq_f32_s32(vmulq_s32(vmovl_s16(vget_high_s16(sc1)), vpaddq_s32(h2, h3)));
                     vacc_1 = vfmaq_f32(vacc_1, sb_scale_1, sumf_hi_47);
                     let bl = vdup_n_s16(vgetq_lane_s16::<{ $sb * 2 }>(bsums));
                     let bh = vdup_n_s16(vgetq_lane_s16::<{ $sb * 2 + 1 }>(bsums));

@@ -80,11 +80,7 @@ impl PackedCache {
     }
 
     #[cfg(target_arch = "aarch64")]
-    fn get_or_init(
-        &self,
-        kind: PackedKind,
-        init: impl FnOnce() -> PackedStorage,
-    ) -> &PackedStorage {
+    fn get_or_init(&self, kind: PackedKind, init: impl FnOnce() -> PackedStorage) -> &PackedStorage {
         match kind {
             #[cfg(target_arch = "aarch64")]
             PackedKind::Q4_0x4 => self.q4_0x4.get_or_init(init),
@@ -101,14 +97,7 @@ impl PackedCache {
 }
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ8_0x4 {
     pub(crate) d: [f16; 4],
@@ -119,14 +108,7 @@ pub(crate) struct BlockQ8_0x4 {
 const _: () = assert!(std::mem::size_of::<BlockQ8_0x4>() == 136);
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ4_0x4 {
     pub(crate) d: [f16; 4],
@@ -137,14 +119,7 @@ pub(crate) struct BlockQ4_0x4 {
 const _: () = assert!(std::mem::size_of::<BlockQ4_0x4>() == 72);
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ4Kx8 {
     pub(crate) d: [f16; 8],
@@ -157,14 +132,7 @@ pub(crate) struct BlockQ4Kx8 {
 const _: () = assert!(std::mem::size_of::<BlockQ4Kx8>() == 1152);
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ5Kx8 {
     pub(crate) d: [f16; 8],
@@ -178,14 +146,7 @@ pub(crate) struct BlockQ5Kx8 {
 const _: () = assert!(std::mem::size_of::<BlockQ5Kx8>() == 1408);
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ6Kx8 {
     pub(crate) d: [f16; 8],
@@ -198,14 +159,7 @@ pub(crate) struct BlockQ6Kx8 {
 const _: () = assert!(std::mem::size_of::<BlockQ6Kx8>() == 1680);
 
 #[cfg(target_arch = "aarch64")]
-#[derive(
-    Clone,
-    Copy,
-    zerocopy::FromBytes,
-    zerocopy::IntoBytes,
-    zerocopy::KnownLayout,
-    zerocopy::Immutable,
-)]
+#[derive(Clone, Copy, zerocopy::FromBytes, zerocopy::IntoBytes, zerocopy::KnownLayout, zerocopy::Immutable)]
 #[repr(C)]
 pub(crate) struct BlockQ8Kx4 {
     pub(crate) d: [f32; 4],
@@ -262,15 +216,11 @@ pub(crate) fn try_matmul_f32(
         let dtype = storage.dtype();
         let lhs_q = super::repack_x86::quantize_lhs(lhs, m, k);
         if m >= 32 && dtype == super::GgmlDType::Q4K && super::repack_x86::amx_available() {
-            let tiles = packed
-                .x86_amx
-                .get_or_init(|| super::repack_x86::pack_q4k_amx(storage, n, k));
+            let tiles = packed.x86_amx.get_or_init(|| super::repack_x86::pack_q4k_amx(storage, n, k));
             super::repack_x86::matmul_amx_q4k(tiles, &lhs_q, m, k, n, dst);
             return Ok(true);
         }
-        let tiles = packed
-            .x86
-            .get_or_init(|| super::repack_x86::pack(dtype, storage, n, k));
+        let tiles = packed.x86.get_or_init(|| super::repack_x86::pack(dtype, storage, n, k));
         super::repack_x86::matmul_tiles(tiles, &lhs_q, m, k, n, dst);
         Ok(true)
     }
@@ -289,75 +239,46 @@ impl PackedKind {
         let has_dotprod_gemv = features.dotprod && m == 1;
         let has_tiled_matmul = (features.dotprod || features.i8mm) && m >= 4 && m.is_multiple_of(4);
         match dtype {
-            GgmlDType::Q4_0 if n.is_multiple_of(4) && (has_dotprod_gemv || has_tiled_matmul) => {
-                Some(Self::Q4_0x4)
-            }
-            GgmlDType::Q4K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => {
-                Some(Self::Q4Kx8)
-            }
-            GgmlDType::Q5K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => {
-                Some(Self::Q5Kx8)
-            }
-            GgmlDType::Q6K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => {
-                Some(Self::Q6Kx8)
-            }
-            GgmlDType::Q8_0 if n.is_multiple_of(4) && (has_dotprod_gemv || has_tiled_matmul) => {
-                Some(Self::Q8_0x4)
-            }
+            GgmlDType::Q4_0 if n.is_multiple_of(4) && (has_dotprod_gemv || has_tiled_matmul) => Some(Self::Q4_0x4),
+            GgmlDType::Q4K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => Some(Self::Q4Kx8),
+            GgmlDType::Q5K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => Some(Self::Q5Kx8),
+            GgmlDType::Q6K if n.is_multiple_of(8) && (has_dotprod_gemv || has_tiled_matmul) => Some(Self::Q6Kx8),
+            GgmlDType::Q8_0 if n.is_multiple_of(4) && (has_dotprod_gemv || has_tiled_matmul) => Some(Self::Q8_0x4),
             _ => None,
         }
     }
 
     fn pack(self, storage: &dyn QuantizedType, n: usize) -> PackedStorage {
-        let interleave = if crate::cpu::features::get().i8mm {
-            8
-        } else {
-            4
-        };
+        let interleave = if crate::cpu::features::get().i8mm { 8 } else { 4 };
         match self {
             #[cfg(target_arch = "aarch64")]
             Self::Q4_0x4 => {
-                let total_blocks =
-                    storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ4_0>();
-                let blocks = unsafe {
-                    std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ4_0, total_blocks)
-                };
+                let total_blocks = storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ4_0>();
+                let blocks = unsafe { std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ4_0, total_blocks) };
                 PackedStorage::Q4_0x4(pack_to_q4_0x4(blocks, n, interleave))
             }
             #[cfg(target_arch = "aarch64")]
             Self::Q4Kx8 => {
-                let total_blocks =
-                    storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ4K>();
-                let blocks = unsafe {
-                    std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ4K, total_blocks)
-                };
+                let total_blocks = storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ4K>();
+                let blocks = unsafe { std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ4K, total_blocks) };
                 PackedStorage::Q4Kx8(pack_to_q4kx8(blocks, n))
             }
             #[cfg(target_arch = "aarch64")]
             Self::Q5Kx8 => {
-                let total_blocks =
-                    storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ5K>();
-                let blocks = unsafe {
-                    std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ5K, total_blocks)
-                };
+                let total_blocks = storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ5K>();
+                let blocks = unsafe { std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ5K, total_blocks) };
                 PackedStorage::Q5Kx8(pack_to_q5kx8(blocks, n, interleave))
             }
             #[cfg(target_arch = "aarch64")]
             Self::Q6Kx8 => {
-                let total_blocks =
-                    storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ6K>();
-                let blocks = unsafe {
-                    std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ6K, total_blocks)
-                };
+                let total_blocks = storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ6K>();
+                let blocks = unsafe { std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ6K, total_blocks) };
                 PackedStorage::Q6Kx8(pack_to_q6kx8(blocks, n, interleave))
             }
             #[cfg(target_arch = "aarch64")]
             Self::Q8_0x4 => {
-                let total_blocks =
-                    storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ8_0>();
-                let blocks = unsafe {
-                    std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ8_0, total_blocks)
-                };
+                let total_blocks = storage.storage_size_in_bytes() / std::mem::size_of::<BlockQ8_0>();
+                let blocks = unsafe { std::slice::from_raw_parts(storage.as_ptr() as *const BlockQ8_0, total_blocks) };
                 PackedStorage::Q8_0x4(pack_to_q8_0x4(blocks, n, interleave))
             }
         }
@@ -392,9 +313,7 @@ impl PackedKind {
                     unsafe { super::k_quants::matmul_q4k_x8(mkn, lhs, p, dst) }
                 }
             }
-            (Self::Q6Kx8, PackedStorage::Q6Kx8(v)) => {
-                super::neon::matmul_q6k_x8(mkn, lhs, sub!(v, 8, QK_K), dst)
-            }
+            (Self::Q6Kx8, PackedStorage::Q6Kx8(v)) => super::neon::matmul_q6k_x8(mkn, lhs, sub!(v, 8, QK_K), dst),
             (Self::Q8_0x4, PackedStorage::Q8_0x4(v)) => {
                 let p = sub!(v, 4, QK8_0);
                 if features.i8mm && mkn.0 >= 4 && mkn.0.is_multiple_of(4) {
@@ -407,13 +326,7 @@ impl PackedKind {
         }
     }
 
-    fn matmul(
-        self,
-        mkn: (usize, usize, usize),
-        lhs: &[f32],
-        packed: &PackedStorage,
-        dst: &mut [f32],
-    ) -> Result<()> {
+    fn matmul(self, mkn: (usize, usize, usize), lhs: &[f32], packed: &PackedStorage, dst: &mut [f32]) -> Result<()> {
         let features = crate::cpu::features::get();
         match (self, packed) {
             #[cfg(target_arch = "aarch64")]
@@ -433,13 +346,9 @@ impl PackedKind {
                 }
             }
             #[cfg(target_arch = "aarch64")]
-            (Self::Q5Kx8, PackedStorage::Q5Kx8(packed)) => {
-                super::neon::matmul_q5k_x8(mkn, lhs, packed, dst)
-            }
+            (Self::Q5Kx8, PackedStorage::Q5Kx8(packed)) => super::neon::matmul_q5k_x8(mkn, lhs, packed, dst),
             #[cfg(target_arch = "aarch64")]
-            (Self::Q6Kx8, PackedStorage::Q6Kx8(packed)) => {
-                super::neon::matmul_q6k_x8(mkn, lhs, packed, dst)
-            }
+            (Self::Q6Kx8, PackedStorage::Q6Kx8(packed)) => super::neon::matmul_q6k_x8(mkn, lhs, packed, dst),
             #[cfg(target_arch = "aarch64")]
             (Self::Q8_0x4, PackedStorage::Q8_0x4(packed)) => {
                 if features.i8mm && mkn.0 >= 4 {
@@ -464,12 +373,7 @@ fn pack_to_q4kx8(blocks: &[BlockQ4K], n: usize) -> Vec<BlockQ4Kx8> {
     for g in 0..n_groups {
         for b in 0..k_blocks {
             let src: [&BlockQ4K; 8] = std::array::from_fn(|i| &blocks[(g * 8 + i) * k_blocks + b]);
-            let mut p = BlockQ4Kx8 {
-                d: [f16::ZERO; 8],
-                dmin: [f16::ZERO; 8],
-                scales: [0; 96],
-                qs: [0; 1024],
-            };
+            let mut p = BlockQ4Kx8 { d: [f16::ZERO; 8], dmin: [f16::ZERO; 8], scales: [0; 96], qs: [0; 1024] };
             for (i, s) in src.iter().enumerate() {
                 p.d[i] = s.d;
                 p.dmin[i] = s.dmin;
@@ -478,8 +382,7 @@ fn pack_to_q4kx8(blocks: &[BlockQ4K], n: usize) -> Vec<BlockQ4Kx8> {
                 let src_id = i % 8;
                 let src_offset = (i / 8) * 8;
                 let dst_offset = i * 8;
-                p.qs[dst_offset..dst_offset + 8]
-                    .copy_from_slice(&src[src_id].qs[src_offset..src_offset + 8]);
+                p.qs[dst_offset..dst_offset + 8].copy_from_slice(&src[src_id].qs[src_offset..src_offset + 8]);
             }
             pack_k_scale_min_x8(&src.map(|s| &s.scales), &mut p.scales);
             packed.push(p);
@@ -635,10 +538,7 @@ fn pack_to_q4_0x4(blocks: &[BlockQ4_0], n: usize, block_len: usize) -> Vec<Block
     for g in 0..n_groups {
         for b in 0..k_blocks {
             let src: [&BlockQ4_0; 4] = std::array::from_fn(|i| &blocks[(g * 4 + i) * k_blocks + b]);
-            let mut p = BlockQ4_0x4 {
-                d: [f16::ZERO; 4],
-                qs: [0; QK4_0 * 2],
-            };
+            let mut p = BlockQ4_0x4 { d: [f16::ZERO; 4], qs: [0; QK4_0 * 2] };
             for (i, s) in src.iter().enumerate() {
                 p.d[i] = s.d;
             }
@@ -669,10 +569,7 @@ fn pack_to_q8_0x4(blocks: &[BlockQ8_0], n: usize, block_len: usize) -> Vec<Block
     for g in 0..n_groups {
         for b in 0..k_blocks {
             let src: [&BlockQ8_0; 4] = std::array::from_fn(|i| &blocks[(g * 4 + i) * k_blocks + b]);
-            let mut p = BlockQ8_0x4 {
-                d: [f16::ZERO; 4],
-                qs: [0; QK8_0 * 4],
-            };
+            let mut p = BlockQ8_0x4 { d: [f16::ZERO; 4], qs: [0; QK8_0 * 4] };
             for (i, s) in src.iter().enumerate() {
                 p.d[i] = s.d;
             }
@@ -681,8 +578,7 @@ fn pack_to_q8_0x4(blocks: &[BlockQ8_0], n: usize, block_len: usize) -> Vec<Block
                 let dst_offset = i * block_len * 4;
                 for (j, s) in src.iter().enumerate() {
                     let dst_offset = dst_offset + j * block_len;
-                    p.qs[dst_offset..dst_offset + block_len]
-                        .copy_from_slice(&s.qs[offset..offset + block_len]);
+                    p.qs[dst_offset..dst_offset + block_len].copy_from_slice(&s.qs[offset..offset + block_len]);
                 }
             }
             packed.push(p);
@@ -718,12 +614,8 @@ macro_rules! define_gemv_fused {
                 if scratch.len() < required_len {
                     scratch.resize(required_len, 0);
                 }
-                let lhs_b: &mut [$lhs_blk] = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        scratch.as_mut_ptr() as *mut $lhs_blk,
-                        k_in_blocks,
-                    )
-                };
+                let lhs_b: &mut [$lhs_blk] =
+                    unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut $lhs_blk, k_in_blocks) };
                 <$lhs_blk>::from_float(lhs, lhs_b);
 
                 // (packed ptr, n_groups, dst ptr, running offset) per projection
@@ -735,12 +627,7 @@ macro_rules! define_gemv_fused {
                     let PackedStorage::$variant(v) = ps else {
                         return;
                     };
-                    metas.push((
-                        v.as_ptr() as usize,
-                        n / $w,
-                        dsts[i].as_mut_ptr() as usize,
-                        total,
-                    ));
+                    metas.push((v.as_ptr() as usize, n / $w, dsts[i].as_mut_ptr() as usize, total));
                     total += n / $w;
                 }
 
@@ -749,28 +636,17 @@ macro_rules! define_gemv_fused {
                 let pool = crate::utils::barrier_pool();
                 // equal-sized gemv units: static split, as in the single-projection gemvs
                 pool.execute_static(total, |range| {
-                    let lhs_row: &[$lhs_blk] = unsafe {
-                        std::slice::from_raw_parts(lhs_ptr as *const $lhs_blk, k_in_blocks)
-                    };
+                    let lhs_row: &[$lhs_blk] =
+                        unsafe { std::slice::from_raw_parts(lhs_ptr as *const $lhs_blk, k_in_blocks) };
                     for gg in range {
-                        let &(pptr, _ng, dptr, off) = metas
-                            .iter()
-                            .find(|&&(_, ng, _, off)| gg < off + ng)
-                            .unwrap();
+                        let &(pptr, _ng, dptr, off) = metas.iter().find(|&&(_, ng, _, off)| gg < off + ng).unwrap();
                         let g = gg - off;
                         let xs = unsafe {
-                            std::slice::from_raw_parts(
-                                (pptr + g * k_in_blocks * blk_bytes) as *const $blk,
-                                k_in_blocks,
-                            )
+                            std::slice::from_raw_parts((pptr + g * k_in_blocks * blk_bytes) as *const $blk, k_in_blocks)
                         };
                         let r = $kernel(k, xs, lhs_row);
                         unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                r.as_ptr(),
-                                (dptr as *mut f32).add(g * $w),
-                                $w,
-                            );
+                            std::ptr::copy_nonoverlapping(r.as_ptr(), (dptr as *mut f32).add(g * $w), $w);
                         }
                     }
                 });
@@ -800,15 +676,7 @@ define_gemv_fused!(
     QK_K
 );
 #[cfg(target_arch = "aarch64")]
-define_gemv_fused!(
-    gemv_fused_q8_0,
-    BlockQ8_0x4,
-    Q8_0x4,
-    super::neon::vec_dot_4_q8_0x4_q8_0,
-    4,
-    BlockQ8_0,
-    QK8_0
-);
+define_gemv_fused!(gemv_fused_q8_0, BlockQ8_0x4, Q8_0x4, super::neon::vec_dot_4_q8_0x4_q8_0, 4, BlockQ8_0, QK8_0);
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) fn try_gemv_fused(
@@ -901,9 +769,7 @@ macro_rules! define_indexed_gemv {
                 let lhs_q_ptr = lhs_q_ptr as *mut $lhs_blk;
                 for r in range {
                     let row = &lhs[r * k..(r + 1) * k];
-                    let out = unsafe {
-                        std::slice::from_raw_parts_mut(lhs_q_ptr.add(r * k_in_blocks), k_in_blocks)
-                    };
+                    let out = unsafe { std::slice::from_raw_parts_mut(lhs_q_ptr.add(r * k_in_blocks), k_in_blocks) };
                     <$lhs_blk>::from_float(row, out);
                 }
             });
@@ -926,9 +792,7 @@ macro_rules! define_indexed_gemv {
                     let expert = ids[pair] as usize;
                     // x may carry one row per token (shared across that token's experts)
                     let row = if n_rows == n_pairs { pair } else { pair / topk };
-                    let lhs_row = unsafe {
-                        std::slice::from_raw_parts(lhs_q_ptr.add(row * k_in_blocks), k_in_blocks)
-                    };
+                    let lhs_row = unsafe { std::slice::from_raw_parts(lhs_q_ptr.add(row * k_in_blocks), k_in_blocks) };
                     let group_global = expert * groups_per_expert + g;
                     let xs = unsafe {
                         std::slice::from_raw_parts(
@@ -938,11 +802,7 @@ macro_rules! define_indexed_gemv {
                     };
                     let r = $kernel(k, xs, lhs_row);
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            r.as_ptr(),
-                            dst_ptr.add(pair * n_out + g * $w),
-                            $w,
-                        );
+                        std::ptr::copy_nonoverlapping(r.as_ptr(), dst_ptr.add(pair * n_out + g * $w), $w);
                     }
                 }
             });
@@ -971,15 +831,7 @@ define_indexed_gemv!(
     QK_K
 );
 #[cfg(target_arch = "aarch64")]
-define_indexed_gemv!(
-    indexed_gemv_q8_0,
-    BlockQ8_0x4,
-    Q8_0x4,
-    super::neon::vec_dot_4_q8_0x4_q8_0,
-    4,
-    BlockQ8_0,
-    QK8_0
-);
+define_indexed_gemv!(indexed_gemv_q8_0, BlockQ8_0x4, Q8_0x4, super::neon::vec_dot_4_q8_0x4_q8_0, 4, BlockQ8_0, QK8_0);
 
 #[cfg(target_arch = "aarch64")]
 const INDEXED_BUCKET_MIN_PAIRS: usize = 32;
@@ -1010,10 +862,7 @@ pub(crate) fn try_indexed_gemv(
         // prefill: bucket pairs by expert and run one tiled matmul per expert instead
         // of a gemv per (token, expert) pair
         if ids.len() >= INDEXED_BUCKET_MIN_PAIRS
-            && matches!(
-                kind,
-                PackedKind::Q4Kx8 | PackedKind::Q6Kx8 | PackedKind::Q8_0x4
-            )
+            && matches!(kind, PackedKind::Q4Kx8 | PackedKind::Q6Kx8 | PackedKind::Q8_0x4)
         {
             let ps = cache.get_or_init(kind, || kind.pack(storage, n_experts * n_out));
             let n_pairs = ids.len();
@@ -1039,35 +888,22 @@ pub(crate) fn try_indexed_gemv(
                 scratch.resize(cnt_pad * n_out, 0.0);
                 kind.matmul_expert_range((cnt_pad, k, n_out), &gathered, ps, e, &mut scratch)?;
                 for (i, &pair) in bucket.iter().enumerate() {
-                    dst[pair * n_out..(pair + 1) * n_out]
-                        .copy_from_slice(&scratch[i * n_out..(i + 1) * n_out]);
+                    dst[pair * n_out..(pair + 1) * n_out].copy_from_slice(&scratch[i * n_out..(i + 1) * n_out]);
                 }
             }
             return Ok(true);
         }
         match kind {
             PackedKind::Q4Kx8 if k.is_multiple_of(QK_K) && n_out.is_multiple_of(8) => {
-                unsafe {
-                    indexed_gemv_q4k(
-                        kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst,
-                    )
-                };
+                unsafe { indexed_gemv_q4k(kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst) };
                 Ok(true)
             }
             PackedKind::Q6Kx8 if k.is_multiple_of(QK_K) && n_out.is_multiple_of(8) => {
-                unsafe {
-                    indexed_gemv_q6k(
-                        kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst,
-                    )
-                };
+                unsafe { indexed_gemv_q6k(kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst) };
                 Ok(true)
             }
             PackedKind::Q8_0x4 if k.is_multiple_of(QK8_0) && n_out.is_multiple_of(4) => {
-                unsafe {
-                    indexed_gemv_q8_0(
-                        kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst,
-                    )
-                };
+                unsafe { indexed_gemv_q8_0(kind, storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst) };
                 Ok(true)
             }
             _ => Ok(false),
@@ -1075,9 +911,7 @@ pub(crate) fn try_indexed_gemv(
     }
     #[cfg(not(target_arch = "aarch64"))]
     {
-        let _ = (
-            storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst,
-        );
+        let _ = (storage, cache, n_experts, n_out, k, lhs, n_rows, ids, topk, dst);
         Ok(false)
     }
 }

@@ -80,10 +80,7 @@ fn get_scale_min_k4(j: usize, scales: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (scales[j] & 63, scales[j + 4] & 63)
     } else {
-        (
-            (scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4),
-            (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4),
-        )
+        ((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4), (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))
     }
 }
 
@@ -94,11 +91,8 @@ pub(crate) fn pack_q4k(storage: &dyn QuantizedType, n: usize, k: usize) -> Packe
     let mut out: Vec<TileQ4K> = Vec::with_capacity(n_tiles * kb);
     for t in 0..n_tiles {
         for b in 0..kb {
-            let mut tile = TileQ4K {
-                scales: [[0.0; TILE_N]; 8],
-                mins: [[0.0; TILE_N]; 8],
-                qs: [0; QK_K / 8 * TILE_N * 4],
-            };
+            let mut tile =
+                TileQ4K { scales: [[0.0; TILE_N]; 8], mins: [[0.0; TILE_N]; 8], qs: [0; QK_K / 8 * TILE_N * 4] };
             for r in 0..TILE_N {
                 let blk = &blocks[(t * TILE_N + r) * kb + b];
                 let d = blk.d.to_f32();
@@ -120,8 +114,7 @@ pub(crate) fn pack_q4k(storage: &dyn QuantizedType, n: usize, k: usize) -> Packe
                 }
                 for g in 0..QK_K / 8 {
                     for j in 0..4 {
-                        tile.qs[(g * TILE_N + r) * 4 + j] =
-                            vals[g * 8 + j] | (vals[g * 8 + j + 4] << 4);
+                        tile.qs[(g * TILE_N + r) * 4 + j] = vals[g * 8 + j] | (vals[g * 8 + j + 4] << 4);
                     }
                 }
             }
@@ -138,10 +131,7 @@ pub(crate) fn pack_q6k(storage: &dyn QuantizedType, n: usize, k: usize) -> Packe
     let mut out: Vec<TileQ6K> = Vec::with_capacity(n_tiles * kb);
     for t in 0..n_tiles {
         for b in 0..kb {
-            let mut tile = TileQ6K {
-                scales: [[0.0; TILE_N]; 16],
-                qs: [0; QK_K / 4 * TILE_N * 4],
-            };
+            let mut tile = TileQ6K { scales: [[0.0; TILE_N]; 16], qs: [0; QK_K / 4 * TILE_N * 4] };
             for r in 0..TILE_N {
                 let blk = &blocks[(t * TILE_N + r) * kb + b];
                 let d = blk.d.to_f32();
@@ -179,10 +169,7 @@ pub(crate) fn pack_q8_0(storage: &dyn QuantizedType, n: usize, k: usize) -> Pack
     let mut out: Vec<TileQ8_0> = Vec::with_capacity(n_tiles * kb);
     for t in 0..n_tiles {
         for b in 0..kb {
-            let mut tile = TileQ8_0 {
-                d: [f16::ZERO; TILE_N],
-                qs: [0; QK8_0 * TILE_N],
-            };
+            let mut tile = TileQ8_0 { d: [f16::ZERO; TILE_N], qs: [0; QK8_0 * TILE_N] };
             for r in 0..TILE_N {
                 let blk = &blocks[(t * TILE_N + r) * kb + b];
                 tile.d[r] = blk.d;
@@ -232,14 +219,10 @@ mod kernels {
                 let lo_b = _mm512_and_si512(wb, mask);
                 let hi_b = _mm512_and_si512(_mm512_srli_epi16(wb, 4), mask);
                 for (m, act) in acts.iter().enumerate() {
-                    isum_a[m] =
-                        _mm512_dpbusd_epi32(isum_a[m], lo_a, bcast4(&act.qs, sa * 32 + g4 * 8));
-                    isum_a[m] =
-                        _mm512_dpbusd_epi32(isum_a[m], hi_a, bcast4(&act.qs, sa * 32 + g4 * 8 + 4));
-                    isum_b[m] =
-                        _mm512_dpbusd_epi32(isum_b[m], lo_b, bcast4(&act.qs, sb * 32 + g4 * 8));
-                    isum_b[m] =
-                        _mm512_dpbusd_epi32(isum_b[m], hi_b, bcast4(&act.qs, sb * 32 + g4 * 8 + 4));
+                    isum_a[m] = _mm512_dpbusd_epi32(isum_a[m], lo_a, bcast4(&act.qs, sa * 32 + g4 * 8));
+                    isum_a[m] = _mm512_dpbusd_epi32(isum_a[m], hi_a, bcast4(&act.qs, sa * 32 + g4 * 8 + 4));
+                    isum_b[m] = _mm512_dpbusd_epi32(isum_b[m], lo_b, bcast4(&act.qs, sb * 32 + g4 * 8));
+                    isum_b[m] = _mm512_dpbusd_epi32(isum_b[m], hi_b, bcast4(&act.qs, sb * 32 + g4 * 8 + 4));
                 }
             }
             for (sub, isum) in [(sa, &isum_a), (sb, &isum_b)] {
@@ -248,8 +231,7 @@ mod kernels {
                 for (m, act) in acts.iter().enumerate() {
                     let dall = act.d;
                     let f = _mm512_cvtepi32_ps(isum[m]);
-                    acc[m][0] =
-                        _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(dall)), acc[m][0]);
+                    acc[m][0] = _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(dall)), acc[m][0]);
                     let bsum = (act.bsums[sub * 2] as i32 + act.bsums[sub * 2 + 1] as i32) as f32;
                     acc[m][0] = _mm512_fnmadd_ps(min, _mm512_set1_ps(dall * bsum), acc[m][0]);
                 }
@@ -276,8 +258,7 @@ mod kernels {
                 let dall = act.d;
                 let bsum = act.bsums[sub] as f32;
                 let f = _mm512_sub_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_set1_ps(32.0 * bsum));
-                acc[m][0] =
-                    _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(dall)), acc[m][0]);
+                acc[m][0] = _mm512_fmadd_ps(f, _mm512_mul_ps(scale, _mm512_set1_ps(dall)), acc[m][0]);
             }
         }
     }
@@ -298,10 +279,8 @@ mod kernels {
             let wa = _mm512_loadu_si512(t0.qs.as_ptr().add(g4 * TILE_N * 4) as *const _);
             let wb = _mm512_loadu_si512(t1.qs.as_ptr().add(g4 * TILE_N * 4) as *const _);
             for (m, act) in acts.iter().enumerate() {
-                isum_a[m] =
-                    _mm512_dpbusd_epi32(isum_a[m], wa, bcast4(&act.qs, sub32 * 32 + g4 * 4));
-                isum_b[m] =
-                    _mm512_dpbusd_epi32(isum_b[m], wb, bcast4(&act.qs, (sub32 + 1) * 32 + g4 * 4));
+                isum_a[m] = _mm512_dpbusd_epi32(isum_a[m], wa, bcast4(&act.qs, sub32 * 32 + g4 * 4));
+                isum_b[m] = _mm512_dpbusd_epi32(isum_b[m], wb, bcast4(&act.qs, (sub32 + 1) * 32 + g4 * 4));
             }
         }
         for (blk, isum, tile) in [(sub32, &isum_a, t0), (sub32 + 1, &isum_b, t1)] {
@@ -340,12 +319,8 @@ unsafe fn matmul_unit_512(
             *a = &lhs_q[(m0 + i) * kb + b];
         }
         match packed {
-            PackedX86::Q4K(tiles) => {
-                kernels::q4k_tile(&tiles[nt * kb + b], &act_refs[..mt], &mut acc)
-            }
-            PackedX86::Q6K(tiles) => {
-                kernels::q6k_tile(&tiles[nt * kb + b], &act_refs[..mt], &mut acc)
-            }
+            PackedX86::Q4K(tiles) => kernels::q4k_tile(&tiles[nt * kb + b], &act_refs[..mt], &mut acc),
+            PackedX86::Q6K(tiles) => kernels::q6k_tile(&tiles[nt * kb + b], &act_refs[..mt], &mut acc),
             PackedX86::Q8_0(tiles) => {
                 // q8_0 tiles cover 32 k-values each; 8 tiles per q8k superblock
                 for s in (0..8).step_by(2) {
@@ -422,14 +397,7 @@ unsafe fn matmul_unit_256(
     }
 }
 
-pub(crate) fn matmul_tiles(
-    packed: &PackedX86,
-    lhs_q: &[BlockQ8K],
-    m: usize,
-    k: usize,
-    n: usize,
-    dst: &mut [f32],
-) {
+pub(crate) fn matmul_tiles(packed: &PackedX86, lhs_q: &[BlockQ8K], m: usize, k: usize, n: usize, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         let lv = level().expect("select() gated");
@@ -449,17 +417,7 @@ pub(crate) fn matmul_tiles(
                     if lv == X86Level::Avx512Vnni {
                         matmul_unit_512(packed, lhs_q, kb, nt, m0, mt, dst_ptr, n);
                     } else {
-                        matmul_unit_256(
-                            packed,
-                            lhs_q,
-                            kb,
-                            nt,
-                            m0,
-                            mt,
-                            dst_ptr,
-                            n,
-                            lv == X86Level::AvxVnni,
-                        );
+                        matmul_unit_256(packed, lhs_q, kb, nt, m0, mt, dst_ptr, n, lv == X86Level::AvxVnni);
                     }
                 }
             }
@@ -472,12 +430,7 @@ pub(crate) fn matmul_tiles(
     }
 }
 
-pub(crate) fn pack(
-    dtype: super::GgmlDType,
-    storage: &dyn QuantizedType,
-    n: usize,
-    k: usize,
-) -> PackedX86 {
+pub(crate) fn pack(dtype: super::GgmlDType, storage: &dyn QuantizedType, n: usize, k: usize) -> PackedX86 {
     use super::GgmlDType as D;
     match dtype {
         D::Q4K => pack_q4k(storage, n, k),
@@ -510,13 +463,7 @@ pub(crate) fn quantize_lhs(lhs: &[f32], m: usize, k: usize) -> Vec<BlockQ8K> {
 // Fused multi-projection gemv: one lhs quantization and one barrier region across
 // all projections sharing the same activations (qkv, gate/up). 512-bit only; the
 // per-unit body reuses matmul_unit_512 so intrinsics inline in portable builds.
-pub(crate) fn gemv_fused(
-    parts: &[(&PackedX86, usize)],
-    lhs_q: &[BlockQ8K],
-    m: usize,
-    k: usize,
-    dsts: &mut [Vec<f32>],
-) {
+pub(crate) fn gemv_fused(parts: &[(&PackedX86, usize)], lhs_q: &[BlockQ8K], m: usize, k: usize, dsts: &mut [Vec<f32>]) {
     #[cfg(target_arch = "x86_64")]
     {
         let kb = k / QK_K;
@@ -532,26 +479,14 @@ pub(crate) fn gemv_fused(
         let parts_ref = parts;
         crate::utils::barrier_pool().execute_chunked(total, |range| {
             for unit in range {
-                let pi = metas
-                    .iter()
-                    .rposition(|(_n, _d, off)| unit >= *off)
-                    .unwrap();
+                let pi = metas.iter().rposition(|(_n, _d, off)| unit >= *off).unwrap();
                 let (n, dst_ptr, off) = metas[pi];
                 let local = unit - off;
                 let nt = local / m_units;
                 let m0 = (local % m_units) * mt_step;
                 let mt = (m - m0).min(mt_step);
                 unsafe {
-                    matmul_unit_512(
-                        parts_ref[pi].0,
-                        lhs_q,
-                        kb,
-                        nt,
-                        m0,
-                        mt,
-                        dst_ptr as *mut f32,
-                        n,
-                    );
+                    matmul_unit_512(parts_ref[pi].0, lhs_q, kb, nt, m0, mt, dst_ptr as *mut f32, n);
                 }
             }
         });
@@ -600,13 +535,7 @@ pub(crate) fn amx_available() -> bool {
         {
             const ARCH_REQ_XCOMP_PERM: i32 = 0x1023;
             const XFEATURE_XTILEDATA: u64 = 18;
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_arch_prctl,
-                    ARCH_REQ_XCOMP_PERM,
-                    XFEATURE_XTILEDATA,
-                )
-            };
+            let r = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
             r == 0
         }
         #[cfg(not(target_os = "linux"))]
@@ -621,11 +550,7 @@ pub(crate) fn pack_q4k_amx(storage: &dyn QuantizedType, n: usize, k: usize) -> V
     let mut out: Vec<TileQ4KAmx> = Vec::with_capacity(n_tiles * kb);
     for t in 0..n_tiles {
         for b in 0..kb {
-            let mut tile = TileQ4KAmx {
-                scales: [[0.0; TILE_N]; 8],
-                mins: [[0.0; TILE_N]; 8],
-                qs: [0; QK_K * TILE_N],
-            };
+            let mut tile = TileQ4KAmx { scales: [[0.0; TILE_N]; 8], mins: [[0.0; TILE_N]; 8], qs: [0; QK_K * TILE_N] };
             for r in 0..TILE_N {
                 let blk = &blocks[(t * TILE_N + r) * kb + b];
                 let d = blk.d.to_f32();
@@ -646,8 +571,7 @@ pub(crate) fn pack_q4k_amx(storage: &dyn QuantizedType, n: usize, k: usize) -> V
                 for sub in 0..8 {
                     for krow in 0..8 {
                         for j in 0..4 {
-                            tile.qs[((sub * 8 + krow) * TILE_N + r) * 4 + j] =
-                                vals[sub * 32 + krow * 4 + j];
+                            tile.qs[((sub * 8 + krow) * TILE_N + r) * 4 + j] = vals[sub * 32 + krow * 4 + j];
                         }
                     }
                 }
@@ -674,13 +598,7 @@ mod amx {
 
     // tmm0 = C (16x16 i32), tmm1 = A (16 x 32 i8), tmm2 = B (8 x 64 i8)
     unsafe fn configure() {
-        let mut cfg = TileCfg {
-            palette: 1,
-            start_row: 0,
-            _rsvd: [0; 14],
-            colsb: [0; 16],
-            rows: [0; 16],
-        };
+        let mut cfg = TileCfg { palette: 1, start_row: 0, _rsvd: [0; 14], colsb: [0; 16], rows: [0; 16] };
         const _: () = assert!(std::mem::size_of::<TileCfg>() == 64);
         // tmm0-3: C (16x16 i32); tmm4-5: A (16x32 i8); tmm6-7: B (8x64 i8)
         for t in 0..4 {
@@ -774,11 +692,7 @@ mod amx {
                         options(nostack)
                     );
                     for half in 0..2 {
-                        let rows = if half == 0 {
-                            mt.min(16)
-                        } else {
-                            mt.saturating_sub(16)
-                        };
+                        let rows = if half == 0 { mt.min(16) } else { mt.saturating_sub(16) };
                         if rows == 0 {
                             continue;
                         }
@@ -790,20 +704,12 @@ mod amx {
                             for mi in 0..rows {
                                 let act = &acts[half * 16 + mi][b];
                                 let dall = act.d;
-                                let ci = _mm512_loadu_si512(
-                                    c_scratch.as_ptr().add(cbase + mi * 16) as *const _,
-                                );
+                                let ci = _mm512_loadu_si512(c_scratch.as_ptr().add(cbase + mi * 16) as *const _);
                                 let cf = _mm512_cvtepi32_ps(ci);
                                 let fo = (half * 16 + mi) * 32 + ntl * 16;
                                 let f = _mm512_loadu_ps(facc.as_ptr().add(fo));
-                                let bsum = (act.bsums[sub * 2] as i32
-                                    + act.bsums[sub * 2 + 1] as i32)
-                                    as f32;
-                                let f = _mm512_fmadd_ps(
-                                    cf,
-                                    _mm512_mul_ps(scale, _mm512_set1_ps(dall)),
-                                    f,
-                                );
+                                let bsum = (act.bsums[sub * 2] as i32 + act.bsums[sub * 2 + 1] as i32) as f32;
+                                let f = _mm512_fmadd_ps(cf, _mm512_mul_ps(scale, _mm512_set1_ps(dall)), f);
                                 let f = _mm512_fnmadd_ps(min, _mm512_set1_ps(dall * bsum), f);
                                 _mm512_storeu_ps(facc.as_mut_ptr().add(fo), f);
                             }
@@ -813,25 +719,14 @@ mod amx {
             }
             let n_cols = 16 * (1 + two_n as usize);
             for mi in 0..mt {
-                std::ptr::copy_nonoverlapping(
-                    facc.as_ptr().add(mi * 32),
-                    dst.add(mi * n + nt0 * TILE_N),
-                    n_cols,
-                );
+                std::ptr::copy_nonoverlapping(facc.as_ptr().add(mi * 32), dst.add(mi * n + nt0 * TILE_N), n_cols);
             }
         }
     }
 }
 
 // AMX matmul: m >= 32, q4k only. acts are per-row BlockQ8K slices.
-pub(crate) fn matmul_amx_q4k(
-    tiles: &[TileQ4KAmx],
-    lhs_q: &[BlockQ8K],
-    m: usize,
-    k: usize,
-    n: usize,
-    dst: &mut [f32],
-) {
+pub(crate) fn matmul_amx_q4k(tiles: &[TileQ4KAmx], lhs_q: &[BlockQ8K], m: usize, k: usize, n: usize, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         let kb = k / QK_K;
@@ -860,26 +755,13 @@ pub(crate) fn matmul_amx_q4k(
                         let qs = &row[b].qs;
                         for sub in 0..8 {
                             let dst_off = base + ((b * 8 + sub) * 16 + r) * 32;
-                            a_pack[dst_off..dst_off + 32]
-                                .copy_from_slice(&qs[sub * 32..sub * 32 + 32]);
+                            a_pack[dst_off..dst_off + 32].copy_from_slice(&qs[sub * 32..sub * 32 + 32]);
                         }
                     }
                 }
                 let mut nt = 0;
                 while nt < n_tiles {
-                    unsafe {
-                        amx::q4k_m32(
-                            tiles,
-                            nt,
-                            n_tiles,
-                            kb,
-                            &a_pack,
-                            &act_rows,
-                            mt,
-                            dst_ptr.add(m0 * n),
-                            n,
-                        )
-                    };
+                    unsafe { amx::q4k_m32(tiles, nt, n_tiles, kb, &a_pack, &act_rows, mt, dst_ptr.add(m0 * n), n) };
                     nt += 2;
                 }
             }
@@ -908,17 +790,10 @@ pub(crate) fn level() -> Option<X86Level> {
     *LEVEL.get_or_init(|| {
         let force_avx2 = std::env::var("MISTRALRS_FORCE_AVX2").as_deref() == Ok("1");
         let force_vnni = std::env::var("MISTRALRS_FORCE_AVXVNNI").as_deref() == Ok("1");
-        if !force_avx2
-            && !force_vnni
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vnni")
-        {
+        if !force_avx2 && !force_vnni && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") {
             return Some(X86Level::Avx512Vnni);
         }
-        if !force_avx2
-            && (force_vnni || is_x86_feature_detected!("avxvnni"))
-            && is_x86_feature_detected!("avx2")
-        {
+        if !force_avx2 && (force_vnni || is_x86_feature_detected!("avxvnni")) && is_x86_feature_detected!("avx2") {
             return Some(X86Level::AvxVnni);
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
@@ -954,20 +829,14 @@ mod kernels256 {
     macro_rules! q4k_tile_256 {
         ($fname:ident, $dp:path, $feat:literal) => {
             #[target_feature(enable = $feat)]
-            pub(crate) unsafe fn $fname(
-                tile: &TileQ4K,
-                acts: &[&BlockQ8K],
-                acc: &mut [[__m256; 2]],
-            ) {
+            pub(crate) unsafe fn $fname(tile: &TileQ4K, acts: &[&BlockQ8K], acc: &mut [[__m256; 2]]) {
                 let mask = _mm256_set1_epi8(0x0F_u8 as i8);
                 for sub in 0..8 {
                     let mut isum = [[_mm256_setzero_si256(); 2]; MAX_MT];
                     for g4 in 0..4 {
                         let g = sub * 4 + g4;
                         for h in 0..2 {
-                            let w = _mm256_loadu_si256(
-                                tile.qs.as_ptr().add(g * TILE_N * 4 + h * 32) as *const _,
-                            );
+                            let w = _mm256_loadu_si256(tile.qs.as_ptr().add(g * TILE_N * 4 + h * 32) as *const _);
                             let lo = _mm256_and_si256(w, mask);
                             let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), mask);
                             for (m, act) in acts.iter().enumerate() {
@@ -984,15 +853,9 @@ mod kernels256 {
                         for (m, act) in acts.iter().enumerate() {
                             let dall = act.d;
                             let f = _mm256_cvtepi32_ps(isum[m][h]);
-                            acc[m][h] = _mm256_fmadd_ps(
-                                f,
-                                _mm256_mul_ps(scale, _mm256_set1_ps(dall)),
-                                acc[m][h],
-                            );
-                            let bsum =
-                                (act.bsums[sub * 2] as i32 + act.bsums[sub * 2 + 1] as i32) as f32;
-                            acc[m][h] =
-                                _mm256_fnmadd_ps(min, _mm256_set1_ps(dall * bsum), acc[m][h]);
+                            acc[m][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(scale, _mm256_set1_ps(dall)), acc[m][h]);
+                            let bsum = (act.bsums[sub * 2] as i32 + act.bsums[sub * 2 + 1] as i32) as f32;
+                            acc[m][h] = _mm256_fnmadd_ps(min, _mm256_set1_ps(dall * bsum), acc[m][h]);
                         }
                     }
                 }
@@ -1005,19 +868,13 @@ mod kernels256 {
     macro_rules! q6k_tile_256 {
         ($fname:ident, $dp:path, $feat:literal) => {
             #[target_feature(enable = $feat)]
-            pub(crate) unsafe fn $fname(
-                tile: &TileQ6K,
-                acts: &[&BlockQ8K],
-                acc: &mut [[__m256; 2]],
-            ) {
+            pub(crate) unsafe fn $fname(tile: &TileQ6K, acts: &[&BlockQ8K], acc: &mut [[__m256; 2]]) {
                 for sub in 0..16 {
                     let mut isum = [[_mm256_setzero_si256(); 2]; MAX_MT];
                     for g4 in 0..4 {
                         let g = sub * 4 + g4;
                         for h in 0..2 {
-                            let w = _mm256_loadu_si256(
-                                tile.qs.as_ptr().add(g * TILE_N * 4 + h * 32) as *const _,
-                            );
+                            let w = _mm256_loadu_si256(tile.qs.as_ptr().add(g * TILE_N * 4 + h * 32) as *const _);
                             for (m, act) in acts.iter().enumerate() {
                                 let a = bcast4_256(&act.qs, sub * 16 + g4 * 4);
                                 isum[m][h] = $dp(isum[m][h], w, a);
@@ -1029,15 +886,8 @@ mod kernels256 {
                         for (m, act) in acts.iter().enumerate() {
                             let dall = act.d;
                             let bsum = act.bsums[sub] as f32;
-                            let f = _mm256_sub_ps(
-                                _mm256_cvtepi32_ps(isum[m][h]),
-                                _mm256_set1_ps(32.0 * bsum),
-                            );
-                            acc[m][h] = _mm256_fmadd_ps(
-                                f,
-                                _mm256_mul_ps(scale, _mm256_set1_ps(dall)),
-                                acc[m][h],
-                            );
+                            let f = _mm256_sub_ps(_mm256_cvtepi32_ps(isum[m][h]), _mm256_set1_ps(32.0 * bsum));
+                            acc[m][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(scale, _mm256_set1_ps(dall)), acc[m][h]);
                         }
                     }
                 }
@@ -1060,21 +910,12 @@ mod kernels256 {
         let mut isum_b = [[_mm256_setzero_si256(); 2]; MAX_MT];
         for g4 in 0..8 {
             for h in 0..2 {
-                let wa =
-                    _mm256_loadu_si256(t0.qs.as_ptr().add(g4 * TILE_N * 4 + h * 32) as *const _);
-                let wb =
-                    _mm256_loadu_si256(t1.qs.as_ptr().add(g4 * TILE_N * 4 + h * 32) as *const _);
+                let wa = _mm256_loadu_si256(t0.qs.as_ptr().add(g4 * TILE_N * 4 + h * 32) as *const _);
+                let wb = _mm256_loadu_si256(t1.qs.as_ptr().add(g4 * TILE_N * 4 + h * 32) as *const _);
                 for (m, act) in acts.iter().enumerate() {
-                    isum_a[m][h] = _mm256_dpbusd_avx_epi32(
-                        isum_a[m][h],
-                        wa,
-                        bcast4_256(&act.qs, sub32 * 32 + g4 * 4),
-                    );
-                    isum_b[m][h] = _mm256_dpbusd_avx_epi32(
-                        isum_b[m][h],
-                        wb,
-                        bcast4_256(&act.qs, (sub32 + 1) * 32 + g4 * 4),
-                    );
+                    isum_a[m][h] = _mm256_dpbusd_avx_epi32(isum_a[m][h], wa, bcast4_256(&act.qs, sub32 * 32 + g4 * 4));
+                    isum_b[m][h] =
+                        _mm256_dpbusd_avx_epi32(isum_b[m][h], wb, bcast4_256(&act.qs, (sub32 + 1) * 32 + g4 * 4));
                 }
             }
         }
@@ -1083,10 +924,8 @@ mod kernels256 {
                 let dw = _mm256_cvtph_ps(_mm_loadu_si128(tile.d.as_ptr().add(h * 8) as *const _));
                 for (m, act) in acts.iter().enumerate() {
                     let bsum = (act.bsums[blk * 2] as i32 + act.bsums[blk * 2 + 1] as i32) as f32;
-                    let f =
-                        _mm256_sub_ps(_mm256_cvtepi32_ps(isum[m][h]), _mm256_set1_ps(128.0 * bsum));
-                    acc[m][h] =
-                        _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(act.d)), acc[m][h]);
+                    let f = _mm256_sub_ps(_mm256_cvtepi32_ps(isum[m][h]), _mm256_set1_ps(128.0 * bsum));
+                    acc[m][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_set1_ps(act.d)), acc[m][h]);
                 }
             }
         }

@@ -6,10 +6,7 @@ use core::arch::wasm32::*;
 
 #[inline(always)]
 pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK8_0),
-        "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}"
-    );
+    debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q4_0_q8_0: {n} is not divisible by {QK8_0}");
     unsafe {
         let mut acc = f32x4_splat(0.0f32);
         for (x, y) in xs.iter().zip(ys.iter()) {
@@ -52,10 +49,7 @@ pub(crate) fn vec_dot_q4_0_q8_0(n: usize, xs: &[BlockQ4_0], ys: &[BlockQ8_0]) ->
 
 #[inline(always)]
 pub(crate) fn vec_dot_q8_0_q8_0(n: usize, xs: &[BlockQ8_0], ys: &[BlockQ8_0]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK8_0),
-        "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}"
-    );
+    debug_assert!(n.is_multiple_of(QK8_0), "vec_dot_q8_0_q8_0: {n} is not divisible by {QK8_0}");
     unsafe {
         let mut acc = f32x4_splat(0.0f32);
         for (x, y) in xs.iter().zip(ys.iter()) {
@@ -92,10 +86,7 @@ pub(crate) fn vec_dot_q8_0_q8_0(n: usize, xs: &[BlockQ8_0], ys: &[BlockQ8_0]) ->
 
 #[inline(always)]
 pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q2k_q8k: {n} is not divisible by {QK_K}");
     unsafe {
         let mut sumf = f32x4_splat(0f32);
         for (x, y) in xs.iter().zip(ys.iter()) {
@@ -106,15 +97,7 @@ pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32
             let mut summs = i32x4_splat(0);
             for i in (0..(QK_K / 16)).step_by(4) {
                 let bsums = i32x4_load_extend_i16x4(y.bsums.as_ptr().add(i));
-                let scales = i32x4_shr(
-                    i32x4(
-                        sc[i] as i32,
-                        sc[i + 1] as i32,
-                        sc[i + 2] as i32,
-                        sc[i + 3] as i32,
-                    ),
-                    4,
-                );
+                let scales = i32x4_shr(i32x4(sc[i] as i32, sc[i + 1] as i32, sc[i + 2] as i32, sc[i + 3] as i32), 4);
                 summs = i32x4_add(summs, i32x4_mul(bsums, scales))
             }
             let summs = f32x4_convert_i32x4(summs);
@@ -159,13 +142,7 @@ pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32
                 q2 = &q2[32..];
             }
             let isum = f32x4_convert_i32x4(isum);
-            sumf = f32x4_add(
-                sumf,
-                f32x4_sub(
-                    f32x4_mul(isum, f32x4_splat(dall)),
-                    f32x4_mul(summs, f32x4_splat(dmin)),
-                ),
-            );
+            sumf = f32x4_add(sumf, f32x4_sub(f32x4_mul(isum, f32x4_splat(dall)), f32x4_mul(summs, f32x4_splat(dmin))));
         }
         let sumf = f32x4_extract_lane::<0>(sumf)
             + f32x4_extract_lane::<1>(sumf)
@@ -177,10 +154,7 @@ pub(crate) fn vec_dot_q2k_q8k(n: usize, xs: &[BlockQ2K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q4k_q8k(n: usize, xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q4k_q8k: {n} is not divisible by {QK_K}");
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;
@@ -199,22 +173,10 @@ pub(crate) fn vec_dot_q4k_q8k(n: usize, xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32
             for j in 0..QK_K / 64 {
                 let q4_1 = v128_load(q4.as_ptr().add(32 * j) as *const v128);
                 let q4_2 = v128_load(q4.as_ptr().add(32 * j + 16) as *const v128);
-                v128_store(
-                    aux8.as_mut_ptr().add(64 * j) as *mut v128,
-                    v128_and(q4_1, u8x16_splat(0x0F)),
-                );
-                v128_store(
-                    aux8.as_mut_ptr().add(64 * j + 16) as *mut v128,
-                    v128_and(q4_2, u8x16_splat(0x0F)),
-                );
-                v128_store(
-                    aux8.as_mut_ptr().add(64 * j + 32) as *mut v128,
-                    u8x16_shr(q4_1, 4),
-                );
-                v128_store(
-                    aux8.as_mut_ptr().add(64 * j + 48) as *mut v128,
-                    u8x16_shr(q4_2, 4),
-                );
+                v128_store(aux8.as_mut_ptr().add(64 * j) as *mut v128, v128_and(q4_1, u8x16_splat(0x0F)));
+                v128_store(aux8.as_mut_ptr().add(64 * j + 16) as *mut v128, v128_and(q4_2, u8x16_splat(0x0F)));
+                v128_store(aux8.as_mut_ptr().add(64 * j + 32) as *mut v128, u8x16_shr(q4_1, 4));
+                v128_store(aux8.as_mut_ptr().add(64 * j + 48) as *mut v128, u8x16_shr(q4_2, 4));
             }
 
             LittleEndian::read_u32_into(&x.scales, &mut utmp[0..3]);
@@ -267,10 +229,7 @@ pub(crate) fn vec_dot_q4k_q8k(n: usize, xs: &[BlockQ4K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q6k_q8k: {n} is not divisible by {QK_K}");
     let mut aux8 = [0i8; QK_K];
     unsafe {
         let mut sums = f32x4_splat(0f32);
@@ -289,73 +248,40 @@ pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32
                     // aux8[l] = (((q4[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32) as i8;
                     let a8 = v128_or(
                         v128_and(v128_load(q4.add(l) as *const v128), u8x16_splat(0xF)),
-                        u8x16_shl(
-                            v128_and(v128_load(qh.add(l) as *const v128), u8x16_splat(3)),
-                            4,
-                        ),
+                        u8x16_shl(v128_and(v128_load(qh.add(l) as *const v128), u8x16_splat(3)), 4),
                     );
                     let a8_low = i16x8_sub(i16x8_extend_low_u8x16(a8), i16x8_splat(32));
                     let a8_high = i16x8_sub(i16x8_extend_high_u8x16(a8), i16x8_splat(32));
-                    v128_store(
-                        aux8.add(l) as *mut v128,
-                        i8x16_narrow_i16x8(a8_low, a8_high),
-                    );
+                    v128_store(aux8.add(l) as *mut v128, i8x16_narrow_i16x8(a8_low, a8_high));
 
                     // aux8[l + 32] =
                     //    (((q4[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32) as i8;
                     let a8 = v128_or(
                         v128_and(v128_load(q4.add(l + 32) as *const v128), u8x16_splat(0xF)),
-                        u8x16_shl(
-                            v128_and(
-                                u8x16_shr(v128_load(qh.add(l) as *const v128), 2),
-                                u8x16_splat(3),
-                            ),
-                            4,
-                        ),
+                        u8x16_shl(v128_and(u8x16_shr(v128_load(qh.add(l) as *const v128), 2), u8x16_splat(3)), 4),
                     );
                     let a8_low = i16x8_sub(i16x8_extend_low_u8x16(a8), i16x8_splat(32));
                     let a8_high = i16x8_sub(i16x8_extend_high_u8x16(a8), i16x8_splat(32));
-                    v128_store(
-                        aux8.add(l + 32) as *mut v128,
-                        i8x16_narrow_i16x8(a8_low, a8_high),
-                    );
+                    v128_store(aux8.add(l + 32) as *mut v128, i8x16_narrow_i16x8(a8_low, a8_high));
 
                     // aux8[l + 64] = (((q4[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32) as i8;
                     let a8 = v128_or(
                         u8x16_shr(v128_load(q4.add(l) as *const v128), 4),
-                        u8x16_shl(
-                            v128_and(
-                                u8x16_shr(v128_load(qh.add(l) as *const v128), 4),
-                                u8x16_splat(3),
-                            ),
-                            4,
-                        ),
+                        u8x16_shl(v128_and(u8x16_shr(v128_load(qh.add(l) as *const v128), 4), u8x16_splat(3)), 4),
                     );
                     let a8_low = i16x8_sub(i16x8_extend_low_u8x16(a8), i16x8_splat(32));
                     let a8_high = i16x8_sub(i16x8_extend_high_u8x16(a8), i16x8_splat(32));
-                    v128_store(
-                        aux8.add(l + 64) as *mut v128,
-                        i8x16_narrow_i16x8(a8_low, a8_high),
-                    );
+                    v128_store(aux8.add(l + 64) as *mut v128, i8x16_narrow_i16x8(a8_low, a8_high));
 
                     // aux8[l + 96] =
                     //    (((q4[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32) as i8;
                     let a8 = v128_or(
                         u8x16_shr(v128_load(q4.add(l + 32) as *const v128), 4),
-                        u8x16_shl(
-                            v128_and(
-                                u8x16_shr(v128_load(qh.add(l) as *const v128), 6),
-                                u8x16_splat(3),
-                            ),
-                            4,
-                        ),
+                        u8x16_shl(v128_and(u8x16_shr(v128_load(qh.add(l) as *const v128), 6), u8x16_splat(3)), 4),
                     );
                     let a8_low = i16x8_sub(i16x8_extend_low_u8x16(a8), i16x8_splat(32));
                     let a8_high = i16x8_sub(i16x8_extend_high_u8x16(a8), i16x8_splat(32));
-                    v128_store(
-                        aux8.add(l + 96) as *mut v128,
-                        i8x16_narrow_i16x8(a8_low, a8_high),
-                    );
+                    v128_store(aux8.add(l + 96) as *mut v128, i8x16_narrow_i16x8(a8_low, a8_high));
                 }
             }
 
@@ -366,14 +292,8 @@ pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32
                         i16x8_load_extend_i8x8(q8.as_ptr().add(16 * j + offset)),
                         i16x8_load_extend_i8x8(aux8.as_ptr().add(16 * j + offset)),
                     );
-                    aux32 = f32x4_add(
-                        aux32,
-                        f32x4_mul(f32x4_convert_i32x4(i32x4_extend_low_i16x8(aux16)), scale),
-                    );
-                    aux32 = f32x4_add(
-                        aux32,
-                        f32x4_mul(f32x4_convert_i32x4(i32x4_extend_high_i16x8(aux16)), scale),
-                    );
+                    aux32 = f32x4_add(aux32, f32x4_mul(f32x4_convert_i32x4(i32x4_extend_low_i16x8(aux16)), scale));
+                    aux32 = f32x4_add(aux32, f32x4_mul(f32x4_convert_i32x4(i32x4_extend_high_i16x8(aux16)), scale));
                 }
             }
 
@@ -390,10 +310,7 @@ pub(crate) fn vec_dot_q6k_q8k(n: usize, xs: &[BlockQ6K], ys: &[BlockQ8K]) -> f32
 
 #[inline(always)]
 pub(crate) fn vec_dot_q8k_q8k(n: usize, xs: &[BlockQ8K], ys: &[BlockQ8K]) -> f32 {
-    debug_assert!(
-        n.is_multiple_of(QK_K),
-        "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}"
-    );
+    debug_assert!(n.is_multiple_of(QK_K), "vec_dot_q8k_q8k: {n} is not divisible by {QK_K}");
     unsafe {
         let mut acc = f32x4_splat(0.0f32);
         for (xs, ys) in xs.iter().zip(ys.iter()) {

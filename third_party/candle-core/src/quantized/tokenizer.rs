@@ -22,9 +22,7 @@ pub trait TokenizerFromGguf: Sized {
 }
 
 fn metadata_value<'a>(ct: &'a gguf_file::Content, key: &str) -> Result<&'a gguf_file::Value> {
-    ct.metadata
-        .get(key)
-        .with_context(|| format!("missing GGUF metadata key `{key}`"))
+    ct.metadata.get(key).with_context(|| format!("missing GGUF metadata key `{key}`"))
 }
 
 fn gguf_value_to_u32(v: &gguf_file::Value) -> Result<u32> {
@@ -43,14 +41,10 @@ fn gguf_value_to_u32(v: &gguf_file::Value) -> Result<u32> {
 }
 
 fn value_to_string_array(v: &gguf_file::Value, name: &str) -> Result<Vec<String>> {
-    let arr = v
-        .to_vec()
-        .with_context(|| format!("`{name}` is not an array"))?;
+    let arr = v.to_vec().with_context(|| format!("`{name}` is not an array"))?;
     arr.iter()
         .map(|v| {
-            v.to_string()
-                .map(|s| s.to_string())
-                .with_context(|| format!("`{name}` element is not a string: {v:?}"))
+            v.to_string().map(|s| s.to_string()).with_context(|| format!("`{name}` element is not a string: {v:?}"))
         })
         .collect()
 }
@@ -92,12 +86,8 @@ impl Pipeline {
 }
 
 fn pre_tokenizer_sequence(regex: &str, byte_level: ByteLevelPre) -> Result<PreTokenizerWrapper> {
-    let split = Split::new(
-        SplitPattern::Regex(regex.to_string()),
-        SplitDelimiterBehavior::Isolated,
-        false,
-    )
-    .map_err(Error::wrap)?;
+    let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(Error::wrap)?;
     Ok(Sequence::new(vec![split.into(), byte_level.into()]).into())
 }
 
@@ -109,20 +99,14 @@ fn pipeline_from_pre(pre: &str) -> Result<Pipeline> {
         // Matches Qwen2 tokenizer.json settings
         "qwen2" => Pipeline {
             normalizer: Some(NFC.into()),
-            pretokenizer: Some(pre_tokenizer_sequence(
-                REGEX_QWEN2,
-                ByteLevelPre::new(false, false, false),
-            )?),
+            pretokenizer: Some(pre_tokenizer_sequence(REGEX_QWEN2, ByteLevelPre::new(false, false, false))?),
             decoder: Some(ByteLevelDecoder::new(false, false, false).into()),
             post_processor: Some(ByteLevelProcessor::new(false, false, false).into()),
         },
         // Matches Smaug/Llama3 style byte-level BPE
         "smaug-bpe" | "lfm2" | "llama3" => Pipeline {
             normalizer: None,
-            pretokenizer: Some(pre_tokenizer_sequence(
-                REGEX_LLAMA3,
-                ByteLevelPre::new(false, true, false),
-            )?),
+            pretokenizer: Some(pre_tokenizer_sequence(REGEX_LLAMA3, ByteLevelPre::new(false, true, false))?),
             decoder: Some(ByteLevelDecoder::new(true, true, true).into()),
             post_processor: Some(ByteLevelProcessor::new(true, false, true).into()),
         },
@@ -201,22 +185,13 @@ fn template_processor(
 
 impl TokenizerFromGguf for Tokenizer {
     fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
-        let model_kind = metadata_value(ct, "tokenizer.ggml.model")?
-            .to_string()?
-            .to_lowercase();
+        let model_kind = metadata_value(ct, "tokenizer.ggml.model")?.to_string()?.to_lowercase();
         if model_kind != "gpt2" {
             crate::bail!("unsupported tokenizer model `{model_kind}`");
         }
 
-        let tokens = value_to_string_array(
-            metadata_value(ct, "tokenizer.ggml.tokens")?,
-            "tokenizer.ggml.tokens",
-        )?;
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let tokens = value_to_string_array(metadata_value(ct, "tokenizer.ggml.tokens")?, "tokenizer.ggml.tokens")?;
+        let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let merges = merges_from_value(metadata_value(ct, "tokenizer.ggml.merges")?)?;
 
         let mut builder = BPE::builder().vocab_and_merges(vocab, merges);
@@ -246,18 +221,10 @@ impl TokenizerFromGguf for Tokenizer {
         let pipeline = pipeline_from_pre(pre.as_str())?;
         let post_processor_base = pipeline.post_processor.clone();
 
-        let add_bos = metadata_value(ct, "tokenizer.ggml.add_bos_token")
-            .and_then(|v| v.to_bool())
-            .unwrap_or(false);
-        let add_eos = metadata_value(ct, "tokenizer.ggml.add_eos_token")
-            .and_then(|v| v.to_bool())
-            .unwrap_or(false);
-        let bos_id = metadata_value(ct, "tokenizer.ggml.bos_token_id")
-            .and_then(gguf_value_to_u32)
-            .ok();
-        let eos_id = metadata_value(ct, "tokenizer.ggml.eos_token_id")
-            .and_then(gguf_value_to_u32)
-            .ok();
+        let add_bos = metadata_value(ct, "tokenizer.ggml.add_bos_token").and_then(|v| v.to_bool()).unwrap_or(false);
+        let add_eos = metadata_value(ct, "tokenizer.ggml.add_eos_token").and_then(|v| v.to_bool()).unwrap_or(false);
+        let bos_id = metadata_value(ct, "tokenizer.ggml.bos_token_id").and_then(gguf_value_to_u32).ok();
+        let eos_id = metadata_value(ct, "tokenizer.ggml.eos_token_id").and_then(gguf_value_to_u32).ok();
 
         pipeline.apply(&mut tokenizer)?;
 
@@ -271,11 +238,7 @@ impl TokenizerFromGguf for Tokenizer {
             if let Some(tp) = template_pp {
                 steps.push(tp);
             }
-            let pp = if steps.len() == 1 {
-                steps.pop().unwrap()
-            } else {
-                ProcessorSequence::new(steps).into()
-            };
+            let pp = if steps.len() == 1 { steps.pop().unwrap() } else { ProcessorSequence::new(steps).into() };
             tokenizer.with_post_processor(Some(pp));
         }
 
@@ -293,9 +256,7 @@ impl TokenizerFromGguf for Tokenizer {
                 }
             }
             if !specials.is_empty() {
-                tokenizer
-                    .add_special_tokens(specials)
-                    .map_err(Error::wrap)?;
+                tokenizer.add_special_tokens(specials).map_err(Error::wrap)?;
             }
         }
 
@@ -318,9 +279,7 @@ impl TokenizerFromGguf for Tokenizer {
                 .map(|tok| AddedToken::from(tok.clone(), true))
                 .collect();
             if !specials.is_empty() {
-                tokenizer
-                    .add_special_tokens(specials)
-                    .map_err(Error::wrap)?;
+                tokenizer.add_special_tokens(specials).map_err(Error::wrap)?;
             }
         }
 
@@ -336,11 +295,7 @@ mod tests {
     fn splits(pre: &str, input: &str) -> Vec<String> {
         let pipeline = pipeline_from_pre(pre).unwrap();
         let mut pre_tokenized = PreTokenizedString::from(input);
-        pipeline
-            .pretokenizer
-            .unwrap()
-            .pre_tokenize(&mut pre_tokenized)
-            .unwrap();
+        pipeline.pretokenizer.unwrap().pre_tokenize(&mut pre_tokenized).unwrap();
         pre_tokenized
             .get_splits(OffsetReferential::Original, OffsetType::Byte)
             .into_iter()
@@ -356,18 +311,7 @@ mod tests {
     fn qwen2_pretokenizer_splits() {
         assert_eq!(
             splits("qwen2", SAMPLE),
-            [
-                "Hello",
-                "'Ve",
-                "\u{120}world",
-                "\u{120}",
-                "1",
-                "2",
-                "3",
-                "\u{10a}\u{10a}",
-                "\u{120}",
-                "\u{120}foo"
-            ]
+            ["Hello", "'Ve", "\u{120}world", "\u{120}", "1", "2", "3", "\u{10a}\u{10a}", "\u{120}", "\u{120}foo"]
         );
     }
 
@@ -376,16 +320,7 @@ mod tests {
         // Differs from qwen2 only in digit grouping: `\p{N}{1,3}` vs `\p{N}`.
         assert_eq!(
             splits("llama3", SAMPLE),
-            [
-                "Hello",
-                "'Ve",
-                "\u{120}world",
-                "\u{120}",
-                "123",
-                "\u{10a}\u{10a}",
-                "\u{120}",
-                "\u{120}foo"
-            ]
+            ["Hello", "'Ve", "\u{120}world", "\u{120}", "123", "\u{10a}\u{10a}", "\u{120}", "\u{120}foo"]
         );
     }
 }

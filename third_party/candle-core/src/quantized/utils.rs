@@ -17,9 +17,9 @@ pub(super) fn group_for_quantization<'a, 'b, T: super::k_quants::GgmlType>(
 
     // Validate that the input is the right size
     debug_assert_eq!(
-        expected_blocks,
-        actual_blocks,
-        "quantize {dtype:?}: expected {expected_blocks} blocks but only {actual_blocks} were provided!");
+        expected_blocks, actual_blocks,
+        "quantize {dtype:?}: expected {expected_blocks} blocks but only {actual_blocks} were provided!"
+    );
 
     ys.iter_mut().zip(xs.chunks_exact(block_size)).collect()
 }
@@ -228,11 +228,7 @@ pub(super) fn make_qkx1_quants(nmax: i32, ntry: usize, x: &[f32]) -> (f32, f32) 
     let n = x.len();
     let mut l = vec![0; n];
     // Get min/max
-    let min = *x
-        .iter()
-        .take(n)
-        .min_by(|a, b| a.total_cmp(b))
-        .unwrap_or(&x[0]);
+    let min = *x.iter().take(n).min_by(|a, b| a.total_cmp(b)).unwrap_or(&x[0]);
     let max = *x.iter().max_by(|a, b| a.total_cmp(b)).unwrap_or(&x[0]);
 
     // If min == max, all values are the same => nothing to do here
@@ -264,12 +260,7 @@ pub(super) fn make_qkx1_quants(nmax: i32, ntry: usize, x: &[f32]) -> (f32, f32) 
         }
         scale = sumlx / suml2 as f32;
 
-        let sum: f32 = x
-            .iter()
-            .take(n)
-            .zip(l.iter().take(n))
-            .map(|(xi, &li)| xi - scale * li as f32)
-            .sum();
+        let sum: f32 = x.iter().take(n).zip(l.iter().take(n)).map(|(xi, &li)| xi - scale * li as f32).sum();
 
         min = sum / n as f32;
         if min > 0.0 {
@@ -467,13 +458,7 @@ pub(super) fn make_qkx3_quants(
 }
 
 // https://github.com/ggerganov/llama.cpp/blob/678d7994f4da0af3d29046be99950ac999ee9762/ggml/src/ggml-quants.c#L827
-pub(super) fn make_qp_quants(
-    n: usize,
-    nmax: u8,
-    x: &[f32],
-    l: &mut [u8],
-    quant_weights: &[f32],
-) -> f32 {
+pub(super) fn make_qp_quants(n: usize, nmax: u8, x: &[f32], l: &mut [u8], quant_weights: &[f32]) -> f32 {
     assert_eq!(x.len(), n);
     assert_eq!(l.len(), n);
     assert_eq!(quant_weights.len(), n);

@@ -33,8 +33,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let epochs = args.epochs.value.unwrap_or(2) as u64;
-    let input = args.input.map(|i| i.path).unwrap_or_else(|| crate::demo_data_dir().join("genes.csv"));
     std::fs::create_dir_all(&args.out_dir)?;
+    let input = match args.input {
+        Some(input) => input.path,
+        None => crate::write_demo_genes(&args.out_dir)?,
+    };
     let train = args.out_dir.join("train.jsonl");
 
     outln!("preparing {}", input.display());
