@@ -4,8 +4,9 @@
 A path is a `code span` or a Markdown link target whose first part is a top-level folder of the
 repository (crates/, docs/, src/, …; a crate's own src/ and tests/ count too) or a crate's folder
 (codon-ops/src/…, read under crates/).
-Links resolve from the document's folder. Placeholders (<…>, *, {…}, N) are skipped. Exits 1 and
-lists each missing path with its file and line.
+Links resolve from the document's folder. Placeholders (<…>, *, {…}, N) are skipped. The README
+must also show the CI consumer's files (tests/consumer) word for word. Exits 1 and lists each
+missing path with its file and line.
 """
 import pathlib
 import re
@@ -47,6 +48,11 @@ def main():
                     continue
                 if not (doc.parent / target).exists():
                     missing.append(f"{doc.relative_to(ROOT)}:{number}: link {target}")
+    # The README's "Library" section shows the CI consumer's own files, word for word.
+    readme = (ROOT / "README.md").read_text()
+    for shown in ["tests/consumer/Cargo.toml", "tests/consumer/src/main.rs"]:
+        if (ROOT / shown).read_text() not in readme:
+            missing.append(f"README.md: {shown} is not shown word for word")
     for m in missing:
         print(m)
     print(f"doc paths: {len(missing)} missing" + ("" if missing else ", all present"))
