@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use candle_core::{CpuStorage, DType, Device, Layout, Storage, Tensor};
 use rayon::prelude::*;
 
+use crate::cpu_bf16::Values;
+
 /// The elements of a contiguous storage.
 pub fn contiguous<'a, T>(v: &'a [T], l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
@@ -88,6 +90,30 @@ pub fn with_f32<R>(t: &Tensor, op: &str, f: impl FnOnce(&[f32]) -> R) -> candle_
     match &*storage {
         Storage::Cpu(s) => Ok(f(&cow_f32(s, layout, op)?)),
         _ => candle_core::bail!("{op}: the CPU kernel got a tensor on {}", t.device().location()),
+    }
+}
+
+/// Run `f` on a float CPU tensor's elements as the kernels read them: f32 and bf16 borrowed
+/// (made contiguous first if need be), f16 widened to f32.
+pub fn with_values<R>(t: &Tensor, op: &str, f: impl FnOnce(Values) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(CpuStorage::BF16(v)) => Ok(f(Values::Bf16(contiguous(v, layout, op)?))),
+        Storage::Cpu(s) => Ok(f(Values::F32(&cow_f32(s, layout, op)?))),
+        _ => candle_core::bail!("{op}: the CPU kernel got a tensor on {}", t.device().location()),
+    }
+}
+
+/// [`with_values`] for an optional tensor.
+pub fn with_optional_values<R>(
+    t: Option<&Tensor>,
+    op: &str,
+    f: impl FnOnce(Option<Values>) -> R,
+) -> candle_core::Result<R> {
+    match t {
+        Some(t) => with_values(t, op, |v| f(Some(v))),
+        None => Ok(f(None)),
     }
 }
 

@@ -11,14 +11,19 @@ const ROUND: f32 = 12_582_912.0;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let xc = x.clamp(-87.3, 88.0);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    // t's low mantissa bits hold the integer n (ROUND puts t in [2²³, 2²⁴), where the ulp is 1).
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     // Taylor polynomial of degree 7 on |r| ≤ ln2/2: truncation error below 1e-8 relative.
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2ⁿ from t's bits: ROUND's low 9 bits are zero, so the shift keeps (n + 127) as the exponent
+    // (n is in −126..=127 after the clamp). Integer lanes, unlike `n as i32`, which Rust
+    // saturates element by element and so keeps the loop scalar.
+    let scale = f32::from_bits(t.to_bits().wrapping_add(127) << 23);
     if x < -87.3 {
         0.0
     } else {

@@ -16,7 +16,7 @@
 //!   and adding the bias; its backward is two batched matmuls that write dx and dW in their
 //!   own layouts (no transposed copy) and one `aclnnReduceSum` for db.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
@@ -27,9 +27,10 @@ use candle_ascend::fused;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
+use crate::cpu_bf16::{self, PackedWeight, ValuesMut};
 use crate::cpu_gemm::{matmul_into, Mat};
 use crate::dropout::DropoutStream;
-use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32};
+use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32, with_optional_values, with_values};
 use crate::fast_math;
 
 /// Elements per parallel task of the epilogue.
@@ -93,6 +94,60 @@ fn product(x: &Tensor, weight: &Tensor) -> candle_core::Result<Tensor> {
     x.reshape((rows, inner))?.matmul(&weight.t()?)?.reshape(out_dims)
 }
 
+/// A linear layer's parameters: W (out, in) and an optional bias (out). Its methods run the
+/// functions of this module. On the CPU a bf16 weight that nothing else can change (not a `Var`,
+/// no other tensor sharing its storage) is packed for the bf16 kernels on first use, and the
+/// packed copy is kept with the layer and shared by its clones; other weights are packed on
+/// each call.
+#[derive(Debug, Clone)]
+pub struct LinearLayer {
+    weight: Tensor,
+    bias: Option<Tensor>,
+    packed: Arc<PackCache>,
+}
+
+impl LinearLayer {
+    /// A layer of `weight` (out, in) and `bias` (out).
+    pub fn new(weight: Tensor, bias: Option<Tensor>) -> Self {
+        Self { weight, bias, packed: Arc::default() }
+    }
+
+    /// W (out, in).
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The bias (out), if the layer has one.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
+
+    /// `x·Wᵀ + b`.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        residual_with(x, &self.weight, Some(&self.packed), self.bias.as_ref(), None)
+    }
+
+    /// `x·Wᵀ + b + residual` ([`linear_residual`]).
+    pub fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
+        residual_with(x, &self.weight, Some(&self.packed), self.bias.as_ref(), Some(residual))
+    }
+
+    /// `gelu_new(x·Wᵀ + b)` ([`linear_gelu_new`]).
+    pub fn forward_gelu_new(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        gelu_new_with(x, &self.weight, Some(&self.packed), self.bias.as_ref())
+    }
+
+    /// `dropout(x·Wᵀ + b)` with the mask of `stream`'s next draw ([`linear_dropout`]).
+    pub fn forward_dropout(&self, x: &Tensor, stream: &mut DropoutStream, p: f64) -> candle_core::Result<Tensor> {
+        linear_dropout(x, &self.weight, self.bias.as_ref(), stream, p)
+    }
+
+    /// Whether the layer holds a packed copy of its weight (for tests).
+    pub fn is_packed(&self) -> bool {
+        self.packed.get().is_some()
+    }
+}
+
 /// `x·Wᵀ + b + residual`: a linear layer followed by a residual connection (no bias: zeros).
 /// CPU inference folds the bias and the residual into the GEMM's destination.
 pub fn linear_residual(
@@ -101,11 +156,22 @@ pub fn linear_residual(
     bias: Option<&Tensor>,
     residual: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
+    residual_with(x, weight, None, bias, residual)
+}
+
+/// [`linear_residual`] with the layer's packed-weight cache, if it has one.
+fn residual_with(
+    x: &Tensor,
+    weight: &Tensor,
+    pack: Option<&PackCache>,
+    bias: Option<&Tensor>,
+    residual: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
     let mut operands = vec![x, weight];
     operands.extend(bias);
     operands.extend(residual);
     if !needs_grad(&operands) {
-        if let Some(y) = fused_linear(x, weight, bias, residual, None)? {
+        if let Some(y) = fused_linear_with(x, weight, pack, bias, residual, None)? {
             return Ok(y);
         }
     }
@@ -122,11 +188,21 @@ pub fn linear_residual(
 /// `gelu_new(x·Wᵀ + b)`: a linear layer and its activation. On the CPU the activation is the
 /// GEMM's epilogue (in place for inference, inside the [`Linear`] op for training).
 pub fn linear_gelu_new(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> candle_core::Result<Tensor> {
+    gelu_new_with(x, weight, None, bias)
+}
+
+/// [`linear_gelu_new`] with the layer's packed-weight cache, if it has one.
+fn gelu_new_with(
+    x: &Tensor,
+    weight: &Tensor,
+    pack: Option<&PackCache>,
+    bias: Option<&Tensor>,
+) -> candle_core::Result<Tensor> {
     let mut operands = vec![x, weight];
     operands.extend(bias);
     if !needs_grad(&operands) {
         let epilogue = Some(fast_math::gelu_new_in_place as fn(&mut [f32]));
-        if let Some(y) = fused_linear(x, weight, bias, None, epilogue)? {
+        if let Some(y) = fused_linear_with(x, weight, pack, bias, None, epilogue)? {
             return Ok(y);
         }
     }
@@ -410,10 +486,12 @@ pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Res
     y.reshape(out_dims)
 }
 
-/// `x·Wᵀ + bias + residual` for contiguous f32 CPU tensors: x (…, in), W (out, in), bias
-/// (out), residual shaped like the output; then `epilogue` (an element-wise activation)
-/// in place on the result. `Ok(None)` when the inputs do not fit this kernel (another path
-/// computes them); a failure inside the kernel is an error, not a silent fallback.
+/// `x·Wᵀ + bias + residual` for CPU tensors: x (…, in), W (out, in), bias (out), residual
+/// shaped like the output; then `epilogue` (an element-wise activation) in place on the result.
+/// f32 operands take the f32 GEMM; a bf16 weight takes the bf16 kernels ([`crate::cpu_bf16`]),
+/// which read bf16 activations in place and write the output in x's dtype. `Ok(None)` when the
+/// inputs do not fit this kernel (another path computes them); a failure inside the kernel is an
+/// error, not a silent fallback.
 pub fn fused_linear(
     x: &Tensor,
     weight: &Tensor,
@@ -421,7 +499,20 @@ pub fn fused_linear(
     residual: Option<&Tensor>,
     epilogue: Option<fn(&mut [f32])>,
 ) -> candle_core::Result<Option<Tensor>> {
-    // f32, or bf16 weights (any float x) on the CPU's bf16 path (`cpu_bf16`).
+    fused_linear_with(x, weight, None, bias, residual, epilogue)
+}
+
+/// A layer's bf16 weight packed for the CPU's kernels, made on first use.
+type PackCache = OnceLock<PackedWeight>;
+
+fn fused_linear_with(
+    x: &Tensor,
+    weight: &Tensor,
+    pack: Option<&PackCache>,
+    bias: Option<&Tensor>,
+    residual: Option<&Tensor>,
+    epilogue: Option<fn(&mut [f32])>,
+) -> candle_core::Result<Option<Tensor>> {
     let bf16_weight = weight.dtype() == DType::BF16 && x.dtype().is_float();
     if !matches!(x.device(), Device::Cpu) || !(bf16_weight || (x.dtype() == DType::F32 && weight.dtype() == DType::F32))
     {
@@ -436,6 +527,25 @@ pub fn fused_linear(
         return Ok(None);
     }
     let bias = bias.map(|b| with_f32(b, "linear", <[f32]>::to_vec)).transpose()?;
+    if bf16_weight {
+        // Only a weight that nothing else can change (not a `Var`, its storage shared with no
+        // view or detached copy) keeps its packed copy.
+        let fresh;
+        let packed = match pack.filter(|_| !weight.is_variable() && !weight.shares_storage()) {
+            Some(cell) => match cell.get() {
+                Some(p) => p,
+                None => {
+                    let p = packed_now(weight)?;
+                    cell.get_or_init(|| p)
+                }
+            },
+            None => {
+                fresh = packed_now(weight)?;
+                &fresh
+            }
+        };
+        return bf16_linear(x, packed, rows, bias.as_deref(), residual, epilogue, &out_dims).map(Some);
+    }
     let mut out: Vec<f32> = match residual {
         Some(r) => with_f32(r, "linear", <[f32]>::to_vec)?,
         None => vec![0f32; rows * out_f],
@@ -444,26 +554,56 @@ pub fn fused_linear(
         out.par_chunks_mut(out_f).for_each(|row| row.iter_mut().zip(bias).for_each(|(y, b)| *y += b));
     }
     let accumulate = bias.is_some() || residual.is_some();
-    if bf16_weight {
-        let weight = weight.contiguous()?;
-        let (storage, layout) = weight.storage_and_layout();
-        let wv = match &*storage {
-            candle_core::Storage::Cpu(CpuStorage::BF16(v)) => crate::f32_views::contiguous(v, layout, "linear")?,
-            _ => candle_core::bail!("linear: expected bf16 weights on the CPU"),
-        };
-        with_f32(x, "linear", |xv| crate::cpu_bf16::bf16_linear_into(&mut out, xv, wv, rows, in_f, out_f))??;
-    } else {
-        with_f32(x, "linear", |xv| {
-            with_f32(weight, "linear", |wv| {
-                let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
-                matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
-            })
-        })???;
-    }
+    with_f32(x, "linear", |xv| {
+        with_f32(weight, "linear", |wv| {
+            let (x, w) = (Mat::rows(xv, rows, in_f, in_f), Mat::rows(wv, out_f, in_f, in_f));
+            matmul_into(&mut out, out_f, x, w.t(), 1.0, accumulate, true)
+        })
+    })???;
     if let Some(f) = epilogue {
         out.par_chunks_mut(EPILOGUE_CHUNK).for_each(f);
     }
     tensor_from_f32(out, &out_dims, x.dtype()).map(Some)
+}
+
+/// A bf16 CPU weight (out, in) packed for this machine's bf16 kernel.
+fn packed_now(weight: &Tensor) -> candle_core::Result<PackedWeight> {
+    let (out_f, in_f) = weight.dims2()?;
+    let weight = weight.contiguous()?;
+    let (storage, layout) = weight.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(CpuStorage::BF16(v)) => {
+            PackedWeight::new(crate::f32_views::contiguous(v, layout, "linear")?, out_f, in_f)
+        }
+        _ => candle_core::bail!("linear: expected a bf16 weight on the CPU"),
+    }
+}
+
+/// `epilogue(x·Wᵀ + bias + residual)` on the bf16 kernels, in x's dtype.
+fn bf16_linear(
+    x: &Tensor,
+    packed: &PackedWeight,
+    rows: usize,
+    bias: Option<&[f32]>,
+    residual: Option<&Tensor>,
+    activation: Option<fn(&mut [f32])>,
+    out_dims: &[usize],
+) -> candle_core::Result<Tensor> {
+    let n = rows * packed.dims().0;
+    with_values(x, "linear", |xv| {
+        with_optional_values(residual, "linear", |residual| {
+            let epilogue = cpu_bf16::Epilogue { bias, residual, activation };
+            if x.dtype() == DType::BF16 {
+                let mut out = vec![half::bf16::ZERO; n];
+                cpu_bf16::linear(xv, packed, rows, &epilogue, ValuesMut::Bf16(&mut out))?;
+                Tensor::from_vec(out, out_dims, &Device::Cpu)
+            } else {
+                let mut out = vec![0f32; n];
+                cpu_bf16::linear(xv, packed, rows, &epilogue, ValuesMut::F32(&mut out))?;
+                tensor_from_f32(out, out_dims, x.dtype())
+            }
+        })?
+    })?
 }
 
 /// What [`Linear`] applies to `z = x·Wᵀ + b`.
@@ -827,6 +967,36 @@ mod tests {
     use super::{AddBias, AddBiasResidual, BiasGeluNew, ColumnSums, Epilogue, Linear, MatmulAdd};
 
     use crate::f32_views::max_abs_diff as max_diff;
+
+    /// A layer keeps its packed bf16 weight only where nothing can change the weight under it;
+    /// a view of a `Var` that is updated gives the updated result.
+    #[test]
+    fn a_layer_keeps_a_packed_weight_only_when_nothing_else_can_change_it() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1.0, (40, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let b = Tensor::randn(0f32, 1.0, 40, &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (3, 5, 24), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+        let fresh = super::linear_residual(&x, &w, Some(&b), None).unwrap();
+
+        let layer = super::LinearLayer::new(w.clone(), Some(b.clone()));
+        assert!(!layer.is_packed());
+        let first = layer.forward(&x).unwrap();
+        assert!(layer.is_packed(), "a weight nothing else holds is packed once");
+        let again = layer.forward(&x).unwrap();
+        assert_eq!(max_diff(&first, &fresh), 0.0);
+        assert_eq!(max_diff(&again, &fresh), 0.0);
+
+        // A detached view of a Var: not a Var itself, but its storage changes with the Var.
+        let var = Var::from_tensor(&w).unwrap();
+        let view = var.as_tensor().detach();
+        let shared = super::LinearLayer::new(view, Some(b.clone()));
+        shared.forward(&x).unwrap();
+        assert!(!shared.is_packed(), "a weight sharing its storage is packed per call");
+        var.set(&w.zeros_like().unwrap()).unwrap();
+        let after = shared.forward(&x).unwrap();
+        let bias_only = b.broadcast_as((3, 5, 40)).unwrap();
+        assert_eq!(max_diff(&after, &bias_only), 0.0, "the update shows in the next forward pass");
+    }
 
     /// The Ascend input-gradient accumulation is `acc + g·w` on the CPU.
     #[test]

@@ -1878,6 +1878,12 @@ impl Tensor {
         self.is_variable
     }
 
+    /// Whether another tensor (a view, a detached copy, a `Var`) shares this tensor's storage,
+    /// so that its values could change through that tensor.
+    pub fn shares_storage(&self) -> bool {
+        Arc::strong_count(&self.storage) > 1
+    }
+
     pub(crate) fn op(&self) -> &Option<Op> {
         &self.op
     }

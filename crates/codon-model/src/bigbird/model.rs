@@ -12,37 +12,10 @@ use super::random_blocks::{BlockGeometry, RandomBlocks};
 use crate::error::{CodonError, Result, TensorContext};
 use crate::tokenizer::BatchEncoding;
 use codon_ops::attention::full_attention;
+use codon_ops::linear::LinearLayer;
 use codon_ops::DropoutStream;
 
 pub use codon_ops::cross_entropy::IGNORE_INDEX;
-
-/// A `Linear` layer: y = x·Wᵀ + b.
-#[derive(Debug, Clone)]
-pub struct Linear {
-    weight: Tensor,
-    bias: Option<Tensor>,
-}
-
-impl Linear {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(codon_ops::linear::linear_residual(x, &self.weight, self.bias.as_ref(), None)?)
-    }
-
-    /// `gelu_new(forward(x))`, fused where the op's body allows.
-    fn forward_gelu_new(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(codon_ops::linear::linear_gelu_new(x, &self.weight, self.bias.as_ref())?)
-    }
-
-    /// `dropout(forward(x))`, fused where the op's body allows.
-    fn forward_dropout(&self, x: &Tensor, dropout: &mut DropoutStream, p: f64) -> Result<Tensor> {
-        Ok(codon_ops::linear::linear_dropout(x, &self.weight, self.bias.as_ref(), dropout, p)?)
-    }
-
-    /// `forward(x) + residual`, fused where the op's body allows.
-    fn forward_residual(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
-        Ok(codon_ops::linear::linear_residual(x, &self.weight, self.bias.as_ref(), Some(residual))?)
-    }
-}
 
 /// A `LayerNorm` over the last dimension.
 #[derive(Debug, Clone)]
@@ -73,13 +46,13 @@ struct Embeddings {
 
 #[derive(Debug, Clone)]
 struct EncoderLayer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    attention_output: Linear,
+    query: LinearLayer,
+    key: LinearLayer,
+    value: LinearLayer,
+    attention_output: LinearLayer,
     attention_norm: LayerNorm,
-    intermediate: Linear,
-    output: Linear,
+    intermediate: LinearLayer,
+    output: LinearLayer,
     output_norm: LayerNorm,
 }
 
@@ -207,7 +180,7 @@ pub struct BigBirdForMaskedLM {
     config: BigBirdConfig,
     embeddings: Embeddings,
     layers: Vec<EncoderLayer>,
-    transform: Linear,
+    transform: LinearLayer,
     transform_norm: LayerNorm,
     decoder_bias: Tensor,
     /// The same tensors by transformers name, in state-dict order.
@@ -240,7 +213,7 @@ struct Parts {
     embeddings: Embeddings,
     layers: Vec<EncoderLayer>,
     decoder_bias: Tensor,
-    transform: Linear,
+    transform: LinearLayer,
     transform_norm: LayerNorm,
 }
 
@@ -288,10 +261,10 @@ impl Walk<'_> {
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Tensor> {
         (self.0)(name, shape)
     }
-    fn linear(&mut self, prefix: &str, [out_dim, in_dim]: [usize; 2], bias: bool) -> Result<Linear> {
+    fn linear(&mut self, prefix: &str, [out_dim, in_dim]: [usize; 2], bias: bool) -> Result<LinearLayer> {
         let weight = self.tensor(&format!("{prefix}.weight"), &[out_dim, in_dim])?;
         let bias = if bias { Some(self.tensor(&format!("{prefix}.bias"), &[out_dim])?) } else { None };
-        Ok(Linear { weight, bias })
+        Ok(LinearLayer::new(weight, bias))
     }
     fn norm(&mut self, prefix: &str, dim: usize, eps: f64) -> Result<LayerNorm> {
         let weight = self.tensor(&format!("{prefix}.weight"), &[dim])?;
@@ -561,7 +534,7 @@ impl BigBirdForMaskedLM {
         let v = layer.value.forward(x)?;
         let ctx = attend(&q, &k, &v)?;
         // Dropout sits between each dense layer and its residual connection.
-        let dense_residual_norm = |dense: &Linear,
+        let dense_residual_norm = |dense: &LinearLayer,
                                    input: &Tensor,
                                    residual: &Tensor,
                                    norm: &LayerNorm,

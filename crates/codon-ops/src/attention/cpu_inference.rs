@@ -97,6 +97,48 @@ fn full_attention_body(
     Ok(Some(Tensor::from_vec(out, qd, q.device())?))
 }
 
+/// Full attention over bf16 q, k, v of shape (b, n, heads·d) as the projections leave them,
+/// with the key mask's penalties `key_bias` (b, 1, 1, n), for inference:
+/// [`crate::cpu_bf16::attention`] (products on AVX512-BF16, softmax in f32), written straight
+/// into (b, n, heads·d). `Ok(None)` when the operands or the CPU do not fit it.
+pub fn bf16_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    heads: usize,
+    key_bias: &Tensor,
+) -> candle_core::Result<Option<Tensor>> {
+    let (b, n, hd) = q.dims3()?;
+    let fits = [q, k, v].iter().all(|t| t.dtype() == DType::BF16 && t.device().is_cpu() && t.dims() == [b, n, hd]);
+    if !fits || heads == 0 || hd % heads != 0 || key_bias.elem_count() != b * n {
+        return Ok(None);
+    }
+    let bias = key_bias.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    let scale = 1.0 / ((hd / heads) as f32).sqrt();
+    let mut out = vec![half::bf16::ZERO; b * n * hd];
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    let ran = with_bf16(&q, |q| {
+        with_bf16(&k, |k| {
+            with_bf16(&v, |v| crate::cpu_bf16::attention(q, k, v, (b, n, heads, hd / heads), scale, &bias, &mut out))
+        })
+    })????;
+    if !ran {
+        return Ok(None);
+    }
+    Tensor::from_vec(out, (b, n, hd), q.device()).map(Some)
+}
+
+/// Run `f` on a contiguous bf16 CPU tensor's elements.
+fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[half::bf16]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(v)) => {
+            Ok(f(crate::f32_views::contiguous(v, layout, "bf16 attention")?))
+        }
+        _ => candle_core::bail!("bf16 attention: expected a bf16 CPU tensor"),
+    }
+}
+
 /// The middle query blocks of block-sparse attention, fused, for f32 CPU inference.
 ///
 /// `q`, `k`, `v` are (b, h, n, d); `key_mask` is (b, n) with 1/0; `blocks` lists, per head

@@ -71,6 +71,11 @@ pub fn full_attention(
         let op = BlockAttention::new(plan);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
     }
+    if on_cpu && dropout.is_none() && ![q, k, v].iter().any(|t| t.track_op()) {
+        if let Some(y) = cpu_inference::bf16_attention(q, k, v, heads, key_bias)? {
+            return Ok(y);
+        }
+    }
     let (qh, kh, vh) = (split_heads(q, heads)?, split_heads(k, heads)?, split_heads(v, heads)?);
     merge_heads(&composed(&qh, &kh, &vh, scale, Some(key_bias), dropout)?)
 }
