@@ -365,6 +365,8 @@ mod avx512_bf16 {
 
     /// Rows of x per microkernel call.
     const MR: usize = 8;
+    /// Rows of x per linear task.
+    const ROW_BLOCK: usize = 64;
     /// Query rows per attention task: its scores (rows × keys, f32) stay in L2.
     const QUERY_CHUNK: usize = 64;
 
@@ -412,19 +414,28 @@ mod avx512_bf16 {
             }
         };
         let panels = n.div_ceil(NR);
-        // One task per panel of NR output columns; each writes its own columns of `out`.
-        (0..panels).into_par_iter().for_each(|panel| {
-            let b = &wp[panel * pairs * NR..(panel + 1) * pairs * NR];
-            let cols = NR.min(n - panel * NR);
+        // Tasks of ROW_BLOCK rows × a group of panels: a task's rows of x and of the output stay
+        // in L2 while it walks its panels (a task per panel over every row would write each
+        // output row 64 bytes at a time, a page apart). Enough groups to feed every thread.
+        let row_blocks = rows.div_ceil(ROW_BLOCK);
+        let groups = (4 * rayon::current_num_threads()).div_ceil(row_blocks).clamp(1, panels);
+        let per_group = panels.div_ceil(groups);
+        (0..row_blocks * groups).into_par_iter().for_each(|task| {
+            let (block, group) = (task / groups, task % groups);
+            let block_rows = block * ROW_BLOCK..(block * ROW_BLOCK + ROW_BLOCK).min(rows);
             let mut tile = [0f32; MR * NR];
-            for r0 in (0..rows).step_by(MR) {
-                let mr = MR.min(rows - r0);
-                // SAFETY: the CPU has avx512f and avx512bf16 (checked by `available`); `a` holds
-                // `rows` rows of kp pairs and `b` ≥ kp × NR; rows r0..r0 + mr and columns
-                // panel·NR..+cols of `out` (rows × n) are this task's alone.
-                unsafe {
-                    microkernel(a.row(r0, kp), kp, b.as_ptr(), kp, mr, &mut tile);
-                    finish_tile(&mut tile, mr, cols, r0, panel * NR, n, epilogue, out);
+            for panel in group * per_group..((group + 1) * per_group).min(panels) {
+                let b = &wp[panel * pairs * NR..(panel + 1) * pairs * NR];
+                let cols = NR.min(n - panel * NR);
+                for r0 in block_rows.clone().step_by(MR) {
+                    let mr = MR.min(block_rows.end - r0);
+                    // SAFETY: the CPU has avx512f and avx512bf16 (checked by `available`); `a`
+                    // holds `rows` rows of kp pairs and `b` ≥ kp × NR; rows r0..r0 + mr and
+                    // columns panel·NR..+cols of `out` (rows × n) are this task's alone.
+                    unsafe {
+                        microkernel(a.row(r0, kp), kp, b.as_ptr(), kp, mr, &mut tile);
+                        finish_tile(&mut tile, mr, cols, r0, panel * NR, n, epilogue, out);
+                    }
                 }
             }
         });
@@ -553,17 +564,16 @@ mod avx512_bf16 {
     /// Per-task buffers of [`attention`].
     #[derive(Default)]
     struct Scratch {
-        keys: Vec<u32>,
-        values: Vec<u32>,
         scores: Vec<f32>,
         probs: Vec<u32>,
     }
 
-    /// One attention task's operands: a (batch, head) pair's q, k and v (batch, n, heads·d).
+    /// The operands of [`attention`]'s tasks: q (batch, n, heads·d), and each (batch, head)'s k
+    /// and vᵀ packed as weights.
     struct Heads<'a> {
         q: &'a [bf16],
-        k: &'a [bf16],
-        v: &'a [bf16],
+        keys: &'a [u32],
+        values: &'a [u32],
         dims: (usize, usize, usize, usize),
         scale: f32,
         bias: &'a [f32],
@@ -580,49 +590,74 @@ mod avx512_bf16 {
         bias: &[f32],
         out: &mut [bf16],
     ) {
-        let (batch, n, heads, _) = dims;
+        let (batch, n, heads, d) = dims;
+        let (key_size, value_size) = packed_sizes(n, d);
+        // Each (batch, head)'s keys and values are packed once, then shared by its query chunks.
+        let mut keys = vec![0u32; batch * heads * key_size];
+        let mut values = vec![0u32; batch * heads * value_size];
+        keys.par_chunks_mut(key_size)
+            .zip(values.par_chunks_mut(value_size))
+            .enumerate()
+            .for_each(|(bh, (keys, values))| pack_head(k, v, dims, bh / heads, bh % heads, keys, values));
         let chunks = n.div_ceil(QUERY_CHUNK);
-        let ops = Heads { q, k, v, dims, scale, bias, out: OutPtr::Bf16(out.as_mut_ptr()) };
+        let ops = Heads { q, keys: &keys, values: &values, dims, scale, bias, out: OutPtr::Bf16(out.as_mut_ptr()) };
         (0..batch * heads * chunks).into_par_iter().for_each_init(Scratch::default, |scratch, task| {
             let (bh, chunk) = (task / chunks, task % chunks);
             // SAFETY: the caller checked the CPU; each task writes its own rows of its own head.
-            unsafe { head_chunk(&ops, bh / heads, bh % heads, chunk * QUERY_CHUNK, scratch) }
+            unsafe { head_chunk(&ops, bh, chunk * QUERY_CHUNK, scratch) }
         });
     }
 
-    /// Query rows `start..start + QUERY_CHUNK` (or fewer) of head h of batch item b.
+    /// u32s of one head's packed keys (⌈n/NR⌉ panels of d/2 pairs) and values (⌈d/NR⌉ panels of
+    /// ⌈n/2⌉ pairs).
+    fn packed_sizes(n: usize, d: usize) -> (usize, usize) {
+        (n.div_ceil(NR) * (d / 2) * NR, d.div_ceil(NR) * n.div_ceil(2) * NR)
+    }
+
+    /// Head h of batch item b: k as a packed weight (panel[p][lane] pairs k[j][2p], k[j][2p + 1],
+    /// j = panel·NR + lane) and vᵀ as one (panel[p][lane] pairs v[2p][c], v[2p + 1][c],
+    /// c = panel·NR + lane), zero past n and d.
+    fn pack_head(
+        k: &[bf16],
+        v: &[bf16],
+        (_, n, heads, d): (usize, usize, usize, usize),
+        b: usize,
+        h: usize,
+        keys: &mut [u32],
+        values: &mut [u32],
+    ) {
+        let (dp, np) = (d / 2, n.div_ceil(2));
+        // Element (token t, column c) of this head is at (b·n + t)·heads·d + h·d + c.
+        let at = |t: usize| (b * n + t) * heads * d + h * d;
+        for j in 0..n {
+            for (p, two) in k[at(j)..at(j) + d].chunks_exact(2).enumerate() {
+                keys[((j / NR) * dp + p) * NR + j % NR] = pair(two[0], two[1]);
+            }
+        }
+        for p in 0..np {
+            let first = &v[at(2 * p)..at(2 * p) + d];
+            let second = (2 * p + 1 < n).then(|| &v[at(2 * p + 1)..at(2 * p + 1) + d]);
+            for c in 0..d {
+                let hi = second.map_or(bf16::ZERO, |row| row[c]);
+                values[((c / NR) * np + p) * NR + c % NR] = pair(first[c], hi);
+            }
+        }
+    }
+
+    /// Query rows `start..start + QUERY_CHUNK` (or fewer) of (batch, head) pair `bh`.
     ///
     /// # Safety
     /// The CPU has avx512f and avx512bf16; the operands fit `ops.dims` with d even; no other task
     /// writes these rows of this head.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn head_chunk(ops: &Heads, b: usize, h: usize, start: usize, s: &mut Scratch) {
+    unsafe fn head_chunk(ops: &Heads, bh: usize, start: usize, s: &mut Scratch) {
         let (_, n, heads, d) = ops.dims;
-        let hd = heads * d;
+        let (b, h, hd) = (bh / heads, bh % heads, heads * d);
         let (dp, np) = (d / 2, n.div_ceil(2));
-        let (key_panels, value_panels) = (n.div_ceil(NR), d.div_ceil(NR));
-        // Element (token t, column c) of this head's q, k or v is at (b·n + t)·hd + h·d + c.
+        let (key_size, value_size) = packed_sizes(n, d);
+        let keys = &ops.keys[bh * key_size..(bh + 1) * key_size];
+        let values = &ops.values[bh * value_size..(bh + 1) * value_size];
         let at = |t: usize| (b * n + t) * hd + h * d;
-        // k as a packed weight: panel[p][lane] pairs k[j][2p], k[j][2p + 1], j = panel·NR + lane.
-        s.keys.clear();
-        s.keys.resize(key_panels * dp * NR, 0);
-        for j in 0..n {
-            let row = &ops.k[at(j)..at(j) + d];
-            for (p, two) in row.chunks_exact(2).enumerate() {
-                s.keys[((j / NR) * dp + p) * NR + j % NR] = pair(two[0], two[1]);
-            }
-        }
-        // vᵀ as a packed weight: panel[p][lane] pairs v[2p][c], v[2p + 1][c], c = panel·NR + lane.
-        s.values.clear();
-        s.values.resize(value_panels * np * NR, 0);
-        for p in 0..np {
-            let first = &ops.v[at(2 * p)..at(2 * p) + d];
-            let second = (2 * p + 1 < n).then(|| &ops.v[at(2 * p + 1)..at(2 * p + 1) + d]);
-            for c in 0..d {
-                let hi = second.map_or(bf16::ZERO, |row| row[c]);
-                s.values[((c / NR) * np + p) * NR + c % NR] = pair(first[c], hi);
-            }
-        }
         let m = QUERY_CHUNK.min(n - start);
         s.scores.clear();
         s.scores.resize(m * n, 0.0);
@@ -630,19 +665,12 @@ mod avx512_bf16 {
         let mut tile = [0f32; MR * NR];
         for r0 in (0..m).step_by(MR) {
             let mr = MR.min(m - r0);
-            for panel in 0..key_panels {
+            for panel in 0..n.div_ceil(NR) {
                 let cols = NR.min(n - panel * NR);
                 // SAFETY: mr rows of this head's q from row start + r0 (dp pairs each, hd/2 apart;
                 // the element index is even, so pairs are whole) and a key panel of dp × NR pairs.
                 unsafe {
-                    microkernel(
-                        q.add(at(start + r0) / 2),
-                        hd / 2,
-                        s.keys[panel * dp * NR..].as_ptr(),
-                        dp,
-                        mr,
-                        &mut tile,
-                    )
+                    microkernel(q.add(at(start + r0) / 2), hd / 2, keys[panel * dp * NR..].as_ptr(), dp, mr, &mut tile)
                 };
                 for r in 0..mr {
                     let dst = &mut s.scores[(r0 + r) * n + panel * NR..][..cols];
@@ -659,13 +687,13 @@ mod avx512_bf16 {
         }
         for r0 in (0..m).step_by(MR) {
             let mr = MR.min(m - r0);
-            for panel in 0..value_panels {
+            for panel in 0..d.div_ceil(NR) {
                 let cols = NR.min(d - panel * NR);
                 // SAFETY: mr rows of np probability pairs and a value panel of np × NR pairs; the
                 // output rows start + r0.. of this head's columns are this task's alone.
                 unsafe {
-                    let values = s.values[panel * np * NR..].as_ptr();
-                    microkernel(s.probs[r0 * np..].as_ptr(), np, values, np, mr, &mut tile);
+                    let panel_values = values[panel * np * NR..].as_ptr();
+                    microkernel(s.probs[r0 * np..].as_ptr(), np, panel_values, np, mr, &mut tile);
                     for r in 0..mr {
                         store(ops.out, at(start + r0 + r) + panel * NR, &tile[r * NR..r * NR + cols]);
                     }

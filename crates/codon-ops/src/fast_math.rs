@@ -73,12 +73,12 @@ fn softmax_row_generic(row: &mut [f32], bias: &[f32]) {
 /// the second run when the CPU has those features (checked at run time). The loops of `body`
 /// then vectorise eight lanes wide where they can.
 macro_rules! avx2_when_available {
-    ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+    ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
-        pub fn $name($($arg: $ty),*) {
+        pub fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
-            fn avx2($($arg: $ty),*) $body
+            fn avx2($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                 // SAFETY: the CPU has the features `avx2` was compiled for.
@@ -93,6 +93,34 @@ avx2_when_available! {
     /// Softmax of each `width`-long row of `rows` after adding `bias`.
     pub fn softmax_rows(rows: &mut [f32], width: usize, bias: &[f32]) {
         rows.chunks_mut(width).for_each(|row| softmax_row_generic(row, bias));
+    }
+}
+
+avx2_when_available! {
+    /// The mean of `row` and 1/√(variance + eps), summed in eight lanes.
+    pub fn moments(row: &[f32], eps: f32) -> (f32, f32) {
+        let n = row.len() as f32;
+        let mean = sum(row) / n;
+        let mut lanes = [0f32; 8];
+        let chunks = row.chunks_exact(8);
+        let tail: f32 = chunks.remainder().iter().map(|x| (x - mean) * (x - mean)).sum();
+        for c in chunks {
+            for (l, x) in lanes.iter_mut().zip(c) {
+                *l += (x - mean) * (x - mean);
+            }
+        }
+        let var = (lanes.iter().sum::<f32>() + tail) / n;
+        (mean, 1.0 / (var + eps).sqrt())
+    }
+}
+
+avx2_when_available! {
+    /// `row` ← (row − mean)/√(variance + eps)·w + b.
+    pub fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+        let (mean, rstd) = moments(row, eps);
+        for ((v, w), b) in row.iter_mut().zip(w).zip(b) {
+            *v = (*v - mean) * rstd * w + b;
+        }
     }
 }
 

@@ -17,6 +17,7 @@ use candle_ascend::fused;
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::f32_views::{f32_vec, pair_f32, store_like};
+use crate::fast_math;
 use crate::support::LaunchState;
 
 /// LayerNorm of the residual sum `x + residual`. Parts with `aclnnAddLayerNorm` add and
@@ -156,14 +157,7 @@ pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle
     out.to_dtype(x.dtype())
 }
 
-/// Mean and 1/σ of one row.
-#[inline]
-fn moments(row: &[f32], eps: f32) -> (f32, f32) {
-    let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n;
-    (mean, 1.0 / (var + eps).sqrt())
-}
+use crate::fast_math::moments;
 
 /// `(x − μ)/√(σ² + eps)·w + b` over the last dimension of x; w and b are (hidden,).
 pub struct LayerNorm {
@@ -200,13 +194,23 @@ impl CustomOp3 for LayerNorm {
             candle_core::bail!("layer_norm: weight and bias must have {hidden} elements");
         }
         let (w, b) = (f32_vec(s2, l2, "layer_norm")?, f32_vec(s3, l3, "layer_norm")?);
+        let eps = self.eps;
+        if let CpuStorage::BF16(v) = s1 {
+            // bf16 rows are widened into a row buffer and rounded once on the way out.
+            let x = crate::f32_views::contiguous(v, l1, "layer_norm")?;
+            let mut out = vec![half::bf16::ZERO; x.len()];
+            out.par_chunks_mut(hidden).zip(x.par_chunks(hidden)).for_each_init(
+                || vec![0f32; hidden],
+                |row, (dst, src)| {
+                    row.iter_mut().zip(src).for_each(|(r, s)| *r = s.to_f32());
+                    fast_math::layer_norm_row(row, &w, &b, eps);
+                    dst.iter_mut().zip(row.iter()).for_each(|(d, r)| *d = half::bf16::from_f32(*r));
+                },
+            );
+            return Ok((CpuStorage::BF16(out), l1.shape().clone()));
+        }
         let mut x = f32_vec(s1, l1, "layer_norm")?;
-        x.par_chunks_mut(hidden).for_each(|row| {
-            let (mean, rstd) = moments(row, self.eps);
-            for ((v, w), b) in row.iter_mut().zip(&w).zip(&b) {
-                *v = (*v - mean) * rstd * w + b;
-            }
-        });
+        x.par_chunks_mut(hidden).for_each(|row| fast_math::layer_norm_row(row, &w, &b, eps));
         Ok((store_like(s1, x), l1.shape().clone()))
     }
 
