@@ -2,7 +2,7 @@
 configuration, random weights).
 
 usage: python3 benches/compare_transformers.py [--repeats 3] [--rounds 3] [--lengths 502 1002]
-           [--batch 1] [--dtypes f32 bf16] [--predict 48]
+           [--batch 1] [--dtypes f32 bf16] [--predict 48] [--score]
 
 - Forward passes: each configuration (length, attention, dtype) runs in fresh processes,
   `--rounds` times, alternating the two implementations within each round so both see the same
@@ -12,6 +12,8 @@ usage: python3 benches/compare_transformers.py [--repeats 3] [--rounds 3] [--len
   process (model load included); torch runs upstream's per-protein loop (one forward per
   protein, argmax) and a padded batch of 8 proteins at a time, both timed after the model load.
   Identical DNA is counted against ours.
+- `--score`: our whole `codon score` process (start, model load, one forward at --batch × the
+  first length, full attention, the output written) beside torch's in-process forward.
 Without torch + transformers installed it reports this crate's figures only.
 """
 import argparse
@@ -128,6 +130,38 @@ def compare_predict(count, dtypes):
                   f"{t['loop_identical']:>4}/{count}", flush=True)
 
 
+def compare_score(batch, n, dtypes, rounds, repeats):
+    """Our whole `codon score` process (start, model load, one forward, write) on `batch`
+    sequences of n tokens, beside torch's in-process forward (median of `repeats`), per dtype."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BigBirdConfig, BigBirdForMaskedLM
+    folder = tempfile.mkdtemp(prefix="codon-score-")
+    torch.manual_seed(0)
+    BigBirdForMaskedLM(BigBirdConfig(vocab_size=90, type_vocab_size=164, sep_token_id=2)).save_pretrained(
+        folder, safe_serialization=True)
+    ids = torch.tensor([[1] + [26 + (i * 7 % 64) for i in range(1, n - 1)] + [2]] * batch)
+    inputs = os.path.join(folder, "inputs.safetensors")
+    save_file({"input_ids": ids, "token_type_ids": torch.full_like(ids, 51), "attention_mask": torch.ones_like(ids),
+               "labels": torch.full_like(ids, -100)}, inputs)
+    subprocess.run(["cargo", "build", "--quiet", "--release", "--bin", "codon"], check=True)
+    out = os.path.join(tempfile.mkdtemp(prefix="codon-scores-"), "scores.safetensors")
+    print(f"{'score process':>22} {'ours s':>8} {'torch s':>8} {'ratio':>6}")
+    for dtype in dtypes:
+        ours_s, torch_s = [], []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            subprocess.run(["target/release/codon", "score", "--model", folder, "--inputs", inputs, "--output", out,
+                            "--dtype", dtype, "--attention", "full"], check=True, capture_output=True)
+            ours_s.append(time.perf_counter() - start)
+            t = torch_run(n, "full", repeats, batch, dtype)
+            if t:
+                torch_s.append(t["median_s"])
+        a = sorted(ours_s)[len(ours_s) // 2]
+        b = sorted(torch_s)[len(torch_s) // 2] if torch_s else float("nan")
+        print(f"{f'{batch}x{n} {dtype}':>22} {a:8.3f} {b:8.3f} {a / b:6.2f}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=3)
@@ -137,6 +171,8 @@ def main():
     p.add_argument("--dtypes", nargs="*", default=["f32"], choices=["f32", "bf16"])
     p.add_argument("--long", action="store_true", help="also 2048 tokens, full and block-sparse")
     p.add_argument("--predict", type=int, default=0, metavar="N", help="also batch prediction of N proteins")
+    p.add_argument("--score", action="store_true",
+                   help="also our whole `codon score` process beside torch's forward, at --batch × the first length")
     args = p.parse_args()
     torch_available = have_torch()
     shapes = [(n, "full") for n in args.lengths] + ([(2048, "full"), (2048, "block-sparse")] if args.long else [])
@@ -155,6 +191,8 @@ def main():
         label = f"{attention} {args.batch}x{n} {dtype}"
         print(f"{label:>22} {a['median_s']:8.3f} {b['median_s'] if b else float('nan'):8.3f} "
               f"{ratio:>6} {a['peak_rss_mb']:12.0f} {b['peak_rss_mb'] if b else float('nan'):13.0f}", flush=True)
+    if args.score and torch_available:
+        compare_score(args.batch, args.lengths[0], args.dtypes, args.rounds, args.repeats)
     if args.predict and not torch_available:
         print("--predict needs torch to make the model: skipped")
     elif args.predict:

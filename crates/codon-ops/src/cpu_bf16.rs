@@ -526,9 +526,34 @@ mod avx512_bf16 {
     ///
     /// # Safety
     /// The CPU has avx512f and avx512bf16; a holds mr rows of kp pairs, b kp × NR pairs.
-    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[inline(always)]
     unsafe fn microkernel(a: *const u32, lda: usize, b: *const u32, kp: usize, mr: usize, tile: &mut [f32; MR * NR]) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        // A whole block of rows gets a body with its row loop unrolled (no test per row and
+        // step, which costs most where k is short, as in attention's q·kᵀ over 32 pairs).
+        let t = tile.as_mut_ptr();
+        // SAFETY: the caller's contract; row r of the tile starts at t + r·NR.
+        unsafe {
+            if mr == MR {
+                return rows_kernel::<MR>(a, lda, b, kp, t);
+            }
+            let mut r = 0;
+            if mr >= 4 {
+                rows_kernel::<4>(a, lda, b, kp, t);
+                r = 4;
+            }
+            for r in r..mr {
+                rows_kernel::<1>(a.add(r * lda), lda, b, kp, t.add(r * NR));
+            }
+        }
+    }
+
+    /// [`microkernel`] for exactly M rows, into M rows of NR f32 at `out`.
+    ///
+    /// # Safety
+    /// As [`microkernel`] with mr = M; `out` holds M × NR values.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn rows_kernel<const M: usize>(a: *const u32, lda: usize, b: *const u32, kp: usize, out: *mut f32) {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
         for p in 0..kp {
             // SAFETY: b holds kp × NR values.
             let (b0, b1) = unsafe {
@@ -538,19 +563,19 @@ mod avx512_bf16 {
                 )
             };
             let (b0, b1) = (as_bf16_pairs(b0), as_bf16_pairs(b1));
-            for (r, acc) in acc.iter_mut().enumerate().take(mr) {
-                // SAFETY: a holds mr rows of kp pairs, lda apart.
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: a holds M rows of kp pairs, lda apart.
                 let pair = unsafe { a.add(r * lda + p).read_unaligned() };
                 let av = as_bf16_pairs(_mm512_set1_epi32(pair as i32));
                 acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
             }
         }
-        for (r, acc) in acc.iter().enumerate().take(mr) {
-            // SAFETY: row r < MR of the tile holds NR = 32 values.
+        for (r, acc) in acc.iter().enumerate() {
+            // SAFETY: row r < M of `out` holds NR = 32 values.
             unsafe {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
+                _mm512_storeu_ps(out.add(r * NR), acc[0]);
+                _mm512_storeu_ps(out.add(r * NR + 16), acc[1]);
             }
         }
     }

@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
+use rayon::prelude::*;
 
 use super::config::BigBirdConfig;
 use super::model::{parameter_shapes, BigBirdForMaskedLM};
@@ -24,12 +25,13 @@ const IGNORED_KEYS: [&str; 4] = [
     "bert.embeddings.token_type_ids",
 ];
 
-/// Read every tensor of a checkpoint file, by extension.
-fn read_tensors(path: &Path, device: &Device) -> Result<Vec<(String, Tensor)>> {
+/// Read every tensor of a checkpoint file, by extension; safetensors files' f32 tensors are
+/// made in `dtype` as they are read.
+fn read_tensors(path: &Path, device: &Device, dtype: DType) -> Result<Vec<(String, Tensor)>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
     let context = |e: candle_core::Error| CodonError::Tensor { op: format!("reading {}", path.display()), source: e };
     match ext.as_str() {
-        "safetensors" => Ok(candle_core::safetensors::load(path, device).map_err(context)?.into_iter().collect()),
+        "safetensors" => read_safetensors(path, device, dtype).map_err(context),
         "pt" | "pth" | "bin" | "ckpt" => {
             // Lightning checkpoints keep the weights under "state_dict"; plain dumps are the dict itself.
             let tensors = match candle_core::pickle::read_all_with_key(path, Some("state_dict")) {
@@ -43,6 +45,31 @@ fn read_tensors(path: &Path, device: &Device) -> Result<Vec<(String, Tensor)>> {
             path.display()
         ))),
     }
+}
+
+/// A safetensors file's tensors. f32 tensors (what transformers writes) are converted to
+/// `dtype` straight from the file's bytes, in parallel: one pass, with no f32 copy of the whole
+/// model first. Other dtypes load as stored and are cast.
+fn read_safetensors(path: &Path, device: &Device, dtype: DType) -> candle_core::Result<Vec<(String, Tensor)>> {
+    let bytes = std::fs::read(path)?;
+    let file = safetensors::SafeTensors::deserialize(&bytes)?;
+    file.tensors()
+        .into_par_iter()
+        .map(|(name, view)| {
+            let words = || view.data().par_chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            let cpu = &Device::Cpu;
+            let t = match (view.dtype(), dtype) {
+                (safetensors::Dtype::F32, DType::F32) => {
+                    Tensor::from_vec(words().collect::<Vec<f32>>(), view.shape(), cpu)?
+                }
+                (safetensors::Dtype::F32, DType::BF16) => {
+                    Tensor::from_vec(words().map(half::bf16::from_f32).collect::<Vec<_>>(), view.shape(), cpu)?
+                }
+                _ => candle_core::safetensors::Load::load(&view, cpu)?.to_dtype(dtype)?,
+            };
+            Ok((name, t.to_device(device)?))
+        })
+        .collect()
 }
 
 /// Check named tensors against the model's parameters and convert them to `dtype`.
@@ -120,7 +147,7 @@ pub fn load_model(
     if !file.exists() {
         return Err(CodonError::io(&file, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file")));
     }
-    let tensors = read_tensors(&file, device)?;
+    let tensors = read_tensors(&file, device, dtype)?;
     let named = check_tensors(&config, &file, tensors, dtype)?;
     BigBirdForMaskedLM::from_named(config, named)
 }
