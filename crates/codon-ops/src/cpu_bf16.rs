@@ -12,14 +12,15 @@
 //! cannot change keeps the packed copy (`linear::LinearLayer`). x is rounded to bf16 on the
 //! fast paths; sums, the epilogue and the softmax of [`attention`] are f32.
 //!
-//! `CODON_CPU_ISA=avx512` leaves AMX out and `CODON_CPU_ISA=avx2` forces the portable path, so
-//! one machine tests every path it has.
+//! `CODON_CPU_ISA` ([`crate::cpu_isa`]) leaves AMX or every fast path out, so one machine tests
+//! every path it has.
 
 use candle_core::Result;
 use half::bf16;
 use rayon::prelude::*;
 
 use crate::cpu_gemm::{matmul_into, Mat};
+use crate::cpu_isa::{amx_forced_off, portable_forced};
 
 /// Which kernel [`linear`] runs on this machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,20 +31,6 @@ pub enum Bf16Path {
     Avx512Bf16,
     /// f32 `gemm` on widened weights.
     WidenedF32,
-}
-
-/// Whether `CODON_CPU_ISA=avx2` asks the kernels for the portable path.
-pub fn portable_forced() -> bool {
-    forced_isa().is_some_and(|isa| isa.eq_ignore_ascii_case("avx2"))
-}
-
-/// Whether `CODON_CPU_ISA` (`avx512` or `avx2`) leaves AMX out.
-pub fn amx_forced_off() -> bool {
-    forced_isa().is_some_and(|isa| isa.eq_ignore_ascii_case("avx512") || isa.eq_ignore_ascii_case("avx2"))
-}
-
-fn forced_isa() -> Option<String> {
-    std::env::var("CODON_CPU_ISA").ok()
 }
 
 /// The paths this machine has, fastest first.
@@ -459,11 +446,17 @@ mod avx512_bf16 {
         epilogue: &Epilogue,
         out: OutPtr,
     ) {
+        let additions = Epilogue { activation: None, ..*epilogue };
         for r in 0..mr {
-            let vals = &mut tile[r * NR..r * NR + cols];
-            epilogue.apply(vals, r0 + r, col0, n);
+            additions.apply(&mut tile[r * NR..r * NR + cols], r0 + r, col0, n);
+        }
+        // The activation over the whole tile in one call (its columns past `cols` are unused).
+        if let Some(f) = epilogue.activation {
+            f(&mut tile[..mr * NR]);
+        }
+        for r in 0..mr {
             // SAFETY: the caller's contract.
-            unsafe { store(out, (r0 + r) * n + col0, vals) };
+            unsafe { store(out, (r0 + r) * n + col0, &tile[r * NR..r * NR + cols]) };
         }
     }
 

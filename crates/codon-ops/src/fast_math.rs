@@ -69,20 +69,25 @@ fn softmax_row_generic(row: &mut [f32], bias: &[f32]) {
     row.iter_mut().for_each(|x| *x *= inv);
 }
 
-/// `pub fn name(args) body`, compiled twice: once for the baseline CPU and once for AVX2 + FMA,
-/// the second run when the CPU has those features (checked at run time). The loops of `body`
-/// then vectorise eight lanes wide where they can.
+/// `pub fn name(args) body`, compiled three times: for AVX-512, for AVX2 + FMA and for the
+/// baseline CPU; the first the CPU has runs (checked at run time; `CODON_CPU_ISA=avx2` leaves
+/// AVX-512 out). The loops of `body` then vectorise sixteen or eight lanes wide where they can.
 macro_rules! avx2_when_available {
     ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
         pub fn $name($($arg: $ty),*) $(-> $ret)? {
             #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            fn avx512($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             fn avx2($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU has the features `avx2` was compiled for.
-                return unsafe { avx2($($arg),*) };
+            match crate::cpu_isa::simd_level() {
+                // SAFETY: the CPU has the features each body was compiled for.
+                crate::cpu_isa::SimdLevel::Avx512 => return unsafe { avx512($($arg),*) },
+                crate::cpu_isa::SimdLevel::Avx2 => return unsafe { avx2($($arg),*) },
+                crate::cpu_isa::SimdLevel::Baseline => {}
             }
             $body
         }

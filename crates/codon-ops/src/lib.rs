@@ -11,6 +11,7 @@ pub mod activation;
 pub mod attention;
 pub mod cpu_bf16;
 pub mod cpu_gemm;
+pub mod cpu_isa;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;

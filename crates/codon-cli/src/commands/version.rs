@@ -27,7 +27,7 @@ pub fn long_version() -> &'static str {
 /// The kernels this CPU runs: the widest instruction set found at run time (`CODON_CPU_ISA=avx2`
 /// forces the portable path and `avx512` leaves AMX out, as the kernels do).
 pub fn cpu_path() -> String {
-    let forced = codon_ops::cpu_bf16::portable_forced();
+    let forced = codon_ops::cpu_isa::portable_forced();
     #[cfg(target_arch = "x86_64")]
     {
         let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
