@@ -10,9 +10,14 @@ pub use codon_vocab::files::*;
 
 use crate::error::{Result, TensorContext};
 
-/// Write tensors as a safetensors file, atomically and with ordinary permissions.
+/// Write tensors as a safetensors file, atomically and with ordinary permissions. The header
+/// carries `{"format": "pt"}`, as transformers' `save_pretrained` writes it: transformers 4.x
+/// refuses a model file without it.
 pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
     write_atomically_replaced(path, |tmp| -> Result<()> {
-        candle_core::safetensors::save(tensors, tmp).op(&format!("writing {}", path.display()))
+        safetensors::tensor::serialize_to_file(tensors, Some(metadata), tmp)
+            .map_err(candle_core::Error::from)
+            .op(&format!("writing {}", path.display()))
     })
 }

@@ -81,6 +81,10 @@ fn save_then_load_round_trips_exactly() {
             (v - &saved[k]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(diff, 0.0, "{k}");
     }
+    // transformers 4.x loads a safetensors model only when its header says it came from torch.
+    let bytes = std::fs::read(dir.path().join("model.safetensors")).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(header.metadata().as_ref().and_then(|m| m.get("format")).map(String::as_str), Some("pt"));
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
     assert_eq!(config["architectures"][0], "BigBirdForMaskedLM");

@@ -59,6 +59,9 @@ pub fn bf16_path() -> Bf16Path {
     })
 }
 
+/// Values per task when bf16 values are widened.
+const WIDEN_CHUNK: usize = 64 * 1024;
+
 /// Row-major values a kernel reads: f32, or bf16 as stored.
 #[derive(Debug, Clone, Copy)]
 pub enum Values<'a> {
@@ -80,7 +83,13 @@ impl Values<'_> {
     fn widened(&self) -> std::borrow::Cow<'_, [f32]> {
         match self {
             Values::F32(v) => std::borrow::Cow::Borrowed(v),
-            Values::Bf16(v) => std::borrow::Cow::Owned(v.par_iter().map(|e| e.to_f32()).collect()),
+            Values::Bf16(v) => {
+                let mut wide = vec![0f32; v.len()];
+                wide.par_chunks_mut(WIDEN_CHUNK)
+                    .zip(v.par_chunks(WIDEN_CHUNK))
+                    .for_each(|(d, s)| crate::fast_math::widen_bf16(s, d));
+                std::borrow::Cow::Owned(wide)
+            }
         }
     }
 }
@@ -131,10 +140,9 @@ impl OutPtr {
             // SAFETY: in bounds and unshared (the caller's contract).
             OutPtr::F32(p) => unsafe { std::ptr::copy_nonoverlapping(vals.as_ptr(), p.add(offset), vals.len()) },
             OutPtr::Bf16(p) => {
-                for (i, &v) in vals.iter().enumerate() {
-                    // SAFETY: as above.
-                    unsafe { *p.add(offset + i) = bf16::from_f32(v) };
-                }
+                // SAFETY: as above.
+                let dst = unsafe { std::slice::from_raw_parts_mut(p.add(offset), vals.len()) };
+                crate::fast_math::round_to_bf16(vals, dst);
             }
         }
     }

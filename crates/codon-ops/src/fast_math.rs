@@ -129,6 +129,20 @@ avx2_when_available! {
     }
 }
 
+avx2_when_available! {
+    /// `dst[i]` ← `src[i]` rounded to bf16 (to nearest, ties to even).
+    pub fn round_to_bf16(src: &[f32], dst: &mut [half::bf16]) {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = half::bf16::from_f32(*s));
+    }
+}
+
+avx2_when_available! {
+    /// `dst[i]` ← `src[i]` as f32 (exact).
+    pub fn widen_bf16(src: &[half::bf16], dst: &mut [f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+    }
+}
+
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044_715;
 

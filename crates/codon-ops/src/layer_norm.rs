@@ -202,9 +202,9 @@ impl CustomOp3 for LayerNorm {
             out.par_chunks_mut(hidden).zip(x.par_chunks(hidden)).for_each_init(
                 || vec![0f32; hidden],
                 |row, (dst, src)| {
-                    row.iter_mut().zip(src).for_each(|(r, s)| *r = s.to_f32());
+                    fast_math::widen_bf16(src, row);
                     fast_math::layer_norm_row(row, &w, &b, eps);
-                    dst.iter_mut().zip(row.iter()).for_each(|(d, r)| *d = half::bf16::from_f32(*r));
+                    fast_math::round_to_bf16(row, dst);
                 },
             );
             return Ok((CpuStorage::BF16(out), l1.shape().clone()));
