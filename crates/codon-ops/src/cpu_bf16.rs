@@ -326,7 +326,9 @@ pub fn linear_on(
 /// k, v and out (batch, n, heads·d) as the projections leave them (no head split or merge copy)
 /// and `bias` (batch, n) f32, the key mask's penalties. The products run on `vdpbf16ps` with f32
 /// sums, the softmax in f32, and the probabilities are rounded to bf16 for the product with v.
-/// `Ok(false)` where the CPU lacks AVX512-BF16 or d is odd (the caller then takes another path).
+/// `Ok(false)` where d is odd or this machine's bf16 path is not AVX512-BF16 (the caller then
+/// takes another path): without it there is no fast bf16 product, and on AMX parts `vdpbf16ps`
+/// ran at half the f32 FMAs' rate (docs/model.md), so they keep the f32 attention.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[bf16],
@@ -341,7 +343,7 @@ pub fn attention(
     if [q.len(), k.len(), v.len(), out.len()].iter().any(|&l| l != len) || bias.len() != batch * n {
         candle_core::bail!("bf16 attention: operands do not fit ({batch}, {n}, {heads}×{d})");
     }
-    if !avx512_bf16::available() || portable_forced() || !d.is_multiple_of(2) {
+    if bf16_path() != Bf16Path::Avx512Bf16 || !d.is_multiple_of(2) {
         return Ok(false);
     }
     avx512_bf16::attention(q, k, v, (batch, n, heads, d), scale, bias, out);
@@ -1100,9 +1102,6 @@ mod tests {
     /// a head narrower than a panel.
     #[test]
     fn bf16_attention_matches_the_reference() {
-        if !available_paths().contains(&Bf16Path::Avx512Bf16) || portable_forced() {
-            eprintln!("no AVX512-BF16 on this CPU: the kernel declines (checked below)");
-        }
         for (batch, n, heads, d) in [(2, 37, 3, 64), (1, 130, 2, 8), (1, 64, 1, 64), (3, 1, 2, 4)] {
             let len = batch * n * heads * d;
             let val = |seed: usize| -> Vec<bf16> {
@@ -1124,10 +1123,12 @@ mod tests {
             let mut out = vec![bf16::ZERO; len];
             let scale = 1.0 / (d as f32).sqrt();
             let ran = attention(&q, &k, &v, (batch, n, heads, d), scale, &bias, &mut out).unwrap();
-            assert_eq!(ran, avx512_bf16::available() && !portable_forced());
-            if !ran {
+            assert_eq!(ran, bf16_path() == Bf16Path::Avx512Bf16);
+            // The kernel itself wherever the CPU has it (an AMX part included).
+            if !avx512_bf16::available() {
                 continue;
             }
+            avx512_bf16::attention(&q, &k, &v, (batch, n, heads, d), scale, &bias, &mut out);
             let want = attention_reference(&q, &k, &v, (batch, n, heads, d), &bias);
             for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
                 let got = f64::from(got.to_f32());
