@@ -21,6 +21,8 @@ plus this package's wheel):
 """
 
 import argparse
+import importlib.machinery
+import importlib.util
 import os
 import platform
 import random
@@ -33,10 +35,16 @@ import types
 import torch
 import transformers
 
-# Upstream imports these at module level; prediction never uses them.
-for name in ["onnxruntime", "sklearn", "sklearn.utils"]:
-    sys.modules.setdefault(name, types.ModuleType(name))
-sys.modules["sklearn.utils"].shuffle = None
+# Upstream imports these at module level; prediction never uses them. Where they are not
+# installed, stand-ins with a module spec (torch's dynamo asks importlib for one).
+for name in ["onnxruntime", "sklearn"]:
+    if importlib.util.find_spec(name) is None:
+        for module in [name, name + ".utils"]:
+            stub = types.ModuleType(module)
+            stub.__spec__ = importlib.machinery.ModuleSpec(module, None)
+            sys.modules[module] = stub
+        sys.modules[name].utils = sys.modules[name + ".utils"]
+        sys.modules[name + ".utils"].shuffle = None
 
 from CodonTransformer import CodonPrediction as upstream  # noqa: E402
 
