@@ -466,32 +466,8 @@ mod avx512_bf16 {
         }
         for r in 0..mr {
             // SAFETY: the caller's contract.
-            unsafe { store(out, (r0 + r) * n + col0, &tile[r * NR..r * NR + cols]) };
+            unsafe { out.store((r0 + r) * n + col0, &tile[r * NR..r * NR + cols]) };
         }
-    }
-
-    /// [`OutPtr::store`] with bf16 rounding 16 values per instruction.
-    ///
-    /// # Safety
-    /// As [`OutPtr::store`]; the CPU has avx512f and avx512bf16.
-    #[inline(always)]
-    unsafe fn store(out: OutPtr, offset: usize, vals: &[f32]) {
-        let OutPtr::Bf16(p) = out else {
-            // SAFETY: the caller's contract.
-            return unsafe { out.store(offset, vals) };
-        };
-        let mut chunks = vals.chunks_exact(16);
-        let mut at = offset;
-        for c in chunks.by_ref() {
-            // SAFETY: 16 values in, 16 bf16 out inside the caller's part of the output.
-            unsafe {
-                let rounded = _mm512_cvtneps_pbh(_mm512_loadu_ps(c.as_ptr()));
-                _mm256_storeu_si256(p.add(at).cast::<__m256i>(), std::mem::transmute::<__m256bh, __m256i>(rounded));
-            }
-            at += 16;
-        }
-        // SAFETY: as above, for the tail.
-        unsafe { out.store(at, chunks.remainder()) };
     }
 
     /// x (rows × k) rounded to bf16 (to nearest, even on ties) as `pairs` ≥ ⌈k/2⌉ pairs per row,
@@ -723,7 +699,7 @@ mod avx512_bf16 {
                     let panel_values = values[panel * np * NR..].as_ptr();
                     microkernel(s.probs[r0 * np..].as_ptr(), np, panel_values, np, mr, &mut tile);
                     for r in 0..mr {
-                        store(ops.out, at(start + r0 + r) + panel * NR, &tile[r * NR..r * NR + cols]);
+                        ops.out.store(at(start + r0 + r) + panel * NR, &tile[r * NR..r * NR + cols]);
                     }
                 }
             }

@@ -128,15 +128,12 @@ pub fn bf16_attention(
     Tensor::from_vec(out, (b, n, hd), q.device()).map(Some)
 }
 
-/// Run `f` on a contiguous bf16 CPU tensor's elements.
+/// Run `f` on a bf16 CPU tensor's elements ([`crate::f32_views::with_values`]).
 fn with_bf16<R>(t: &Tensor, f: impl FnOnce(&[half::bf16]) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        candle_core::Storage::Cpu(candle_core::CpuStorage::BF16(v)) => {
-            Ok(f(crate::f32_views::contiguous(v, layout, "bf16 attention")?))
-        }
-        _ => candle_core::bail!("bf16 attention: expected a bf16 CPU tensor"),
-    }
+    crate::f32_views::with_values(t, "bf16 attention", |values| match values {
+        crate::cpu_bf16::Values::Bf16(v) => Ok(f(v)),
+        crate::cpu_bf16::Values::F32(_) => candle_core::bail!("bf16 attention: expected a bf16 CPU tensor"),
+    })?
 }
 
 /// The middle query blocks of block-sparse attention, fused, for f32 CPU inference.
