@@ -48,13 +48,14 @@ fn read_tensors(path: &Path, device: &Device, dtype: DType) -> Result<Vec<(Strin
 }
 
 /// A safetensors file's tensors. f32 tensors (what transformers writes) are converted to
-/// `dtype` straight from the file's bytes, in parallel: one pass, with no f32 copy of the whole
-/// model first. Other dtypes load as stored and are cast.
+/// `dtype` straight from the file's bytes, each in parallel: one pass, with no f32 copy of the
+/// whole model first. Other dtypes load as stored and are cast. Tensors go to the device one
+/// after the other, in the file's order, from this thread (a device context is per thread).
 fn read_safetensors(path: &Path, device: &Device, dtype: DType) -> candle_core::Result<Vec<(String, Tensor)>> {
     let bytes = std::fs::read(path)?;
     let file = safetensors::SafeTensors::deserialize(&bytes)?;
     file.tensors()
-        .into_par_iter()
+        .into_iter()
         .map(|(name, view)| {
             let words = || view.data().par_chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
             let cpu = &Device::Cpu;
