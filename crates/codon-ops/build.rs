@@ -2,7 +2,7 @@
 //! capability in CUDA_COMPUTE_CAP (as candle-kernels does; docs/cuda.md), into OUT_DIR.
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=kernels/codon_ops.cu");
+    println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_ROOT");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {

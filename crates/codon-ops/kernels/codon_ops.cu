@@ -2,18 +2,8 @@
 // (a dozen passes and launches for a GELU or layer-norm backward pass) with one. Compiled to PTX
 // by build.rs (nvcc --ptx) and loaded through candle's custom-module cache. Every kernel computes
 // in f32 and rounds its result once to the storage dtype; inputs are contiguous.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <stdint.h>
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+#include "common.cuh"
+#include "attention.cuh"
 
 #define GRID_STRIDE(i, n) for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < (n); i += (uint64_t)blockDim.x * gridDim.x)
 
@@ -131,17 +121,6 @@ __device__ void scatter_add_blocks(uint32_t block_elems, uint32_t blocks, uint32
 // Element i keeps when word i % 4 of Philox4x32-10 at counter {i/4, offset} under the seed is
 // below `threshold` (the host's exact integer form of (w + ½)/2³² < 1 − p); kept elements are
 // multiplied by `scale`. The backward pass draws the same mask again.
-
-__device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint2 k) {
-    for (int round = 0; round < 10; round++) {
-        const uint32_t hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
-        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
-        c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
-        k.x += 0x9E3779B9u;
-        k.y += 0xBB67AE85u;
-    }
-    return c;
-}
 
 template <typename T>
 __device__ void dropout(uint64_t n, const T *x, T *y, uint64_t seed, uint64_t offset, uint64_t threshold, float scale) {
@@ -381,3 +360,24 @@ extern "C" __global__ void adamw_parameter_f32(uint64_t n, float *theta, const f
     }
 
 FOR_DTYPES(EXPORT)
+
+#define EXPORT_ATTENTION(S, T)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_##S(ATTENTION_PARAMS, uint32_t tiles,      \
+                                                                                 const T *q, const T *k, const T *v,    \
+                                                                                 T *out, float *lse) {                  \
+        attention_fwd(ATTENTION_ARGS, tiles, q, k, v, out, lse);                                                       \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS)                                                         \
+        attention_bwd_dq_##S(ATTENTION_PARAMS, uint32_t tiles, const T *q, const T *k, const T *v, const T *out,       \
+                             const T *grad, const float *lse, float *delta, T *dq) {                                   \
+        attention_bwd_dq(ATTENTION_ARGS, tiles, q, k, v, out, grad, lse, delta, dq);                                   \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS)                                                         \
+        attention_bwd_dkv_##S(ATTENTION_PARAMS, const uint32_t *inverse_offsets, const uint32_t *inverse_block,        \
+                              const uint32_t *inverse_range, const T *q, const T *k, const T *v, const T *grad,        \
+                              const float *lse, const float *delta, T *dk, T *dv) {                                    \
+        attention_bwd_dkv(ATTENTION_ARGS, inverse_offsets, inverse_block, inverse_range, q, k, v, grad, lse, delta, dk, \
+                          dv);                                                                                         \
+    }
+
+FOR_DTYPES(EXPORT_ATTENTION)

@@ -51,9 +51,44 @@ impl DropoutStream {
     /// The next draw's mask for `len` elements as multipliers: 0 where dropped, 1/(1 − p) where
     /// kept, with 1 − p rounded to `dtype` first as the device's kernel does.
     pub fn multipliers(&mut self, len: usize, p: f64, dtype: DType) -> candle_core::Result<Vec<f32>> {
+        Ok(self.draw(p)?.multipliers(len, dtype))
+    }
+
+    /// The next draw, for an op that draws each element of its mask where it needs it.
+    pub fn draw(&mut self, p: f64) -> candle_core::Result<DropoutDraw> {
         check_p(p)?;
         let (seed, offset) = self.next_draw();
-        Ok(multipliers(seed, offset, len, p, dtype))
+        Ok(DropoutDraw { p, seed, offset })
+    }
+}
+
+/// One draw of a [`DropoutStream`]: the key of its mask and the probability (in [0, 1)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutDraw {
+    /// Probability of dropping an element.
+    pub p: f64,
+    /// The stream's seed.
+    pub seed: u64,
+    /// The draw's place in its stream.
+    pub offset: u64,
+}
+
+impl DropoutDraw {
+    /// The draw's mask for `len` elements as multipliers (see [`DropoutStream::multipliers`]).
+    pub fn multipliers(&self, len: usize, dtype: DType) -> Vec<f32> {
+        multipliers(self.seed, self.offset, len, self.p, dtype)
+    }
+
+    /// The integer form of the keep test that the CUDA kernels apply to each mask word.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn keep_threshold(&self) -> u64 {
+        keep_threshold(self.p)
+    }
+
+    /// A kept element's multiplier in f32, as [`Self::multipliers`] gives it.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn kept_multiplier(&self, dtype: DType) -> f32 {
+        1.0 / keep_probability(self.p, dtype)
     }
 }
 
@@ -111,7 +146,6 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
 
 /// The Philox words that keep an element: w keeps when (w + ½)/2³² < 1 − p (the FLOAT keep
 /// probability), that is when w is below the returned bound.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn keep_threshold(p: f64) -> u64 {
     let keep = f64::from((1.0 - p) as f32);
     // keep·2³² is exact in f64 (keep has 24 significant bits), and so is the half subtracted.

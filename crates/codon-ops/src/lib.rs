@@ -35,7 +35,7 @@ pub(crate) fn cuda_kernels_take(t: &candle_core::Tensor) -> bool {
     t.device().is_cuda() && support::cuda_kernels_take(t.dtype())
 }
 pub use cross_entropy::cross_entropy;
-pub use dropout::{dropout, DropoutStream};
+pub use dropout::{dropout, DropoutDraw, DropoutStream};
 pub use embedding::embedding;
 pub use layer_norm::{add_layer_norm, layer_norm};
 pub use linear::linear;

@@ -2,7 +2,8 @@
 //! query block in between to its own set of key blocks (the same number per block, chosen
 //! per head), so time and memory grow linearly with the sequence length. One entry,
 //! [`block_sparse_attention`], picks the body:
-//! - CPU training: the [`BlockAttention`] op over the key blocks as an [`AttentionPlan`];
+//! - CPU training, and CUDA GPUs where opted in: the [`BlockAttention`] op over the key blocks as
+//!   an [`AttentionPlan`];
 //! - CPU inference: the chunked kernels of [`super::cpu_inference`], reading key blocks in place;
 //! - a part with flash attention: one `aclnnFlashAttentionScore` each way over q, k, v as they
 //!   are, the blocks a query block does not see masked at their tokens (`masked_flash`), when
@@ -20,8 +21,8 @@ use std::sync::OnceLock;
 
 use candle_core::{DType, Tensor};
 
+use super::block_attention::{AttentionPlan, BlockAttention, KeyRange};
 use super::block_table::BlockTable;
-use super::cpu_training::{AttentionPlan, BlockAttention, KeyRange};
 use super::flash::{flash_attention_heads, flash_attention_packed, FlashKeys, FlashState};
 use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
 
@@ -209,8 +210,8 @@ pub fn block_sparse_attention(
     let needs_grad = [q, k, v].iter().any(|t| t.track_op());
     let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
     let absent = keys.absent_penalties();
-    if on_cpu && needs_grad {
-        let op = BlockAttention::new(cpu_plan(b, n, masks, keys, &absent, scale)?);
+    if on_cpu && needs_grad || super::block_attention::cuda_body_runs(q, d) {
+        let op = BlockAttention::new(plan(b, n, masks, keys, &absent, scale)?);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
     }
     let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale, chunk_bytes: masks.middle_chunk_bytes };
@@ -283,9 +284,9 @@ pub fn block_sparse_attention(
     heads.reshape((b, n, hd))
 }
 
-/// The CPU training kernel's plan: global blocks 0 and nb−1 see every key; block j in between
-/// sees its table row.
-fn cpu_plan(
+/// The [`BlockAttention`] plan: global blocks 0 and nb−1 see every key; block j in between sees
+/// its table row.
+fn plan(
     b: usize,
     n: usize,
     masks: &BlockSparseMask,

@@ -1,7 +1,7 @@
 //! The CPU attention bodies for inference, which keep no probabilities: for each
 //! (batch × head) slice, scores, masked softmax and the product with the values are computed
 //! chunk by chunk in a small per-thread buffer, so the (n × n) score matrix is never
-//! materialised and no large temporary is allocated. Training uses [`super::cpu_training`],
+//! materialised and no large temporary is allocated. Training uses [`super::block_attention`],
 //! which keeps the probabilities for its backward pass.
 
 use candle_core::{DType, Device, Tensor};

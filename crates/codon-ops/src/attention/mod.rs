@@ -1,14 +1,15 @@
 //! Attention, with a body per device, behind two entries: [`full_attention`] and
-//! [`block_sparse_attention`]. The bodies: [`cpu_training`], the `BlockAttention` op that keeps
-//! its probabilities for a fused backward pass (full and block-sparse key sets);
+//! [`block_sparse_attention`]. The bodies: [`block_attention`], the `BlockAttention` op with its
+//! own backward pass over full and block-sparse key sets (CPU training; on a CUDA GPU, flash
+//! attention where opted in);
 //! [`cpu_inference`], chunked kernels that keep nothing; [`flash`], the Ascend body where the
 //! part has `aclnnFlashAttentionScore` (the A2); and the composed ops elsewhere.
 //! [`block_sparse`] holds block-sparse attention's own device path. [`reference()`] is the
 //! composed computation, for tests.
+pub mod block_attention;
 pub mod block_sparse;
 mod block_table;
 pub mod cpu_inference;
-pub mod cpu_training;
 pub mod flash;
 
 use crate::support::{runs_natively, FusedOp};
@@ -19,7 +20,7 @@ pub use flash::{flash_attention, flash_attention_heads, flash_attention_packed, 
 
 use crate::activation::ScaledSoftmax;
 use crate::dropout::DropoutStream;
-use cpu_training::{AttentionPlan, BlockAttention, KeyRange};
+use block_attention::{AttentionPlan, BlockAttention, KeyRange};
 
 /// Query rows per block when full attention trains on the CPU.
 const FULL_QUERY_BLOCK: usize = 64;
@@ -51,9 +52,10 @@ pub fn full_attention(
     }
     let scale = 1.0 / ((hd / heads) as f64).sqrt();
     let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
-    if on_cpu && [q, k, v].iter().any(|t| t.track_op()) {
-        let mask = match dropout {
-            Some((stream, p)) => Some(stream.multipliers(b * heads * n * n, p, q.dtype())?),
+    let trains_on_cpu = on_cpu && [q, k, v].iter().any(|t| t.track_op());
+    if trains_on_cpu || block_attention::cuda_body_runs(q, hd / heads) {
+        let draw = match dropout {
+            Some((stream, p)) => Some(stream.draw(p)?),
             None => None,
         };
         let blocks = n.div_ceil(FULL_QUERY_BLOCK);
@@ -66,7 +68,7 @@ pub fn full_attention(
             key_penalty: key_bias.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?,
             query_mask: None,
             scale: scale as f32,
-            dropout: mask,
+            dropout: draw,
         };
         let op = BlockAttention::new(plan);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);

@@ -1,20 +1,27 @@
-//! Attention with its own backward pass, for training on the CPU.
+//! Attention with its own backward pass: the `BlockAttention` op, with a CPU body and a CUDA body.
 //!
 //! The queries are cut into blocks of rows, and each block attends to a list of key ranges:
 //! full attention is one range of every key, BigBird's block-sparse attention is the global,
-//! sliding and random key blocks (transformers' `BigBirdBlockSparseAttention`). Per (sequence,
-//! head) the kernel gathers a block's keys and values, computes softmax(q·kᵀ·scale + penalty)·v,
-//! and keeps the
-//! probabilities for the backward pass, which then needs four small GEMMs per block and no
-//! saved score, gathered key or transposed copy. q, k, v and the output stay in the
-//! (batch, tokens, heads·head_dim) layout of the projections: a head is a column range.
+//! sliding and random key blocks (transformers' `BigBirdBlockSparseAttention`). q, k, v and the
+//! output stay in the (batch, tokens, heads·head_dim) layout of the projections: a head is a
+//! column range.
+//! - The CPU body, per (sequence, head), gathers a block's keys and values, computes
+//!   softmax(q·kᵀ·scale + penalty)·v, and keeps the probabilities for the backward pass, which
+//!   then needs four small GEMMs per block and no saved score, gathered key or transposed copy.
+//! - The CUDA body (`attention_*` in `kernels/codon_ops.cu`) is flash attention over the same
+//!   plan: no score in memory, one log-sum-exp per row kept, the probabilities and the dropout
+//!   mask computed again in the backward pass, the key gradients summed in a fixed order. It
+//!   takes heads of up to [`CUDA_MAX_HEAD_DIM`] dimensions and runs only where
+//!   [`cuda_body_runs`]: it has not yet run on a GPU, so it waits behind `CODON_CUDA_ATTENTION=fused`
+//!   until `cuda_bodies` has passed on one.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::cpu_gemm::{matmul_into, Mat};
+use crate::dropout::DropoutDraw;
 use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32};
 use crate::fast_math;
 
@@ -48,9 +55,9 @@ pub struct AttentionPlan {
     pub query_mask: Option<Vec<f32>>,
     /// Score scale, 1/√head_dim.
     pub scale: f32,
-    /// Dropout on the probabilities, (batch, heads, seq_len, seq_len) of 0 or 1/(1 − p);
-    /// only when every query block attends to all keys.
-    pub dropout: Option<Vec<f32>>,
+    /// Dropout on the probabilities: the draw whose mask covers (batch, heads, seq_len,
+    /// seq_len); only when every query block attends to all keys.
+    pub dropout: Option<DropoutDraw>,
 }
 
 impl AttentionPlan {
@@ -71,7 +78,7 @@ impl AttentionPlan {
             && ranges_fit
             && self.key_penalty.len() == b * n
             && self.query_mask.as_ref().is_none_or(|m| m.len() == b * n)
-            && self.dropout.as_ref().is_none_or(|m| full && m.len() == b * self.heads * n * n);
+            && (self.dropout.is_none() || full);
         if !ok {
             candle_core::bail!("attention: the plan does not fit q, k, v of shape {dims:?}");
         }
@@ -82,15 +89,46 @@ impl AttentionPlan {
 /// Block attention over q, k, v of shape (batch, tokens, heads·head_dim); see the module.
 pub struct BlockAttention {
     plan: AttentionPlan,
-    /// Softmax probabilities (before dropout) per (sequence, head), block after block.
+    /// CPU: softmax probabilities (before dropout) per (sequence, head), block after block.
     probs: Mutex<Vec<Vec<f32>>>,
+    /// CPU: the plan's dropout mask as multipliers, drawn once for both passes.
+    mask: OnceLock<Vec<f32>>,
+    /// CUDA: the plan on the device and each row's log-sum-exp, for the backward pass.
+    #[cfg(feature = "cuda")]
+    saved: Mutex<Option<std::sync::Arc<cuda_launch::Saved>>>,
 }
 
 impl BlockAttention {
     /// The op for one forward pass.
     pub fn new(plan: AttentionPlan) -> Self {
-        Self { plan, probs: Mutex::new(Vec::new()) }
+        Self {
+            plan,
+            probs: Mutex::new(Vec::new()),
+            mask: OnceLock::new(),
+            #[cfg(feature = "cuda")]
+            saved: Mutex::new(None),
+        }
     }
+
+    /// The dropout multipliers of the plan's draw (b, h, n, n), drawn on first use.
+    fn dropout_mask(&self, dtype: DType) -> Option<&[f32]> {
+        let draw = self.plan.dropout?;
+        let p = &self.plan;
+        Some(self.mask.get_or_init(|| draw.multipliers(p.batch * p.heads * p.seq_len * p.seq_len, dtype)))
+    }
+}
+
+/// The largest head the CUDA body takes: two threads share a row, each holding half of its
+/// columns in registers.
+pub const CUDA_MAX_HEAD_DIM: usize = 64;
+
+/// Whether attention over `q` (batch, tokens, heads·`head_dim`) runs the CUDA body: on a GPU, in
+/// a dtype the kernels take, heads of at most [`CUDA_MAX_HEAD_DIM`], and opted in with
+/// `CODON_CUDA_ATTENTION=fused` (the body has not run on a GPU yet; docs/cuda.md).
+pub fn cuda_body_runs(q: &Tensor, head_dim: usize) -> bool {
+    static OPTED_IN: OnceLock<bool> = OnceLock::new();
+    let opted_in = *OPTED_IN.get_or_init(|| std::env::var("CODON_CUDA_ATTENTION").is_ok_and(|v| v == "fused"));
+    opted_in && crate::cuda_kernels_take(q) && head_dim <= CUDA_MAX_HEAD_DIM
 }
 
 /// One (sequence, head): where its rows and columns sit in the (batch, tokens, hidden) tensors.
@@ -169,6 +207,7 @@ impl BlockAttention {
         q: &[f32],
         k: &[f32],
         v: &[f32],
+        dropout: Option<&[f32]>,
     ) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
         let plan = &self.plan;
         let nq = plan.query_blocks.len();
@@ -185,7 +224,7 @@ impl BlockAttention {
             let p = &mut probs[offset..];
             matmul_into(p, width, s.rows(q, start, m), kmat.t(), plan.scale, false, false)?;
             fast_math::softmax_rows(p, width, &bias);
-            let p: &[f32] = match &plan.dropout {
+            let p: &[f32] = match dropout {
                 Some(mask) => {
                     let at = ((s.batch * plan.heads + s.head) * s.n + start) * s.n;
                     dropped.clear();
@@ -212,6 +251,7 @@ impl BlockAttention {
         v: &[f32],
         grad: &[f32],
         probs: &[f32],
+        dropout: Option<&[f32]>,
     ) -> candle_core::Result<[Vec<f32>; 3]> {
         let plan = &self.plan;
         let nq = plan.query_blocks.len();
@@ -237,7 +277,7 @@ impl BlockAttention {
                 }
             }
             let dout_mat = Mat::rows(&dout, m, s.d, s.d);
-            let mask = plan.dropout.as_ref().map(|mask| {
+            let mask = dropout.map(|mask| {
                 let at = ((s.batch * plan.heads + s.head) * s.n + start) * s.n;
                 &mask[at..at + m * width]
             });
@@ -335,10 +375,11 @@ impl CustomOp3 for BlockAttention {
         let d = self.plan.check(l1.dims())?;
         let name = "block_attention";
         let (q, k, v) = (cow_f32(s1, l1, name)?, cow_f32(s2, l2, name)?, cow_f32(s3, l3, name)?);
+        let dropout = self.dropout_mask(candle_core::backend::BackendStorage::dtype(s1));
         let results: Vec<(Vec<f32>, Vec<f32>)> = self
             .slices(d)
             .into_par_iter()
-            .map(|s| self.forward_slice(s, &q, &k, &v))
+            .map(|s| self.forward_slice(s, &q, &k, &v, dropout))
             .collect::<candle_core::Result<_>>()?;
         let (ctx, probs): (Vec<Vec<f32>>, Vec<Vec<f32>>) = results.into_iter().unzip();
         *self.probs.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))? = probs;
@@ -347,15 +388,45 @@ impl CustomOp3 for BlockAttention {
         Ok((store_like(s1, out), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        if l2.dims() != l1.dims() || l3.dims() != l1.dims() {
+            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
+        }
+        let d = self.plan.check(l1.dims())?;
+        let (out, saved) = cuda_launch::forward(&self.plan, d, (s1, l1), (s2, l2), (s3, l3))?;
+        *self.saved.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))? = Some(saved);
+        Ok((out, l1.shape().clone()))
+    }
+
     fn bwd(
         &self,
         q: &Tensor,
         k: &Tensor,
         v: &Tensor,
-        _res: &Tensor,
+        res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        #[cfg(feature = "cuda")]
+        if q.device().is_cuda() {
+            let saved = self.saved.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))?.clone();
+            let saved =
+                saved.ok_or_else(|| candle_core::Error::msg("attention backward: the forward pass saved nothing"))?;
+            let [dq, dk, dv] = cuda_launch::backward(&saved, [q, k, v, res, &grad.contiguous()?])?;
+            return Ok((Some(dq), Some(dk), Some(dv)));
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = res;
         let d = self.plan.check(q.dims())?;
+        let dropout = self.dropout_mask(q.dtype());
         let probs = self.probs.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))?;
         if probs.len() != self.plan.batch * self.plan.heads {
             candle_core::bail!("attention backward: the forward pass saved no probabilities");
@@ -368,7 +439,7 @@ impl CustomOp3 for BlockAttention {
                         self.slices(d)
                             .into_par_iter()
                             .zip(probs.par_iter())
-                            .map(|(s, p)| self.backward_slice(s, q, k, v, g, p))
+                            .map(|(s, p)| self.backward_slice(s, q, k, v, g, p, dropout))
                             .collect::<candle_core::Result<Vec<_>>>()
                     })
                 })
@@ -387,6 +458,251 @@ impl CustomOp3 for BlockAttention {
             Some(tensor_from_f32(dk, k.dims(), k.dtype())?),
             Some(tensor_from_f32(dv, v.dims(), v.dtype())?),
         ))
+    }
+}
+
+/// The CUDA launches of [`BlockAttention`] (kernels `attention_*` in `kernels/codon_ops.cu`).
+#[cfg(feature = "cuda")]
+mod cuda_launch {
+    use std::sync::Arc;
+
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchArgs};
+    use candle_core::op::BackpropOp;
+    use candle_core::{CudaDevice, DType, Storage, Tensor};
+
+    use super::AttentionPlan;
+    use crate::cuda::prelude::*;
+
+    /// Query rows (or keys) per CUDA block, two threads each (the kernels' `ATTN_ROWS`).
+    const ROWS: usize = 64;
+    /// Threads per CUDA block (`ATTN_THREADS`).
+    const THREADS: u32 = 2 * ROWS as u32;
+    /// The most (sequence, head) pairs a launch takes: the grid's y dimension.
+    const MAX_BATCH_HEADS: usize = 65_535;
+
+    /// The plan on the device (the kernels' `ATTENTION_PARAMS`), the key tiles' inverse lists,
+    /// and the forward pass's log-sum-exp per row, kept for the backward pass.
+    pub(super) struct Saved {
+        n: u32,
+        heads: u32,
+        d: u32,
+        blocks: u32,
+        block_start: CudaSlice<u32>,
+        block_len: CudaSlice<u32>,
+        range_offsets: CudaSlice<u32>,
+        range_start: CudaSlice<u32>,
+        range_len: CudaSlice<u32>,
+        range_penalty: CudaSlice<f32>,
+        key_penalty: CudaSlice<f32>,
+        query_mask: Option<CudaSlice<f32>>,
+        scale: f32,
+        dropout: u32,
+        seed: u64,
+        offset: u64,
+        threshold: u64,
+        dropout_scale: f32,
+        /// Row tiles per query block (the longest block's).
+        tiles: u32,
+        /// (sequence, head) pairs.
+        batch_heads: usize,
+        /// Key tiles of ROWS keys per sequence.
+        key_tiles: usize,
+        /// Per (head, key tile): the (query block, range) pairs whose range overlaps the tile.
+        inverse_offsets: CudaSlice<u32>,
+        inverse_block: CudaSlice<u32>,
+        inverse_range: CudaSlice<u32>,
+        /// log Σ exp(score) per (sequence, head, row).
+        lse: CudaSlice<f32>,
+    }
+
+    fn u32_of(x: usize) -> Result<u32> {
+        u32::try_from(x).w_msg("attention")
+    }
+
+    impl Saved {
+        /// The plan flattened and uploaded for heads of `d` dimensions in `dtype`.
+        fn new(dev: &CudaDevice, plan: &AttentionPlan, d: usize, dtype: DType) -> Result<Self> {
+            let (nq, n) = (plan.query_blocks.len(), plan.seq_len);
+            let batch_heads = plan.batch * plan.heads;
+            if batch_heads > MAX_BATCH_HEADS {
+                candle_core::bail!(
+                    "attention: {batch_heads} (sequence, head) pairs, above one launch's {MAX_BATCH_HEADS}"
+                )
+            }
+            let (mut offsets, mut starts, mut lens, mut penalties) = (vec![0u32], Vec::new(), Vec::new(), Vec::new());
+            for ranges in &plan.keys {
+                for r in ranges {
+                    starts.push(u32_of(r.start)?);
+                    lens.push(u32_of(r.len)?);
+                    penalties.push(r.penalty);
+                }
+                offsets.push(u32_of(starts.len())?);
+            }
+            // Each key tile's (query block, range) pairs in a fixed order: by query block, then
+            // by the range's place in the block's list.
+            let key_tiles = n.div_ceil(ROWS);
+            let (mut inverse_offsets, mut inverse_block, mut inverse_range) = (vec![0u32], Vec::new(), Vec::new());
+            for head in 0..plan.heads {
+                for tile in 0..key_tiles {
+                    let (lo, hi) = (tile * ROWS, (tile + 1) * ROWS);
+                    for j in 0..nq {
+                        let list = head * nq + j;
+                        for (i, r) in plan.keys[list].iter().enumerate() {
+                            if r.len > 0 && r.start < hi && r.start + r.len > lo {
+                                inverse_block.push(u32_of(j)?);
+                                inverse_range.push(offsets[list] + u32_of(i)?);
+                            }
+                        }
+                    }
+                    inverse_offsets.push(u32_of(inverse_block.len())?);
+                }
+            }
+            let (dropout, seed, offset, threshold, dropout_scale) = match plan.dropout {
+                Some(draw) => (1, draw.seed, draw.offset, draw.keep_threshold(), draw.kept_multiplier(dtype)),
+                None => (0, 0, 0, 0, 1.0),
+            };
+            let longest = plan.query_blocks.iter().map(|&(_, len)| len).max().unwrap_or(0);
+            // cudarc allocates nothing for an empty slice: every list gets at least one element.
+            let up_u32 = |v: Vec<u32>| dev.clone_htod(&if v.is_empty() { vec![0] } else { v });
+            let up_f32 = |v: &[f32]| dev.clone_htod(&if v.is_empty() { vec![0.0] } else { v.to_vec() });
+            Ok(Self {
+                n: u32_of(n)?,
+                heads: u32_of(plan.heads)?,
+                d: u32_of(d)?,
+                blocks: u32_of(nq)?,
+                block_start: up_u32(plan.query_blocks.iter().map(|&(s, _)| u32_of(s)).collect::<Result<_>>()?)?,
+                block_len: up_u32(plan.query_blocks.iter().map(|&(_, l)| u32_of(l)).collect::<Result<_>>()?)?,
+                range_offsets: up_u32(offsets)?,
+                range_start: up_u32(starts)?,
+                range_len: up_u32(lens)?,
+                range_penalty: up_f32(&penalties)?,
+                key_penalty: up_f32(&plan.key_penalty)?,
+                query_mask: plan.query_mask.as_deref().map(up_f32).transpose()?,
+                scale: plan.scale,
+                dropout,
+                seed,
+                offset,
+                threshold,
+                dropout_scale,
+                tiles: u32_of(longest.div_ceil(ROWS).max(1))?,
+                batch_heads,
+                key_tiles,
+                inverse_offsets: up_u32(inverse_offsets)?,
+                inverse_block: up_u32(inverse_block)?,
+                inverse_range: up_u32(inverse_range)?,
+                lse: dev.alloc_zeros::<f32>((batch_heads * n).max(1))?,
+            })
+        }
+
+        /// The kernels' leading `ATTENTION_PARAMS`, in order.
+        fn push_plan<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+            b.arg(&self.n).arg(&self.heads).arg(&self.d).arg(&self.blocks);
+            b.arg(&self.block_start).arg(&self.block_len);
+            b.arg(&self.range_offsets).arg(&self.range_start).arg(&self.range_len);
+            b.arg(&self.range_penalty).arg(&self.key_penalty);
+            match &self.query_mask {
+                Some(mask) => b.arg(mask),
+                None => b.arg(&0u64),
+            };
+            b.arg(&self.scale).arg(&self.dropout).arg(&self.seed).arg(&self.offset);
+            b.arg(&self.threshold).arg(&self.dropout_scale);
+        }
+
+        /// A grid of `x` blocks per (sequence, head).
+        fn config(&self, x: usize) -> Result<LaunchConfig> {
+            Ok(LaunchConfig {
+                grid_dim: (grid(x)?, u32_of(self.batch_heads)?, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+    }
+
+    /// The forward pass over contiguous q, k, v (batch, n, heads·d) of one dtype: the output,
+    /// and what the backward pass needs.
+    pub(super) fn forward(
+        plan: &AttentionPlan,
+        d: usize,
+        (qs, ql): (&CudaStorage, &Layout),
+        (ks, kl): (&CudaStorage, &Layout),
+        (vs, vl): (&CudaStorage, &Layout),
+    ) -> Result<(CudaStorage, Arc<Saved>)> {
+        same_dtype(qs, ks, "attention")?;
+        same_dtype(qs, vs, "attention")?;
+        let dev = &qs.device;
+        let saved = Saved::new(dev, plan, d, qs.dtype())?;
+        let len = ql.shape().elem_count();
+        if len == 0 {
+            return Ok((qs.try_clone(ql)?, Arc::new(saved)));
+        }
+        let func = function!(dev, "attention_fwd", qs.dtype());
+        let cfg = saved.config(saved.blocks as usize * saved.tiles as usize)?;
+        let out = with_float_type!(qs.dtype(), "attention", T => {
+            let (q, k, v) = (view::<T>(qs, ql, "attention")?, view::<T>(ks, kl, "attention")?, view::<T>(vs, vl, "attention")?);
+            // SAFETY: every row of every query block is written (the plan covers each row once).
+            let out = unsafe { dev.alloc::<T>(len)? };
+            let mut b = func.builder();
+            saved.push_plan(&mut b);
+            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&saved.lse);
+            // SAFETY: the arguments match `attention_fwd`'s signature; the sizes were checked
+            // against the plan.
+            unsafe { b.launch(cfg) }.w()?;
+            CudaStorage::wrap_cuda_slice(out, dev.clone())
+        });
+        Ok((out, Arc::new(saved)))
+    }
+
+    /// dq, dk and dv of [q, k, v, output, output gradient], all contiguous on the GPU.
+    pub(super) fn backward(saved: &Saved, tensors: [&Tensor; 5]) -> Result<[Tensor; 3]> {
+        let (q, dtype) = (tensors[0], tensors[0].dtype());
+        if q.elem_count() == 0 {
+            return Ok([q.zeros_like()?, tensors[1].zeros_like()?, tensors[2].zeros_like()?]);
+        }
+        let held = tensors.map(|t| t.storage_and_layout());
+        let mut parts = Vec::with_capacity(5);
+        for (storage, layout) in &held {
+            let Storage::Cuda(s) = &**storage else {
+                candle_core::bail!("attention backward: an operand is not on the GPU")
+            };
+            if s.dtype() != dtype || layout.shape().elem_count() != q.elem_count() {
+                candle_core::bail!("attention backward: operands of {:?} and {:?}", q.shape(), layout.shape())
+            }
+            parts.push((s, *layout));
+        }
+        let dev = &parts[0].0.device;
+        let len = q.elem_count();
+        let (dq_func, dkv_func) =
+            (function!(dev, "attention_bwd_dq", dtype), function!(dev, "attention_bwd_dkv", dtype));
+        let rows_cfg = saved.config(saved.blocks as usize * saved.tiles as usize)?;
+        let keys_cfg = saved.config(saved.key_tiles)?;
+        let wrap = |s: CudaStorage, like: &Tensor| {
+            Tensor::from_storage(Storage::Cuda(s), like.shape(), BackpropOp::none(), false)
+        };
+        with_float_type!(dtype, "attention backward", T => {
+            let view_of = |i: usize| view::<T>(parts[i].0, parts[i].1, "attention backward");
+            let (q, k, v, out, grad) = (view_of(0)?, view_of(1)?, view_of(2)?, view_of(3)?, view_of(4)?);
+            let delta = dev.alloc_zeros::<f32>(saved.batch_heads * saved.n as usize)?;
+            // SAFETY: each kernel writes every row of its output (the plan covers each row once;
+            // the key tiles cover every key).
+            let (dq, dk, dv) = unsafe { (dev.alloc::<T>(len)?, dev.alloc::<T>(len)?, dev.alloc::<T>(len)?) };
+            let mut b = dq_func.builder();
+            saved.push_plan(&mut b);
+            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&grad).arg(&saved.lse).arg(&delta).arg(&dq);
+            // SAFETY: the arguments match `attention_bwd_dq`'s signature.
+            unsafe { b.launch(rows_cfg) }.w()?;
+            let mut b = dkv_func.builder();
+            saved.push_plan(&mut b);
+            b.arg(&saved.inverse_offsets).arg(&saved.inverse_block).arg(&saved.inverse_range);
+            b.arg(&q).arg(&k).arg(&v).arg(&grad).arg(&saved.lse).arg(&delta).arg(&dk).arg(&dv);
+            // SAFETY: the arguments match `attention_bwd_dkv`'s signature; it reads `delta` after
+            // the query-gradient kernel wrote it (one stream).
+            unsafe { b.launch(keys_cfg) }.w()?;
+            Ok([
+                wrap(CudaStorage::wrap_cuda_slice(dq, dev.clone()), tensors[0]),
+                wrap(CudaStorage::wrap_cuda_slice(dk, dev.clone()), tensors[1]),
+                wrap(CudaStorage::wrap_cuda_slice(dv, dev.clone()), tensors[2]),
+            ])
+        })
     }
 }
 
@@ -431,8 +747,9 @@ mod tests {
         let bias = Tensor::from_vec(dense_bias(plan), (b, h, n, n), dev).unwrap();
         let scores = ((qh.matmul(&kh.t().unwrap()).unwrap() * plan.scale as f64).unwrap() + bias).unwrap();
         let mut probs = crate::activation::softmax_reference(&scores).unwrap();
-        if let Some(mask) = &plan.dropout {
-            probs = (probs * Tensor::from_vec(mask.clone(), (b, h, n, n), dev).unwrap()).unwrap();
+        if let Some(draw) = &plan.dropout {
+            let mask = draw.multipliers(b * h * n * n, DType::F32);
+            probs = (probs * Tensor::from_vec(mask, (b, h, n, n), dev).unwrap()).unwrap();
         }
         let ctx = probs.matmul(&vh).unwrap().transpose(1, 2).unwrap().reshape((b, n, ())).unwrap();
         match &plan.query_mask {
@@ -466,7 +783,7 @@ mod tests {
     fn full_attention_with_dropout_and_masked_keys_matches_composed_ops() {
         let (b, h, n) = (2, 2, 10);
         let key_penalty: Vec<f32> = (0..b * n).map(|i| if i % n >= 8 && i / n == 1 { f32::MIN } else { 0.0 }).collect();
-        let dropout: Vec<f32> = (0..b * h * n * n).map(|i| if i % 7 == 3 { 0.0 } else { 1.0 / 0.9 }).collect();
+        let dropout = DropoutDraw { p: 0.1, seed: 7, offset: 3 };
         let plan = AttentionPlan {
             batch: b,
             heads: h,

@@ -1,0 +1,294 @@
+#pragma once
+#include "common.cuh"
+
+// ---- block attention, flash style (codon-ops attention/block_attention.rs) ----
+// softmax(q·kᵀ·scale + key penalty + range penalty) (⊙ dropout) · v, each query block over its
+// list of key ranges, with no score in memory: the forward pass keeps one log-sum-exp per row,
+// the backward pass recomputes the probabilities from it. q, k, v, the output and the gradients
+// are (batch, n, heads·d) as the projections leave them (a head is a column range). Two threads
+// share a row (or, in the key gradients, a key), each holding every other column, so d is at
+// most ATTN_MAX_D. The plan (query blocks, key ranges, penalties, query mask) is the CPU op's,
+// flattened: the ranges of head h's query block j are range_offsets[h·blocks + j] up to the next.
+
+#define ATTN_MAX_D 64
+#define ATTN_COLS (ATTN_MAX_D / 2)
+#define ATTN_ROWS 64     // query rows (or keys) per CUDA block, two threads each
+#define ATTN_THREADS (2 * ATTN_ROWS)
+#define ATTN_KEYS 32     // keys per shared tile of the forward and query-gradient passes
+#define ATTN_QUERIES 32  // query rows per shared tile of the key-gradient pass
+
+// Word i % 4 of Philox4x32-10 at counter {i/4, offset} against the keep threshold: the
+// dropout kernel's mask at element i, as its multiplier.
+__device__ __forceinline__ float dropout_multiplier(uint64_t i, uint2 key, uint64_t offset, uint64_t threshold, float scale) {
+    const uint64_t group = i >> 2;
+    const uint4 w = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
+    const uint32_t lane = (uint32_t)(i & 3);
+    const uint32_t word = lane == 0 ? w.x : lane == 1 ? w.y : lane == 2 ? w.z : w.w;
+    return (uint64_t)word < threshold ? scale : 0.0f;
+}
+
+// The plan and dropout arguments every attention kernel takes.
+struct AttentionArgs {
+    uint32_t n, heads, d, blocks;
+    const uint32_t *block_start, *block_len, *range_offsets, *range_start, *range_len;
+    const float *range_penalty, *key_penalty, *query_mask;
+    float scale;
+    uint32_t dropout;
+    uint64_t seed, offset, threshold;
+    float dropout_scale;
+};
+
+#define ATTENTION_PARAMS                                                                                               \
+    uint32_t n, uint32_t heads, uint32_t d, uint32_t blocks, const uint32_t *block_start, const uint32_t *block_len,   \
+        const uint32_t *range_offsets, const uint32_t *range_start, const uint32_t *range_len,                         \
+        const float *range_penalty, const float *key_penalty, const float *query_mask, float scale, uint32_t dropout,  \
+        uint64_t seed, uint64_t offset, uint64_t threshold, float dropout_scale
+#define ATTENTION_ARGS                                                                                                 \
+    AttentionArgs{n, heads, d, blocks, block_start, block_len, range_offsets, range_start, range_len, range_penalty,  \
+                  key_penalty, query_mask, scale, dropout, seed, offset, threshold, dropout_scale}
+
+// `count` rows of `src` (this head's d columns, from token `first` of sequence b) into a
+// (rows × ATTN_MAX_D) shared tile in f32; rows whose query mask is 0 are zeroed when `mask`.
+template <typename T>
+__device__ __forceinline__ void load_rows(const AttentionArgs &a, const T *src, uint32_t b, uint32_t h, uint32_t first,
+                                          uint32_t count, float (*tile)[ATTN_MAX_D], const float *mask) {
+    const uint64_t hd = (uint64_t)a.heads * a.d;
+    for (uint32_t e = threadIdx.x; e < count * a.d; e += blockDim.x) {
+        const uint32_t r = e / a.d, c = e % a.d;
+        const uint64_t token = (uint64_t)b * a.n + first + r;
+        const bool zero = mask && mask[token] == 0.0f;
+        tile[r][c] = zero ? 0.0f : to_f32(src[token * hd + (uint64_t)h * a.d + c]);
+    }
+}
+
+// This thread's columns (2i + half) of a row, in f32; 0 past d.
+template <typename T>
+__device__ __forceinline__ void load_cols(const AttentionArgs &a, const T *row, uint32_t half, bool live, float *dst) {
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) {
+        const uint32_t c = 2 * i + half;
+        dst[i] = live && c < a.d ? to_f32(row[c]) : 0.0f;
+    }
+}
+
+// Σ over this thread's columns of x[i]·tile_row[2i + half]; the pair's halves add to the dot.
+__device__ __forceinline__ float half_dot(const AttentionArgs &a, const float *x, const float *tile_row, uint32_t half) {
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) {
+        const uint32_t c = 2 * i + half;
+        if (c < a.d) part = fmaf(x[i], tile_row[c], part);
+    }
+    return part;
+}
+
+// The pair's two halves summed (every thread of the warp takes part).
+__device__ __forceinline__ float pair_sum(float part) { return part + __shfl_xor_sync(0xffffffffu, part, 1); }
+
+// Grid (blocks · tiles, batch · heads), ATTN_THREADS threads: query block blockIdx.x / tiles,
+// rows from ATTN_ROWS · (blockIdx.x % tiles). Writes the output and each row's log-sum-exp
+// (batch, heads, n).
+template <typename T>
+__device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, T *out, float *lse) {
+    __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
+    __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
+    const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
+    const uint32_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const uint32_t rows = a.block_len[qb];
+    if (first >= rows) return;  // the whole block leaves
+    const uint32_t half = threadIdx.x & 1;
+    const bool live = first + (threadIdx.x >> 1) < rows;
+    const uint32_t row = a.block_start[qb] + (live ? first + (threadIdx.x >> 1) : first);
+    const uint64_t hd = (uint64_t)a.heads * a.d, at = ((uint64_t)b * a.n + row) * hd + (uint64_t)h * a.d;
+    float qr[ATTN_COLS], acc[ATTN_COLS];
+    load_cols(a, q + at, half, live, qr);
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
+    const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
+    const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
+    float m = -INFINITY, l = 0.0f;
+    const uint32_t list = h * a.blocks + qb;
+    for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
+        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
+        const float rp = a.range_penalty[ri];
+        for (uint32_t t0 = 0; t0 < rl; t0 += ATTN_KEYS) {
+            const uint32_t kn = min((uint32_t)ATTN_KEYS, rl - t0), k0 = rs + t0;
+            __syncthreads();  // the last tile's readers are done
+            load_rows(a, k, b, h, k0, kn, ks, nullptr);
+            load_rows(a, v, b, h, k0, kn, vs, nullptr);
+            __syncthreads();
+            float s[ATTN_KEYS];
+            float tile_max = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < ATTN_KEYS; j++) {
+                const float dot = pair_sum(j < kn ? half_dot(a, qr, ks[j], half) : 0.0f);
+                s[j] = j < kn ? dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp : -INFINITY;
+                tile_max = fmaxf(tile_max, s[j]);
+            }
+            // Online softmax: rescale what the earlier tiles summed to the new maximum.
+            const float m_new = fmaxf(m, tile_max), shift = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = expf(m - shift);
+            l *= alpha;
+#pragma unroll
+            for (int i = 0; i < ATTN_COLS; i++) acc[i] *= alpha;
+#pragma unroll
+            for (int j = 0; j < ATTN_KEYS; j++) {
+                if (j < kn) {
+                    const float p = expf(s[j] - shift);
+                    l += p;
+                    const float kept = a.dropout ? p * dropout_multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : p;
+#pragma unroll
+                    for (int i = 0; i < ATTN_COLS; i++) {
+                        const uint32_t c = 2 * i + half;
+                        if (c < a.d) acc[i] = fmaf(kept, vs[j][c], acc[i]);
+                    }
+                }
+            }
+            m = m_new;
+        }
+    }
+    if (!live) return;
+    const bool zero = a.query_mask && a.query_mask[(uint64_t)b * a.n + row] == 0.0f;
+    const float inv = l > 0.0f && !zero ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) {
+        const uint32_t c = 2 * i + half;
+        if (c < a.d) out[at + c] = from_f32<T>(zero ? 0.0f : acc[i] * inv);
+    }
+    // No key at all (every score −∞): +∞, so that the backward pass's probabilities are 0.
+    if (half == 0) lse[(uint64_t)bh * a.n + row] = l > 0.0f ? m + logf(l) : INFINITY;
+}
+
+// The query gradient, and delta = Σ dO·O per row (batch, heads, n) for the key gradients; the
+// same grid as the forward pass. dO is zero on masked query rows (their output is a constant 0).
+template <typename T>
+__device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, const T *out,
+                                 const T *grad, const float *lse, float *delta, T *dq) {
+    __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
+    __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
+    const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
+    const uint32_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const uint32_t rows = a.block_len[qb];
+    if (first >= rows) return;
+    const uint32_t half = threadIdx.x & 1;
+    const bool live = first + (threadIdx.x >> 1) < rows;
+    const uint32_t row = a.block_start[qb] + (live ? first + (threadIdx.x >> 1) : first);
+    const uint64_t hd = (uint64_t)a.heads * a.d, at = ((uint64_t)b * a.n + row) * hd + (uint64_t)h * a.d;
+    const bool masked = a.query_mask && a.query_mask[(uint64_t)b * a.n + row] == 0.0f;
+    float qr[ATTN_COLS], g[ATTN_COLS], acc[ATTN_COLS];
+    load_cols(a, q + at, half, live, qr);
+    load_cols(a, grad + at, half, live && !masked, g);
+    load_cols(a, out + at, half, live, acc);  // the output, for delta
+    float part = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) part = fmaf(g[i], acc[i], part);  // 0 past d
+    const float dsum = pair_sum(part);
+    if (live && half == 0) delta[(uint64_t)bh * a.n + row] = dsum;
+    const float row_lse = live ? lse[(uint64_t)bh * a.n + row] : INFINITY;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
+    const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
+    const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
+    const uint32_t list = h * a.blocks + qb;
+    for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
+        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
+        const float rp = a.range_penalty[ri];
+        for (uint32_t t0 = 0; t0 < rl; t0 += ATTN_KEYS) {
+            const uint32_t kn = min((uint32_t)ATTN_KEYS, rl - t0), k0 = rs + t0;
+            __syncthreads();
+            load_rows(a, k, b, h, k0, kn, ks, nullptr);
+            load_rows(a, v, b, h, k0, kn, vs, nullptr);
+            __syncthreads();
+            for (uint32_t j = 0; j < kn; j++) {
+                const float dot = pair_sum(half_dot(a, qr, ks[j], half));
+                const float dp = pair_sum(half_dot(a, g, vs[j], half));
+                const float s = dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp;
+                const float p = expf(s - row_lse);
+                const float mult = a.dropout ? dropout_multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
+                const float ds = p * (dp * mult - dsum);
+#pragma unroll
+                for (int i = 0; i < ATTN_COLS; i++) {
+                    const uint32_t c = 2 * i + half;
+                    if (c < a.d) acc[i] = fmaf(ds, ks[j][c], acc[i]);
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) {
+        const uint32_t c = 2 * i + half;
+        if (c < a.d) dq[at + c] = from_f32<T>(acc[i] * a.scale);
+    }
+}
+
+// The key and value gradients. Grid (key tiles, batch · heads), ATTN_THREADS threads, two per
+// key of tile blockIdx.x (ATTN_ROWS keys). The (query block, range) pairs whose range overlaps
+// head h's key tile t are inverse_block/inverse_range[inverse_offsets[h·tiles + t] ..]: each key
+// adds its terms in that fixed order, so the sums are the same on every run.
+template <typename T>
+__device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse_offsets, const uint32_t *inverse_block,
+                                  const uint32_t *inverse_range, const T *q, const T *k, const T *v, const T *grad,
+                                  const float *lse, const float *delta, T *dk, T *dv) {
+    __shared__ float qs[ATTN_QUERIES][ATTN_MAX_D];
+    __shared__ float gs[ATTN_QUERIES][ATTN_MAX_D];
+    __shared__ float lse_s[ATTN_QUERIES], delta_s[ATTN_QUERIES];
+    const uint32_t tile = blockIdx.x, bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+    const uint32_t half = threadIdx.x & 1, kr = tile * ATTN_ROWS + (threadIdx.x >> 1);
+    const bool live = kr < a.n;
+    const uint32_t key_row = live ? kr : 0;
+    const uint64_t hd = (uint64_t)a.heads * a.d, at = ((uint64_t)b * a.n + key_row) * hd + (uint64_t)h * a.d;
+    float kreg[ATTN_COLS], vreg[ATTN_COLS], dka[ATTN_COLS], dva[ATTN_COLS];
+    load_cols(a, k + at, half, live, kreg);
+    load_cols(a, v + at, half, live, vreg);
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) dka[i] = dva[i] = 0.0f;
+    const float kp = live ? a.key_penalty[(uint64_t)b * a.n + key_row] : 0.0f;
+    const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
+    const uint32_t list = h * gridDim.x + tile;
+    for (uint32_t e = inverse_offsets[list]; e < inverse_offsets[list + 1]; e++) {
+        const uint32_t qb = inverse_block[e], ri = inverse_range[e];
+        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
+        const bool in = live && key_row >= rs && key_row < rs + rl;
+        const float penalty = kp + a.range_penalty[ri];
+        const uint32_t q0 = a.block_start[qb], qn = a.block_len[qb];
+        for (uint32_t t0 = 0; t0 < qn; t0 += ATTN_QUERIES) {
+            const uint32_t rows = min((uint32_t)ATTN_QUERIES, qn - t0);
+            __syncthreads();
+            load_rows(a, q, b, h, q0 + t0, rows, qs, nullptr);
+            load_rows(a, grad, b, h, q0 + t0, rows, gs, a.query_mask);
+            for (uint32_t i = threadIdx.x; i < rows; i += blockDim.x) {
+                lse_s[i] = lse[(uint64_t)bh * a.n + q0 + t0 + i];
+                delta_s[i] = delta[(uint64_t)bh * a.n + q0 + t0 + i];
+            }
+            __syncthreads();
+            for (uint32_t i = 0; i < rows; i++) {
+                const float dot = pair_sum(half_dot(a, kreg, qs[i], half));
+                const float dp = pair_sum(half_dot(a, vreg, gs[i], half));
+                if (!in) continue;
+                const float p = expf(dot * a.scale + penalty - lse_s[i]);
+                const float mult = a.dropout ? dropout_multiplier(((uint64_t)bh * a.n + q0 + t0 + i) * a.n + key_row, key,
+                                                                  a.offset, a.threshold, a.dropout_scale)
+                                             : 1.0f;
+                const float ds = p * (dp * mult - delta_s[i]);
+#pragma unroll
+                for (int c2 = 0; c2 < ATTN_COLS; c2++) {
+                    const uint32_t c = 2 * c2 + half;
+                    if (c < a.d) {
+                        dva[c2] = fmaf(p * mult, gs[i][c], dva[c2]);
+                        dka[c2] = fmaf(ds, qs[i][c], dka[c2]);
+                    }
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < ATTN_COLS; i++) {
+        const uint32_t c = 2 * i + half;
+        if (c < a.d) {
+            dk[at + c] = from_f32<T>(dka[i] * a.scale);
+            dv[at + c] = from_f32<T>(dva[i]);
+        }
+    }
+}
