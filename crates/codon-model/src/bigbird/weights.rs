@@ -47,30 +47,101 @@ fn read_tensors(path: &Path, device: &Device, dtype: DType) -> Result<Vec<(Strin
     }
 }
 
-/// A safetensors file's tensors. f32 tensors (what transformers writes) are converted to
-/// `dtype` straight from the file's bytes, each in parallel: one pass, with no f32 copy of the
-/// whole model first. Other dtypes load as stored and are cast. Tensors go to the device one
-/// after the other, in the file's order, from this thread (a device context is per thread).
+/// A safetensors file's tensors. f32 tensors (what transformers writes) are read and converted
+/// to `dtype` in parallel chunks straight from the file (positioned reads into a small buffer per
+/// task): no copy of the whole file in memory, and the reading and the conversion share the
+/// threads. Other dtypes load as stored and are cast. Tensors go to the device one after the
+/// other, in the file's order, from this thread (a device context is per thread).
 fn read_safetensors(path: &Path, device: &Device, dtype: DType) -> candle_core::Result<Vec<(String, Tensor)>> {
-    let bytes = std::fs::read(path)?;
-    let file = safetensors::SafeTensors::deserialize(&bytes)?;
-    file.tensors()
+    let file = std::fs::File::open(path)?;
+    let (data_start, header) = safetensors_header(&file)?;
+    let cpu = &Device::Cpu;
+    let read_at = |offset: usize, buf: &mut [u8]| -> candle_core::Result<()> {
+        Ok(std::os::unix::fs::FileExt::read_exact_at(&file, buf, (data_start + offset) as u64)?)
+    };
+    header
+        .offset_keys()
         .into_iter()
-        .map(|(name, view)| {
-            let words = || view.data().par_chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-            let cpu = &Device::Cpu;
-            let t = match (view.dtype(), dtype) {
+        .map(|name| {
+            let info =
+                header.info(&name).ok_or_else(|| candle_core::Error::msg(format!("{name}: not in the header")))?;
+            let (start, end) = info.data_offsets;
+            let t = match (info.dtype, dtype) {
                 (safetensors::Dtype::F32, DType::F32) => {
-                    Tensor::from_vec(words().collect::<Vec<f32>>(), view.shape(), cpu)?
+                    Tensor::from_vec(read_f32_as(start, end, read_at, |x| x)?, info.shape.as_slice(), cpu)?
                 }
-                (safetensors::Dtype::F32, DType::BF16) => {
-                    Tensor::from_vec(words().map(half::bf16::from_f32).collect::<Vec<_>>(), view.shape(), cpu)?
+                (safetensors::Dtype::F32, DType::BF16) => Tensor::from_vec(
+                    read_f32_as(start, end, read_at, half::bf16::from_f32)?,
+                    info.shape.as_slice(),
+                    cpu,
+                )?,
+                _ => {
+                    let mut bytes = vec![0u8; end - start];
+                    read_at(start, &mut bytes)?;
+                    let view = safetensors::tensor::TensorView::new(info.dtype, info.shape.clone(), &bytes)?;
+                    candle_core::safetensors::Load::load(&view, cpu)?.to_dtype(dtype)?
                 }
-                _ => candle_core::safetensors::Load::load(&view, cpu)?.to_dtype(dtype)?,
             };
             Ok((name, t.to_device(device)?))
         })
         .collect()
+}
+
+/// Bytes of an f32 tensor that one task reads and converts (in L2 beside its output).
+const READ_CHUNK: usize = 256 << 10;
+
+/// The f32 values in the data bytes `start..end`, each converted by `convert`, read in parallel
+/// chunks through `read_at(offset, buf)`.
+fn read_f32_as<T: Send + Default + Clone>(
+    start: usize,
+    end: usize,
+    read_at: impl Fn(usize, &mut [u8]) -> candle_core::Result<()> + Sync,
+    convert: impl Fn(f32) -> T + Sync,
+) -> candle_core::Result<Vec<T>> {
+    let mut out = vec![T::default(); (end - start) / 4];
+    out.par_chunks_mut(READ_CHUNK / 4).enumerate().try_for_each_init(Vec::new, |buf, (i, dst)| {
+        buf.resize(dst.len() * 4, 0u8);
+        read_at(start + i * READ_CHUNK, buf)?;
+        for (d, b) in dst.iter_mut().zip(buf.chunks_exact(4)) {
+            *d = convert(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        }
+        Ok::<_, candle_core::Error>(())
+    })?;
+    Ok(out)
+}
+
+/// The most header bytes a safetensors file may declare (the safetensors crate's own bound).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// A safetensors file's header, checked as the safetensors crate checks a whole file (offsets
+/// contiguous, sizes matching the shapes, the data ending where the file ends), and where its
+/// data starts.
+fn safetensors_header(file: &std::fs::File) -> candle_core::Result<(usize, safetensors::tensor::Metadata)> {
+    use std::os::unix::fs::FileExt;
+    let invalid = |what: String| candle_core::Error::msg(format!("not a safetensors file: {what}"));
+    let file_len = file.metadata()?.len();
+    if file_len < 8 {
+        return Err(invalid(format!("{file_len} bytes, shorter than the header's length")));
+    }
+    let mut len = [0u8; 8];
+    file.read_exact_at(&mut len, 0)?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > MAX_HEADER_BYTES || 8 + header_len > file_len {
+        return Err(invalid(format!("a header of {header_len} bytes in a file of {file_len}")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact_at(&mut header, 8)?;
+    let metadata: safetensors::tensor::Metadata =
+        serde_json::from_slice(&header).map_err(|e| invalid(format!("its header: {e}")))?;
+    let data_start = 8 + header_len;
+    if data_start + metadata.data_len() as u64 != file_len {
+        return Err(invalid(format!(
+            "its header describes {} bytes of data, the file holds {}",
+            metadata.data_len(),
+            file_len - data_start
+        )));
+    }
+    Ok((data_start as usize, metadata))
 }
 
 /// Check named tensors against the model's parameters and convert them to `dtype`.
@@ -267,4 +338,68 @@ pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Resul
         Ok(())
     });
     Ok(written?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file with an f32 tensor larger than a read chunk (with a tail), a small one and an
+    /// integer one, written by candle's own safetensors writer.
+    fn sample_file(dir: &Path) -> (std::path::PathBuf, HashMap<String, Tensor>) {
+        let cpu = &Device::Cpu;
+        let big = (READ_CHUNK / 4) * 2 + 1000;
+        let values: Vec<f32> = (0..big).map(|i| ((i as f32) * 0.37).sin() * 3.0).collect();
+        let tensors = HashMap::from([
+            ("big".to_string(), Tensor::from_vec(values, (big / 4, 4), cpu).unwrap()),
+            ("small".to_string(), Tensor::new(&[1.5f32, -2.25, 1e-3], cpu).unwrap()),
+            ("ids".to_string(), Tensor::new(&[7i64, -1, 3], cpu).unwrap()),
+        ]);
+        let path = dir.join("sample.safetensors");
+        candle_core::safetensors::save(&tensors, &path).unwrap();
+        (path, tensors)
+    }
+
+    #[test]
+    fn tensors_load_exactly_across_read_chunks_in_f32_and_bf16() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, originals) = sample_file(dir.path());
+        for dtype in [DType::F32, DType::BF16] {
+            let loaded: HashMap<String, Tensor> =
+                read_safetensors(&path, &Device::Cpu, dtype).unwrap().into_iter().collect();
+            assert_eq!(loaded.len(), originals.len());
+            for (name, original) in &originals {
+                let want = original.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+                let got = &loaded[name];
+                assert_eq!(got.dtype(), dtype, "{name}");
+                assert_eq!(got.dims(), original.dims(), "{name}");
+                let got = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+                assert_eq!(got.to_vec1::<f64>().unwrap(), want.to_vec1::<f64>().unwrap(), "{name} in {dtype:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_truncated_or_overlong_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = sample_file(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let mut longer = bytes.clone();
+        longer.push(0);
+        let mut huge_header = bytes.clone();
+        huge_header[..8].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+        for (what, contents) in [
+            ("four bytes", bytes[..4].to_vec()),
+            ("the header cut", bytes[..8 + header / 2].to_vec()),
+            ("the data cut", bytes[..bytes.len() - 5].to_vec()),
+            ("a byte after the data", longer),
+            ("a header longer than the file", huge_header),
+        ] {
+            let bad = dir.path().join("bad.safetensors");
+            std::fs::write(&bad, &contents).unwrap();
+            let err = read_safetensors(&bad, &Device::Cpu, DType::F32).unwrap_err().to_string();
+            assert!(err.contains("not a safetensors file"), "{what}: {err}");
+        }
+    }
 }
