@@ -17,15 +17,23 @@
 #define ATTN_KEYS 32     // keys per shared tile of the forward and query-gradient passes
 #define ATTN_QUERIES 32  // query rows per shared tile of the key-gradient pass
 
-// Word i % 4 of Philox4x32-10 at counter {i/4, offset} against the keep threshold: the
-// dropout kernel's mask at element i, as its multiplier.
-__device__ __forceinline__ float dropout_multiplier(uint64_t i, uint2 key, uint64_t offset, uint64_t threshold, float scale) {
-    const uint64_t group = i >> 2;
-    const uint4 w = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
-    const uint32_t lane = (uint32_t)(i & 3);
-    const uint32_t word = lane == 0 ? w.x : lane == 1 ? w.y : lane == 2 ? w.z : w.w;
-    return (uint64_t)word < threshold ? scale : 0.0f;
-}
+// The dropout kernel's mask at element i as a multiplier: word i % 4 of Philox4x32-10 at
+// counter {i/4, offset}, against the keep threshold. One Philox call serves four consecutive
+// elements: the last group's words are kept.
+struct DropoutWords {
+    uint64_t group = ~0ull;
+    uint4 words;
+
+    __device__ __forceinline__ float multiplier(uint64_t i, uint2 key, uint64_t offset, uint64_t threshold, float scale) {
+        if (i >> 2 != group) {
+            group = i >> 2;
+            words = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
+        }
+        const uint32_t lane = (uint32_t)(i & 3);
+        const uint32_t word = lane == 0 ? words.x : lane == 1 ? words.y : lane == 2 ? words.z : words.w;
+        return (uint64_t)word < threshold ? scale : 0.0f;
+    }
+};
 
 // The plan and dropout arguments every attention kernel takes.
 struct AttentionArgs {
@@ -106,6 +114,7 @@ __device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q,
     for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
     const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
     const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
+    DropoutWords mask;
     float m = -INFINITY, l = 0.0f;
     const uint32_t list = h * a.blocks + qb;
     for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
@@ -136,7 +145,7 @@ __device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q,
                 if (j < kn) {
                     const float p = expf(s[j] - shift);
                     l += p;
-                    const float kept = a.dropout ? p * dropout_multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : p;
+                    const float kept = a.dropout ? p * mask.multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : p;
 #pragma unroll
                     for (int i = 0; i < ATTN_COLS; i++) {
                         const uint32_t c = 2 * i + half;
@@ -189,6 +198,7 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
     for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
     const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
     const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
+    DropoutWords mask;
     const uint32_t list = h * a.blocks + qb;
     for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
         const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
@@ -204,7 +214,7 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
                 const float dp = pair_sum(half_dot(a, g, vs[j], half));
                 const float s = dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp;
                 const float p = expf(s - row_lse);
-                const float mult = a.dropout ? dropout_multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
+                const float mult = a.dropout ? mask.multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
                 const float ds = p * (dp * mult - dsum);
 #pragma unroll
                 for (int i = 0; i < ATTN_COLS; i++) {
@@ -267,8 +277,10 @@ __device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse
                 const float dp = pair_sum(half_dot(a, vreg, gs[i], half));
                 if (!in) continue;
                 const float p = expf(dot * a.scale + penalty - lse_s[i]);
-                const float mult = a.dropout ? dropout_multiplier(((uint64_t)bh * a.n + q0 + t0 + i) * a.n + key_row, key,
-                                                                  a.offset, a.threshold, a.dropout_scale)
+                // Each key's elements lie n apart: one Philox call per element here.
+                DropoutWords words;
+                const float mult = a.dropout ? words.multiplier(((uint64_t)bh * a.n + q0 + t0 + i) * a.n + key_row, key,
+                                                                a.offset, a.threshold, a.dropout_scale)
                                              : 1.0f;
                 const float ds = p * (dp * mult - delta_s[i]);
 #pragma unroll
