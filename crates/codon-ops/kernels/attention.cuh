@@ -3,8 +3,8 @@
 
 // ---- block attention, flash style (codon-ops attention/block_attention.rs) ----
 // softmax(q·kᵀ·scale + key penalty + range penalty) (⊙ dropout) · v, each query block over its
-// list of key ranges, with no score in memory: the forward pass keeps one log-sum-exp per row,
-// the backward pass recomputes the probabilities from it. q, k, v, the output and the gradients
+// list of key ranges, with no score in memory: the forward pass keeps two numbers per row (the
+// softmax's shift and 1/Σ), the backward pass recomputes the probabilities from them. q, k, v, the output and the gradients
 // are (batch, n, heads·d) as the projections leave them (a head is a column range). Two threads
 // share a row (or, in the key gradients, a key), each holding every other column, so d is at
 // most ATTN_MAX_D. The plan (query blocks, key ranges, penalties, query mask) is the CPU op's,
@@ -94,10 +94,11 @@ __device__ __forceinline__ float half_dot(const AttentionArgs &a, const float *x
 __device__ __forceinline__ float pair_sum(float part) { return part + __shfl_xor_sync(0xffffffffu, part, 1); }
 
 // Grid (blocks · tiles, batch · heads), ATTN_THREADS threads: query block blockIdx.x / tiles,
-// rows from ATTN_ROWS · (blockIdx.x % tiles). Writes the output and each row's log-sum-exp
-// (batch, heads, n).
+// rows from ATTN_ROWS · (blockIdx.x % tiles). Writes the output and each row's softmax shift and
+// 1/Σ, (batch, heads, n, 2): p = e^(s − shift) · (1/Σ). They stay apart because shift + log Σ
+// loses log Σ beside a score of f32::MIN (a row whose keys are all masked).
 template <typename T>
-__device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, T *out, float *lse) {
+__device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, T *out, float *stats) {
     __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
     __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
     const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
@@ -164,15 +165,19 @@ __device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q,
         const uint32_t c = 2 * i + half;
         if (c < a.d) out[at + c] = from_f32<T>(zero ? 0.0f : acc[i] * inv);
     }
-    // No key at all (every score −∞): +∞, so that the backward pass's probabilities are 0.
-    if (half == 0) lse[(uint64_t)bh * a.n + row] = l > 0.0f ? m + logf(l) : INFINITY;
+    // No key at all (every score −∞): shift 0 and 1/Σ = 0, so the backward pass's probabilities are 0.
+    if (half == 0) {
+        float *st = stats + 2 * ((uint64_t)bh * a.n + row);
+        st[0] = m == -INFINITY ? 0.0f : m;
+        st[1] = l > 0.0f ? 1.0f / l : 0.0f;
+    }
 }
 
 // The query gradient, and delta = Σ dO·O per row (batch, heads, n) for the key gradients; the
 // same grid as the forward pass. dO is zero on masked query rows (their output is a constant 0).
 template <typename T>
 __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, const T *out,
-                                 const T *grad, const float *lse, float *delta, T *dq) {
+                                 const T *grad, const float *stats, float *delta, T *dq) {
     __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
     __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
     const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
@@ -193,7 +198,8 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
     for (int i = 0; i < ATTN_COLS; i++) part = fmaf(g[i], acc[i], part);  // 0 past d
     const float dsum = pair_sum(part);
     if (live && half == 0) delta[(uint64_t)bh * a.n + row] = dsum;
-    const float row_lse = live ? lse[(uint64_t)bh * a.n + row] : INFINITY;
+    const float shift = live ? stats[2 * ((uint64_t)bh * a.n + row)] : 0.0f;
+    const float inv_sum = live ? stats[2 * ((uint64_t)bh * a.n + row) + 1] : 0.0f;
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
     const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
@@ -213,7 +219,7 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
                 const float dot = pair_sum(half_dot(a, qr, ks[j], half));
                 const float dp = pair_sum(half_dot(a, g, vs[j], half));
                 const float s = dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp;
-                const float p = expf(s - row_lse);
+                const float p = expf(s - shift) * inv_sum;
                 const float mult = a.dropout ? mask.multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
                 const float ds = p * (dp * mult - dsum);
 #pragma unroll
@@ -239,10 +245,10 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
 template <typename T>
 __device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse_offsets, const uint32_t *inverse_block,
                                   const uint32_t *inverse_range, const T *q, const T *k, const T *v, const T *grad,
-                                  const float *lse, const float *delta, T *dk, T *dv) {
+                                  const float *stats, const float *delta, T *dk, T *dv) {
     __shared__ float qs[ATTN_QUERIES][ATTN_MAX_D];
     __shared__ float gs[ATTN_QUERIES][ATTN_MAX_D];
-    __shared__ float lse_s[ATTN_QUERIES], delta_s[ATTN_QUERIES];
+    __shared__ float shift_s[ATTN_QUERIES], inv_sum_s[ATTN_QUERIES], delta_s[ATTN_QUERIES];
     const uint32_t tile = blockIdx.x, bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
     const uint32_t half = threadIdx.x & 1, kr = tile * ATTN_ROWS + (threadIdx.x >> 1);
     const bool live = kr < a.n;
@@ -260,7 +266,7 @@ __device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse
         const uint32_t qb = inverse_block[e], ri = inverse_range[e];
         const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
         const bool in = live && key_row >= rs && key_row < rs + rl;
-        const float penalty = kp + a.range_penalty[ri];
+        const float rp = a.range_penalty[ri];
         const uint32_t q0 = a.block_start[qb], qn = a.block_len[qb];
         for (uint32_t t0 = 0; t0 < qn; t0 += ATTN_QUERIES) {
             const uint32_t rows = min((uint32_t)ATTN_QUERIES, qn - t0);
@@ -268,7 +274,9 @@ __device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse
             load_rows(a, q, b, h, q0 + t0, rows, qs, nullptr);
             load_rows(a, grad, b, h, q0 + t0, rows, gs, a.query_mask);
             for (uint32_t i = threadIdx.x; i < rows; i += blockDim.x) {
-                lse_s[i] = lse[(uint64_t)bh * a.n + q0 + t0 + i];
+                const uint64_t r = (uint64_t)bh * a.n + q0 + t0 + i;
+                shift_s[i] = stats[2 * r];
+                inv_sum_s[i] = stats[2 * r + 1];
                 delta_s[i] = delta[(uint64_t)bh * a.n + q0 + t0 + i];
             }
             __syncthreads();
@@ -276,7 +284,7 @@ __device__ void attention_bwd_dkv(const AttentionArgs a, const uint32_t *inverse
                 const float dot = pair_sum(half_dot(a, kreg, qs[i], half));
                 const float dp = pair_sum(half_dot(a, vreg, gs[i], half));
                 if (!in) continue;
-                const float p = expf(dot * a.scale + penalty - lse_s[i]);
+                const float p = expf(dot * a.scale + kp + rp - shift_s[i]) * inv_sum_s[i];
                 // Each key's elements lie n apart: one Philox call per element here.
                 DropoutWords words;
                 const float mult = a.dropout ? words.multiplier(((uint64_t)bh * a.n + q0 + t0 + i) * a.n + key_row, key,

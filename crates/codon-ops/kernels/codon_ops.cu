@@ -364,19 +364,19 @@ FOR_DTYPES(EXPORT)
 #define EXPORT_ATTENTION(S, T)                                                                                         \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attention_fwd_##S(ATTENTION_PARAMS, uint32_t tiles,      \
                                                                                  const T *q, const T *k, const T *v,    \
-                                                                                 T *out, float *lse) {                  \
-        attention_fwd(ATTENTION_ARGS, tiles, q, k, v, out, lse);                                                       \
+                                                                                 T *out, float *stats) {                \
+        attention_fwd(ATTENTION_ARGS, tiles, q, k, v, out, stats);                                                       \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS)                                                         \
         attention_bwd_dq_##S(ATTENTION_PARAMS, uint32_t tiles, const T *q, const T *k, const T *v, const T *out,       \
-                             const T *grad, const float *lse, float *delta, T *dq) {                                   \
-        attention_bwd_dq(ATTENTION_ARGS, tiles, q, k, v, out, grad, lse, delta, dq);                                   \
+                             const T *grad, const float *stats, float *delta, T *dq) {                                 \
+        attention_bwd_dq(ATTENTION_ARGS, tiles, q, k, v, out, grad, stats, delta, dq);                                   \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS)                                                         \
         attention_bwd_dkv_##S(ATTENTION_PARAMS, const uint32_t *inverse_offsets, const uint32_t *inverse_block,        \
                               const uint32_t *inverse_range, const T *q, const T *k, const T *v, const T *grad,        \
-                              const float *lse, const float *delta, T *dk, T *dv) {                                    \
-        attention_bwd_dkv(ATTENTION_ARGS, inverse_offsets, inverse_block, inverse_range, q, k, v, grad, lse, delta, dk, \
+                              const float *stats, const float *delta, T *dk, T *dv) {                                  \
+        attention_bwd_dkv(ATTENTION_ARGS, inverse_offsets, inverse_block, inverse_range, q, k, v, grad, stats, delta, dk, \
                           dv);                                                                                         \
     }
 

@@ -134,7 +134,8 @@ fn safetensors_header(file: &std::fs::File) -> candle_core::Result<(usize, safet
     let metadata: safetensors::tensor::Metadata =
         serde_json::from_slice(&header).map_err(|e| invalid(format!("its header: {e}")))?;
     let data_start = 8 + header_len;
-    if data_start + metadata.data_len() as u64 != file_len {
+    // data_len comes from the file: compared, not added, so that no sum can overflow.
+    if metadata.data_len() as u64 != file_len - data_start {
         return Err(invalid(format!(
             "its header describes {} bytes of data, the file holds {}",
             metadata.data_len(),

@@ -144,14 +144,14 @@ static Grads kernels(const Plan &p, const std::vector<float> &qf, const std::vec
                           p.dropout ? 1u : 0u, p.seed, p.offset, threshold, drop_scale};
     const size_t total = q.size(), rows = (size_t)p.batch * p.heads * p.n;
     std::vector<T> out(total), dq(total), dk(total), dv(total);
-    std::vector<float> lse(rows), delta(rows);
+    std::vector<float> stats(2 * rows), delta(rows);
     const dim3 threads{ATTN_THREADS, 1, 1};
-    launch({nq * tiles, p.batch * p.heads, 1}, threads, [&] { attention_fwd<T>(a, tiles, q.data(), k.data(), v.data(), out.data(), lse.data()); });
+    launch({nq * tiles, p.batch * p.heads, 1}, threads, [&] { attention_fwd<T>(a, tiles, q.data(), k.data(), v.data(), out.data(), stats.data()); });
     launch({nq * tiles, p.batch * p.heads, 1}, threads, [&] {
-        attention_bwd_dq<T>(a, tiles, q.data(), k.data(), v.data(), out.data(), g.data(), lse.data(), delta.data(), dq.data());
+        attention_bwd_dq<T>(a, tiles, q.data(), k.data(), v.data(), out.data(), g.data(), stats.data(), delta.data(), dq.data());
     });
     launch({key_tiles, p.batch * p.heads, 1}, threads, [&] {
-        attention_bwd_dkv<T>(a, io.data(), ib.data(), ir.data(), q.data(), k.data(), v.data(), g.data(), lse.data(),
+        attention_bwd_dkv<T>(a, io.data(), ib.data(), ir.data(), q.data(), k.data(), v.data(), g.data(), stats.data(),
                              delta.data(), dk.data(), dv.data());
     });
     auto wide = [](const std::vector<T> &x) {
@@ -206,6 +206,16 @@ static Plan full(uint32_t n, uint32_t d) {
     return p;
 }
 
+// Full attention where the second sequence is all padding, masked with f32::MIN as the model's
+// full attention masks it: every score of its rows is f32::MIN, so each row's probabilities are
+// uniform, and the backward pass must see 1/n, not 1.
+static Plan all_padding(uint32_t n, uint32_t d) {
+    Plan p = full(n, d);
+    p.dropout = false;
+    for (uint32_t i = 0; i < p.batch * n; i++) p.key_penalty[i] = i >= n ? -3.4028235e38f : 0.0f;
+    return p;
+}
+
 static Plan sparse(uint32_t blocks, uint32_t w, uint32_t d) {
     const uint32_t n = blocks * w;
     Plan p{2, 2, n, d, {}, {}, {}, {}, 0.125f, false, 0.0, 0, 0};
@@ -234,7 +244,8 @@ int main() {
     // Lengths that are not multiples of the tiles; heads of 64 dimensions (CodonTransformer's)
     // and of fewer (a partial register row); key blocks smaller and larger than a tile.
     for (const auto &[what, plan] : {std::pair<const char *, Plan>{"full", full(100, 64)}, {"full", full(70, 20)},
-                                     {"sparse", sparse(5, 32, 64)}, {"sparse", sparse(4, 64, 24)}}) {
+                                     {"padding", all_padding(40, 16)}, {"sparse", sparse(5, 32, 64)},
+                                     {"sparse", sparse(4, 64, 24)}}) {
         failed += check<float>(what, "f32", plan, 2e-5);
         failed += check<__nv_bfloat16>(what, "bf16", plan, 1.5e-2);
     }

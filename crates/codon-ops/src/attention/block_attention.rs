@@ -8,9 +8,10 @@
 //! - The CPU body, per (sequence, head), gathers a block's keys and values, computes
 //!   softmax(q·kᵀ·scale + penalty)·v, and keeps the probabilities for the backward pass, which
 //!   then needs four small GEMMs per block and no saved score, gathered key or transposed copy.
-//! - The CUDA body (`attention_*` in `kernels/codon_ops.cu`) is flash attention over the same
-//!   plan: no score in memory, one log-sum-exp per row kept, the probabilities and the dropout
-//!   mask computed again in the backward pass, the key gradients summed in a fixed order. It
+//! - The CUDA body (`attention_*` in `kernels/attention.cuh`) is flash attention over the same
+//!   plan: no score in memory, two numbers per row kept (the softmax's shift and 1/Σ), the
+//!   probabilities and the dropout mask computed again in the backward pass, the key gradients
+//!   summed in a fixed order. It
 //!   takes heads of up to [`CUDA_MAX_HEAD_DIM`] dimensions and runs only where
 //!   [`cuda_body_runs`]: it has not yet run on a GPU, so it waits behind `CODON_CUDA_ATTENTION=fused`
 //!   until `cuda_bodies` has passed on one.
@@ -64,7 +65,13 @@ impl AttentionPlan {
     fn check(&self, dims: &[usize]) -> candle_core::Result<usize> {
         let (b, n, nq) = (self.batch, self.seq_len, self.query_blocks.len());
         let [db, dn, hd] = dims else { candle_core::bail!("attention: q, k, v must be (batch, tokens, hidden)") };
-        let covered: usize = self.query_blocks.iter().map(|&(_, len)| len).sum();
+        // The blocks tile the rows in order: each starts where the last ended (each row once).
+        let mut end = 0;
+        let tiled = self.query_blocks.iter().all(|&(start, len)| {
+            let follows = start == end;
+            end = start + len;
+            follows
+        }) && end == n;
         let ranges_fit =
             self.keys.iter().all(|k| !k.is_empty()) && self.keys.iter().flatten().all(|r| r.start + r.len <= n);
         let full = self.keys.iter().all(|k| k.len() == 1 && k[0].start == 0 && k[0].len == n);
@@ -72,8 +79,7 @@ impl AttentionPlan {
             && *dn == n
             && self.heads > 0
             && hd % self.heads == 0
-            && covered == n
-            && self.query_blocks.iter().all(|&(s, l)| s + l <= n)
+            && tiled
             && self.keys.len() == self.heads * nq
             && ranges_fit
             && self.key_penalty.len() == b * n
@@ -93,7 +99,7 @@ pub struct BlockAttention {
     probs: Mutex<Vec<Vec<f32>>>,
     /// CPU: the plan's dropout mask as multipliers, drawn once for both passes.
     mask: OnceLock<Vec<f32>>,
-    /// CUDA: the plan on the device and each row's log-sum-exp, for the backward pass.
+    /// CUDA: the plan on the device and each row's softmax shift and 1/Σ, for the backward pass.
     #[cfg(feature = "cuda")]
     saved: Mutex<Option<std::sync::Arc<cuda_launch::Saved>>>,
 }
@@ -402,6 +408,11 @@ impl CustomOp3 for BlockAttention {
             candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
         }
         let d = self.plan.check(l1.dims())?;
+        if d > CUDA_MAX_HEAD_DIM {
+            candle_core::bail!(
+                "attention: the CUDA body takes heads of at most {CUDA_MAX_HEAD_DIM} dimensions, not {d}"
+            );
+        }
         let (out, saved) = cuda_launch::forward(&self.plan, d, (s1, l1), (s2, l2), (s3, l3))?;
         *self.saved.lock().map_err(|_| candle_core::Error::msg("attention: poisoned"))? = Some(saved);
         Ok((out, l1.shape().clone()))
@@ -481,7 +492,7 @@ mod cuda_launch {
     const MAX_BATCH_HEADS: usize = 65_535;
 
     /// The plan on the device (the kernels' `ATTENTION_PARAMS`), the key tiles' inverse lists,
-    /// and the forward pass's log-sum-exp per row, kept for the backward pass.
+    /// and the forward pass's softmax statistics per row, kept for the backward pass.
     pub(super) struct Saved {
         n: u32,
         heads: u32,
@@ -511,8 +522,8 @@ mod cuda_launch {
         inverse_offsets: CudaSlice<u32>,
         inverse_block: CudaSlice<u32>,
         inverse_range: CudaSlice<u32>,
-        /// log Σ exp(score) per (sequence, head, row).
-        lse: CudaSlice<f32>,
+        /// The softmax's shift and 1/Σ per (sequence, head, row).
+        stats: CudaSlice<f32>,
     }
 
     fn u32_of(x: usize) -> Result<u32> {
@@ -590,7 +601,7 @@ mod cuda_launch {
                 inverse_offsets: up_u32(inverse_offsets)?,
                 inverse_block: up_u32(inverse_block)?,
                 inverse_range: up_u32(inverse_range)?,
-                lse: dev.alloc_zeros::<f32>((batch_heads * n).max(1))?,
+                stats: dev.alloc_zeros::<f32>((2 * batch_heads * n).max(1))?,
             })
         }
 
@@ -643,7 +654,7 @@ mod cuda_launch {
             let out = unsafe { dev.alloc::<T>(len)? };
             let mut b = func.builder();
             saved.push_plan(&mut b);
-            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&saved.lse);
+            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&saved.stats);
             // SAFETY: the arguments match `attention_fwd`'s signature; the sizes were checked
             // against the plan.
             unsafe { b.launch(cfg) }.w()?;
@@ -687,13 +698,13 @@ mod cuda_launch {
             let (dq, dk, dv) = unsafe { (dev.alloc::<T>(len)?, dev.alloc::<T>(len)?, dev.alloc::<T>(len)?) };
             let mut b = dq_func.builder();
             saved.push_plan(&mut b);
-            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&grad).arg(&saved.lse).arg(&delta).arg(&dq);
+            b.arg(&saved.tiles).arg(&q).arg(&k).arg(&v).arg(&out).arg(&grad).arg(&saved.stats).arg(&delta).arg(&dq);
             // SAFETY: the arguments match `attention_bwd_dq`'s signature.
             unsafe { b.launch(rows_cfg) }.w()?;
             let mut b = dkv_func.builder();
             saved.push_plan(&mut b);
             b.arg(&saved.inverse_offsets).arg(&saved.inverse_block).arg(&saved.inverse_range);
-            b.arg(&q).arg(&k).arg(&v).arg(&grad).arg(&saved.lse).arg(&delta).arg(&dk).arg(&dv);
+            b.arg(&q).arg(&k).arg(&v).arg(&grad).arg(&saved.stats).arg(&delta).arg(&dk).arg(&dv);
             // SAFETY: the arguments match `attention_bwd_dkv`'s signature; it reads `delta` after
             // the query-gradient kernel wrote it (one stream).
             unsafe { b.launch(keys_cfg) }.w()?;
@@ -845,7 +856,15 @@ mod tests {
         let err = x.apply_op3(&x, &x, BlockAttention::new(plan.clone())).unwrap_err();
         assert!(err.to_string().contains("plan does not fit"), "{err}");
         // Rows covered, but a block with no keys at all.
-        let no_keys = AttentionPlan { query_blocks: vec![(0, 4)], keys: vec![vec![], vec![]], ..plan };
+        let no_keys = AttentionPlan { query_blocks: vec![(0, 4)], keys: vec![vec![], vec![]], ..plan.clone() };
         assert!(x.apply_op3(&x, &x, BlockAttention::new(no_keys)).is_err());
+        // Lengths that add up to the rows, but one row twice and one never.
+        let overlapping = AttentionPlan {
+            query_blocks: vec![(0, 2), (1, 2)],
+            keys: vec![vec![KeyRange { start: 0, len: 4, penalty: 0.0 }]; 4],
+            ..plan
+        };
+        let err = x.apply_op3(&x, &x, BlockAttention::new(overlapping)).unwrap_err();
+        assert!(err.to_string().contains("plan does not fit"), "{err}");
     }
 }
