@@ -93,81 +93,109 @@ __device__ __forceinline__ float half_dot(const AttentionArgs &a, const float *x
 // The pair's two halves summed (every thread of the warp takes part).
 __device__ __forceinline__ float pair_sum(float part) { return part + __shfl_xor_sync(0xffffffffu, part, 1); }
 
-// Grid (blocks · tiles, batch · heads), ATTN_THREADS threads: query block blockIdx.x / tiles,
-// rows from ATTN_ROWS · (blockIdx.x % tiles). Writes the output and each row's softmax shift and
-// 1/Σ, (batch, heads, n, 2): p = e^(s − shift) · (1/Σ). They stay apart because shift + log Σ
-// loses log Σ beside a score of f32::MIN (a row whose keys are all masked).
+// The query row a thread of the forward and query-gradient kernels takes. Their grid is
+// (blocks · tiles, batch · heads) of ATTN_THREADS threads: query block blockIdx.x / tiles, rows
+// from ATTN_ROWS · (blockIdx.x % tiles), two threads a row.
+struct QueryRow {
+    uint32_t qb, bh, b, h, half, row;
+    bool tile_has_rows;  // the same for the whole block: the block leaves when false
+    bool live;           // a row of the tile (others load zeros and write nothing)
+    uint64_t token, at;  // b·n + row, and the row's first column of head h
+
+    __device__ QueryRow(const AttentionArgs &a, uint32_t tiles) {
+        qb = blockIdx.x / tiles;
+        const uint32_t first = (blockIdx.x % tiles) * ATTN_ROWS, rows = a.block_len[qb];
+        bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads, half = threadIdx.x & 1;
+        tile_has_rows = first < rows;
+        live = first + (threadIdx.x >> 1) < rows;
+        row = a.block_start[qb] + (live ? first + (threadIdx.x >> 1) : first);
+        token = (uint64_t)b * a.n + row;
+        at = token * a.heads * a.d + (uint64_t)h * a.d;
+    }
+
+    // Index of the row's dropout element of key `key`: (batch, heads, n, n).
+    __device__ uint64_t drop_index(const AttentionArgs &a, uint32_t key) const {
+        return ((uint64_t)bh * a.n + row) * a.n + key;
+    }
+};
+
+// `body(k0, kn, range_penalty)` on each tile of keys k0..k0 + kn of the row's query block, with
+// their keys and values loaded into `ks` and `vs`; every thread of the block takes part.
+template <typename T, typename F>
+__device__ __forceinline__ void for_each_key_tile(const AttentionArgs &a, const QueryRow &r, const T *k, const T *v,
+                                                  float (*ks)[ATTN_MAX_D], float (*vs)[ATTN_MAX_D], F body) {
+    const uint32_t list = r.h * a.blocks + r.qb;
+    for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
+        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
+        for (uint32_t t0 = 0; t0 < rl; t0 += ATTN_KEYS) {
+            const uint32_t kn = min((uint32_t)ATTN_KEYS, rl - t0), k0 = rs + t0;
+            __syncthreads();  // the last tile's readers are done
+            load_rows(a, k, r.b, r.h, k0, kn, ks, nullptr);
+            load_rows(a, v, r.b, r.h, k0, kn, vs, nullptr);
+            __syncthreads();
+            body(k0, kn, a.range_penalty[ri]);
+        }
+    }
+}
+
+// The forward pass: the output, and each row's softmax shift and 1/Σ, (batch, heads, n, 2):
+// p = e^(s − shift) · (1/Σ). They stay apart because shift + log Σ loses log Σ beside a score of
+// f32::MIN (a row whose keys are all masked).
 template <typename T>
 __device__ void attention_fwd(const AttentionArgs a, uint32_t tiles, const T *q, const T *k, const T *v, T *out, float *stats) {
     __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
     __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
-    const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
-    const uint32_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
-    const uint32_t rows = a.block_len[qb];
-    if (first >= rows) return;  // the whole block leaves
-    const uint32_t half = threadIdx.x & 1;
-    const bool live = first + (threadIdx.x >> 1) < rows;
-    const uint32_t row = a.block_start[qb] + (live ? first + (threadIdx.x >> 1) : first);
-    const uint64_t hd = (uint64_t)a.heads * a.d, at = ((uint64_t)b * a.n + row) * hd + (uint64_t)h * a.d;
+    const QueryRow r(a, tiles);
+    if (!r.tile_has_rows) return;  // the whole block leaves
+    const uint32_t half = r.half;
     float qr[ATTN_COLS], acc[ATTN_COLS];
-    load_cols(a, q + at, half, live, qr);
+    load_cols(a, q + r.at, half, r.live, qr);
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
     const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
-    const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
     DropoutWords mask;
     float m = -INFINITY, l = 0.0f;
-    const uint32_t list = h * a.blocks + qb;
-    for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
-        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
-        const float rp = a.range_penalty[ri];
-        for (uint32_t t0 = 0; t0 < rl; t0 += ATTN_KEYS) {
-            const uint32_t kn = min((uint32_t)ATTN_KEYS, rl - t0), k0 = rs + t0;
-            __syncthreads();  // the last tile's readers are done
-            load_rows(a, k, b, h, k0, kn, ks, nullptr);
-            load_rows(a, v, b, h, k0, kn, vs, nullptr);
-            __syncthreads();
-            float s[ATTN_KEYS];
-            float tile_max = -INFINITY;
+    for_each_key_tile(a, r, k, v, ks, vs, [&](uint32_t k0, uint32_t kn, float rp) {
+        float s[ATTN_KEYS];
+        float tile_max = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < ATTN_KEYS; j++) {
-                const float dot = pair_sum(j < kn ? half_dot(a, qr, ks[j], half) : 0.0f);
-                s[j] = j < kn ? dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp : -INFINITY;
-                tile_max = fmaxf(tile_max, s[j]);
-            }
-            // Online softmax: rescale what the earlier tiles summed to the new maximum.
-            const float m_new = fmaxf(m, tile_max), shift = m_new == -INFINITY ? 0.0f : m_new;
-            const float alpha = expf(m - shift);
-            l *= alpha;
+        for (int j = 0; j < ATTN_KEYS; j++) {
+            const float dot = pair_sum(j < kn ? half_dot(a, qr, ks[j], half) : 0.0f);
+            s[j] = j < kn ? dot * a.scale + a.key_penalty[(uint64_t)r.b * a.n + k0 + j] + rp : -INFINITY;
+            tile_max = fmaxf(tile_max, s[j]);
+        }
+        // Online softmax: rescale what the earlier tiles summed to the new maximum.
+        const float m_new = fmaxf(m, tile_max), shift = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = expf(m - shift);
+        l *= alpha;
 #pragma unroll
-            for (int i = 0; i < ATTN_COLS; i++) acc[i] *= alpha;
+        for (int i = 0; i < ATTN_COLS; i++) acc[i] *= alpha;
 #pragma unroll
-            for (int j = 0; j < ATTN_KEYS; j++) {
-                if (j < kn) {
-                    const float p = expf(s[j] - shift);
-                    l += p;
-                    const float kept = a.dropout ? p * mask.multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : p;
+        for (int j = 0; j < ATTN_KEYS; j++) {
+            if (j < kn) {
+                const float p = expf(s[j] - shift);
+                l += p;
+                const float kept = a.dropout ? p * mask.multiplier(r.drop_index(a, k0 + j), key, a.offset, a.threshold, a.dropout_scale) : p;
 #pragma unroll
-                    for (int i = 0; i < ATTN_COLS; i++) {
-                        const uint32_t c = 2 * i + half;
-                        if (c < a.d) acc[i] = fmaf(kept, vs[j][c], acc[i]);
-                    }
+                for (int i = 0; i < ATTN_COLS; i++) {
+                    const uint32_t c = 2 * i + half;
+                    if (c < a.d) acc[i] = fmaf(kept, vs[j][c], acc[i]);
                 }
             }
-            m = m_new;
         }
-    }
-    if (!live) return;
-    const bool zero = a.query_mask && a.query_mask[(uint64_t)b * a.n + row] == 0.0f;
+        m = m_new;
+    });
+    if (!r.live) return;
+    const bool zero = a.query_mask && a.query_mask[r.token] == 0.0f;
     const float inv = l > 0.0f && !zero ? 1.0f / l : 0.0f;
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) {
         const uint32_t c = 2 * i + half;
-        if (c < a.d) out[at + c] = from_f32<T>(zero ? 0.0f : acc[i] * inv);
+        if (c < a.d) out[r.at + c] = from_f32<T>(zero ? 0.0f : acc[i] * inv);
     }
     // No key at all (every score −∞): shift 0 and 1/Σ = 0, so the backward pass's probabilities are 0.
     if (half == 0) {
-        float *st = stats + 2 * ((uint64_t)bh * a.n + row);
+        float *st = stats + 2 * ((uint64_t)r.bh * a.n + r.row);
         st[0] = m == -INFINITY ? 0.0f : m;
         st[1] = l > 0.0f ? 1.0f / l : 0.0f;
     }
@@ -180,61 +208,45 @@ __device__ void attention_bwd_dq(const AttentionArgs a, uint32_t tiles, const T 
                                  const T *grad, const float *stats, float *delta, T *dq) {
     __shared__ float ks[ATTN_KEYS][ATTN_MAX_D];
     __shared__ float vs[ATTN_KEYS][ATTN_MAX_D];
-    const uint32_t qb = blockIdx.x / tiles, first = (blockIdx.x % tiles) * ATTN_ROWS;
-    const uint32_t bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
-    const uint32_t rows = a.block_len[qb];
-    if (first >= rows) return;
-    const uint32_t half = threadIdx.x & 1;
-    const bool live = first + (threadIdx.x >> 1) < rows;
-    const uint32_t row = a.block_start[qb] + (live ? first + (threadIdx.x >> 1) : first);
-    const uint64_t hd = (uint64_t)a.heads * a.d, at = ((uint64_t)b * a.n + row) * hd + (uint64_t)h * a.d;
-    const bool masked = a.query_mask && a.query_mask[(uint64_t)b * a.n + row] == 0.0f;
+    const QueryRow r(a, tiles);
+    if (!r.tile_has_rows) return;
+    const uint32_t half = r.half;
+    const bool masked = a.query_mask && a.query_mask[r.token] == 0.0f;
     float qr[ATTN_COLS], g[ATTN_COLS], acc[ATTN_COLS];
-    load_cols(a, q + at, half, live, qr);
-    load_cols(a, grad + at, half, live && !masked, g);
-    load_cols(a, out + at, half, live, acc);  // the output, for delta
+    load_cols(a, q + r.at, half, r.live, qr);
+    load_cols(a, grad + r.at, half, r.live && !masked, g);
+    load_cols(a, out + r.at, half, r.live, acc);  // the output, for delta
     float part = 0.0f;
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) part = fmaf(g[i], acc[i], part);  // 0 past d
     const float dsum = pair_sum(part);
-    if (live && half == 0) delta[(uint64_t)bh * a.n + row] = dsum;
-    const float shift = live ? stats[2 * ((uint64_t)bh * a.n + row)] : 0.0f;
-    const float inv_sum = live ? stats[2 * ((uint64_t)bh * a.n + row) + 1] : 0.0f;
+    const uint64_t stat = (uint64_t)r.bh * a.n + r.row;
+    if (r.live && half == 0) delta[stat] = dsum;
+    const float shift = r.live ? stats[2 * stat] : 0.0f, inv_sum = r.live ? stats[2 * stat + 1] : 0.0f;
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) acc[i] = 0.0f;
     const uint2 key = make_uint2((uint32_t)a.seed, (uint32_t)(a.seed >> 32));
-    const uint64_t drop_row = ((uint64_t)bh * a.n + row) * a.n;
     DropoutWords mask;
-    const uint32_t list = h * a.blocks + qb;
-    for (uint32_t ri = a.range_offsets[list]; ri < a.range_offsets[list + 1]; ri++) {
-        const uint32_t rs = a.range_start[ri], rl = a.range_len[ri];
-        const float rp = a.range_penalty[ri];
-        for (uint32_t t0 = 0; t0 < rl; t0 += ATTN_KEYS) {
-            const uint32_t kn = min((uint32_t)ATTN_KEYS, rl - t0), k0 = rs + t0;
-            __syncthreads();
-            load_rows(a, k, b, h, k0, kn, ks, nullptr);
-            load_rows(a, v, b, h, k0, kn, vs, nullptr);
-            __syncthreads();
-            for (uint32_t j = 0; j < kn; j++) {
-                const float dot = pair_sum(half_dot(a, qr, ks[j], half));
-                const float dp = pair_sum(half_dot(a, g, vs[j], half));
-                const float s = dot * a.scale + a.key_penalty[(uint64_t)b * a.n + k0 + j] + rp;
-                const float p = expf(s - shift) * inv_sum;
-                const float mult = a.dropout ? mask.multiplier(drop_row + k0 + j, key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
-                const float ds = p * (dp * mult - dsum);
+    for_each_key_tile(a, r, k, v, ks, vs, [&](uint32_t k0, uint32_t kn, float rp) {
+        for (uint32_t j = 0; j < kn; j++) {
+            const float dot = pair_sum(half_dot(a, qr, ks[j], half));
+            const float dp = pair_sum(half_dot(a, g, vs[j], half));
+            const float s = dot * a.scale + a.key_penalty[(uint64_t)r.b * a.n + k0 + j] + rp;
+            const float p = expf(s - shift) * inv_sum;
+            const float mult = a.dropout ? mask.multiplier(r.drop_index(a, k0 + j), key, a.offset, a.threshold, a.dropout_scale) : 1.0f;
+            const float ds = p * (dp * mult - dsum);
 #pragma unroll
-                for (int i = 0; i < ATTN_COLS; i++) {
-                    const uint32_t c = 2 * i + half;
-                    if (c < a.d) acc[i] = fmaf(ds, ks[j][c], acc[i]);
-                }
+            for (int i = 0; i < ATTN_COLS; i++) {
+                const uint32_t c = 2 * i + half;
+                if (c < a.d) acc[i] = fmaf(ds, ks[j][c], acc[i]);
             }
         }
-    }
-    if (!live) return;
+    });
+    if (!r.live) return;
 #pragma unroll
     for (int i = 0; i < ATTN_COLS; i++) {
         const uint32_t c = 2 * i + half;
-        if (c < a.d) dq[at + c] = from_f32<T>(acc[i] * a.scale);
+        if (c < a.d) dq[r.at + c] = from_f32<T>(acc[i] * a.scale);
     }
 }
 

@@ -353,6 +353,14 @@ fn interleave(parts: &[Vec<f32>], batch: usize, n: usize, heads: usize, d: usize
 }
 
 impl BlockAttention {
+    /// The head size of q, k and v under `l1`, `l2`, `l3`: one shape, which the plan fits.
+    fn head_dim(&self, l1: &Layout, l2: &Layout, l3: &Layout) -> candle_core::Result<usize> {
+        if l2.dims() != l1.dims() || l3.dims() != l1.dims() {
+            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
+        }
+        self.plan.check(l1.dims())
+    }
+
     fn slices(&self, d: usize) -> Vec<SequenceHead> {
         let p = &self.plan;
         (0..p.batch * p.heads)
@@ -375,10 +383,7 @@ impl CustomOp3 for BlockAttention {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        if l2.dims() != l1.dims() || l3.dims() != l1.dims() {
-            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
-        }
-        let d = self.plan.check(l1.dims())?;
+        let d = self.head_dim(l1, l2, l3)?;
         let name = "block_attention";
         let (q, k, v) = (cow_f32(s1, l1, name)?, cow_f32(s2, l2, name)?, cow_f32(s3, l3, name)?);
         let dropout = self.dropout_mask(candle_core::backend::BackendStorage::dtype(s1));
@@ -404,10 +409,7 @@ impl CustomOp3 for BlockAttention {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        if l2.dims() != l1.dims() || l3.dims() != l1.dims() {
-            candle_core::bail!("attention: q {:?}, k {:?}, v {:?} differ", l1.dims(), l2.dims(), l3.dims());
-        }
-        let d = self.plan.check(l1.dims())?;
+        let d = self.head_dim(l1, l2, l3)?;
         if d > CUDA_MAX_HEAD_DIM {
             candle_core::bail!(
                 "attention: the CUDA body takes heads of at most {CUDA_MAX_HEAD_DIM} dimensions, not {d}"
