@@ -17,24 +17,6 @@
 #define ATTN_KEYS 32     // keys per shared tile of the forward and query-gradient passes
 #define ATTN_QUERIES 32  // query rows per shared tile of the key-gradient pass
 
-// The dropout kernel's mask at element i as a multiplier: word i % 4 of Philox4x32-10 at
-// counter {i/4, offset}, against the keep threshold. One Philox call serves four consecutive
-// elements: the last group's words are kept.
-struct DropoutWords {
-    uint64_t group = ~0ull;
-    uint4 words;
-
-    __device__ __forceinline__ float multiplier(uint64_t i, uint2 key, uint64_t offset, uint64_t threshold, float scale) {
-        if (i >> 2 != group) {
-            group = i >> 2;
-            words = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
-        }
-        const uint32_t lane = (uint32_t)(i & 3);
-        const uint32_t word = lane == 0 ? words.x : lane == 1 ? words.y : lane == 2 ? words.z : words.w;
-        return (uint64_t)word < threshold ? scale : 0.0f;
-    }
-};
-
 // The plan and dropout arguments every attention kernel takes.
 struct AttentionArgs {
     uint32_t n, heads, d, blocks;

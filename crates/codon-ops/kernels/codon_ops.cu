@@ -117,22 +117,19 @@ __device__ void scatter_add_blocks(uint32_t block_elems, uint32_t blocks, uint32
     }
 }
 
-// ---- dropout: Philox4x32-10 masks in the CPU's layout (codon-ops dropout.rs) ----
-// Element i keeps when word i % 4 of Philox4x32-10 at counter {i/4, offset} under the seed is
-// below `threshold` (the host's exact integer form of (w + ½)/2³² < 1 − p); kept elements are
-// multiplied by `scale`. The backward pass draws the same mask again.
+// ---- dropout: the mask of draw (seed, offset) in the CPU's layout (`DropoutWords`, common.cuh) ----
+// Kept elements are multiplied by `scale`. The backward pass draws the same mask again.
 
 template <typename T>
 __device__ void dropout(uint64_t n, const T *x, T *y, uint64_t seed, uint64_t offset, uint64_t threshold, float scale) {
     const uint2 key = make_uint2((uint32_t)seed, (uint32_t)(seed >> 32));
     // One thread per group of four elements: one Philox call each.
     GRID_STRIDE(group, (n + 3) / 4) {
-        const uint4 w = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        DropoutWords mask;
         for (int j = 0; j < 4; j++) {
             const uint64_t i = group * 4 + j;
             // x·0 as the CPU's multipliers give it: a dropped NaN or infinity stays NaN.
-            if (i < n) y[i] = from_f32<T>(to_f32(x[i]) * ((uint64_t)words[j] < threshold ? scale : 0.0f));
+            if (i < n) y[i] = from_f32<T>(to_f32(x[i]) * mask.multiplier(i, key, offset, threshold, scale));
         }
     }
 }

@@ -1,5 +1,5 @@
 // What codon_ops.cu's kernels share with the files it includes: the storage dtypes' conversions
-// to and from f32, and the Philox4x32-10 generator of the dropout masks.
+// to and from f32, the Philox4x32-10 generator and the dropout masks' layout.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,3 +26,21 @@ __device__ __forceinline__ uint4 philox4x32_10(uint4 c, uint2 k) {
     return c;
 }
 
+// The dropout mask of draw (seed, offset) at element i as a multiplier (codon-ops dropout.rs):
+// word i % 4 of Philox4x32-10 at counter {i/4, offset} under the seed keeps the element when it
+// is below `threshold` (the host's exact integer form of (w + ½)/2³² < 1 − p). One Philox call
+// serves four consecutive elements: the last group's words are kept.
+struct DropoutWords {
+    uint64_t group = ~0ull;
+    uint4 words;
+
+    __device__ __forceinline__ float multiplier(uint64_t i, uint2 key, uint64_t offset, uint64_t threshold, float scale) {
+        if (i >> 2 != group) {
+            group = i >> 2;
+            words = philox4x32_10(make_uint4((uint32_t)group, (uint32_t)(group >> 32), (uint32_t)offset, (uint32_t)(offset >> 32)), key);
+        }
+        const uint32_t lane = (uint32_t)(i & 3);
+        const uint32_t word = lane == 0 ? words.x : lane == 1 ? words.y : lane == 2 ? words.z : words.w;
+        return (uint64_t)word < threshold ? scale : 0.0f;
+    }
+};
