@@ -7,13 +7,16 @@ use pyo3::prelude::*;
 mod data;
 mod errors;
 mod evaluation;
+mod guard;
 mod model;
 
 /// Run the `codon` program with `argv` (its first item the program's name), as the wheel's
-/// `codon` command does; returns the exit status.
+/// `codon` command does; returns the exit status. In a process forked after the extension
+/// started its threads it raises `RuntimeError` instead ([`guard::threads_here`]).
 #[pyfunction]
-fn run_cli(py: Python<'_>, argv: Vec<String>) -> i32 {
-    py.detach(|| codon_cli::commands::main_from(argv))
+fn run_cli(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
+    guard::threads_here("run_cli")?;
+    Ok(py.detach(|| codon_cli::commands::main_from(argv)))
 }
 
 #[pymodule]

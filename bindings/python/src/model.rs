@@ -14,6 +14,17 @@ use codon_model::predict::SequenceScore;
 use codon_model::{DnaPrediction, OrganismRef, PredictOptions, Predictor, ProteinInput};
 
 use crate::errors::{codon_error, load_error, value_error};
+use crate::guard::{in_chunks, threads_here};
+
+/// Most sequences one protein may ask for (`num_sequences`): the `codon predict --num-sequences`
+/// range's top and codon-serve's default `max_sequences`. A count past it would only allocate
+/// without bound (`2**40` sequences abort the interpreter).
+pub const MAX_NUM_SEQUENCES: usize = 100;
+
+/// Tokens of a protein of `residues` residues in a forward pass (`[CLS]` and `[SEP]` added).
+fn tokens(residues: usize) -> usize {
+    residues.saturating_add(2)
+}
 
 /// An organism as upstream takes it: its id or its name.
 #[derive(FromPyObject)]
@@ -76,6 +87,7 @@ fn load_model(
 ) -> PyResult<Model> {
     let spec: DeviceSpec = device.parse().map_err(value_error)?;
     let (dtype, attention) = (self::dtype(dtype)?, self::attention_type(attention_type)?);
+    threads_here("load_model")?;
     let predictor = py.detach(|| -> anyhow::Result<Predictor> {
         let device = spec.open()?;
         codon_cli::predictor::open_predictor(model.as_deref(), config.as_deref(), &device, dtype)
@@ -88,6 +100,13 @@ fn load_model(
         }
     })?;
     Ok(Model { predictor, device: spec.to_string(), attention })
+}
+
+/// `device`'s canonical spelling (`cpu`, `cuda:N`, `npu:N`, `npu-sim:N`), or `ValueError` for a
+/// name that is not a device. The device is not opened.
+#[pyfunction]
+fn canonical_device(device: &str) -> PyResult<String> {
+    device.parse::<DeviceSpec>().map(|spec| spec.to_string()).map_err(value_error)
 }
 
 /// Score and, with constraints, the repair of one prediction, as a dict.
@@ -175,6 +194,11 @@ impl Model {
                 organisms.len()
             )));
         }
+        if num_sequences > MAX_NUM_SEQUENCES {
+            return Err(PyValueError::new_err(format!(
+                "num_sequences {num_sequences}: at most {MAX_NUM_SEQUENCES} sequences per protein"
+            )));
+        }
         let known_dna = known_dna.unwrap_or_else(|| vec![None; proteins.len()]);
         if known_dna.len() != proteins.len() {
             return Err(PyValueError::new_err(format!(
@@ -198,6 +222,8 @@ impl Model {
             max_padding_fraction: codon_model::predict::max_padding_fraction_on(self.predictor.model().device()),
             ..Default::default()
         };
+        options.validate().map_err(|e| codon_error(&e))?;
+        threads_here("Model.predict")?;
         let inputs: Vec<ProteinInput> = proteins
             .into_iter()
             .zip(organisms)
@@ -205,29 +231,31 @@ impl Model {
             .map(|((protein, organism), known_dna)| ProteinInput { protein, organism: organism.into(), known_dna })
             .collect();
         let repair_options = RepairOptions { best_effort, ..Default::default() };
-        let results = py.detach(|| -> codon_model::Result<_> {
-            let predicted = self.predictor.predict_batch_with_progress(&inputs, &options, &mut |_| {})?;
-            Ok(predicted
-                .into_iter()
-                .map(|each| {
-                    each.map(|predictions| {
-                        predictions
-                            .into_iter()
-                            .map(|p| {
-                                let repaired = match &p.codon_log_probs {
-                                    Some(scores) if !constraints.is_empty() => {
-                                        Some(repair(&p.predicted_dna, scores, &constraints, &repair_options))
-                                    }
-                                    _ => None,
-                                };
-                                (p, repaired)
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect::<Vec<_>>())
-        });
-        let results = results.map_err(|e| codon_error(&e))?;
+        let repaired = |p: DnaPrediction| {
+            let repaired = match &p.codon_log_probs {
+                Some(scores) if !constraints.is_empty() => {
+                    Some(repair(&p.predicted_dna, scores, &constraints, &repair_options))
+                }
+                _ => None,
+            };
+            (p, repaired)
+        };
+        let results = in_chunks(
+            py,
+            &inputs,
+            |input: &ProteinInput| tokens(input.protein.len()),
+            options.max_batch_tokens,
+            |chunk| {
+                let predicted = self
+                    .predictor
+                    .predict_batch_with_progress(chunk, &options, &mut |_| {})
+                    .map_err(|e| codon_error(&e))?;
+                Ok(predicted
+                    .into_iter()
+                    .map(|each| each.map(|predictions| predictions.into_iter().map(&repaired).collect::<Vec<_>>()))
+                    .collect())
+            },
+        )?;
         let mut out = Vec::with_capacity(results.len());
         for each in results {
             match each {
@@ -269,10 +297,18 @@ impl Model {
             max_padding_fraction: codon_model::predict::max_padding_fraction_on(self.predictor.model().device()),
             ..Default::default()
         };
+        options.validate().map_err(|e| codon_error(&e))?;
+        threads_here("Model.score")?;
         let items: Vec<(String, OrganismRef)> = dna.into_iter().zip(organisms.into_iter().map(Into::into)).collect();
-        let scores = py.detach(|| self.predictor.score_batch(&items, &options, &mut |_| {}));
+        let scores = in_chunks(
+            py,
+            &items,
+            |item: &(String, OrganismRef)| tokens(item.0.len() / 3),
+            options.max_batch_tokens,
+            |chunk| self.predictor.score_batch(chunk, &options, &mut |_| {}).map_err(|e| codon_error(&e)),
+        )?;
         let mut out = Vec::with_capacity(items.len());
-        for each in scores.map_err(|e| codon_error(&e))? {
+        for each in scores {
             match each {
                 Ok(score) => {
                     let d = PyDict::new(py);
@@ -299,5 +335,7 @@ impl Model {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
+    m.add("MAX_NUM_SEQUENCES", MAX_NUM_SEQUENCES)?;
+    m.add_function(wrap_pyfunction!(canonical_device, m)?)?;
     m.add_function(wrap_pyfunction!(load_model, m)?)
 }

@@ -147,3 +147,84 @@ def test_the_codon_command_is_on_path():
     bad = subprocess.run([str(codon), "predict", "--no-such-flag"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert sys.executable  # the same environment's interpreter ran this test
+
+
+def test_num_sequences_is_capped_as_the_codon_program_caps_it(tiny_model):
+    kwargs = dict(model=tiny_model, deterministic=False, temperature=1.0, seed=1)
+    assert len(CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", "cpu", num_sequences=100, **kwargs)) == 100
+    # 2**62 was a PanicException (a BaseException) with a Rust backtrace; 2**40 aborts the
+    # interpreter, so it is tried in a child process below.
+    for n in [101, 2**62, 2**64, 10**30]:
+        with pytest.raises(ValueError, match="num_sequences"):
+            CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", "cpu", num_sequences=n, **kwargs)
+        with pytest.raises(ValueError, match="num_sequences"):
+            CodonPrediction.predict_dna_sequences(["MKV"], "Homo sapiens", num_sequences=n, **kwargs)
+    # The model's own method, which the Python layer's check does not guard.
+    for n in [101, 2**62]:
+        with pytest.raises(ValueError, match="at most 100"):
+            tiny_model.predict(["MKV"], ["Homo sapiens"], deterministic=False, num_sequences=n)
+    with pytest.raises(OverflowError):
+        tiny_model.predict(["MKV"], ["Homo sapiens"], deterministic=False, num_sequences=2**64)
+    child = subprocess.run(
+        [sys.executable, "-c", f"""
+from codon_ascend import CodonPrediction
+model = CodonPrediction.load_model({str(TINY_MODEL)!r})
+for call in [
+    lambda: CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", "cpu", model=model, deterministic=False,
+                                                 num_sequences=2**40),
+    lambda: model.predict(["MKV"], ["Homo sapiens"], deterministic=False, num_sequences=2**40),
+]:
+    try:
+        call()
+    except ValueError as e:
+        print("ValueError", e)
+"""],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0 and child.stdout.count("ValueError") == 2, (child.returncode, child.stderr[-2000:])
+
+
+def test_a_string_is_not_a_list_of_proteins(tiny_model):
+    with pytest.raises(TypeError, match="proteins"):
+        CodonPrediction.predict_dna_sequences("MKV", "Homo sapiens", model=tiny_model)
+    with pytest.raises(TypeError, match="dna_sequences"):
+        CodonPrediction.score_dna_sequences("ATGAAAGTTTAA", "Homo sapiens", model=tiny_model)
+    with pytest.raises(TypeError):
+        tiny_model.predict("MKV", ["Homo sapiens"] * 3)
+
+
+def test_a_device_that_is_not_the_models_is_refused(tiny_model):
+    # The model is on the CPU; the same device in any spelling, or none, is fine.
+    for device in ["cpu", None, " cpu"]:
+        CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", device, model=tiny_model)
+    for device in ["cuda:0", "npu-sim:0", "cuda", 0]:
+        with pytest.raises(ValueError, match="the model is on cpu"):
+            CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", device, model=tiny_model)
+        with pytest.raises(ValueError, match="the model is on cpu"):
+            CodonPrediction.predict_dna_sequences(["MKV"], "Homo sapiens", device, model=tiny_model)
+        with pytest.raises(ValueError, match="the model is on cpu"):
+            CodonPrediction.score_dna_sequences(["ATGTAA"], "Homo sapiens", device, model=tiny_model)
+    for device in ["bogus", "gpu:0", "cuda:x", ""]:
+        with pytest.raises(ValueError, match="unknown device"):
+            CodonPrediction.predict_dna_sequence("MKV", "Homo sapiens", device, model=tiny_model)
+
+
+def test_a_huge_min_max_window_is_refused_not_allocated():
+    frequencies = {"M": (["ATG"], [1.0]), "A": (["GCT", "GCC"], [0.6, 0.4])}
+    # Upstream's padding (window_size // 2 Nones) is kept for windows past the sequence...
+    assert CodonEvaluation.get_min_max_percentage("ATGGCT", frequencies, 18) == [None] * 9
+    # ...up to a bound: 2**62 was a PanicException, and 2**40 aborts the interpreter (tried in a
+    # child process).
+    with pytest.raises(ValueError, match="window_size"):
+        CodonEvaluation.get_min_max_percentage("ATGGCT", frequencies, 2**62)
+    child = subprocess.run(
+        [sys.executable, "-c", f"""
+from codon_ascend import CodonEvaluation
+try:
+    CodonEvaluation.get_min_max_percentage("ATGGCT", {frequencies!r}, 2**40)
+except ValueError as e:
+    print("ValueError", e)
+"""],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == 0 and "ValueError" in child.stdout, (child.returncode, child.stderr[-2000:])

@@ -22,23 +22,44 @@ Organism = Union[int, str]
 #: Upstream's published model, which ``model_path=None`` loads.
 DEFAULT_MODEL = "adibvafa/CodonTransformer"
 
+#: Most sequences one protein may ask for (``num_sequences``), as ``codon predict`` and the service.
+MAX_NUM_SEQUENCES: int = _native.MAX_NUM_SEQUENCES
+
+
+def _sequence_of_strings(name: str, value: Any) -> List[Any]:
+    """``value`` as a list; a single string (which would become one item per letter) is a
+    ``TypeError``."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(
+            f"{name}: a list of sequences, not one {type(value).__name__}; wrap a single sequence in a list"
+        )
+    return list(value)
+
 
 def device_name(device: Any) -> str:
-    """``"cpu"``, ``"cuda:N"``, ``"npu:N"`` or ``"npu-sim:N"`` from a string or a ``torch.device``.
+    """``"cpu"``, ``"cuda:N"``, ``"npu:N"`` or ``"npu-sim:N"`` from a string, a ``torch.device`` or
+    an int (a CUDA ordinal, as torch reads it).
 
-    A bare ``"cuda"`` or ``"npu"`` means device 0; ``None`` means the CPU.
+    A bare ``"cuda"`` or ``"npu"`` means device 0; ``None`` means the CPU. Anything else raises
+    ``ValueError``.
     """
     if device is None:
         return "cpu"
-    if hasattr(device, "type") and hasattr(device, "index"):  # a torch.device, without importing torch
+    if isinstance(device, int) and not isinstance(device, bool):
+        kind, index = "cuda", device
+    elif hasattr(device, "type") and hasattr(device, "index"):  # a torch.device, without importing torch
         kind, index = device.type, device.index
     else:
-        text = str(device)
+        text = str(device).strip()
         kind, _, index = text.partition(":")
         index = int(index) if index.isdigit() else (None if not index else index)
-    if kind == "cpu":
-        return "cpu"
-    return f"{kind}:{0 if index is None else index}"
+    name = "cpu" if kind == "cpu" else f"{kind}:{0 if index is None else index}"
+    try:
+        return _native.canonical_device(name)
+    except ValueError:
+        raise ValueError(
+            f"unknown device {device!r} (expected cpu, cuda:N, npu:N or npu-sim:N, or a torch.device)"
+        ) from None
 
 
 class Tokenizer:
@@ -117,6 +138,15 @@ def _cached_model(model_path: Optional[str], device: str, attention_type: str) -
 
 def _model_for(model: Union[None, str, Model], device: Any, attention_type: str) -> Model:
     if isinstance(model, Model):
+        # A model runs where it was loaded: a device that names another place is a mistake to
+        # report, not to ignore.
+        if device is not None:
+            name = device_name(device)
+            if name != model.device:
+                raise ValueError(
+                    f"device {name!r}, but the model is on {model.device}: pass device={model.device!r} "
+                    f"(or None), or load the model there with load_model(..., device={name!r})"
+                )
         return model
     if model is None or isinstance(model, (str, os.PathLike)):
         # Upstream loads the model on every call; a loop over proteins loads it once here.
@@ -134,6 +164,11 @@ def _check_options(temperature: Any, top_p: Any, num_sequences: Any, determinist
         raise ValueError("top_p must be a float between 0 and 1.")
     if not isinstance(num_sequences, int) or num_sequences < 1:
         raise ValueError("num_sequences must be a positive integer.")
+    if num_sequences > MAX_NUM_SEQUENCES:
+        raise ValueError(
+            f"num_sequences {num_sequences}: at most {MAX_NUM_SEQUENCES} sequences per protein "
+            "(the codon program's and the service's limit)"
+        )
     if deterministic and num_sequences > 1:
         raise ValueError("Multiple sequences can only be generated in non-deterministic mode.")
 
@@ -237,7 +272,9 @@ def predict_dna_sequences(
     whose constraints cannot all be met and lists what is left. ``seed`` fixes the sampler
     (``None``: a new seed each call, as upstream's unseeded sampling).
     """
-    proteins = list(proteins)
+    proteins = _sequence_of_strings("proteins", proteins)
+    if known_dna is not None:
+        known_dna = _sequence_of_strings("known_dna", known_dna)
     if isinstance(organisms, (str, int)):
         organisms = [organisms] * len(proteins)
     design = dict(avoid_sites=avoid_sites, avoid_motifs=avoid_motifs, gc_window=gc_window,
@@ -306,7 +343,7 @@ def score_dna_sequences(
     """How likely the model finds each coding sequence in its organism: one forward pass over its
     protein, as prediction makes, then the log-likelihood of its own codons. A sequence that is
     not a coding sequence raises ``ValueError``, its message prefixed with its index."""
-    dna_sequences = list(dna_sequences)
+    dna_sequences = _sequence_of_strings("dna_sequences", dna_sequences)
     if isinstance(organisms, (str, int)):
         organisms = [organisms] * len(dna_sequences)
     runner = _model_for(model, device, attention_type)
