@@ -137,6 +137,24 @@ fn steps(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+fn two_trainings_cannot_share_a_checkpoint_folder() {
+    // Two runs on one folder both exited 0 with their steps mixed; this test holds the folder's
+    // lock as a running training does.
+    let dir = tempfile::tempdir().unwrap();
+    let train = prepared(dir.path());
+    let ck = dir.path().join("ck");
+    std::fs::create_dir(&ck).unwrap();
+    let held = std::fs::File::open(&ck).unwrap();
+    held.try_lock().unwrap();
+    let args = ["--dataset_dir", &train, "--config", &bigbird_fixture("config.json"), "--max_steps", "1", "--quiet"];
+    let ck_arg = ck.to_string_lossy().into_owned();
+    refused("finetune", &[&args[..], &["--checkpoint_dir", &ck_arg]].concat(), "is in use by another training", &ck);
+    drop(held);
+    let o = command("finetune").args(args).args(["--checkpoint_dir", &ck_arg]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
 fn a_checkpoint_folder_holds_one_runs_steps() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();

@@ -209,6 +209,7 @@ impl JsonlDataset {
 
 /// Call `f(line_number, line)` for every non-blank line until it returns `Ok(false)`.
 fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<bool>) -> Result<()> {
+    crate::text_input::refuse_compressed(path)?;
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut buf = String::new();
@@ -220,7 +221,7 @@ fn for_each_line(path: &Path, mut f: impl FnMut(usize, &str) -> Result<bool>) ->
             return Ok(());
         }
         line_no += 1;
-        let line = buf.trim();
+        let line = crate::text_input::without_bom(line_no, buf.trim());
         if line.is_empty() {
             continue;
         }
@@ -259,7 +260,7 @@ impl RecordStream {
                 return Ok(None);
             }
             self.line_no += 1;
-            let line = self.buf.trim();
+            let line = crate::text_input::without_bom(self.line_no, self.buf.trim());
             if line.is_empty() {
                 continue;
             }
@@ -357,6 +358,16 @@ mod tests {
 
     fn idxs(it: impl Iterator<Item = Result<TrainingRecord>>) -> Vec<u64> {
         it.map(|r| r.unwrap().idx).collect()
+    }
+
+    #[test]
+    fn a_byte_order_mark_opens_a_jsonl_file_unnoticed() {
+        // It made line 1 a malformed record, in the count and again in the stream.
+        let f = dataset_file(3);
+        let text = std::fs::read_to_string(f.path()).unwrap();
+        std::fs::write(f.path(), format!("\u{feff}{text}")).unwrap();
+        let ds = JsonlDataset::open(f.path(), MalformedPolicy::Error).unwrap();
+        assert_eq!(idxs(ds.stream(Shard::default())), [0, 1, 2]);
     }
 
     #[test]

@@ -41,6 +41,28 @@ pub enum DataError {
         /// The header that was found.
         found: String,
     },
+    /// A compressed input, where text was expected.
+    #[error("{path}: the file is {format}-compressed; decompress it first ({undo} {path})")]
+    Compressed {
+        /// The file.
+        path: PathBuf,
+        /// The compression its first bytes show.
+        format: &'static str,
+        /// The command that undoes it.
+        undo: &'static str,
+    },
+    /// A CSV file with two columns of one name that the reader looks up.
+    #[error("{path}: columns {first} and {second} are both named {name:?}; rename or remove one")]
+    DuplicateColumn {
+        /// The file.
+        path: PathBuf,
+        /// The name.
+        name: String,
+        /// The first column's number (from 1).
+        first: usize,
+        /// The second's.
+        second: usize,
+    },
     /// An input whose format cannot be told from its extension.
     #[error("{path}: unknown input format (expected .csv, .fasta, .fa, .fna or .ffn)")]
     UnknownFormat {

@@ -28,6 +28,7 @@ pub mod error;
 pub mod loader;
 pub mod prepare;
 pub mod record;
+pub mod text_input;
 pub mod translate;
 
 pub use codon_vocab::files::refuse_overwriting;

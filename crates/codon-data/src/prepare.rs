@@ -111,6 +111,7 @@ impl InputFormat {
 /// `organism`, case-insensitive); other columns, such as a pandas index, are ignored.
 pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
     let csv_err = |e: csv::Error| DataError::Csv { path: path.to_path_buf(), message: e.to_string() };
+    crate::text_input::refuse_compressed(path)?;
     let text = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     if let Some(line) = unterminated_quote(&text) {
         return Err(DataError::MalformedLine {
@@ -121,7 +122,16 @@ pub fn read_csv(path: &Path) -> Result<Vec<GeneRecord>> {
     }
     let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(text.as_slice());
     let headers = reader.headers().map_err(csv_err)?.clone();
-    let column = |name: &str| headers.iter().position(|h| h.trim().eq_ignore_ascii_case(name));
+    let named = |name: &str| -> Vec<usize> {
+        headers.iter().enumerate().filter(|(_, h)| h.trim().eq_ignore_ascii_case(name)).map(|(i, _)| i).collect()
+    };
+    for name in ["dna", "protein", "organism"] {
+        if let [first, second, ..] = named(name)[..] {
+            let (first, second) = (first + 1, second + 1);
+            return Err(DataError::DuplicateColumn { path: path.to_path_buf(), name: name.into(), first, second });
+        }
+    }
+    let column = |name: &str| named(name).first().copied();
     let Some(dna_col) = column("dna") else {
         return Err(DataError::MissingColumns {
             path: path.to_path_buf(),
@@ -210,11 +220,12 @@ impl FastaEntry {
 
 /// Read every entry of a FASTA file.
 pub fn read_fasta_entries(path: &Path) -> Result<Vec<FastaEntry>> {
+    crate::text_input::refuse_compressed(path)?;
     let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
     let mut entries: Vec<FastaEntry> = Vec::new();
-    for line in BufReader::new(file).lines() {
+    for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| DataError::io(path, e))?;
-        let line = line.trim_end();
+        let line = crate::text_input::without_bom(i + 1, line.trim_end());
         if let Some(header) = line.strip_prefix('>') {
             entries.push(FastaEntry { header: header.trim().to_string(), ..Default::default() });
         } else if let Some(entry) = entries.last_mut() {
@@ -354,6 +365,24 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    #[test]
+    fn byte_order_marks_gzip_and_duplicate_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        // A BOM before the first header was "sequence data before the first '>' header".
+        let p = write(dir.path(), "bom.fasta", "\u{feff}>sequence1 [organism=Homo sapiens]\nATGAAA\n");
+        let recs = read_fasta(&p).unwrap();
+        assert_eq!((recs[0].dna.as_str(), recs[0].organism.as_deref()), ("ATGAAA", Some("Homo sapiens")));
+        // gzip was "stream did not contain valid UTF-8".
+        let gz = dir.path().join("genes.fasta");
+        std::fs::write(&gz, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff").unwrap();
+        let err = read_fasta(&gz).unwrap_err().to_string();
+        assert!(err.contains("gzip-compressed; decompress it first (gunzip -k"), "{err}");
+        // Two dna columns: the first silently won.
+        let p = write(dir.path(), "dup.csv", "dna,organism,DNA\nATGAAATAA,Homo sapiens,ATGTAA\n");
+        let err = read_csv(&p).unwrap_err().to_string();
+        assert!(err.contains("columns 1 and 3 are both named \"dna\""), "{err}");
     }
 
     #[test]

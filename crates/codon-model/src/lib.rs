@@ -32,7 +32,9 @@ pub use error::{CodonError, Result};
 pub use organisms::{
     organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, DEFAULT_ORGANISM, NUM_ORGANISMS, ORGANISMS,
 };
-pub use predict::{prediction_residues, DnaPrediction, EachPredicted, PredictOptions, Predictor, ProteinInput};
+pub use predict::{
+    prediction_residues, DnaPrediction, EachPredicted, PredictOptions, Predictor, ProteinInput, MAX_PREDICTION_RESIDUES,
+};
 pub use sequence::{
     merged_sequence, merged_sequence_with, preprocess_dna, preprocess_protein, replace_ambiguous_codons,
     AmbiguousBehavior, ProteinConfig,

@@ -223,11 +223,23 @@ fn refuse_empty(protein: &str) -> Result<()> {
     Ok(())
 }
 
+/// The longest protein predicted, in characters: windows bound the model's memory, but each
+/// residue's tokens, scores and DNA are kept for the whole protein (about 3 KB a residue). The
+/// longest known protein, titin, has under 36,000.
+pub const MAX_PREDICTION_RESIDUES: usize = 100_000;
+
 /// The residues a prediction decodes, one codon each: the protein as the model sees it (upper
 /// case, ambiguous letters resolved as upstream does by default, with seed 0; an internal `*`
 /// a stop; `_` appended when the protein does not end with a stop). Baselines decode the same.
+/// A protein over [`MAX_PREDICTION_RESIDUES`] is an error.
 pub fn prediction_residues(protein: &str) -> Result<String> {
     refuse_empty(protein)?;
+    let length = protein.trim_end().chars().count();
+    if length > MAX_PREDICTION_RESIDUES {
+        return Err(CodonError::Prediction(format!(
+            "The protein has {length} residues; at most {MAX_PREDICTION_RESIDUES} are predicted."
+        )));
+    }
     // Internal '*' is a stop here: upstream's tokenizer would split it into two tokens.
     let cleaned: String = {
         let trimmed = protein.trim_end();
@@ -777,6 +789,15 @@ fn sample_top_p(row: &[f32], allowed: &[u32], temperature: f64, top_p: f64, rng:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proteins_past_the_residue_limit_are_refused() {
+        // A 100-million-residue protein aborted `predict --input`; a million took 2.87 GB.
+        let at_limit = "M".repeat(MAX_PREDICTION_RESIDUES);
+        assert_eq!(prediction_residues(&at_limit).unwrap().len(), MAX_PREDICTION_RESIDUES + 1);
+        let err = prediction_residues(&format!("{at_limit}K")).unwrap_err().to_string();
+        assert!(err.contains("100001 residues; at most 100000"), "{err}");
+    }
 
     #[test]
     fn tiny_temperatures_sample_the_argmax() {

@@ -265,6 +265,20 @@ pub(crate) fn load(
     let moments: HashMap<String, candle_core::Tensor> =
         candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)
             .map_err(|e| bad(format!("cannot read {OPTIMIZER_FILE}: {e}")))?;
+    // A corrupt moment would show as a diverged run several steps later: blame the file now.
+    let mut corrupt: Vec<&str> = Vec::new();
+    for (name, t) in &moments {
+        if !codon_ops::optim::all_finite(t).map_err(|e| bad(format!("cannot check {OPTIMIZER_FILE}: {e}")))? {
+            corrupt.push(name);
+        }
+    }
+    if !corrupt.is_empty() {
+        corrupt.sort();
+        return Err(bad(format!(
+            "{OPTIMIZER_FILE} holds NaN or infinite values in {} (the file is corrupt)",
+            corrupt.join(", ")
+        )));
+    }
     let weights = model.load(dir).map_err(|e| bad(format!("cannot read the model weights: {e}")))?;
     optimizer.load_state(&moments, &weights, state.optimizer_steps).map_err(bad)?;
     Ok(state)

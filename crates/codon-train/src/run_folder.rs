@@ -115,6 +115,23 @@ fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
 }
 
+/// Hold `dir` for this run until the handle drops: an advisory lock on the folder itself, so
+/// nothing is written into it, and a second training given the same folder is refused instead
+/// of mixing its steps with this run's. The lock goes with the process, however it ends.
+pub(crate) fn lock(dir: &Path) -> Result<std::fs::File> {
+    let unusable = |reason: String| TrainError::CheckpointFolder { dir: dir.to_path_buf(), reason };
+    std::fs::create_dir_all(dir).map_err(|e| unusable(format!("cannot be created: {e}")))?;
+    let folder = std::fs::File::open(dir).map_err(|e| unusable(format!("cannot be opened: {e}")))?;
+    match folder.try_lock() {
+        Ok(()) => Ok(folder),
+        Err(std::fs::TryLockError::WouldBlock) => Err(unusable(
+            "is in use by another training (it holds the folder's lock): give each run its own checkpoint folder"
+                .into(),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(unusable(format!("cannot be locked: {e}"))),
+    }
+}
+
 /// Check that `dir` can take a checkpoint of about `bytes` bytes: it is created if need be, a
 /// file can be written in it, and (where the platform says) the disk has room.
 pub(crate) fn check_writable(dir: &Path, bytes: u64) -> Result<()> {
@@ -201,6 +218,18 @@ mod tests {
         let removed = claim(&config(true, vec![]), dir.path(), &own).unwrap();
         assert_eq!(removed.len(), 1);
         assert!(!theirs.exists());
+    }
+
+    #[test]
+    fn a_folder_another_training_holds_is_refused_until_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("ck");
+        let held = lock(&ck).unwrap();
+        let err = lock(&ck).unwrap_err().to_string();
+        assert!(err.contains("in use by another training"), "{err}");
+        assert_eq!(std::fs::read_dir(&ck).unwrap().count(), 0, "the lock writes nothing into the folder");
+        drop(held);
+        lock(&ck).unwrap();
     }
 
     #[test]

@@ -215,6 +215,14 @@ impl Trainer {
         };
         let mut progress = Progress::new(c.quiet || !lead, lead, total_steps);
         let mut failure = Failure { data_parallel: comm.is_some(), pending: None };
+        // Held to the end of the run: a second training on the same folder is refused.
+        let _folder_lock = match c.checkpoint_dir.as_ref().filter(|_| lead).map(|dir| run_folder::lock(dir)) {
+            Some(Err(e)) => {
+                failure.fail(e)?;
+                None
+            }
+            held => held.and_then(|h| h.ok()),
+        };
         // Tidied before a resume reads it: a step folder set aside mid-save goes back in place.
         if let Some(dir) = c.checkpoint_dir.as_ref().filter(|_| lead) {
             match checkpoint::clean_leftovers(dir, c.checkpoint_filename.as_deref()) {
@@ -240,6 +248,15 @@ impl Trainer {
         }
         if let (Some(dir), Some(files)) = (resume, files) {
             state = checkpoint::load(dir, files, &mut opt.optimizer, &state)?;
+            if state.batch_in_epoch > batches_per_epoch {
+                return Err(TrainError::Checkpoint {
+                    path: dir.to_path_buf(),
+                    reason: format!(
+                        "it resumes at batch {} of an epoch of {batches_per_epoch} batches (another data set or batch size?)",
+                        state.batch_in_epoch
+                    ),
+                });
+            }
             if let Some(s) = state.loss_scaler {
                 opt.scaler = Some(s);
             }

@@ -231,10 +231,7 @@ impl From<u32> for OrganismRef {
 
 /// The id of an organism name (exact match). An unknown name is an error that suggests close names.
 pub fn organism_id(name: &str) -> Result<u32> {
-    ORGANISMS.binary_search(&name).map(|i| i as u32).map_err(|_| VocabError::UnknownOrganismName {
-        name: name.to_string(),
-        suggestions: close_names(name, &ORGANISMS),
-    })
+    ORGANISMS.binary_search(&name).map(|i| i as u32).map_err(|_| unknown_name(name, &ORGANISMS))
 }
 
 /// The name of an organism id. An id outside 0..164 is an error.
@@ -258,8 +255,26 @@ pub fn parse_organism(text: &str) -> Result<u32> {
     OrganismRef::parse(text).resolve()
 }
 
-/// Up to three of `known` closest to `name` (case-insensitive Jaro-Winkler, then substring matches).
+/// The most characters of an unknown name an error repeats.
+const SHOWN_NAME_CHARS: usize = 100;
+
+/// The error for a name not in `known`: the name cut to [`SHOWN_NAME_CHARS`], with close names.
+fn unknown_name<S: AsRef<str>>(name: &str, known: &[S]) -> VocabError {
+    let shown = match name.char_indices().nth(SHOWN_NAME_CHARS) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
+        None => name.to_string(),
+    };
+    VocabError::UnknownOrganismName { name: shown, suggestions: close_names(name, known) }
+}
+
+/// Up to three of `known` closest to `name` (case-insensitive Jaro-Winkler, then substring
+/// matches). A name over twice the longest known one's length is close to none: comparing it
+/// would cost time in proportion to its length, for every known name.
 fn close_names<S: AsRef<str>>(name: &str, known: &[S]) -> Vec<String> {
+    let longest = known.iter().map(|k| k.as_ref().len()).max().unwrap_or(0);
+    if name.len() > 2 * longest {
+        return Vec::new();
+    }
     let query = name.to_lowercase();
     let mut scored: Vec<(f64, &str)> = known
         .iter()
@@ -368,10 +383,7 @@ impl OrganismTable {
 
     /// The id of a name (exact match); an unknown name suggests close ones from this table.
     pub fn id(&self, name: &str) -> Result<u32> {
-        self.names.iter().position(|n| n == name).map(|i| i as u32).ok_or_else(|| VocabError::UnknownOrganismName {
-            name: name.to_string(),
-            suggestions: close_names(name, &self.names),
-        })
+        self.names.iter().position(|n| n == name).map(|i| i as u32).ok_or_else(|| unknown_name(name, &self.names))
     }
 
     /// Resolve a name or an id.
@@ -445,6 +457,18 @@ mod tests {
         assert!(err.contains("Did you mean: Homo sapiens"), "{err}");
         let err = organism_id("zzzzqqqq").unwrap_err().to_string();
         assert!(!err.contains("Did you mean"), "{err}");
+    }
+
+    #[test]
+    fn long_unknown_names_are_cut_and_compared_with_nothing() {
+        // Jaro-Winkler suggested Homo sapiens for this; a megabyte of name took seconds per lookup.
+        let err = organism_id(&"Homo sapiens".repeat(20)).unwrap_err().to_string();
+        assert!(!err.contains("Did you mean"), "{err}");
+        let huge = "x".repeat(1 << 20);
+        for err in [organism_id(&huge).unwrap_err(), OrganismTable::builtin().id(&huge).unwrap_err()] {
+            let msg = err.to_string();
+            assert!(msg.len() < 300 && msg.contains("… (1048576 bytes)"), "{}", &msg[..300.min(msg.len())]);
+        }
     }
 
     #[test]

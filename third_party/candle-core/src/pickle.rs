@@ -8,6 +8,19 @@ use std::io::BufRead;
 
 const VERBOSE: bool = false;
 
+/// The most memory, in approximate bytes, a pickle's objects may take (each object counted as
+/// [`OBJECT_BYTES`], strings by their length, a memoised object again at every reference).
+/// Memo references copy their object, so a few hundred bytes of references that double at each
+/// level would otherwise take all memory; a checkpoint's pickle needs a few MiB.
+pub const MAX_PICKLE_BYTES: usize = 256 << 20;
+/// The longest module or class name a pickle may hold.
+const MAX_NAME_BYTES: usize = 1024;
+/// What one object is counted as against [`MAX_PICKLE_BYTES`].
+const OBJECT_BYTES: usize = 64;
+/// The deepest nesting a pickle's objects may have: deeper ones would overflow the stack when
+/// they are copied or dropped (a state dict nests a handful of levels).
+pub const MAX_PICKLE_DEPTH: u32 = 256;
+
 // https://docs.juliahub.com/Pickle/LAUNc/0.1.0/opcode/
 #[repr(u8)]
 #[derive(Debug, Eq, PartialEq, Clone)]
@@ -91,9 +104,14 @@ impl TryFrom<u8> for OpCode {
     }
 }
 
-fn read_to_newline<R: BufRead>(r: &mut R) -> Result<Vec<u8>> {
+/// A line of at most `limit` bytes (a module or class name).
+fn read_to_newline<R: BufRead>(r: &mut R, limit: usize) -> Result<Vec<u8>> {
+    use std::io::Read;
     let mut data: Vec<u8> = Vec::with_capacity(32);
-    r.read_until(b'\n', &mut data)?;
+    r.take(limit as u64 + 1).read_until(b'\n', &mut data)?;
+    if data.len() > limit {
+        crate::bail!("pickle: a name longer than {limit} bytes")
+    }
     data.pop();
     if data.last() == Some(&b'\r') {
         data.pop();
@@ -207,15 +225,13 @@ impl Object {
                 if module_name == "torch._tensor" && class_name == "_rebuild_from_type_v2" =>
             {
                 let mut args = args.tuple()?;
-                let callable = args.remove(0);
-                let args = args.remove(1);
-                (callable, args)
+                (take_item(&mut args, 0)?, take_item(&mut args, 1)?)
             }
             Object::Class { module_name, class_name }
                 if module_name == "torch._utils" && class_name == "_rebuild_parameter" =>
             {
                 let mut args = args.tuple()?;
-                args.remove(0).reduce()?
+                take_item(&mut args, 0)?.reduce()?
             }
             _ => (callable, args),
         };
@@ -250,6 +266,8 @@ impl TryFrom<Object> for usize {
     fn try_from(value: Object) -> std::result::Result<Self, Self::Error> {
         match value {
             Object::Int(s) if s >= 0 => Ok(s as usize),
+            // torch writes sizes of 2^31 and more as LONG1.
+            Object::Long(s) if s >= 0 && s as u64 <= usize::MAX as u64 => Ok(s as usize),
             other => Err(other),
         }
     }
@@ -269,15 +287,82 @@ impl<T: TryFrom<Object, Error = Object>> TryFrom<Object> for Vec<T> {
     }
 }
 
+/// The kind of an object, for messages that must not print a hostile file's contents.
+fn kind(obj: &Object) -> &'static str {
+    match obj {
+        Object::Class { .. } => "a class",
+        Object::Int(_) | Object::Long(_) => "an integer",
+        Object::Float(_) => "a float",
+        Object::Unicode(_) => "a string",
+        Object::Bool(_) => "a bool",
+        Object::None => "None",
+        Object::Tuple(_) => "a tuple",
+        Object::List(_) => "a list",
+        Object::Mark => "a mark",
+        Object::Dict(_) => "a dict",
+        Object::Reduce { .. } => "a reduce",
+        Object::Build { .. } => "a build",
+        Object::PersistentLoad(_) => "a persistent load",
+    }
+}
+
+/// Item `i` of a tuple's items, taken out; an error where the tuple is shorter.
+fn take_item(items: &mut [Object], i: usize) -> Result<Object> {
+    match items.get_mut(i) {
+        Some(item) => Ok(std::mem::replace(item, Object::None)),
+        None => crate::bail!("pickle: a tuple of {} items where item {i} was expected", items.len()),
+    }
+}
+
+/// A memoised object, with what a copy of it costs and how deep it nests.
+#[derive(Debug)]
+struct Memo {
+    obj: Object,
+    bytes: usize,
+    depth: u32,
+}
+
 #[derive(Debug)]
 pub struct Stack {
     stack: Vec<Object>,
-    memo: HashMap<u32, Object>,
+    /// How deep each object of `stack` nests (a leaf is 1).
+    depths: Vec<u32>,
+    memo: HashMap<u32, Memo>,
+    /// What the objects made so far are counted as against [`MAX_PICKLE_BYTES`].
+    spent: usize,
+}
+
+/// What `obj` is counted as against [`MAX_PICKLE_BYTES`] (its depth is bounded, so recursion is).
+fn object_bytes(obj: &Object) -> usize {
+    OBJECT_BYTES
+        + match obj {
+            Object::Class { module_name, class_name } => module_name.len() + class_name.len(),
+            Object::Unicode(s) => s.len(),
+            Object::Tuple(v) | Object::List(v) => v.iter().map(object_bytes).sum(),
+            Object::Dict(v) => v.iter().map(|(k, v)| object_bytes(k) + object_bytes(v)).sum(),
+            Object::Reduce { callable, args } | Object::Build { callable, args } => {
+                object_bytes(callable) + object_bytes(args)
+            }
+            Object::PersistentLoad(o) => object_bytes(o),
+            Object::Int(_) | Object::Long(_) | Object::Float(_) | Object::Bool(_) | Object::None | Object::Mark => 0,
+        }
 }
 
 impl Stack {
     pub fn empty() -> Self {
-        Self { stack: Vec::with_capacity(512), memo: HashMap::new() }
+        Self { stack: Vec::with_capacity(512), depths: Vec::with_capacity(512), memo: HashMap::new(), spent: 0 }
+    }
+
+    /// Count `bytes` more against [`MAX_PICKLE_BYTES`].
+    fn charge(&mut self, bytes: usize) -> Result<()> {
+        self.spent = self.spent.saturating_add(bytes);
+        if self.spent > MAX_PICKLE_BYTES {
+            crate::bail!(
+                "pickle: its objects expand past {} MiB (a checkpoint needs a few); refused",
+                MAX_PICKLE_BYTES >> 20
+            )
+        }
+        Ok(())
     }
 
     pub fn stack(&self) -> &[Object] {
@@ -297,21 +382,52 @@ impl Stack {
         self.pop()
     }
 
+    /// Push a leaf object.
     fn push(&mut self, obj: Object) {
-        self.stack.push(obj)
+        self.stack.push(obj);
+        self.depths.push(1);
+    }
+
+    /// Push a container whose deepest child nests `child_depth` levels.
+    fn push_container(&mut self, obj: Object, child_depth: u32) -> Result<()> {
+        let depth = child_depth + 1;
+        if depth > MAX_PICKLE_DEPTH {
+            crate::bail!("pickle: objects nest deeper than {MAX_PICKLE_DEPTH} levels; refused")
+        }
+        self.stack.push(obj);
+        self.depths.push(depth);
+        Ok(())
     }
 
     fn pop(&mut self) -> Result<Object> {
-        match self.stack.pop() {
-            None => crate::bail!("unexpected empty stack"),
-            Some(obj) => Ok(obj),
+        Ok(self.pop_with_depth()?.0)
+    }
+
+    fn pop_with_depth(&mut self) -> Result<(Object, u32)> {
+        match (self.stack.pop(), self.depths.pop()) {
+            (Some(obj), Some(depth)) => Ok((obj, depth)),
+            _ => crate::bail!("unexpected empty stack"),
         }
+    }
+
+    /// Put `child` (nesting `child_depth` levels) into the container on top of the stack, through `add`.
+    fn add_to_last(&mut self, child_depth: u32, add: impl FnOnce(&mut Object) -> Result<()>) -> Result<()> {
+        let depth = child_depth + 1;
+        if depth > MAX_PICKLE_DEPTH {
+            crate::bail!("pickle: objects nest deeper than {MAX_PICKLE_DEPTH} levels; refused")
+        }
+        add(self.last()?)?;
+        if let Some(d) = self.depths.last_mut() {
+            *d = (*d).max(depth);
+        }
+        Ok(())
     }
 
     // https://docs.juliahub.com/Pickle/LAUNc/0.1.0/opcode/#Pickle.OpCodes.BUILD
     fn build(&mut self) -> Result<()> {
-        let args = self.pop()?;
-        let obj = self.pop()?;
+        let (args, d1) = self.pop_with_depth()?;
+        let (obj, d2) = self.pop_with_depth()?;
+        let depth = d1.max(d2);
         let obj = match (obj, args) {
             (Object::Dict(mut obj), Object::Dict(mut args)) => {
                 obj.append(&mut args);
@@ -319,13 +435,12 @@ impl Stack {
             }
             (obj, args) => Object::Build { callable: Box::new(obj), args: Box::new(args) },
         };
-        self.push(obj);
-        Ok(())
+        self.push_container(obj, depth)
     }
 
     fn reduce(&mut self) -> Result<()> {
-        let args = self.pop()?;
-        let callable = self.pop()?;
+        let (args, d1) = self.pop_with_depth()?;
+        let (callable, d2) = self.pop_with_depth()?;
         #[allow(clippy::single_match)]
         let reduced = match &callable {
             Object::Class { module_name, class_name } => {
@@ -339,8 +454,7 @@ impl Stack {
             _ => None,
         };
         let reduced = reduced.unwrap_or_else(|| Object::Reduce { callable: Box::new(callable), args: Box::new(args) });
-        self.push(reduced);
-        Ok(())
+        self.push_container(reduced, d1.max(d2))
     }
 
     fn last(&mut self) -> Result<&mut Object> {
@@ -350,19 +464,25 @@ impl Stack {
         }
     }
 
-    fn memo_get(&self, id: u32) -> Result<Object> {
-        match self.memo.get(&id) {
+    /// Push a copy of a memoised object, counted against the budget before it is made.
+    fn memo_get(&mut self, id: u32) -> Result<()> {
+        let (bytes, depth) = match self.memo.get(&id) {
             None => crate::bail!("missing object in memo {id}"),
-            Some(obj) => {
-                // Maybe we should use refcounting rather than doing potential large clones here.
-                Ok(obj.clone())
-            }
-        }
+            Some(m) => (m.bytes, m.depth),
+        };
+        self.charge(bytes)?;
+        let obj = self.memo[&id].obj.clone();
+        self.stack.push(obj);
+        self.depths.push(depth);
+        Ok(())
     }
 
     fn memo_put(&mut self, id: u32) -> Result<()> {
+        let depth = *self.depths.last().context("unexpected empty stack")?;
+        let bytes = object_bytes(self.last()?);
+        self.charge(bytes)?;
         let obj = self.last()?.clone();
-        self.memo.insert(id, obj);
+        self.memo.insert(id, Memo { obj, bytes, depth });
         Ok(())
     }
 
@@ -374,7 +494,8 @@ impl Stack {
         Ok(Object::Reduce { callable: Box::new(class), args: Box::new(args) })
     }
 
-    fn pop_to_marker(&mut self) -> Result<Vec<Object>> {
+    /// The objects above the last mark, and the deepest one's depth.
+    fn pop_to_marker(&mut self) -> Result<(Vec<Object>, u32)> {
         let mut mark_idx = None;
         for (idx, obj) in self.stack.iter().enumerate().rev() {
             if obj == &Object::Mark {
@@ -385,8 +506,10 @@ impl Stack {
         match mark_idx {
             Some(mark_idx) => {
                 let objs = self.stack.split_off(mark_idx + 1);
+                let depth = self.depths.split_off(mark_idx + 1).into_iter().max().unwrap_or(0);
                 self.stack.pop();
-                Ok(objs)
+                self.depths.pop();
+                Ok((objs, depth))
             }
             None => {
                 crate::bail!("marker object not found")
@@ -395,14 +518,15 @@ impl Stack {
     }
 
     pub fn read<R: BufRead>(&mut self, r: &mut R) -> Result<bool> {
+        use std::io::Read;
         let op_code = match OpCode::try_from(r.read_u8()?) {
             Ok(op_code) => op_code,
             Err(op_code) => {
                 crate::bail!("unknown op-code {op_code}")
             }
         };
-        // println!("op: {op_code:?}");
-        // println!("{:?}", self.stack);
+        // Each op makes at most one object; copies and strings are counted where they are made.
+        self.charge(OBJECT_BYTES)?;
         match op_code {
             OpCode::Proto => {
                 let version = r.read_u8()?;
@@ -411,8 +535,9 @@ impl Stack {
                 }
             }
             OpCode::Global => {
-                let module_name = read_to_newline(r)?;
-                let class_name = read_to_newline(r)?;
+                let module_name = read_to_newline(r, MAX_NAME_BYTES)?;
+                let class_name = read_to_newline(r, MAX_NAME_BYTES)?;
+                self.charge(module_name.len() + class_name.len())?;
                 let module_name = String::from_utf8_lossy(&module_name).to_string();
                 let class_name = String::from_utf8_lossy(&class_name).to_string();
                 self.push(Object::Class { module_name, class_name })
@@ -437,80 +562,80 @@ impl Stack {
                 self.push(Object::Float(arg))
             }
             OpCode::BinUnicode => {
-                let len = r.read_u32::<LittleEndian>()?;
-                let mut data = vec![0u8; len as usize];
-                r.read_exact(&mut data)?;
+                let len = r.read_u32::<LittleEndian>()? as usize;
+                self.charge(len)?;
+                // Read what is there rather than allocate what the length claims.
+                let mut data = Vec::new();
+                r.take(len as u64).read_to_end(&mut data)?;
+                if data.len() != len {
+                    crate::bail!("pickle: a string ends before its {len} bytes")
+                }
                 let data = String::from_utf8(data).map_err(E::wrap)?;
                 self.push(Object::Unicode(data))
             }
             OpCode::BinPersId => {
-                let id = self.pop()?;
+                let (id, depth) = self.pop_with_depth()?;
                 let obj = self.persistent_load(id)?;
-                self.push(obj)
+                self.push_container(obj, depth)?
             }
             OpCode::Tuple => {
-                let objs = self.pop_to_marker()?;
-                self.push(Object::Tuple(objs))
+                let (objs, depth) = self.pop_to_marker()?;
+                self.push_container(Object::Tuple(objs), depth)?
             }
             OpCode::Tuple1 => {
-                let obj = self.pop()?;
-                self.push(Object::Tuple(vec![obj]))
+                let (obj, depth) = self.pop_with_depth()?;
+                self.push_container(Object::Tuple(vec![obj]), depth)?
             }
             OpCode::Tuple2 => {
-                let obj2 = self.pop()?;
-                let obj1 = self.pop()?;
-                self.push(Object::Tuple(vec![obj1, obj2]))
+                let (obj2, d2) = self.pop_with_depth()?;
+                let (obj1, d1) = self.pop_with_depth()?;
+                self.push_container(Object::Tuple(vec![obj1, obj2]), d1.max(d2))?
             }
             OpCode::Tuple3 => {
-                let obj3 = self.pop()?;
-                let obj2 = self.pop()?;
-                let obj1 = self.pop()?;
-                self.push(Object::Tuple(vec![obj1, obj2, obj3]))
+                let (obj3, d3) = self.pop_with_depth()?;
+                let (obj2, d2) = self.pop_with_depth()?;
+                let (obj1, d1) = self.pop_with_depth()?;
+                self.push_container(Object::Tuple(vec![obj1, obj2, obj3]), d1.max(d2).max(d3))?
             }
             OpCode::NewTrue => self.push(Object::Bool(true)),
             OpCode::NewFalse => self.push(Object::Bool(false)),
             OpCode::Append => {
-                let value = self.pop()?;
-                let pylist = self.last()?;
-                if let Object::List(d) = pylist {
-                    d.push(value)
-                } else {
-                    crate::bail!("expected a list, got {pylist:?}")
-                }
+                let (value, depth) = self.pop_with_depth()?;
+                self.add_to_last(depth, |pylist| match pylist {
+                    Object::List(d) => Ok(d.push(value)),
+                    _ => crate::bail!("expected a list, got {}", kind(pylist)),
+                })?
             }
             OpCode::Appends => {
-                let objs = self.pop_to_marker()?;
-                let pylist = self.last()?;
-                if let Object::List(d) = pylist {
-                    d.extend(objs)
-                } else {
-                    crate::bail!("expected a list, got {pylist:?}")
-                }
+                let (objs, depth) = self.pop_to_marker()?;
+                self.add_to_last(depth, |pylist| match pylist {
+                    Object::List(d) => Ok(d.extend(objs)),
+                    _ => crate::bail!("expected a list, got {}", kind(pylist)),
+                })?
             }
             OpCode::SetItem => {
-                let value = self.pop()?;
-                let key = self.pop()?;
-                let pydict = self.last()?;
-                if let Object::Dict(d) = pydict {
-                    d.push((key, value))
-                } else {
-                    crate::bail!("expected a dict, got {pydict:?}")
-                }
+                let (value, d1) = self.pop_with_depth()?;
+                let (key, d2) = self.pop_with_depth()?;
+                self.add_to_last(d1.max(d2), |pydict| match pydict {
+                    Object::Dict(d) => Ok(d.push((key, value))),
+                    _ => crate::bail!("expected a dict, got {}", kind(pydict)),
+                })?
             }
             OpCode::SetItems => {
-                let mut objs = self.pop_to_marker()?;
-                let pydict = self.last()?;
-                if let Object::Dict(d) = pydict {
-                    if objs.len() % 2 != 0 {
-                        crate::bail!("setitems: not an even number of objects")
+                let (mut objs, depth) = self.pop_to_marker()?;
+                self.add_to_last(depth, |pydict| match pydict {
+                    Object::Dict(d) => {
+                        if objs.len() % 2 != 0 {
+                            crate::bail!("setitems: not an even number of objects")
+                        }
+                        while let Some(value) = objs.pop() {
+                            let key = objs.pop().context("empty objs")?;
+                            d.push((key, value))
+                        }
+                        Ok(())
                     }
-                    while let Some(value) = objs.pop() {
-                        let key = objs.pop().context("empty objs")?;
-                        d.push((key, value))
-                    }
-                } else {
-                    crate::bail!("expected a dict, got {pydict:?}")
-                }
+                    _ => crate::bail!("expected a dict, got {}", kind(pydict)),
+                })?
             }
             OpCode::None => self.push(Object::None),
             OpCode::Stop => {
@@ -519,7 +644,7 @@ impl Stack {
             OpCode::Build => self.build()?,
             OpCode::EmptyDict => self.push(Object::Dict(vec![])),
             OpCode::Dict => {
-                let mut objs = self.pop_to_marker()?;
+                let (mut objs, depth) = self.pop_to_marker()?;
                 let mut pydict = vec![];
                 if objs.len() % 2 != 0 {
                     crate::bail!("setitems: not an even number of objects")
@@ -528,7 +653,7 @@ impl Stack {
                     let key = objs.pop().context("empty objs")?;
                     pydict.push((key, value))
                 }
-                self.push(Object::Dict(pydict))
+                self.push_container(Object::Dict(pydict), depth)?
             }
             OpCode::Mark => self.push(Object::Mark),
             OpCode::Reduce => self.reduce()?,
@@ -536,13 +661,11 @@ impl Stack {
             OpCode::EmptyList => self.push(Object::List(vec![])),
             OpCode::BinGet => {
                 let arg = r.read_u8()?;
-                let obj = self.memo_get(arg as u32)?;
-                self.push(obj)
+                self.memo_get(arg as u32)?
             }
             OpCode::LongBinGet => {
                 let arg = r.read_u32::<LittleEndian>()?;
-                let obj = self.memo_get(arg)?;
-                self.push(obj)
+                self.memo_get(arg)?
             }
             OpCode::BinPut => {
                 let arg = r.read_u8()?;
@@ -553,13 +676,16 @@ impl Stack {
                 self.memo_put(arg)?
             }
             OpCode::NewObj => {
-                let args = self.pop()?;
-                let class = self.pop()?;
+                let (args, d1) = self.pop_with_depth()?;
+                let (class, d2) = self.pop_with_depth()?;
                 let obj = self.new_obj(class, args)?;
-                self.push(obj)
+                self.push_container(obj, d1.max(d2))?
             }
             OpCode::Long1 => {
                 let n_bytes = r.read_u8()?;
+                if n_bytes > 8 {
+                    crate::bail!("pickle: an integer of {n_bytes} bytes (at most 8 are read)")
+                }
                 let mut v = 0;
                 // Decode the next n bytes in little endian
                 for i in 0..n_bytes {
@@ -574,7 +700,8 @@ impl Stack {
 
 impl From<Object> for E {
     fn from(value: Object) -> Self {
-        E::Msg(format!("conversion error on {value:?}"))
+        // The kind alone: a hostile file's object can be hundreds of MiB.
+        E::Msg(format!("pickle: unexpected {}", kind(&value)))
     }
 }
 
@@ -582,14 +709,15 @@ impl From<Object> for E {
 // Arguments: storage, storage_offset, size, stride, requires_grad, backward_hooks
 fn rebuild_args(args: Object) -> Result<(Layout, DType, String, usize)> {
     let mut args = args.tuple()?;
-    let stride = Vec::<usize>::try_from(args.remove(3))?;
-    let size = Vec::<usize>::try_from(args.remove(2))?;
-    let offset = args.remove(1).int_or_long()? as usize;
-    let storage = args.remove(0).persistent_load()?;
+    let stride = Vec::<usize>::try_from(take_item(&mut args, 3)?)?;
+    let size = Vec::<usize>::try_from(take_item(&mut args, 2)?)?;
+    let offset = take_item(&mut args, 1)?.int_or_long()?;
+    let storage = take_item(&mut args, 0)?.persistent_load()?;
     let mut storage = storage.tuple()?;
-    let storage_size = storage.remove(4).int_or_long()? as usize;
-    let path = storage.remove(2).unicode()?;
-    let (_module_name, class_name) = storage.remove(1).class()?;
+    let storage_size = take_item(&mut storage, 4)?.int_or_long()?;
+    let storage_size = usize::try_from(storage_size).map_err(|_| E::Msg(format!("storage size {storage_size}")))?;
+    let path = take_item(&mut storage, 2)?.unicode()?;
+    let (_module_name, class_name) = take_item(&mut storage, 1)?.class()?;
     let dtype = match class_name.as_str() {
         "FloatStorage" => DType::F32,
         "DoubleStorage" => DType::F64,
@@ -601,7 +729,15 @@ fn rebuild_args(args: Object) -> Result<(Layout, DType, String, usize)> {
             crate::bail!("unsupported storage type {other}")
         }
     };
-    let layout = Layout::new(crate::Shape::from(size), stride, offset * dtype.size_in_bytes());
+    // The offset counts elements: a negative one, or one whose bytes overflow, is refused rather than wrapped.
+    let offset = usize::try_from(offset)
+        .ok()
+        .and_then(|o| o.checked_mul(dtype.size_in_bytes()))
+        .ok_or_else(|| E::Msg(format!("pickle: storage offset {offset} out of range")))?;
+    if size.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).is_none() {
+        crate::bail!("pickle: a tensor of shape {size:?} has more elements than memory can hold")
+    }
+    let layout = Layout::new(crate::Shape::from(size), stride, offset);
     Ok((layout, dtype, path, storage_size))
 }
 
@@ -680,10 +816,9 @@ pub fn read_pth_tensor_info<P: AsRef<std::path::Path>>(
         // NOTE: We are assuming that the `obj` is state_dict by this stage.
         if let Object::Dict(key_values) = obj {
             for (name, value) in key_values.into_iter() {
-                match value.into_tensor_info(name, &dir_name) {
-                    Ok(Some(tensor_info)) => tensor_infos.push(tensor_info),
-                    Ok(None) => {}
-                    Err(err) => eprintln!("skipping: {err:?}"),
+                // A tensor whose arguments are wrong is an error, not a tensor silently left out.
+                if let Some(tensor_info) = value.into_tensor_info(name, &dir_name)? {
+                    tensor_infos.push(tensor_info)
                 }
             }
         }
@@ -730,6 +865,20 @@ impl PthTensors {
             crate::bail!("cannot retrieve non-contiguous tensors {:?}", tensor_info.layout)
         }
         let start_offset = tensor_info.layout.start_offset();
+        // The bytes the tensor needs must be in the file before they are allocated: a stored entry
+        // holds its bytes, a deflated one at most 1032 times its compressed size (deflate's limit).
+        let needed = (tensor_info.layout.shape().elem_count())
+            .checked_mul(tensor_info.dtype.size_in_bytes())
+            .and_then(|n| n.checked_add(start_offset));
+        let ratio = if reader.compression() == zip::CompressionMethod::Stored { 1 } else { 1032 };
+        let available = reader.size().min(reader.compressed_size().saturating_mul(ratio));
+        match needed {
+            Some(n) if n as u64 <= available => {}
+            _ => crate::bail!(
+                "pickle: tensor {name} needs more bytes than its entry {} holds ({available})",
+                tensor_info.path
+            ),
+        }
         if start_offset > 0 {
             std::io::copy(&mut reader.by_ref().take(start_offset as u64), &mut std::io::sink())?;
         }

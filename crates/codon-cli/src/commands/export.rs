@@ -50,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let spec = crate::predictor::model_spec(args.model.path.as_deref());
     codon_model::files::refuse_overwriting(&[&spec], &[&args.output.path])?;
     codon_model::files::check_output_location(&args.output.path)?;
+    refuse_terminal(&args.output.path)?;
     let resolved = codon_model::hub::resolve_model(&spec)?;
     let config = args.config.path.as_deref().map(BigBirdConfig::from_file).transpose()?;
     let model = load_model(&resolved, config, &Device::Cpu, DType::F32)?;
@@ -64,6 +65,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         codon_onnx::OPSET,
         c.num_hidden_layers,
         c.max_position_embeddings
+    );
+    Ok(())
+}
+
+/// An ONNX model is binary: written to a terminal it would scramble the screen and be lost.
+fn refuse_terminal(path: &std::path::Path) -> anyhow::Result<()> {
+    use codon_model::files::OutputTarget;
+    use std::io::IsTerminal;
+    let terminal = match OutputTarget::of(path)? {
+        // SAFETY: the descriptor is only asked whether it is a terminal (a closed one is not).
+        OutputTarget::Descriptor(fd) => unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.is_terminal(),
+        OutputTarget::Stream(device) => std::fs::File::open(device).is_ok_and(|f| f.is_terminal()),
+        OutputTarget::File(_) => false,
+    };
+    anyhow::ensure!(
+        !terminal,
+        "--output {}: a terminal; the ONNX model is binary: give a file, or redirect (> codon.onnx)",
+        path.display()
     );
     Ok(())
 }

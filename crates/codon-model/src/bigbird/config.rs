@@ -178,7 +178,41 @@ impl Default for BigBirdConfig {
     }
 }
 
+/// The largest value each size of a configuration may take: far above any BigBird published
+/// (CodonTransformer: vocabulary 90, hidden 768, 12 layers, intermediate 3072, 2048 positions,
+/// 164 organisms, blocks of 64 with 3 random), and small enough that no product of two
+/// overflows. docs/model.md lists them.
+pub const SIZE_LIMITS: [(&str, usize); 9] = [
+    ("vocab_size", 1 << 20),
+    ("hidden_size", 16_384),
+    ("num_hidden_layers", 256),
+    ("num_attention_heads", 1024),
+    ("intermediate_size", 65_536),
+    ("max_position_embeddings", 65_536),
+    ("type_vocab_size", 1 << 20),
+    ("block_size", 4096),
+    ("num_random_blocks", 64),
+];
+
+/// The most parameters a configuration may have: 11 times CodonTransformer's, 4 GB of f32 weights.
+pub const MAX_PARAMETERS: usize = 1_000_000_000;
+
 impl BigBirdConfig {
+    /// A size field by its `config.json` name (those of [`SIZE_LIMITS`]).
+    fn size(&self, name: &str) -> usize {
+        match name {
+            "vocab_size" => self.vocab_size,
+            "hidden_size" => self.hidden_size,
+            "num_hidden_layers" => self.num_hidden_layers,
+            "num_attention_heads" => self.num_attention_heads,
+            "intermediate_size" => self.intermediate_size,
+            "max_position_embeddings" => self.max_position_embeddings,
+            "type_vocab_size" => self.type_vocab_size,
+            "block_size" => self.block_size,
+            _ => self.num_random_blocks,
+        }
+    }
+
     /// The small BigBird of the demo run, the tests and the benches' emulator workloads: 2 layers,
     /// hidden 64, 4 heads, intermediate 128, block 16. It trains in seconds on a CPU, and the
     /// emulator, whose kernels are plain C, can time it.
@@ -241,9 +275,45 @@ impl BigBirdConfig {
         (self.max_tokens_full_fallback() + 2 * self.block_size).min(self.max_position_embeddings)
     }
 
-    /// Reject combinations the model cannot run.
+    /// The parameters a model of this configuration has (the tied decoder counted once),
+    /// saturating rather than overflowing on hostile sizes.
+    pub fn parameter_count(&self) -> u128 {
+        let (h, i) = (self.hidden_size as u128, self.intermediate_size as u128);
+        let rows = (self.vocab_size as u128)
+            .saturating_add(self.max_position_embeddings as u128)
+            .saturating_add(self.type_vocab_size as u128);
+        let embeddings = rows.saturating_mul(h).saturating_add(2 * h);
+        let square = h.saturating_mul(h);
+        // q, k, v (biases with use_bias), the attention output, two LayerNorms, the feed-forward pair.
+        let qkv_bias = if self.use_bias { 3 * h } else { 0 };
+        let layer = square
+            .saturating_mul(4)
+            .saturating_add(qkv_bias + h)
+            .saturating_add(4 * h)
+            .saturating_add(h.saturating_mul(i).saturating_mul(2))
+            .saturating_add(i)
+            .saturating_add(h);
+        // The pooler, the head's transform and LayerNorm, the decoder bias.
+        let head = square.saturating_mul(2).saturating_add(4 * h).saturating_add(self.vocab_size as u128);
+        embeddings.saturating_add(layer.saturating_mul(self.num_hidden_layers as u128)).saturating_add(head)
+    }
+
+    /// Reject combinations the model cannot run, and sizes past [`SIZE_LIMITS`] or
+    /// [`MAX_PARAMETERS`], before anything is allocated.
     pub fn validate(&self) -> Result<()> {
         let err = |m: String| Err(CodonError::Config(m));
+        for (name, limit) in SIZE_LIMITS {
+            let v = self.size(name);
+            if v > limit {
+                return err(format!("{name} = {v} is past this build's limit of {limit}"));
+            }
+        }
+        let parameters = self.parameter_count();
+        if parameters > MAX_PARAMETERS as u128 {
+            return err(format!(
+                "the configuration has {parameters} parameters, past this build's limit of {MAX_PARAMETERS}"
+            ));
+        }
         if self.hidden_size == 0
             || self.num_attention_heads == 0
             || !self.hidden_size.is_multiple_of(self.num_attention_heads)
@@ -303,6 +373,35 @@ mod tests {
         assert_eq!(c.max_tokens_full_fallback(), 704);
         assert_eq!(c.attention_type, AttentionType::BlockSparse);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn sizes_past_their_limits_are_refused_before_anything_is_allocated() {
+        // Each of these aborted the process or panicked when the model was built.
+        for (field, value) in [
+            ("num_hidden_layers", "100000000000"),
+            ("vocab_size", "18446744073709551615"),
+            ("intermediate_size", "10000000000"),
+            ("hidden_size", "4000000"),
+            ("max_position_embeddings", "1000000000"),
+            ("type_vocab_size", "1000000000"),
+            ("num_random_blocks", "4611686018427387904"),
+        ] {
+            let text = format!("{{\"{field}\": {value}}}");
+            let err = BigBirdConfig::from_json(&text).unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains("limit"), "{field}: {err}");
+        }
+        // Every size within its limit, and the whole still too large.
+        let big = r#"{"hidden_size": 16384, "num_attention_heads": 16, "num_hidden_layers": 64}"#;
+        let err = BigBirdConfig::from_json(big).unwrap_err().to_string();
+        assert!(err.contains("parameters, past"), "{err}");
+        // The count is the model's own: the walk over its parameters' shapes.
+        let no_bias = BigBirdConfig { use_bias: false, ..BigBirdConfig::demo() };
+        for c in [BigBirdConfig::default(), BigBirdConfig::demo(), no_bias] {
+            let walked: usize =
+                crate::bigbird::model::parameter_shapes(&c).iter().map(|(_, s)| s.iter().product::<usize>()).sum();
+            assert_eq!(c.parameter_count(), walked as u128);
+        }
     }
 
     #[test]

@@ -79,7 +79,13 @@ fn read_safetensors(path: &Path, device: &Device, dtype: DType) -> candle_core::
                     let mut bytes = vec![0u8; end - start];
                     read_at(start, &mut bytes)?;
                     let view = safetensors::tensor::TensorView::new(info.dtype, info.shape.clone(), &bytes)?;
-                    candle_core::safetensors::Load::load(&view, cpu)?.to_dtype(dtype)?
+                    let t = candle_core::safetensors::Load::load(&view, cpu)?;
+                    // Integer tensors keep their dtype, so a weight stored as one is refused, not cast.
+                    if t.dtype().is_float() {
+                        t.to_dtype(dtype)?
+                    } else {
+                        t
+                    }
                 }
             };
             Ok((name, t.to_device(device)?))
@@ -165,6 +171,10 @@ pub fn check_tensors(
             None => unexpected.push(key),
             Some(shape) if tensor.dims() != shape.as_slice() => {
                 misshapen.push(format!("{key}: expected {shape:?}, found {:?}", tensor.dims()));
+                present.insert(key);
+            }
+            Some(_) if !tensor.dtype().is_float() => {
+                misshapen.push(format!("{key}: expected floating-point values, found {:?}", tensor.dtype()));
                 present.insert(key);
             }
             Some(_) => {
@@ -361,6 +371,115 @@ mod tests {
         (path, tensors)
     }
 
+    /// A `torch.save`-layout zip holding the pickle `pkl` and the storages `entries`.
+    fn torch_zip(dir: &Path, pkl: &[u8], entries: &[(&str, &[u8])]) -> std::path::PathBuf {
+        let path = dir.join("hostile.ckpt");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        zip.start_file("archive/data.pkl", opts).unwrap();
+        zip.write_all(pkl).unwrap();
+        for (name, bytes) in entries {
+            zip.start_file(format!("archive/data/{name}"), opts).unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.finish().unwrap();
+        path
+    }
+
+    /// A state dict of one tensor `w` of `storage` class with `dims`, whose storage starts at
+    /// element `offset`.
+    fn one_tensor_pickle(storage: &str, offset: i64, dims: &[i64]) -> Vec<u8> {
+        let mut p =
+            b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage".to_vec();
+        p.extend_from_slice(format!("ctorch\n{storage}\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpu").as_bytes());
+        // As pickle writes integers: BININT where 32 bits hold them, LONG1 of 8 bytes otherwise.
+        let long = |p: &mut Vec<u8>, v: i64| match i32::try_from(v) {
+            Ok(v) => {
+                p.push(b'J');
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+            Err(_) => {
+                p.extend_from_slice(b"\x8a\x08");
+                p.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        long(&mut p, 4);
+        p.extend_from_slice(b"tQ");
+        long(&mut p, offset);
+        p.push(b'(');
+        dims.iter().for_each(|&d| long(&mut p, d));
+        p.extend_from_slice(b"t(");
+        dims.iter().for_each(|_| long(&mut p, 1));
+        p.extend_from_slice(b"t\x89ccollections\nOrderedDict\n)RtRs.");
+        p
+    }
+
+    #[test]
+    fn a_well_formed_one_tensor_pickle_loads() {
+        // The hostile cases below differ from this one in one field each.
+        let dir = tempfile::tempdir().unwrap();
+        let storage: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let path = torch_zip(dir.path(), &one_tensor_pickle("FloatStorage", 1, &[3]), &[("0", &storage)]);
+        let tensors = read_tensors(&path, &Device::Cpu, DType::F32).unwrap();
+        assert_eq!(tensors.len(), 1);
+        assert_eq!(tensors[0].1.to_vec1::<f32>().unwrap(), [-2.0, 0.25, 8.0]);
+    }
+
+    #[test]
+    fn memo_references_that_double_are_refused_before_they_take_memory() {
+        // 416 bytes whose memo references double at each of 40 levels: 2^40 objects if copied.
+        let mut pkl = b"\x80\x02K\x01q\x00".to_vec();
+        for i in 0..40u8 {
+            pkl.extend_from_slice(&[b'h', i, b'h', i, 0x86, b'q', i + 1]);
+        }
+        pkl.push(b'.');
+        let dir = tempfile::tempdir().unwrap();
+        let path = torch_zip(dir.path(), &pkl, &[]);
+        let err = read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string();
+        assert!(err.contains("expand past"), "{err}");
+    }
+
+    #[test]
+    fn deeply_nested_pickles_are_refused() {
+        // A million nested tuples would overflow the stack when dropped.
+        let mut pkl = b"\x80\x02".to_vec();
+        pkl.extend(std::iter::repeat_n(b'(', 1_000_000));
+        pkl.extend(std::iter::repeat_n(b't', 1_000_000));
+        pkl.push(b'.');
+        let dir = tempfile::tempdir().unwrap();
+        let path = torch_zip(dir.path(), &pkl, &[]);
+        let err = read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string();
+        assert!(err.contains("nest deeper"), "{err}");
+    }
+
+    #[test]
+    fn tensors_past_their_storage_or_offsets_that_overflow_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = [0u8; 16];
+        for (offset, dims, what) in [
+            (1i64 << 62, vec![3i64], "out of range"),
+            (-1, vec![3], "out of range"),
+            (0, vec![1 << 40], "needs more bytes"),
+            (0, vec![1 << 32, 1 << 32, 1 << 32], "more elements"),
+        ] {
+            let path = torch_zip(dir.path(), &one_tensor_pickle("FloatStorage", offset, &dims), &[("0", &storage)]);
+            let err = read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string();
+            assert!(err.contains(what), "offset {offset}, dims {dims:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn integer_tensors_are_refused_as_weights() {
+        let config = BigBirdConfig::demo();
+        let mut tensors = vec![];
+        for (name, shape) in parameter_shapes(&config) {
+            let dtype = if name.ends_with("LayerNorm.bias") { DType::I64 } else { DType::F32 };
+            tensors.push((name, Tensor::zeros(shape, dtype, &Device::Cpu).unwrap()));
+        }
+        let err = check_tensors(&config, Path::new("m.safetensors"), tensors, DType::F32).unwrap_err().to_string();
+        assert!(err.contains("expected floating-point values, found I64"), "{err}");
+    }
+
     #[test]
     fn tensors_load_exactly_across_read_chunks_in_f32_and_bf16() {
         let dir = tempfile::tempdir().unwrap();
@@ -370,9 +489,11 @@ mod tests {
                 read_safetensors(&path, &Device::Cpu, dtype).unwrap().into_iter().collect();
             assert_eq!(loaded.len(), originals.len());
             for (name, original) in &originals {
-                let want = original.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+                // Integer tensors keep their dtype, so that a weight stored as one can be refused.
+                let want_dtype = if original.dtype().is_float() { dtype } else { original.dtype() };
+                let want = original.to_dtype(want_dtype).unwrap().to_dtype(DType::F64).unwrap().flatten_all().unwrap();
                 let got = &loaded[name];
-                assert_eq!(got.dtype(), dtype, "{name}");
+                assert_eq!(got.dtype(), want_dtype, "{name}");
                 assert_eq!(got.dims(), original.dims(), "{name}");
                 let got = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
                 assert_eq!(got.to_vec1::<f64>().unwrap(), want.to_vec1::<f64>().unwrap(), "{name} in {dtype:?}");

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use codon_data::text_input::shown;
+
 /// The header and rows of a CSV file.
 pub struct CsvTable {
     /// The file.
@@ -16,10 +18,20 @@ pub struct CsvTable {
 }
 
 impl CsvTable {
-    /// Read a whole CSV file.
+    /// Read a whole CSV file; two columns of one name are an error (which would be read?).
     pub fn read(path: &Path) -> anyhow::Result<Self> {
+        codon_data::text_input::refuse_compressed(path)?;
         let mut reader = csv::Reader::from_path(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let headers = reader.headers().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?.clone();
+        let mut seen = std::collections::HashMap::new();
+        for (second, name) in headers.iter().map(str::trim).enumerate().filter(|(_, n)| !n.is_empty()) {
+            if let Some(first) = seen.insert(name, second) {
+                let (first, second, name) = (first + 1, second + 1, shown(name).into_owned());
+                return Err(
+                    codon_data::DataError::DuplicateColumn { path: path.to_path_buf(), name, first, second }.into()
+                );
+            }
+        }
         let rows =
             reader.records().collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(Self { path: path.to_path_buf(), headers, rows, fasta: false })
@@ -95,7 +107,7 @@ impl CsvTable {
                         "warning: {}: entry {} repeats the name {} of entry {first}; rows are told apart by their number",
                         path.display(),
                         i + 1,
-                        entry.name()
+                        shown(entry.name())
                     );
                 }
             }
@@ -104,7 +116,7 @@ impl CsvTable {
                 anyhow::bail!(
                     "{}: entry {} has no [organism=NAME] tag in its header: add one, or give --organism",
                     path.display(),
-                    entry.name()
+                    shown(entry.name())
                 );
             }
             rows.push(csv::StringRecord::from(vec![entry.name(), &entry.sequence, tagged.unwrap_or("")]));
@@ -120,7 +132,7 @@ impl CsvTable {
     pub fn location(&self, i: usize) -> String {
         if self.fasta {
             let name = self.rows.get(i).and_then(|r| r.get(0)).unwrap_or("");
-            format!("{}: entry {} ({name})", self.path.display(), i + 1)
+            format!("{}: entry {} ({})", self.path.display(), i + 1, shown(name))
         } else {
             format!("{}: row {} (line {})", self.path.display(), i + 1, i + 2)
         }
