@@ -5,7 +5,9 @@
 //!
 //! The queue has two lanes: interactive requests are always taken first, and batch jobs' parts
 //! wait in a lane of their own (half the capacity), so jobs never fill the room interactive
-//! requests need.
+//! requests need. A gathered batch holds at most one job part (the parts themselves are bounded
+//! in proteins and residues by the server), so an interactive request that arrives while the
+//! model runs waits for at most one small part, not for a batch of many.
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -40,6 +42,12 @@ pub struct Counters {
     pub expired: AtomicU64,
     /// Proteins per forward pass (its count: the passes run, one per length bucket).
     pub pass_proteins: Histogram,
+    /// The most job proteins one gathered batch carried.
+    pub most_job_proteins: AtomicU64,
+    /// The most job residues one gathered batch carried.
+    pub most_job_residues: AtomicU64,
+    /// The most job proteins a gathered batch carried beside an interactive request.
+    pub most_job_proteins_beside_interactive: AtomicU64,
 }
 
 impl Default for Counters {
@@ -51,6 +59,9 @@ impl Default for Counters {
             queued: AtomicU64::default(),
             expired: AtomicU64::default(),
             pass_proteins: Histogram::new(histogram::PROTEINS),
+            most_job_proteins: AtomicU64::default(),
+            most_job_residues: AtomicU64::default(),
+            most_job_proteins_beside_interactive: AtomicU64::default(),
         }
     }
 }
@@ -60,7 +71,8 @@ impl Default for Counters {
 pub struct BatchPolicy {
     /// How long the first job of a batch waits for others.
     pub window: Duration,
-    /// Most proteins in one batch.
+    /// Most proteins in one batch (interactive requests; a batch also holds at most one job
+    /// part).
     pub max_proteins: usize,
 }
 
@@ -71,7 +83,7 @@ struct Lanes {
     background: VecDeque<Job>,
     /// Live [`Queue`] handles: the worker stops when none is left and the lanes are empty.
     senders: usize,
-    /// The worker has stopped: nothing more is taken.
+    /// The worker has stopped, or the server is stopping: nothing more is taken.
     closed: bool,
 }
 
@@ -161,6 +173,19 @@ impl Queue {
         self.shared.background_capacity
     }
 
+    /// Stop the worker after the batch it runs: nothing more is queued, and what waits is
+    /// dropped (its callers' answers close). The worker then exits even while handles remain.
+    pub fn close(&self) {
+        let mut lanes = self.shared.lanes();
+        lanes.closed = true;
+        let dropped = lanes.interactive.len() + lanes.background.len();
+        lanes.interactive.clear();
+        lanes.background.clear();
+        drop(lanes);
+        self.counters.queued.fetch_sub(dropped as u64, Ordering::Relaxed);
+        self.shared.ready.notify_all();
+    }
+
     /// Drop the job parts still waiting (the server is stopping: they are resumed on the next
     /// start); their callers' answers close. Parts the worker has taken are finished.
     pub fn withdraw_background(&self) -> usize {
@@ -206,14 +231,23 @@ impl Drop for CloseOnExit<'_> {
     }
 }
 
-/// The next job, interactive requests first: `None` at `until`, or when every sender is gone
-/// and nothing waits.
-fn take(shared: &Shared, until: Option<Instant>) -> Option<Job> {
+/// The next job and its lane, interactive requests first (job parts only with `parts`): `None`
+/// at `until`, when the queue is closed, or when every sender is gone and nothing waits.
+fn take(shared: &Shared, until: Option<Instant>, parts: bool) -> Option<(Job, Lane)> {
     let mut lanes = shared.lanes();
     loop {
-        if let Some(job) = lanes.interactive.pop_front().or_else(|| lanes.background.pop_front()) {
-            return Some(job);
+        if lanes.closed {
+            return None;
         }
+        if let Some(job) = lanes.interactive.pop_front() {
+            return Some((job, Lane::Interactive));
+        }
+        if parts {
+            if let Some(job) = lanes.background.pop_front() {
+                return Some((job, Lane::Background));
+            }
+        }
+        // Nothing that may be taken waits, and nobody is left to queue more.
         if lanes.senders == 0 {
             return None;
         }
@@ -230,20 +264,43 @@ fn take(shared: &Shared, until: Option<Instant>) -> Option<Job> {
     }
 }
 
-/// The worker: until every sender is gone, gather a batch and run it.
+/// Residues in `job`'s proteins.
+fn residues(job: &Job) -> usize {
+    job.items.iter().map(|(input, _)| input.protein.len()).sum()
+}
+
+/// The worker: until the queue closes or every sender is gone, gather a batch and run it. A
+/// batch holds interactive requests up to the policy's protein budget and at most one job part.
 fn run(predictor: &Predictor, forward: &PredictOptions, policy: BatchPolicy, shared: &Shared, counters: &Counters) {
     let _close = CloseOnExit(shared);
-    while let Some(first) = take(shared, None) {
+    while let Some((first, lane)) = take(shared, None, true) {
+        let mut part = (lane == Lane::Background).then(|| (first.items.len(), residues(&first)));
+        let mut interactive = lane == Lane::Interactive;
+        let mut proteins = first.items.len();
         let mut batch = vec![first];
-        let mut proteins = batch[0].items.len();
         let until = Instant::now() + policy.window;
         while proteins < policy.max_proteins {
-            match take(shared, Some(until)) {
-                Some(job) => {
+            match take(shared, Some(until), part.is_none()) {
+                Some((job, lane)) => {
                     proteins += job.items.len();
+                    match lane {
+                        Lane::Interactive => interactive = true,
+                        // Summed: the counters report all the job work a batch carried.
+                        Lane::Background => {
+                            let (p, r) = part.unwrap_or((0, 0));
+                            part = Some((p + job.items.len(), r + residues(&job)));
+                        }
+                    }
                     batch.push(job);
                 }
                 None => break,
+            }
+        }
+        if let Some((part_proteins, part_residues)) = part {
+            counters.most_job_proteins.fetch_max(part_proteins as u64, Ordering::Relaxed);
+            counters.most_job_residues.fetch_max(part_residues as u64, Ordering::Relaxed);
+            if interactive {
+                counters.most_job_proteins_beside_interactive.fetch_max(part_proteins as u64, Ordering::Relaxed);
             }
         }
         counters.queued.fetch_sub(batch.len() as u64, Ordering::Relaxed);

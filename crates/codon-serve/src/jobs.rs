@@ -15,8 +15,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ProteinItem, ProteinResult};
 
-/// Proteins per part of a job.
+/// Proteins in one part of a job by default (`--job-part-proteins`).
 pub const PART: usize = 8;
+
+/// Residues in one part of a job by default (`--job-part-residues`); a protein longer than
+/// this is a part of its own.
+pub const PART_RESIDUES: usize = 4_000;
 
 /// How long a finished job's results are kept.
 pub const KEEP_FINISHED: Duration = Duration::from_secs(3600);
@@ -24,6 +28,12 @@ pub const KEEP_FINISHED: Duration = Duration::from_secs(3600);
 /// Most jobs held at once: past it the oldest finished job goes, and when every job held is
 /// running a new one is refused with 503.
 pub const MAX_JOBS: usize = 256;
+
+/// The jobs database's size cap by default (`--jobs-db-max-mb`), in bytes.
+pub const MAX_DB_BYTES: u64 = 2 << 30;
+
+/// The write-ahead log is cut back to this size after each checkpoint.
+const WAL_LIMIT_BYTES: i64 = 64 << 20;
 
 /// Results in one page of `GET /v1/jobs/{id}` when `limit` is not given.
 pub const PAGE: usize = 100;
@@ -42,6 +52,23 @@ const APPLICATION_ID: i32 = 0x434f_444e;
 /// The schema's version (`user_version`).
 const SCHEMA_VERSION: i32 = 1;
 
+/// How big one part of a job may be: the model's worker runs at most one part beside the
+/// interactive requests it gathers, so these bound how long a predict request can wait behind
+/// a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartBounds {
+    /// Most proteins in a part (at least one).
+    pub proteins: usize,
+    /// Most residues in a part; a protein longer than this is a part of its own.
+    pub residues: usize,
+}
+
+impl Default for PartBounds {
+    fn default() -> Self {
+        Self { proteins: PART, residues: PART_RESIDUES }
+    }
+}
+
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -52,6 +79,8 @@ pub enum JobStatus {
     Done,
     /// The job stopped for good (its proteins could not be run, or its results not saved).
     Failed,
+    /// The job was cancelled (`DELETE /v1/jobs/{id}`); the results it had are kept.
+    Cancelled,
 }
 
 impl JobStatus {
@@ -59,6 +88,7 @@ impl JobStatus {
         match s {
             "done" => Self::Done,
             "running" => Self::Running,
+            "cancelled" => Self::Cancelled,
             _ => Self::Failed,
         }
     }
@@ -78,7 +108,8 @@ pub struct JobReport {
     /// The index of the page's first result (with `results`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<usize>,
-    /// A page of the results, in order from `offset`, once the job is done.
+    /// A page of the results, in order from `offset`, once the job has finished (done, failed
+    /// or cancelled; a protein it did not reach reads as its error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Vec<ProteinResult>>,
     /// The `offset` of the next page, while results are left.
@@ -120,17 +151,8 @@ pub struct PartInput {
     pub options: serde_json::Value,
     /// The index of the part's first protein in the job.
     pub first: usize,
-    /// The part's proteins, in order.
+    /// The part's proteins, in order (consecutive, each still without a result).
     pub proteins: Vec<JobProtein>,
-}
-
-/// An unfinished job: the parts it still needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    /// The job's id.
-    pub id: String,
-    /// Its parts without results (part `k` holds proteins `k * PART ..`), in order.
-    pub parts: Vec<usize>,
 }
 
 /// A page of a finished job's results, each as its JSON text (passed through without parsing).
@@ -167,6 +189,39 @@ pub enum StoreError {
         /// The database's path.
         path: PathBuf,
     },
+    /// The path names something that is not a regular file (a device, a folder, a pipe).
+    #[error("{path} is not a regular file ({kind}): the jobs database must be a file; give another --jobs-db PATH")]
+    NotAFile {
+        /// The database's path.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// Another server holds the file (one server per jobs database).
+    #[error(
+        "another server holds the jobs database {path}: stop it, or give this server a database of its own with --jobs-db PATH"
+    )]
+    Held {
+        /// The database's path.
+        path: PathBuf,
+    },
+    /// Every job held is running ([`MAX_JOBS`]).
+    #[error("{MAX_JOBS} jobs are held and all are running; try again later")]
+    TooManyJobs,
+    /// The database reached its size cap and no finished job is left to make room.
+    #[error("the jobs database is full ({cap} bytes at most; --jobs-db-max-mb); try again when jobs have finished")]
+    Full {
+        /// The cap, in bytes.
+        cap: u64,
+    },
+    /// The file's permissions could not be set.
+    #[error("cannot make the jobs database {path} private to its owner: {source}")]
+    Permissions {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A query failed.
     #[error("the jobs database: {op}: {source}")]
     Query {
@@ -188,23 +243,30 @@ pub enum StoreError {
 /// Where the server keeps its jobs. The server needs only these operations, so a store shared
 /// by several replicas (PostgreSQL, say) can stand in for [`SqliteJobStore`] (`docs/serve.md`).
 pub trait JobStore: Send + Sync {
-    /// A new running job of `proteins` with `options`, under a new unguessable id; `None` when
-    /// [`MAX_JOBS`] are running. Expired jobs go first, then the oldest finished one if full.
-    fn create(&self, options: &serde_json::Value, proteins: &[JobProtein]) -> Result<Option<String>, StoreError>;
-    /// Part `part` of job `id` (its proteins and the job's options); `None` without such a part.
-    fn part(&self, id: &str, part: usize) -> Result<Option<PartInput>, StoreError>;
-    /// Save the results of the proteins from `first` on, in one transaction; the job is done
-    /// when every protein has one. A result already saved is kept (a part run twice counts once).
+    /// A new running job of `proteins` with `options`, under a new unguessable id. Expired jobs
+    /// go first, then the oldest finished ones while the store is full (of jobs, or of bytes);
+    /// [`StoreError::TooManyJobs`] or [`StoreError::Full`] when that is not enough.
+    fn create(&self, options: &serde_json::Value, proteins: &[JobProtein]) -> Result<String, StoreError>;
+    /// The next part of running job `id` from protein `from` on: the consecutive proteins
+    /// without a result from the first such one, within `bounds` (at least one protein);
+    /// `None` when the job is not running or no protein from `from` on lacks its result.
+    fn next_part(&self, id: &str, from: usize, bounds: PartBounds) -> Result<Option<PartInput>, StoreError>;
+    /// Save the results of the proteins from `first` on, in one transaction, while the job
+    /// runs (a cancelled or failed job takes no more); the job is done when every protein has
+    /// one. A result already saved is kept (a part run twice counts once).
     fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<(), StoreError>;
     /// Job `id` stopped for good with `error`.
     fn fail(&self, id: &str, error: &str) -> Result<(), StoreError>;
+    /// Cancel job `id` if it runs (its results so far are kept until it expires), or delete it
+    /// with its results if it has finished; the status it had, `None` when unknown.
+    fn cancel(&self, id: &str) -> Result<Option<JobStatus>, StoreError>;
     /// Job `id`'s progress, without results; `None` when unknown or expired.
     fn report(&self, id: &str) -> Result<Option<JobReport>, StoreError>;
     /// At most `limit` of job `id`'s results from `offset` (and at most about
     /// [`MAX_PAGE_BYTES`]).
     fn results_page(&self, id: &str, offset: usize, limit: usize) -> Result<ResultsPage, StoreError>;
-    /// The running jobs with the parts they still need, oldest job first.
-    fn unfinished(&self) -> Result<Vec<Pending>, StoreError>;
+    /// The running jobs' ids, oldest job first.
+    fn unfinished(&self) -> Result<Vec<String>, StoreError>;
     /// Drop the jobs finished more than [`KEEP_FINISHED`] ago; how many went.
     fn expire(&self) -> Result<usize, StoreError>;
 }
@@ -216,6 +278,8 @@ pub type Jobs = std::sync::Arc<dyn JobStore>;
 /// memory: its proteins and results are read back from the file when needed.
 pub struct SqliteJobStore {
     connection: Mutex<Connection>,
+    /// The file's size cap, bytes.
+    max_bytes: u64,
 }
 
 /// The default database: `$XDG_DATA_HOME/codon/jobs.sqlite3`, else
@@ -232,48 +296,175 @@ fn query(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Query { op, source }
 }
 
+/// SQLite's answer when another connection holds the file.
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+/// SQLite's answer when a write would take the file past its page cap.
+fn is_full(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DiskFull))
+}
+
+/// What a path that is not a regular file is, in words.
+fn kind_of(metadata: &std::fs::Metadata) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let t = metadata.file_type();
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_fifo() {
+            return "a pipe";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if metadata.is_dir() {
+        "a folder"
+    } else {
+        "not a plain file"
+    }
+}
+
+/// Create the folders of `folder` missing, private to their owner (0700 on Unix).
+fn create_folder(folder: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(folder)
+}
+
+/// Make `path` readable and writable by its owner alone (0600 on Unix), when it exists.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(metadata) = std::fs::metadata(path) else { return Ok(()) };
+        if metadata.is_file() && metadata.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|source| StoreError::Permissions { path: path.to_path_buf(), source })?;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// `path` with `suffix` added to its file name (`jobs.sqlite3-wal`).
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 impl SqliteJobStore {
-    /// Open (or create, with its folder) the jobs database at `path`. Only the server holds it
-    /// while it runs: a second server on the same file is refused.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(folder)
-                .map_err(|source| StoreError::Folder { path: path.to_path_buf(), source })?;
+    /// Open (or create, with its folder) the jobs database at `path`, of at most `max_bytes`.
+    /// Only the server holds it while it runs: a second server on the same file is refused at
+    /// once ([`StoreError::Held`]). Nothing is written to a file that is not a jobs database,
+    /// nor to anything but a regular file; a new file (and its `-wal` and `-shm`) is readable
+    /// by its owner alone.
+    pub fn open(path: &Path, max_bytes: u64) -> Result<Self, StoreError> {
+        match std::fs::metadata(path) {
+            Ok(metadata) if !metadata.is_file() => {
+                return Err(StoreError::NotAFile { path: path.to_path_buf(), kind: kind_of(&metadata) })
+            }
+            Ok(_) => {}
+            Err(_) => {
+                if let Some(folder) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    create_folder(folder).map_err(|source| StoreError::Folder { path: path.to_path_buf(), source })?;
+                }
+                // Created here, private: SQLite gives its -wal and -shm the database's mode.
+                let mut options = std::fs::OpenOptions::new();
+                options.write(true).create_new(true);
+                #[cfg(unix)]
+                std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+                match options.open(path) {
+                    Ok(_) => {}
+                    // Another process made it meanwhile: checked below like any file.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(source) => return Err(StoreError::Folder { path: path.to_path_buf(), source }),
+                }
+            }
         }
         let open = |source| StoreError::Open { path: path.to_path_buf(), source };
         let connection = Connection::open(path).map_err(open)?;
-        // Exclusive: a second server on the file would run the same jobs twice.
+        // Another server's lock is an answer at once, not after five seconds.
+        connection.busy_timeout(Duration::ZERO).map_err(open)?;
+        // Exclusive: a second server on the file would run the same jobs twice. The lock is
+        // taken by the first read below and kept.
         connection.pragma_update(None, "locking_mode", "EXCLUSIVE").map_err(open)?;
-        let mode: String = connection.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(open)?;
+        // Read before anything is written: another program's file is left as it was.
+        Self::check(&connection, path)?;
+        for file in [path.to_path_buf(), with_suffix(path, "-wal"), with_suffix(path, "-shm")] {
+            make_private(&file)?;
+        }
+        let mode: String = connection.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).map_err(|e| {
+            if is_busy(&e) {
+                StoreError::Held { path: path.to_path_buf() }
+            } else {
+                open(e)
+            }
+        })?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(open(rusqlite::Error::InvalidParameterName(format!("journal mode {mode}, not WAL"))));
         }
         // WAL with NORMAL survives a killed process (not a power cut), at a fraction of FULL's cost.
         connection.pragma_update(None, "synchronous", "NORMAL").map_err(open)?;
-        Self::set_up(connection, path)
+        connection.pragma_update(None, "journal_size_limit", WAL_LIMIT_BYTES).map_err(open)?;
+        Self::set_up(connection, path, max_bytes)
     }
 
     /// A private database in a temporary file that goes when the store is dropped (jobs do not
-    /// survive the server).
-    pub fn temporary() -> Result<Self, StoreError> {
+    /// survive the server), of at most `max_bytes`.
+    pub fn temporary(max_bytes: u64) -> Result<Self, StoreError> {
         let path = Path::new("");
         let connection = Connection::open(path).map_err(|source| StoreError::Open { path: path.into(), source })?;
-        Self::set_up(connection, path)
+        Self::set_up(connection, path, max_bytes)
     }
 
-    fn set_up(mut connection: Connection, path: &Path) -> Result<Self, StoreError> {
-        let open = |source| StoreError::Open { path: path.to_path_buf(), source };
-        let tx = connection.transaction_with_behavior(TransactionBehavior::Exclusive).map_err(open)?;
-        let app: i32 = tx.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(open)?;
-        let version: i32 = tx.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(open)?;
-        let objects: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).map_err(open)?;
+    /// Check, by reading alone, that the file is a jobs database or empty: another program's
+    /// database, or one another server holds, is refused.
+    fn check(connection: &Connection, path: &Path) -> Result<(), StoreError> {
+        let failed = |e: rusqlite::Error| {
+            if is_busy(&e) {
+                StoreError::Held { path: path.to_path_buf() }
+            } else {
+                StoreError::Open { path: path.to_path_buf(), source: e }
+            }
+        };
+        let app: i32 = connection.query_row("PRAGMA application_id", [], |r| r.get(0)).map_err(failed)?;
+        let version: i32 = connection.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(failed)?;
+        let objects: i64 =
+            connection.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).map_err(failed)?;
         // Someone else's database: leave it alone.
         if (app != 0 && app != APPLICATION_ID) || (app == 0 && objects > 0) {
             return Err(StoreError::Foreign { path: path.to_path_buf() });
         }
         if app == APPLICATION_ID && version != SCHEMA_VERSION {
             let why = format!("schema version {version}; this server reads version {SCHEMA_VERSION}");
-            return Err(open(rusqlite::Error::InvalidParameterName(why)));
+            return Err(failed(rusqlite::Error::InvalidParameterName(why)));
+        }
+        Ok(())
+    }
+
+    fn set_up(mut connection: Connection, path: &Path, max_bytes: u64) -> Result<Self, StoreError> {
+        let open = |source| StoreError::Open { path: path.to_path_buf(), source };
+        let tx = connection.transaction_with_behavior(TransactionBehavior::Exclusive).map_err(|e| {
+            if is_busy(&e) {
+                StoreError::Held { path: path.to_path_buf() }
+            } else {
+                open(e)
+            }
+        })?;
+        if tx.query_row("PRAGMA application_id", [], |r| r.get::<_, i32>(0)).map_err(open)? != APPLICATION_ID {
+            let objects: i64 = tx.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).map_err(open)?;
+            if objects > 0 {
+                return Err(StoreError::Foreign { path: path.to_path_buf() });
+            }
         }
         tx.execute_batch(&format!(
             "CREATE TABLE IF NOT EXISTS jobs (
@@ -298,7 +489,13 @@ impl SqliteJobStore {
         ))
         .map_err(open)?;
         tx.commit().map_err(open)?;
-        Ok(Self { connection: Mutex::new(connection) })
+        // The cap as SQLite's own: a write past it fails (SQLITE_FULL) rather than grow the
+        // file. A file already larger keeps its size (SQLite sets no cap below it).
+        let page_size: i64 = connection.query_row("PRAGMA page_size", [], |r| r.get(0)).map_err(open)?;
+        let pages = (max_bytes / page_size.max(512) as u64).clamp(1, i64::MAX as u64) as i64;
+        let _: i64 =
+            connection.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| r.get(0)).map_err(open)?;
+        Ok(Self { connection: Mutex::new(connection), max_bytes })
     }
 
     fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -317,6 +514,36 @@ fn drop_finished_before(tx: &rusqlite::Transaction<'_>, before: i64) -> Result<u
         .map_err(query("dropping expired jobs"))
 }
 
+/// Drop job `id` with its proteins.
+fn drop_job(tx: &rusqlite::Transaction<'_>, id: &str) -> Result<(), StoreError> {
+    tx.execute("DELETE FROM proteins WHERE job = ?1", [id]).map_err(query("dropping a job"))?;
+    tx.execute("DELETE FROM jobs WHERE id = ?1", [id]).map_err(query("dropping a job"))?;
+    Ok(())
+}
+
+/// Drop the finished job that finished first (never `except`); whether there was one.
+fn drop_oldest_finished(tx: &rusqlite::Transaction<'_>, except: &str) -> Result<bool, StoreError> {
+    let oldest: Option<String> = tx
+        .query_row(
+            "SELECT id FROM jobs WHERE finished IS NOT NULL AND id != ?1 ORDER BY finished, rowid LIMIT 1",
+            [except],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(query("finding the oldest finished job"))?;
+    match oldest {
+        Some(id) => drop_job(tx, &id).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Bytes the database's pages in use take (free pages excluded).
+fn used_bytes(tx: &rusqlite::Transaction<'_>) -> Result<u64, StoreError> {
+    let read = |pragma: &str| tx.query_row(pragma, [], |r| r.get::<_, i64>(0)).map_err(query("measuring the database"));
+    let pages = read("PRAGMA page_count")? - read("PRAGMA freelist_count")?;
+    Ok(pages.max(0) as u64 * read("PRAGMA page_size")?.max(0) as u64)
+}
+
 /// A new unguessable id (128 bits from the standard library's randomly keyed hashers).
 fn new_id(salt: usize) -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -331,24 +558,40 @@ fn keep_secs() -> i64 {
     KEEP_FINISHED.as_secs() as i64
 }
 
-impl JobStore for SqliteJobStore {
-    fn create(&self, options: &serde_json::Value, proteins: &[JobProtein]) -> Result<Option<String>, StoreError> {
-        let options =
-            serde_json::to_string(options).map_err(|source| StoreError::Json { op: "saving the options", source })?;
-        let mut connection = self.connection();
-        let tx = connection.transaction().map_err(query("starting a job"))?;
-        drop_finished_before(&tx, now_secs() - keep_secs())?;
-        let held: i64 = tx.query_row("SELECT count(*) FROM jobs", [], |r| r.get(0)).map_err(query("counting jobs"))?;
-        if held as usize >= MAX_JOBS {
-            let oldest: Option<i64> = tx
-                .query_row("SELECT min(finished) FROM jobs WHERE finished IS NOT NULL", [], |r| r.get(0))
-                .map_err(query("finding the oldest finished job"))?;
-            let Some(oldest) = oldest else { return Ok(None) };
-            // Everything finished at that second goes: at least the oldest job.
-            drop_finished_before(&tx, oldest + 1)?;
+/// Residues of a protein as a part counts them (its letters, whitespace aside).
+fn residues_of(protein: &JobProtein) -> usize {
+    protein.protein.chars().filter(|c| !c.is_whitespace()).count()
+}
+
+impl SqliteJobStore {
+    /// Save a new job in `tx`, making room first.
+    fn insert_job(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        options: &str,
+        items: &[String],
+    ) -> Result<String, StoreError> {
+        drop_finished_before(tx, now_secs() - keep_secs())?;
+        loop {
+            let held: i64 =
+                tx.query_row("SELECT count(*) FROM jobs", [], |r| r.get(0)).map_err(query("counting jobs"))?;
+            if (held as usize) < MAX_JOBS {
+                break;
+            }
+            if !drop_oldest_finished(tx, "")? {
+                return Err(StoreError::TooManyJobs);
+            }
+        }
+        // The job's rows take about twice their text (the table and its key); the rest of
+        // the room is for results, which make room again as they come if need be.
+        let needed = 2 * items.iter().map(|i| i.len() as u64 + 16).sum::<u64>();
+        while used_bytes(tx)?.saturating_add(needed) > self.max_bytes {
+            if !drop_oldest_finished(tx, "")? {
+                return Err(StoreError::Full { cap: self.max_bytes });
+            }
         }
         let id = loop {
-            let id = new_id(proteins.len());
+            let id = new_id(items.len());
             let taken: bool = tx
                 .query_row("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1)", [&id], |r| r.get(0))
                 .map_err(query("choosing an id"))?;
@@ -356,76 +599,140 @@ impl JobStore for SqliteJobStore {
                 break id;
             }
         };
+        let full = |op| {
+            let cap = self.max_bytes;
+            move |e: rusqlite::Error| if is_full(&e) { StoreError::Full { cap } } else { query(op)(e) }
+        };
         tx.execute(
             "INSERT INTO jobs (id, status, total, done, options, created) VALUES (?1, 'running', ?2, 0, ?3, ?4)",
-            params![id, proteins.len() as i64, options, now_secs()],
+            params![id, items.len() as i64, options, now_secs()],
         )
-        .map_err(query("saving a job"))?;
-        {
-            let mut insert = tx
-                .prepare("INSERT INTO proteins (job, idx, item) VALUES (?1, ?2, ?3)")
-                .map_err(query("saving a job's proteins"))?;
-            for (i, protein) in proteins.iter().enumerate() {
-                let item = serde_json::to_string(protein)
-                    .map_err(|source| StoreError::Json { op: "saving a protein", source })?;
-                insert.execute(params![id, i as i64, item]).map_err(query("saving a job's proteins"))?;
-            }
+        .map_err(full("saving a job"))?;
+        let mut insert = tx
+            .prepare("INSERT INTO proteins (job, idx, item) VALUES (?1, ?2, ?3)")
+            .map_err(query("saving a job's proteins"))?;
+        for (i, item) in items.iter().enumerate() {
+            insert.execute(params![id, i as i64, item]).map_err(full("saving a job's proteins"))?;
         }
-        tx.commit().map_err(query("saving a job"))?;
-        Ok(Some(id))
+        Ok(id)
     }
 
-    fn part(&self, id: &str, part: usize) -> Result<Option<PartInput>, StoreError> {
-        let connection = self.connection();
-        let options: Option<String> = connection
-            .query_row("SELECT options FROM jobs WHERE id = ?1", [id], |r| r.get(0))
-            .optional()
-            .map_err(query("reading a job"))?;
-        let Some(options) = options else { return Ok(None) };
-        let options = serde_json::from_str(&options)
-            .map_err(|source| StoreError::Json { op: "reading a job's options", source })?;
-        let first = part * PART;
-        let mut select = connection
-            .prepare("SELECT item FROM proteins WHERE job = ?1 AND idx >= ?2 AND idx < ?3 ORDER BY idx")
-            .map_err(query("reading a part"))?;
-        let items = select
-            .query_map(params![id, first as i64, (first + PART) as i64], |r| r.get::<_, String>(0))
-            .map_err(query("reading a part"))?;
-        let mut proteins = Vec::with_capacity(PART);
-        for item in items {
-            let item = item.map_err(query("reading a part"))?;
-            proteins.push(
-                serde_json::from_str(&item).map_err(|source| StoreError::Json { op: "reading a protein", source })?,
-            );
+    /// Save a part's results in `tx`; false when the job no longer runs.
+    fn save_results(
+        tx: &rusqlite::Transaction<'_>,
+        id: &str,
+        first: usize,
+        results: &[String],
+    ) -> Result<bool, rusqlite::Error> {
+        let running: bool =
+            tx.query_row("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND status = 'running')", [id], |r| {
+                r.get(0)
+            })?;
+        if !running {
+            return Ok(false);
         }
-        if proteins.is_empty() {
-            return Ok(None);
-        }
-        Ok(Some(PartInput { options, first, proteins }))
-    }
-
-    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<(), StoreError> {
-        let mut connection = self.connection();
-        let tx = connection.transaction().map_err(query("saving a part"))?;
         let mut saved = 0;
         {
-            let mut update = tx
-                .prepare("UPDATE proteins SET result = ?1 WHERE job = ?2 AND idx = ?3 AND result IS NULL")
-                .map_err(query("saving a part"))?;
-            for (i, result) in results.iter().enumerate() {
-                let text = serde_json::to_string(result)
-                    .map_err(|source| StoreError::Json { op: "saving a result", source })?;
-                saved += update.execute(params![text, id, (first + i) as i64]).map_err(query("saving a part"))?;
+            let mut update =
+                tx.prepare("UPDATE proteins SET result = ?1 WHERE job = ?2 AND idx = ?3 AND result IS NULL")?;
+            for (i, text) in results.iter().enumerate() {
+                saved += update.execute(params![text, id, (first + i) as i64])?;
             }
         }
-        tx.execute("UPDATE jobs SET done = done + ?1 WHERE id = ?2", params![saved as i64, id])
-            .map_err(query("saving a part"))?;
+        tx.execute("UPDATE jobs SET done = done + ?1 WHERE id = ?2", params![saved as i64, id])?;
         tx.execute(
             "UPDATE jobs SET status = 'done', finished = ?1 WHERE id = ?2 AND status = 'running' AND done >= total",
             params![now_secs(), id],
-        )
-        .map_err(query("saving a part"))?;
-        tx.commit().map_err(query("saving a part"))
+        )?;
+        Ok(true)
+    }
+}
+
+impl JobStore for SqliteJobStore {
+    fn create(&self, options: &serde_json::Value, proteins: &[JobProtein]) -> Result<String, StoreError> {
+        let options =
+            serde_json::to_string(options).map_err(|source| StoreError::Json { op: "saving the options", source })?;
+        let items = proteins
+            .iter()
+            .map(|p| serde_json::to_string(p).map_err(|source| StoreError::Json { op: "saving a protein", source }))
+            .collect::<Result<Vec<String>, _>>()?;
+        let mut connection = self.connection();
+        let tx = connection.transaction().map_err(query("starting a job"))?;
+        // Dropped, and so rolled back, on an error: the jobs made room for stay.
+        let id = self.insert_job(&tx, &options, &items)?;
+        tx.commit().map_err(query("saving a job"))?;
+        Ok(id)
+    }
+
+    fn next_part(&self, id: &str, from: usize, bounds: PartBounds) -> Result<Option<PartInput>, StoreError> {
+        let connection = self.connection();
+        let options: Option<String> = connection
+            .query_row("SELECT options FROM jobs WHERE id = ?1 AND status = 'running'", [id], |r| r.get(0))
+            .optional()
+            .map_err(query("reading a job"))?;
+        let Some(options) = options else { return Ok(None) };
+        let first: Option<i64> = connection
+            .query_row(
+                "SELECT min(idx) FROM proteins WHERE job = ?1 AND idx >= ?2 AND result IS NULL",
+                params![id, from.min(i64::MAX as usize) as i64],
+                |r| r.get(0),
+            )
+            .map_err(query("reading a part"))?;
+        let Some(first) = first else { return Ok(None) };
+        let options = serde_json::from_str(&options)
+            .map_err(|source| StoreError::Json { op: "reading a job's options", source })?;
+        let mut select = connection
+            .prepare(
+                "SELECT idx, item, result IS NULL FROM proteins WHERE job = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
+            )
+            .map_err(query("reading a part"))?;
+        let mut rows =
+            select.query(params![id, first, bounds.proteins.max(1) as i64]).map_err(query("reading a part"))?;
+        let (mut proteins, mut residues) = (Vec::new(), 0usize);
+        while let Some(row) = rows.next().map_err(query("reading a part"))? {
+            let (idx, item, open): (i64, String, bool) = (
+                row.get(0).map_err(query("reading a part"))?,
+                row.get(1).map_err(query("reading a part"))?,
+                row.get(2).map_err(query("reading a part"))?,
+            );
+            if !open || idx != first + proteins.len() as i64 {
+                break;
+            }
+            let protein: JobProtein =
+                serde_json::from_str(&item).map_err(|source| StoreError::Json { op: "reading a protein", source })?;
+            let n = residues_of(&protein);
+            if !proteins.is_empty() && residues + n > bounds.residues {
+                break;
+            }
+            residues += n;
+            proteins.push(protein);
+        }
+        Ok(Some(PartInput { options, first: first as usize, proteins }))
+    }
+
+    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<(), StoreError> {
+        let texts = results
+            .iter()
+            .map(|r| serde_json::to_string(r).map_err(|source| StoreError::Json { op: "saving a result", source }))
+            .collect::<Result<Vec<String>, _>>()?;
+        let mut connection = self.connection();
+        // A full database makes room by dropping the finished jobs that finished first, one at
+        // a time, and tries again.
+        loop {
+            let tx = connection.transaction().map_err(query("saving a part"))?;
+            match Self::save_results(&tx, id, first, &texts) {
+                Ok(_) => return tx.commit().map_err(query("saving a part")),
+                Err(e) if is_full(&e) => {
+                    drop(tx);
+                    let tx = connection.transaction().map_err(query("saving a part"))?;
+                    if !drop_oldest_finished(&tx, id)? {
+                        return Err(StoreError::Full { cap: self.max_bytes });
+                    }
+                    tx.commit().map_err(query("making room"))?;
+                }
+                Err(e) => return Err(query("saving a part")(e)),
+            }
+        }
     }
 
     fn fail(&self, id: &str, error: &str) -> Result<(), StoreError> {
@@ -436,6 +743,27 @@ impl JobStore for SqliteJobStore {
             )
             .map_err(query("failing a job"))?;
         Ok(())
+    }
+
+    fn cancel(&self, id: &str) -> Result<Option<JobStatus>, StoreError> {
+        let mut connection = self.connection();
+        let tx = connection.transaction().map_err(query("cancelling a job"))?;
+        let status: Option<String> = tx
+            .query_row("SELECT status FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(query("cancelling a job"))?;
+        let Some(status) = status.map(|s| JobStatus::parse(&s)) else { return Ok(None) };
+        if status == JobStatus::Running {
+            tx.execute(
+                "UPDATE jobs SET status = 'cancelled', error = 'cancelled', finished = ?1 WHERE id = ?2",
+                params![now_secs(), id],
+            )
+            .map_err(query("cancelling a job"))?;
+        } else {
+            drop_job(&tx, id)?;
+        }
+        tx.commit().map_err(query("cancelling a job"))?;
+        Ok(Some(status))
     }
 
     fn report(&self, id: &str) -> Result<Option<JobReport>, StoreError> {
@@ -476,11 +804,11 @@ impl JobStore for SqliteJobStore {
             .map_err(query("reading results"))?;
         let (mut results, mut bytes) = (Vec::new(), 0);
         while let Some(row) = rows.next().map_err(query("reading results"))? {
-            // A protein without a result (a job still running) reads as its error.
+            // A protein without a result (the job stopped before it) reads as its error.
             let text: String = row
                 .get::<_, Option<String>>(0)
                 .map_err(query("reading results"))?
-                .unwrap_or_else(|| r#"{"error":"no result yet"}"#.to_string());
+                .unwrap_or_else(|| r#"{"error":"not predicted: the job stopped before this protein"}"#.to_string());
             bytes += text.len();
             results.push(text);
             if bytes >= MAX_PAGE_BYTES {
@@ -492,27 +820,13 @@ impl JobStore for SqliteJobStore {
         Ok(ResultsPage { results, next_offset })
     }
 
-    fn unfinished(&self) -> Result<Vec<Pending>, StoreError> {
+    fn unfinished(&self) -> Result<Vec<String>, StoreError> {
         let connection = self.connection();
         let mut select = connection
-            .prepare(&format!(
-                "SELECT p.job, p.idx / {PART} AS part FROM proteins p JOIN jobs j ON j.id = p.job
-                 WHERE j.status = 'running' AND p.result IS NULL
-                 GROUP BY p.job, part ORDER BY j.rowid, part"
-            ))
+            .prepare("SELECT id FROM jobs WHERE status = 'running' ORDER BY rowid")
             .map_err(query("listing unfinished jobs"))?;
-        let rows = select
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as usize)))
-            .map_err(query("listing unfinished jobs"))?;
-        let mut pending: Vec<Pending> = Vec::new();
-        for row in rows {
-            let (id, part) = row.map_err(query("listing unfinished jobs"))?;
-            match pending.last_mut() {
-                Some(last) if last.id == id => last.parts.push(part),
-                _ => pending.push(Pending { id, parts: vec![part] }),
-            }
-        }
-        Ok(pending)
+        let rows = select.query_map([], |r| r.get::<_, String>(0)).map_err(query("listing unfinished jobs"))?;
+        rows.collect::<Result<Vec<String>, _>>().map_err(query("listing unfinished jobs"))
     }
 
     fn expire(&self) -> Result<usize, StoreError> {
@@ -536,22 +850,33 @@ mod tests {
         ProteinResult { sequences: Vec::new(), error: Some("x".into()) }
     }
 
+    fn store() -> SqliteJobStore {
+        SqliteJobStore::temporary(MAX_DB_BYTES).unwrap()
+    }
+
+    const EIGHT: PartBounds = PartBounds { proteins: 8, residues: 1000 };
+
     #[test]
     fn a_job_is_done_when_every_protein_has_its_result() {
-        let store = SqliteJobStore::temporary().unwrap();
+        let store = store();
         let options = serde_json::json!({"match_protein": true});
-        let id = store.create(&options, &proteins(10)).unwrap().unwrap();
-        assert_ne!(store.create(&options, &proteins(3)).unwrap().unwrap(), id, "ids differ");
-        let part = store.part(&id, 1).unwrap().unwrap();
+        let id = store.create(&options, &proteins(10)).unwrap();
+        assert_ne!(store.create(&options, &proteins(3)).unwrap(), id, "ids differ");
+        let part = store.next_part(&id, 8, EIGHT).unwrap().unwrap();
         assert_eq!((part.first, part.proteins.len(), &part.options), (8, 2, &options));
-        assert!(store.part(&id, 2).unwrap().is_none());
-        assert_eq!(store.unfinished().unwrap()[0], Pending { id: id.clone(), parts: vec![0, 1] });
+        assert!(store.next_part(&id, 10, EIGHT).unwrap().is_none());
+        assert_eq!(store.unfinished().unwrap()[0], id);
         store.record_part(&id, 8, &[result(), result()]).unwrap();
         // The same part saved twice counts once.
         store.record_part(&id, 8, &[result(), result()]).unwrap();
         let r = store.report(&id).unwrap().unwrap();
         assert_eq!((r.status, r.done, r.total, r.results.is_none()), (JobStatus::Running, 2, 10, true));
-        assert_eq!(store.unfinished().unwrap()[0].parts, vec![0]);
+        // Saved proteins are skipped: the part from 0 stops where saved results begin.
+        assert_eq!(
+            store.next_part(&id, 0, PartBounds { proteins: 100, residues: 1000 }).unwrap().unwrap().proteins.len(),
+            8
+        );
+        assert!(store.next_part(&id, 8, EIGHT).unwrap().is_none());
         store.record_part(&id, 0, &vec![result(); 8]).unwrap();
         let r = store.report(&id).unwrap().unwrap();
         assert_eq!((r.status, r.done), (JobStatus::Done, 10));
@@ -566,16 +891,75 @@ mod tests {
     }
 
     #[test]
+    fn a_part_is_bounded_in_proteins_and_residues() {
+        let store = store();
+        let lengths = [300, 300, 300, 900, 2000, 10, 10];
+        let items: Vec<JobProtein> =
+            lengths.iter().map(|&n| JobProtein { protein: "M".repeat(n), organism: 51.into(), dna: None }).collect();
+        let id = store.create(&serde_json::json!({}), &items).unwrap();
+        let bounds = PartBounds { proteins: 8, residues: 1000 };
+        let mut parts = Vec::new();
+        let mut from = 0;
+        while let Some(part) = store.next_part(&id, from, bounds).unwrap() {
+            from = part.first + part.proteins.len();
+            parts.push(part.proteins.iter().map(|p| p.protein.len()).collect::<Vec<_>>());
+            assert!(parts.len() < 10);
+        }
+        // A protein over the residue bound is a part of its own.
+        assert_eq!(parts, vec![vec![300, 300, 300], vec![900], vec![2000], vec![10, 10]]);
+        let two = PartBounds { proteins: 2, residues: 100_000 };
+        assert_eq!(store.next_part(&id, 0, two).unwrap().unwrap().proteins.len(), 2);
+    }
+
+    #[test]
+    fn a_cancelled_job_takes_no_more_results_and_keeps_its_own() {
+        let store = store();
+        let id = store.create(&serde_json::json!({}), &proteins(4)).unwrap();
+        store.record_part(&id, 0, &[result(), result()]).unwrap();
+        assert_eq!(store.cancel(&id).unwrap(), Some(JobStatus::Running));
+        assert!(store.next_part(&id, 0, EIGHT).unwrap().is_none(), "no part of a cancelled job runs");
+        store.record_part(&id, 2, &[result(), result()]).unwrap();
+        let r = store.report(&id).unwrap().unwrap();
+        assert_eq!((r.status, r.done), (JobStatus::Cancelled, 2));
+        let page = store.results_page(&id, 0, 10).unwrap();
+        assert_eq!(page.results.len(), 4);
+        assert!(page.results[3].contains("not predicted"), "{}", page.results[3]);
+        assert!(store.unfinished().unwrap().is_empty());
+        // A finished job is deleted.
+        assert_eq!(store.cancel(&id).unwrap(), Some(JobStatus::Cancelled));
+        assert!(store.report(&id).unwrap().is_none());
+        assert_eq!(store.cancel(&id).unwrap(), None);
+    }
+
+    #[test]
     fn a_full_store_drops_its_oldest_finished_job_and_refuses_only_when_all_run() {
-        let store = SqliteJobStore::temporary().unwrap();
+        let store = store();
         let options = serde_json::json!({});
-        let first = store.create(&options, &proteins(1)).unwrap().unwrap();
+        let first = store.create(&options, &proteins(1)).unwrap();
         store.record_part(&first, 0, &[result()]).unwrap();
-        let running: Vec<String> =
-            (1..MAX_JOBS).map(|_| store.create(&options, &proteins(1)).unwrap().unwrap()).collect();
-        assert!(store.create(&options, &proteins(1)).unwrap().is_some(), "the finished job makes room");
+        let running: Vec<String> = (1..MAX_JOBS).map(|_| store.create(&options, &proteins(1)).unwrap()).collect();
+        assert!(store.create(&options, &proteins(1)).is_ok(), "the finished job makes room");
         assert!(store.report(&first).unwrap().is_none());
-        assert!(store.create(&options, &proteins(1)).unwrap().is_none(), "every job held is running");
+        assert!(
+            matches!(store.create(&options, &proteins(1)), Err(StoreError::TooManyJobs)),
+            "every job held is running"
+        );
         assert!(running.iter().all(|id| store.report(id).unwrap().is_some()));
+    }
+
+    #[test]
+    fn the_size_cap_drops_finished_jobs_and_then_refuses() {
+        let store = SqliteJobStore::temporary(800_000).unwrap();
+        let big: Vec<JobProtein> =
+            (0..100).map(|_| JobProtein { protein: "M".repeat(3000), organism: 51.into(), dna: None }).collect();
+        let first = store.create(&serde_json::json!({}), &big).unwrap();
+        store.cancel(&first).unwrap();
+        // 300 kB of proteins are counted as 600 kB: a second job fits in 800 kB only once the
+        // finished first one goes, and a third not at all while the second runs.
+        let second = store.create(&serde_json::json!({}), &big).unwrap();
+        assert!(store.report(&first).unwrap().is_none(), "the finished job made room");
+        let third = store.create(&serde_json::json!({}), &big);
+        assert!(matches!(third, Err(StoreError::Full { .. })), "{third:?}");
+        assert!(store.report(&second).unwrap().is_some());
     }
 }

@@ -22,7 +22,9 @@ use crate::api::{
 use crate::batcher::{self, BatchPolicy, Counters, Job, Lane, Queue, Refused};
 use crate::design::{self, Finish};
 use crate::histogram::{Histogram, SECONDS};
-use crate::jobs::{JobProtein, JobReport, JobStatus, Jobs, Pending, ResultsPage, SqliteJobStore, StoreError};
+use crate::jobs::{
+    JobProtein, JobReport, JobStatus, Jobs, PartBounds, PartInput, ResultsPage, SqliteJobStore, StoreError,
+};
 
 /// What the server listens on and what it accepts.
 #[derive(Clone, Debug)]
@@ -53,6 +55,15 @@ pub struct ServeConfig {
     pub max_job_codons: usize,
     /// Largest batch job body.
     pub max_job_body_bytes: usize,
+    /// How big one part of a batch job may be: the model runs at most one part beside the
+    /// predict requests it gathers, so this bounds a predict request's wait behind jobs.
+    pub job_part: PartBounds,
+    /// The jobs database's size cap, bytes: past it the oldest finished jobs go, and a new job
+    /// that still does not fit is refused (503).
+    pub jobs_db_max_bytes: u64,
+    /// How long a stop waits for the requests in flight and the job parts the model has taken;
+    /// past it connections are closed and parts abandoned (they run again at the next start).
+    pub stop_grace: Duration,
     /// Most predict requests waiting; past it, 503 with `Retry-After`.
     pub queue_capacity: usize,
     /// How the model's worker gathers requests into batches.
@@ -98,6 +109,9 @@ impl Default for ServeConfig {
             max_job_proteins: 10_000,
             max_job_codons: 20_000_000,
             max_job_body_bytes: 32 << 20,
+            job_part: PartBounds::default(),
+            jobs_db_max_bytes: crate::jobs::MAX_DB_BYTES,
+            stop_grace: STOP_GRACE,
             queue_capacity: 64,
             batch: BatchPolicy { window: Duration::from_millis(5), max_proteins: 256 },
             request_timeout: Duration::from_secs(120),
@@ -137,6 +151,9 @@ impl ServeConfig {
         }
         if !(1..=1_000_000).contains(&self.max_connections) {
             return refuse(format!("connection limit {}", self.max_connections), "from 1 to 1000000");
+        }
+        if self.job_part.proteins == 0 || self.job_part.residues == 0 {
+            return refuse("job part bounds".into(), "at least one protein and one residue");
         }
         for (setting, t) in [("header timeout", self.header_timeout), ("body timeout", self.body_timeout)] {
             if t.is_zero() {
@@ -181,8 +198,17 @@ pub struct Stopped {
     pub jobs_left: usize,
 }
 
-/// How long a stop waits for the requests in flight before it closes their connections.
+/// How long a stop waits for the requests in flight before it closes their connections (the
+/// default of [`ServeConfig::stop_grace`]).
 const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// What the scheduler of batch jobs hears from the handlers.
+enum JobEvent {
+    /// A job was accepted: its parts are to run.
+    New(String),
+    /// A job was cancelled: its parts still to run or running are dropped.
+    Cancelled(String),
+}
 
 /// What the handlers share.
 pub(crate) struct AppState {
@@ -196,8 +222,8 @@ pub(crate) struct AppState {
     predicted: std::sync::atomic::AtomicU64,
     /// The batch jobs, in their database.
     jobs: Jobs,
-    /// New jobs for the scheduler ([`schedule_jobs`]).
-    new_jobs: tokio::sync::mpsc::UnboundedSender<Pending>,
+    /// New and cancelled jobs for the scheduler ([`schedule_jobs`]).
+    job_events: tokio::sync::mpsc::UnboundedSender<JobEvent>,
     /// The model's device, for its memory in `/metrics` (NPUs).
     device: candle_core::Device,
     /// Each organism's %MinMax band, computed once when first asked for.
@@ -221,7 +247,12 @@ pub struct RunningServer {
     /// The address it listens on.
     pub addr: SocketAddr,
     stop: Option<tokio::sync::watch::Sender<bool>>,
-    thread: Option<std::thread::JoinHandle<Result<Stopped, ServeError>>>,
+    /// The HTTP thread's end: what it served, sent as it stops.
+    ended: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Result<(), ServeError>>>>,
+    /// The jobs, counted at the stop.
+    store: Jobs,
+    /// How long a stop may take past the grace before the threads are left behind.
+    grace: Duration,
 }
 
 impl RunningServer {
@@ -231,8 +262,8 @@ impl RunningServer {
         config.validate()?;
         // The jobs database first: a path that cannot hold it is one error before anything runs.
         let store: Jobs = match &config.jobs_db {
-            Some(path) => Arc::new(SqliteJobStore::open(path)?),
-            None => Arc::new(SqliteJobStore::temporary()?),
+            Some(path) => Arc::new(SqliteJobStore::open(path, config.jobs_db_max_bytes)?),
+            None => Arc::new(SqliteJobStore::temporary(config.jobs_db_max_bytes)?),
         };
         // Jobs a killed or stopped server left are resumed where they stopped.
         store.expire()?;
@@ -242,12 +273,13 @@ impl RunningServer {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let limits = crate::net::ConnLimits::of(&config);
+        let grace = config.stop_grace;
         let counters = Arc::new(Counters::default());
         let organisms = predictor.organisms().clone();
         let device = predictor.model().device().clone();
         let (queue, worker) =
             batcher::start(predictor, config.forward.clone(), config.batch, config.queue_capacity, counters.clone())?;
-        let (new_jobs, jobs_in) = tokio::sync::mpsc::unbounded_channel();
+        let (job_events, jobs_in) = tokio::sync::mpsc::unbounded_channel();
         let state = Arc::new(AppState {
             queue,
             counters,
@@ -256,51 +288,17 @@ impl RunningServer {
             latency: Histogram::new(SECONDS),
             predicted: Default::default(),
             jobs: store.clone(),
-            new_jobs,
+            job_events,
             device,
             bands: Default::default(),
         });
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let thread = std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            let served = runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                let scheduler = tokio::spawn(schedule_jobs(state.clone(), pending, jobs_in, stopped.clone()));
-                let mut jobs_grace = stopped.clone();
-                // On a stop the scheduler finishes the parts the worker has taken and saves them,
-                // within the same grace as the requests.
-                let jobs_saved = async move {
-                    tokio::select! {
-                        _ = scheduler => {}
-                        () = async move {
-                            let _ = jobs_grace.wait_for(|stop| *stop).await;
-                            tokio::time::sleep(STOP_GRACE).await;
-                        } => {}
-                    }
-                };
-                let (graceful, mut grace) = (stopped.clone(), stopped);
-                let serve = crate::net::serve(listener, router(state, addr), limits, graceful);
-                // A client that never finishes its request would hold a graceful stop forever.
-                let deadline = async move {
-                    let _ = grace.wait_for(|stop| *stop).await;
-                    tokio::time::sleep(STOP_GRACE).await;
-                };
-                let requests = async move {
-                    tokio::select! {
-                        served = serve => served,
-                        () = deadline => Ok(()),
-                    }
-                };
-                tokio::join!(requests, jobs_saved).0
-            });
-            // Connections still open past the grace period go with the runtime, and with them
-            // the router's last sender of the queue: the worker finishes its batch and exits.
-            runtime.shutdown_timeout(Duration::from_secs(1));
-            let _ = worker.join();
-            served?;
-            Ok(Stopped { jobs_left: store.unfinished()?.len() })
+        let (end, ended) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("codon-serve http".into()).spawn(move || {
+            let served = serve_until_stopped(state, listener, pending, jobs_in, stopped, addr, limits, grace, worker);
+            let _ = end.send(served);
         })?;
-        Ok(Self { addr, stop: Some(stop), thread: Some(thread) })
+        Ok(Self { addr, stop: Some(stop), ended: Some(std::sync::Mutex::new(ended)), store, grace })
     }
 
     /// Stop accepting connections, finish the requests in flight and the batch jobs' parts the
@@ -332,13 +330,78 @@ impl RunningServer {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
         }
-        match self.thread.take() {
-            Some(thread) => {
-                thread.join().unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread panicked").into()))
+        let Some(ended) = self.ended.take() else { return Ok(Stopped { jobs_left: 0 }) };
+        // The HTTP thread keeps to the grace by itself; this bound holds even if it cannot (a
+        // handler stuck outside the runtime's control): the threads are then left behind, and
+        // with them the parts they ran, which the next start runs again.
+        let ended = ended.into_inner().unwrap_or_else(|p| p.into_inner());
+        match ended.recv_timeout(self.grace + LEFT_BEHIND_AFTER) {
+            Ok(served) => served?,
+            Err(_) => {
+                eprintln!("codon-serve: the server did not stop within {:?}; its threads were left behind", self.grace)
             }
-            None => Ok(Stopped { jobs_left: 0 }),
         }
+        Ok(Stopped { jobs_left: self.store.unfinished()?.len() })
     }
+}
+
+/// How long past the grace a stop waits for the HTTP thread and the model's worker before it
+/// leaves them behind.
+const LEFT_BEHIND_AFTER: Duration = Duration::from_secs(3);
+
+/// The HTTP thread: the runtime, the router and the jobs' scheduler until a stop, then a stop
+/// bounded by `grace` (the model's worker finishes its batch within it, or is left behind).
+#[allow(clippy::too_many_arguments)]
+fn serve_until_stopped(
+    state: Arc<AppState>,
+    listener: std::net::TcpListener,
+    pending: Vec<String>,
+    jobs_in: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+    addr: SocketAddr,
+    limits: crate::net::ConnLimits,
+    grace: Duration,
+    worker: std::thread::JoinHandle<()>,
+) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let queue = state.queue.clone();
+    let served = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let scheduler = tokio::spawn(schedule_jobs(state.clone(), pending, jobs_in, stopped.clone()));
+        let serve = crate::net::serve(listener, router(state, addr), limits, stopped.clone());
+        // On a stop the scheduler finishes the parts the worker has taken and saves them, and
+        // the requests in flight are answered, within the grace; a client that never finishes
+        // its request cannot hold the stop.
+        let mut grace_clock = stopped;
+        let deadline = async move {
+            let _ = grace_clock.wait_for(|stop| *stop).await;
+            tokio::time::sleep(grace).await;
+        };
+        let all = async move {
+            let (served, _) = tokio::join!(serve, scheduler);
+            served
+        };
+        tokio::select! {
+            served = all => served,
+            () = deadline => Ok(()),
+        }
+    });
+    // Nothing more runs: what waits is dropped, and the worker exits after its batch.
+    queue.close();
+    drop(queue);
+    // Handlers still running go with the runtime (blocking tasks are left to finish alone).
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    // The worker's batch may be long (a big predict request): it is left behind rather than
+    // waited for past the grace (the process exits without it; the parts it ran run again).
+    let until = Instant::now() + LEFT_BEHIND_AFTER;
+    while !worker.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if worker.is_finished() {
+        let _ = worker.join();
+    }
+    served?;
+    Ok(())
 }
 
 impl Drop for RunningServer {
@@ -359,7 +422,7 @@ fn router(state: Arc<AppState>, addr: SocketAddr) -> Router {
         .route("/v1/predict", post(predict))
         .route("/v1/evaluate", post(evaluate))
         .route("/v1/jobs", post(create_job))
-        .route("/v1/jobs/{id}", get(job))
+        .route("/v1/jobs/{id}", get(job).delete(cancel_job))
         .route("/metrics", get(metrics))
         // The handlers read their bodies with the limit, after the API key.
         .layer(DefaultBodyLimit::disable())
@@ -373,14 +436,83 @@ fn router(state: Arc<AppState>, addr: SocketAddr) -> Router {
     router.layer(
         tower_http::cors::CorsLayer::new()
             .allow_origin(allowed)
-            .allow_methods([axum::http::Method::GET, axum::http::Method::POST])
+            .allow_methods([axum::http::Method::GET, axum::http::Method::POST, axum::http::Method::DELETE])
             .allow_headers([header::CONTENT_TYPE, header::AUTHORIZATION]),
     )
 }
 
-/// A JSON error answer.
+/// A JSON error answer (its message [`clip`]ped: it never echoes megabytes of the request).
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(ErrorBody { error: message.into() })).into_response()
+    (status, Json(ErrorBody { error: clip(&message.into()) })).into_response()
+}
+
+/// Most characters of the caller's text an error message repeats in one piece (a quoted value
+/// or a word).
+const ECHO_CHARS: usize = 100;
+
+/// Most characters in an error message.
+const MESSAGE_CHARS: usize = 1_000;
+
+/// `message` with every quoted value and every word longer than [`ECHO_CHARS`] cut to that
+/// length (saying how much was cut), and the whole cut to [`MESSAGE_CHARS`]: errors name what
+/// they refuse, but a request of long names does not come back as a long answer.
+pub(crate) fn clip(message: &str) -> String {
+    if message.chars().count() <= ECHO_CHARS {
+        return message.to_string();
+    }
+    let mut out = String::with_capacity(message.len().min(4 * MESSAGE_CHARS));
+    // Inside a quote: its character, the characters kept and those cut.
+    let mut quote: Option<char> = None;
+    let (mut kept, mut cut, mut escaped) = (0usize, 0usize, false);
+    let flush = |out: &mut String, cut: &mut usize| {
+        if *cut > 0 {
+            out.push_str(&format!("… ({cut} more characters)"));
+            *cut = 0;
+        }
+    };
+    for c in message.chars() {
+        match quote {
+            Some(q) if c == q && !escaped => {
+                flush(&mut out, &mut cut);
+                out.push(c);
+                quote = None;
+                kept = 0;
+            }
+            Some(_) => {
+                escaped = c == '\\' && !escaped;
+                if kept < ECHO_CHARS {
+                    out.push(c);
+                    kept += 1;
+                } else {
+                    cut += 1;
+                }
+            }
+            None => {
+                if c.is_whitespace() {
+                    flush(&mut out, &mut cut);
+                    kept = 0;
+                    out.push(c);
+                } else if c == '"' || c == '`' {
+                    flush(&mut out, &mut cut);
+                    out.push(c);
+                    quote = Some(c);
+                    (kept, escaped) = (0, false);
+                } else if kept < ECHO_CHARS {
+                    out.push(c);
+                    kept += 1;
+                } else {
+                    cut += 1;
+                }
+            }
+        }
+    }
+    flush(&mut out, &mut cut);
+    if out.chars().count() > MESSAGE_CHARS {
+        let end = out.char_indices().nth(MESSAGE_CHARS).map_or(out.len(), |(i, _)| i);
+        out.truncate(end);
+        out.push('…');
+    }
+    out
 }
 
 /// `Err(401)` unless the request carries the configured bearer token.
@@ -429,14 +561,22 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         return denied;
     }
     let arrived = Instant::now();
-    let request: PredictRequest = match read_json(body, state.config.max_body_bytes).await {
-        Ok(r) => r,
+    let bytes = match read_body(body, state.config.max_body_bytes).await {
+        Ok(bytes) => bytes,
         Err(refused) => return refused,
     };
-    let limits = Limits { proteins: state.config.max_proteins, codons: state.config.max_codons };
-    let prepared = match Prepared::new(&state, request, limits) {
-        Ok(p) => p,
-        Err(refused) => return refused,
+    // Parsing and checking take time in proportion to the body: off the async threads.
+    let working = state.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        let request: PredictRequest = parse_json(&bytes)?;
+        let limits = Limits { proteins: working.config.max_proteins, codons: working.config.max_codons };
+        Prepared::new(&working, request, limits)
+    })
+    .await;
+    let prepared = match prepared {
+        Ok(Ok(p)) => p,
+        Ok(Err(refused)) => return refused,
+        Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "checking the request failed"),
     };
     let (reply, answer) = oneshot::channel();
     let deadline = Instant::now() + state.config.request_timeout;
@@ -492,46 +632,22 @@ async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     if let Err(denied) = authorize(&state, &headers) {
         return denied;
     }
-    let request: JobRequest = match read_json(body, state.config.max_job_body_bytes).await {
-        Ok(r) => r,
+    let bytes = match read_body(body, state.config.max_job_body_bytes).await {
+        Ok(bytes) => bytes,
         Err(refused) => return refused,
     };
-    let options_json = request.options.unwrap_or_else(|| serde_json::json!({}));
-    let options: crate::api::Options = match serde_json::from_value(options_json.clone()) {
-        Ok(o) => o,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the request body: options: {e}")),
-    };
-    if options.codon_scores {
-        return error(StatusCode::BAD_REQUEST, "options.codon_scores: not offered for jobs (their results are kept)");
-    }
-    let proteins: Vec<JobProtein> = request
-        .proteins
-        .iter()
-        .map(|p| JobProtein { protein: p.protein.clone(), organism: p.organism.clone(), dna: p.dna.clone() })
-        .collect();
-    // Checked whole as a predict request is; each part is prepared again from the database.
-    let checked =
-        Prepared::new(&state, PredictRequest { proteins: request.proteins, options }, job_limits(&state.config));
-    match checked {
-        // Only the check is needed now: the prepared proteins go.
-        Ok(prepared) => drop(prepared),
-        Err(refused) => return refused,
-    }
-    let total = proteins.len();
-    let store = state.jobs.clone();
-    let id = match tokio::task::spawn_blocking(move || store.create(&options_json, &proteins)).await {
-        Ok(Ok(Some(id))) => id,
-        Ok(Ok(None)) => {
-            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "too many jobs are held; try again later");
-            busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-            return busy;
-        }
-        Ok(Err(e)) => return store_failed(e),
+    // Parsing, checking and saving a job of thousands of proteins is the CPU's and the disk's
+    // work: off the async threads.
+    let working = state.clone();
+    let created = tokio::task::spawn_blocking(move || new_job(&working, &bytes)).await;
+    let (id, total) = match created {
+        Ok(Ok(created)) => created,
+        Ok(Err(refused)) => return refused,
         Err(_) => return store_failed("the jobs database: saving the job failed"),
     };
     state.counters.jobs.fetch_add(1, Ordering::Relaxed);
     // Without a scheduler (the server is stopping) the job waits in the database for the next start.
-    let _ = state.new_jobs.send(Pending { id: id.clone(), parts: (0..total.div_ceil(crate::jobs::PART)).collect() });
+    let _ = state.job_events.send(JobEvent::New(id.clone()));
     let report = JobReport {
         id,
         status: JobStatus::Running,
@@ -545,37 +661,96 @@ async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body
     (StatusCode::ACCEPTED, Json(report)).into_response()
 }
 
+/// A job from its request body: checked whole as a predict request is, then saved; its id and
+/// its number of proteins, or the refusal.
+fn new_job(state: &AppState, bytes: &[u8]) -> Result<(String, usize), Response> {
+    let request: JobRequest = parse_json(bytes)?;
+    let options_json = request.options.unwrap_or_else(|| serde_json::json!({}));
+    let options: crate::api::Options = serde_json::from_value(options_json.clone())
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: options: {e}")))?;
+    if options.codon_scores {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "options.codon_scores: not offered for jobs (their results are kept)",
+        ));
+    }
+    let proteins: Vec<JobProtein> = request
+        .proteins
+        .iter()
+        .map(|p| JobProtein { protein: p.protein.clone(), organism: p.organism.clone(), dna: p.dna.clone() })
+        .collect();
+    // Checked whole as a predict request is; each part is prepared again from the database.
+    Prepared::new(state, PredictRequest { proteins: request.proteins, options }, job_limits(&state.config))?;
+    let total = proteins.len();
+    match state.jobs.create(&options_json, &proteins) {
+        Ok(id) => Ok((id, total)),
+        Err(e @ (StoreError::TooManyJobs | StoreError::Full { .. })) => {
+            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+            busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            Err(busy)
+        }
+        Err(e) => Err(store_failed(e)),
+    }
+}
+
 /// The jobs' parts, taken from each job in turn and run a few at a time (as many as the queue's
 /// job lane holds), until the server stops; then the parts still waiting are withdrawn (the next
 /// start resumes them) and those the model has taken are finished and saved.
 async fn schedule_jobs(
     state: Arc<AppState>,
-    pending: Vec<Pending>,
-    mut new_jobs: tokio::sync::mpsc::UnboundedReceiver<Pending>,
+    pending: Vec<String>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    use std::collections::VecDeque;
-    let mut turns: VecDeque<(String, VecDeque<usize>)> = pending.into_iter().map(|p| (p.id, p.parts.into())).collect();
+    use std::collections::{HashMap, VecDeque};
+    // Each job with the index its next part starts from.
+    let mut turns: VecDeque<(String, usize)> = pending.into_iter().map(|id| (id, 0)).collect();
     let mut running = tokio::task::JoinSet::new();
+    // Each job's parts under way, to be dropped if it is cancelled.
+    let mut under_way: HashMap<String, Vec<tokio::task::AbortHandle>> = HashMap::new();
     let most = state.queue.background_capacity();
+    let bounds = state.config.job_part;
     loop {
         if *stopped.borrow() {
             break;
         }
         if running.len() < most {
-            if let Some((id, mut parts)) = turns.pop_front() {
-                if let Some(part) = parts.pop_front() {
-                    running.spawn(run_part(state.clone(), id.clone(), part, stopped.clone()));
+            if let Some((id, from)) = turns.pop_front() {
+                let store = state.jobs.clone();
+                let job = id.clone();
+                match tokio::task::spawn_blocking(move || store.next_part(&job, from, bounds)).await {
+                    Ok(Ok(Some(part))) => {
+                        let next = part.first + part.proteins.len();
+                        let handle = running.spawn(run_part(state.clone(), id.clone(), part, stopped.clone()));
+                        let handles = under_way.entry(id.clone()).or_default();
+                        handles.retain(|h| !h.is_finished());
+                        handles.push(handle);
+                        turns.push_back((id, next));
+                    }
+                    // Every part of the job has run or runs (or it was cancelled meanwhile).
+                    Ok(Ok(None)) => {
+                        if let Some(handles) = under_way.get_mut(&id) {
+                            handles.retain(|h| !h.is_finished());
+                        }
+                    }
+                    Ok(Err(e)) => fail_job(&state, id, e.to_string()).await,
+                    Err(_) => fail_job(&state, id, "reading the job's next part failed".into()).await,
                 }
-                if !parts.is_empty() {
-                    turns.push_back((id, parts));
-                }
+                under_way.retain(|_, handles| !handles.is_empty());
                 continue;
             }
         }
         tokio::select! {
-            job = new_jobs.recv() => match job {
-                Some(p) => turns.push_back((p.id, p.parts.into())),
+            event = events.recv() => match event {
+                Some(JobEvent::New(id)) => turns.push_back((id, 0)),
+                Some(JobEvent::Cancelled(id)) => {
+                    turns.retain(|(job, _)| *job != id);
+                    // A part waiting in the queue is dropped unrun (its answer's receiver goes);
+                    // one the model runs is finished, and its results not saved.
+                    for handle in under_way.remove(&id).unwrap_or_default() {
+                        handle.abort();
+                    }
+                }
                 None => break,
             },
             Some(_) = running.join_next(), if !running.is_empty() => {}
@@ -595,24 +770,22 @@ async fn fail_job(state: &Arc<AppState>, id: String, why: String) {
     }
 }
 
-/// Part `part` of job `id`: read from the database, through the queue's job lane (waiting while
-/// it is full), finished as a predict request's answers are, and saved. At a stop a part not yet
-/// taken by the model is left for the next start.
-async fn run_part(state: Arc<AppState>, id: String, part: usize, stopped: tokio::sync::watch::Receiver<bool>) {
-    let store = state.jobs.clone();
-    let job = id.clone();
-    let input = match tokio::task::spawn_blocking(move || store.part(&job, part)).await {
-        Ok(Ok(Some(input))) => input,
-        Ok(Ok(None)) | Err(_) => return,
-        Ok(Err(e)) => return fail_job(&state, id, e.to_string()).await,
-    };
+/// A part of job `id`: through the queue's job lane (waiting while it is full), finished as a
+/// predict request's answers are, and saved. At a stop a part not yet taken by the model is
+/// left for the next start.
+async fn run_part(state: Arc<AppState>, id: String, input: PartInput, stopped: tokio::sync::watch::Receiver<bool>) {
     let first = input.first;
     let options = match serde_json::from_value(input.options) {
         Ok(options) => options,
         Err(e) => return fail_job(&state, id, format!("the saved options: {e}")).await,
     };
     let request = PredictRequest { proteins: input.proteins.into_iter().map(Into::into).collect(), options };
-    let Ok(prepared) = Prepared::new(&state, request, job_limits(&state.config)) else {
+    let working = state.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        Prepared::new(&working, request, job_limits(&working.config)).map_err(|_| ())
+    })
+    .await;
+    let Ok(Ok(prepared)) = prepared else {
         let why = "this server's limits refuse the job's proteins (they changed since it was accepted)";
         return fail_job(&state, id, why.into()).await;
     };
@@ -657,7 +830,10 @@ fn page_params(query: Option<&str>) -> Result<(usize, usize), Response> {
         };
         match key {
             "offset" => offset = number()?,
-            "limit" => limit = number()?.clamp(1, crate::jobs::MAX_PAGE),
+            "limit" => match number()? {
+                0 => return Err(error(StatusCode::BAD_REQUEST, "limit=0: give at least 1 (a page holds up to 1000)")),
+                n => limit = n.min(crate::jobs::MAX_PAGE),
+            },
             _ => {}
         }
     }
@@ -706,9 +882,13 @@ async fn job(
     let job = id.clone();
     let read = tokio::task::spawn_blocking(move || {
         let Some(report) = store.report(&job)? else { return Ok(None) };
+        // A finished job's results are pageable, a failed or cancelled one's too (the
+        // proteins it did not reach read as their errors).
         let page = match report.status {
-            JobStatus::Done => Some(store.results_page(&job, offset, limit)?),
-            JobStatus::Running | JobStatus::Failed => None,
+            JobStatus::Done | JobStatus::Failed | JobStatus::Cancelled => {
+                Some(store.results_page(&job, offset, limit)?)
+            }
+            JobStatus::Running => None,
         };
         Ok::<_, StoreError>(Some((report, page)))
     })
@@ -721,10 +901,48 @@ async fn job(
     }
 }
 
-/// A request body of at most `limit` bytes as JSON: 413 past the limit, 400 when it does not
-/// parse (after the API key is checked, and in JSON like every other error).
-async fn read_json<T: serde::de::DeserializeOwned>(body: Body, limit: usize) -> Result<T, Response> {
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| body_error(&e, limit))?;
+/// `DELETE /v1/jobs/{id}`: cancel a running job (its parts still to run are dropped, its
+/// results so far kept and pageable until it expires; answered with its report), or delete a
+/// finished one with its results (204).
+async fn cancel_job(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Err(denied) = authorize(&state, &headers) {
+        return denied;
+    }
+    let store = state.jobs.clone();
+    let job = id.clone();
+    let cancelled = tokio::task::spawn_blocking(move || {
+        let Some(before) = store.cancel(&job)? else { return Ok(None) };
+        Ok::<_, StoreError>(Some((before, store.report(&job)?)))
+    })
+    .await;
+    match cancelled {
+        Ok(Ok(Some((JobStatus::Running, report)))) => {
+            let _ = state.job_events.send(JobEvent::Cancelled(id.clone()));
+            match report {
+                Some(report) => Json(report).into_response(),
+                None => StatusCode::NO_CONTENT.into_response(),
+            }
+        }
+        Ok(Ok(Some(_))) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Ok(None)) => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
+        Ok(Err(e)) => store_failed(e),
+        Err(_) => store_failed("the jobs database: cancelling the job failed"),
+    }
+}
+
+/// A request body of at most `limit` bytes: 413 past the limit (read after the API key is
+/// checked, and answered in JSON like every other error).
+async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| body_error(&e, limit))
+}
+
+/// A body as JSON: 400 when it does not parse, in JSON's words. Its time is in proportion to
+/// the body's size: called off the async threads.
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Response> {
     // serde would say "expected struct PredictRequest with 2 elements": the caller wants JSON's words.
     let kind = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
         Some(b'[') => Some("an array"),
@@ -738,8 +956,17 @@ async fn read_json<T: serde::de::DeserializeOwned>(body: Body, limit: usize) -> 
     if let Some(kind) = kind {
         return Err(error(StatusCode::BAD_REQUEST, format!("the body must be a JSON object {{...}}, not {kind}")));
     }
-    serde_json::from_slice(&bytes)
+    serde_json::from_slice(bytes)
         .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request body: {}", json_words(&e.to_string()))))
+}
+
+/// A request body of at most `limit` bytes as JSON ([`read_body`], then [`parse_json`] on the
+/// blocking pool).
+async fn read_json<T: serde::de::DeserializeOwned + Send + 'static>(body: Body, limit: usize) -> Result<T, Response> {
+    let bytes = read_body(body, limit).await?;
+    tokio::task::spawn_blocking(move || parse_json(&bytes))
+        .await
+        .unwrap_or_else(|_| Err(error(StatusCode::INTERNAL_SERVER_ERROR, "reading the request failed")))
 }
 
 /// Why a body could not be read: its deadline (408), its size limit (413), or the
@@ -784,6 +1011,15 @@ fn json_words(message: &str) -> String {
     out.push_str(rest);
     out.replace("invalid type: sequence", "invalid type: array").replace("invalid type: map", "invalid type: object")
 }
+
+/// Longest organism name a request may give: the model's longest, and at least
+/// [`MIN_NAME_LIMIT`] characters, so that a near miss gets its suggestions.
+fn max_organism_name(organisms: &OrganismTable) -> usize {
+    organisms.names().iter().map(|n| n.chars().count()).max().unwrap_or(0).max(MIN_NAME_LIMIT)
+}
+
+/// The least [`max_organism_name`] allows.
+const MIN_NAME_LIMIT: usize = 200;
 
 /// How much one request may ask for.
 #[derive(Clone, Copy)]
@@ -838,8 +1074,20 @@ impl Prepared {
         if let Err(e) = options.validate() {
             return Err(error(StatusCode::BAD_REQUEST, format!("options: {e}")));
         }
+        let longest_name = max_organism_name(&state.organisms);
         let mut items = Vec::with_capacity(request.proteins.len());
         for (i, item) in request.proteins.iter().enumerate() {
+            // No organism's name is this long: refused before any name matching, which takes
+            // time in proportion to the name.
+            if let serde_json::Value::String(name) = &item.organism {
+                let chars = name.trim().chars().count();
+                if chars > longest_name {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("proteins[{i}].organism: a name of {chars} characters; no organism's name is longer than {longest_name}"),
+                    ));
+                }
+            }
             let residues = item.protein.chars().filter(|c| !c.is_whitespace()).count();
             if residues > config.max_residues {
                 return Err(error(
@@ -914,7 +1162,7 @@ impl Prepared {
                     };
                     match r.and_then(finish) {
                         Ok(sequences) => ProteinResult { sequences, error: None },
-                        Err(e) => ProteinResult { sequences: Vec::new(), error: Some(e) },
+                        Err(e) => ProteinResult { sequences: Vec::new(), error: Some(clip(&e)) },
                     }
                 })
                 .collect()
@@ -943,6 +1191,7 @@ async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
     let working = state.clone();
     let results = tokio::task::spawn_blocking(move || {
         let references = working.config.reference.as_deref();
+        let longest_name = max_organism_name(&working.organisms);
         request
             .sequences
             .iter()
@@ -950,7 +1199,13 @@ async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
                 let organism = item
                     .organism
                     .as_ref()
-                    .map(|o| organism_ref(o).and_then(|o| working.organisms.resolve(&o).map_err(|e| e.to_string())))
+                    .map(|o| match o {
+                        serde_json::Value::String(name) if name.trim().chars().count() > longest_name => Err(format!(
+                            "organism: a name of {} characters; no organism's name is longer than {longest_name}",
+                            name.trim().chars().count()
+                        )),
+                        o => organism_ref(o).and_then(|o| working.organisms.resolve(&o).map_err(|e| e.to_string())),
+                    })
                     .transpose();
                 let metrics = organism.and_then(|organism| {
                     let reference = design::organism_reference(references, organism)?;
@@ -959,7 +1214,7 @@ async fn evaluate(State(state): State<Arc<AppState>>, headers: HeaderMap, body: 
                 });
                 match metrics {
                     Ok(metrics) => EvaluateResult { metrics: Some(metrics), error: None },
-                    Err(e) => EvaluateResult { metrics: None, error: Some(e) },
+                    Err(e) => EvaluateResult { metrics: None, error: Some(clip(&e)) },
                 }
             })
             .collect()
@@ -993,7 +1248,13 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
          # HELP codon_expired_total Requests dropped unrun after their caller gave up.\n# TYPE codon_expired_total counter\n\
          codon_expired_total {}\n\
          # HELP codon_jobs_total Batch jobs accepted.\n# TYPE codon_jobs_total counter\n\
-         codon_jobs_total {}\n{}",
+         codon_jobs_total {}\n\
+         # HELP codon_job_part_proteins_max The most batch-job proteins one gathered batch carried (at most one part).\n# TYPE codon_job_part_proteins_max gauge\n\
+         codon_job_part_proteins_max {}\n\
+         # HELP codon_job_part_residues_max The most batch-job residues one gathered batch carried.\n# TYPE codon_job_part_residues_max gauge\n\
+         codon_job_part_residues_max {}\n\
+         # HELP codon_job_part_proteins_beside_predict_max The most batch-job proteins a gathered batch carried beside a predict request.\n# TYPE codon_job_part_proteins_beside_predict_max gauge\n\
+         codon_job_part_proteins_beside_predict_max {}\n{}",
         c.requests.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
         c.pass_proteins.count(),
@@ -1001,6 +1262,9 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         c.queued.load(Ordering::Relaxed),
         c.expired.load(Ordering::Relaxed),
         c.jobs.load(Ordering::Relaxed),
+        c.most_job_proteins.load(Ordering::Relaxed),
+        c.most_job_residues.load(Ordering::Relaxed),
+        c.most_job_proteins_beside_interactive.load(Ordering::Relaxed),
         state.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer.")
             + &c.pass_proteins.prometheus("codon_forward_pass_proteins", "Proteins per forward pass (the batch sizes)."),
     );
@@ -1022,4 +1286,31 @@ fn device_memory(device: &candle_core::Device) -> String {
          codon_device_memory_total_bytes{{device=\"{name}\"}} {total}\n",
         total.saturating_sub(free)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_cuts_long_quoted_values_and_words_and_keeps_the_rest() {
+        assert_eq!(clip("short"), "short");
+        let name = "y".repeat(5_000);
+        let clipped = clip(&format!("proteins[0]: unknown organism \"{name}\"; did you mean \"Homo sapiens\"?"));
+        assert_eq!(
+            clipped,
+            format!(
+                "proteins[0]: unknown organism \"{}… (4900 more characters)\"; did you mean \"Homo sapiens\"?",
+                "y".repeat(100)
+            )
+        );
+        let word = clip(&format!("Invalid organism name: {name}. Please use a valid name."));
+        assert!(word.starts_with(&format!("Invalid organism name: {}…", "y".repeat(100))), "{word}");
+        assert!(word.ends_with("Please use a valid name."), "{word}");
+        // An escaped quote does not end the value.
+        let escaped = clip(&format!("\"{}\\\"{}\" after", "a".repeat(99), "b".repeat(300)));
+        assert!(escaped.ends_with("more characters)\" after"), "{escaped}");
+        let many = clip(&"word ".repeat(1_000));
+        assert_eq!(many.chars().count(), MESSAGE_CHARS + 1);
+    }
 }

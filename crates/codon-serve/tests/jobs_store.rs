@@ -12,7 +12,7 @@ use codon_model::bigbird::load_model;
 use codon_model::Predictor;
 use codon_serve::api::{PredictResponse, ProteinResult};
 use codon_serve::batcher::BatchPolicy;
-use codon_serve::jobs::{JobReport, JobStatus};
+use codon_serve::jobs::{JobReport, JobStatus, JobStore, PartBounds, SqliteJobStore};
 use codon_serve::{RunningServer, ServeConfig};
 
 fn predictor() -> Predictor {
@@ -115,6 +115,8 @@ fn check_results(addr: std::net::SocketAddr, proteins: &[String], results: &[Pro
 const CHILD_DB: &str = "CODON_SERVE_TEST_CHILD_DB";
 const CHILD_WAITS_FOR_SIGNAL: &str = "CODON_SERVE_TEST_CHILD_SIGNAL";
 const CHILD_WINDOW_MS: &str = "CODON_SERVE_TEST_CHILD_WINDOW_MS";
+/// The child's stop grace in milliseconds, and job parts without bounds.
+const CHILD_GRACE_MS: &str = "CODON_SERVE_TEST_CHILD_GRACE_MS";
 
 /// Not a test of its own: the server of the tests below, run in a child process (this test
 /// binary again) so that it can be killed with SIGKILL, or stopped with SIGTERM.
@@ -126,6 +128,10 @@ fn child_server() {
     if window == 0 {
         // The measurement's server: the usual queue.
         config = ServeConfig { queue_capacity: ServeConfig::default().queue_capacity, ..config };
+    }
+    if let Some(grace) = std::env::var(CHILD_GRACE_MS).ok().and_then(|ms| ms.parse().ok()) {
+        config.stop_grace = Duration::from_millis(grace);
+        config.job_part = PartBounds { proteins: 10_000, residues: 100_000_000 };
     }
     let server = RunningServer::start(predictor(), config).unwrap();
     println!("ADDR {}", server.addr);
@@ -150,7 +156,17 @@ fn spawn_child_with(
     wait_for_signal: bool,
     window_ms: u64,
 ) -> (std::process::Child, Lines, std::net::SocketAddr) {
+    spawn_child_env(db, wait_for_signal, window_ms, &[])
+}
+
+fn spawn_child_env(
+    db: &Path,
+    wait_for_signal: bool,
+    window_ms: u64,
+    env: &[(&str, &str)],
+) -> (std::process::Child, Lines, std::net::SocketAddr) {
     let mut command = Command::new(std::env::current_exe().unwrap());
+    command.envs(env.iter().copied());
     command.env(CHILD_WINDOW_MS, window_ms.to_string());
     command.args(["child_server", "--exact", "--nocapture", "--test-threads", "1"]).env(CHILD_DB, db);
     if wait_for_signal {
@@ -423,3 +439,66 @@ fn memory_of_jobs_and_polls() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// Job parts are bounded in proteins and residues, and a gathered batch holds at most one: the
+/// metrics' largest part (in any batch, and beside a predict request) stays within the bounds
+/// while two jobs fill their lane and predict requests keep coming. Counted, not timed.
+#[test]
+fn a_predict_request_waits_for_at_most_one_small_job_part() {
+    let server = start(ServeConfig::default());
+    let addr = server.addr;
+    let bounds = ServeConfig::default().job_part;
+    // Parts bounded by their proteins (30 residues each), and by their residues (1,500 each).
+    let short: Vec<String> = (0..400).map(|i| "MKVLAWCHDE".repeat(3)[..30 - i % 3].to_string()).collect();
+    let long: Vec<String> =
+        (0..30).map(|_| (0..1500).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect()).collect();
+    let jobs = [submit(addr, &short), submit(addr, &long)];
+    let small = r#"{"proteins": [{"protein": "MKV", "organism": 51}]}"#;
+    let mut asked = 0;
+    while metric(addr, "codon_job_part_proteins_beside_predict_max") == 0 {
+        let (status, text) = call(addr, "POST", "/v1/predict", Some(small));
+        assert_eq!(status, 200, "{text}");
+        asked += 1;
+        assert!(asked < 2_000, "no predict request was ever gathered beside a job part");
+    }
+    for id in &jobs {
+        let done = wait_for(addr, id, |r| r.status != JobStatus::Running);
+        assert_eq!(done.status, JobStatus::Done, "{done:?}");
+    }
+    let most = metric(addr, "codon_job_part_proteins_max");
+    let beside = metric(addr, "codon_job_part_proteins_beside_predict_max");
+    let residues = metric(addr, "codon_job_part_residues_max");
+    assert!(most <= bounds.proteins as u64, "a batch carried {most} job proteins (bound {})", bounds.proteins);
+    assert!(beside <= bounds.proteins as u64, "a predict request waited beside {beside} job proteins");
+    assert!(residues <= bounds.residues as u64, "a batch carried {residues} job residues (bound {})", bounds.residues);
+    assert!(residues >= 3_000, "the long job's parts held two proteins each: {residues}");
+    server.stop().unwrap();
+}
+
+/// SIGTERM while the model runs a long job part: the server is gone within its grace and a
+/// few seconds (the part is abandoned and left to the next start), not when the part ends.
+#[test]
+fn sigterm_stops_within_the_grace_while_a_long_part_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("jobs.sqlite3");
+    // A grace of one second, and job parts without bounds: the whole job is one long part.
+    let (mut child, mut lines, addr) = spawn_child_env(&db, true, 0, &[(CHILD_GRACE_MS, "1000")]);
+    let residues: String = (0..2000).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect();
+    let id = submit(addr, &vec![format!("M{residues}"); LONG_PART_PROTEINS]);
+    // The model has taken the part.
+    wait_for_metric(addr, "codon_job_part_proteins_max", LONG_PART_PROTEINS as u64);
+    let signalled = Instant::now();
+    let sent = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(sent.success());
+    assert_eq!(next_word(&mut lines, "LEFT "), "1", "the job is left to resume");
+    assert!(child.wait().unwrap().success());
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(20), "the stop took {took:?} with a grace of 1 s");
+    // The job waits for the next start, which runs its part again.
+    let store = SqliteJobStore::open(&db, codon_serve::jobs::MAX_DB_BYTES).unwrap();
+    assert_eq!(store.unfinished().unwrap(), vec![id]);
+}
+
+/// Proteins of 2,000 residues in the long part: over a minute of the fixture model's time on
+/// two cores, against a stop bound of 20 s.
+const LONG_PART_PROTEINS: usize = 2_000;

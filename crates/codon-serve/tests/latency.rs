@@ -1,0 +1,78 @@
+//! A measurement, not a check (`cargo test --release -p codon-serve --test latency -- --ignored
+//! --nocapture`): one protein's predict latency with the server idle and while a big batch job
+//! runs, with the tiny fixture model on the CPU.
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Device};
+use codon_model::bigbird::load_model;
+use codon_model::Predictor;
+use codon_serve::jobs::JobReport;
+use codon_serve::{RunningServer, ServeConfig};
+
+fn predictor() -> Predictor {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
+    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
+}
+
+fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let request = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(600));
+    let response = match body {
+        Some(b) => request.set("Content-Type", "application/json").send_string(b),
+        None => request.call(),
+    };
+    match response {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("{method} {path}: {e}"),
+    }
+}
+
+/// Milliseconds of `n` one-protein predicts, one after another: (median, max).
+fn predicts(addr: std::net::SocketAddr, n: usize) -> (f64, f64) {
+    let body =
+        r#"{"proteins": [{"protein": "MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVEALYLVCGERGFFYTPKT", "organism": 51}]}"#;
+    let mut ms: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let (status, text) = call(addr, "POST", "/v1/predict", Some(body));
+            assert_eq!(status, 200, "{text}");
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    (ms[n / 2], ms[n - 1])
+}
+
+fn job(proteins: usize, residues: usize) -> String {
+    let protein: String = (0..residues - 1).map(|i| ['A', 'C', 'D', 'E', 'K', 'L', 'M', 'W'][i * 7 % 8]).collect();
+    let item = format!(r#"{{"protein": "M{protein}", "organism": 51}}"#);
+    format!(r#"{{"proteins": [{}]}}"#, vec![item; proteins].join(","))
+}
+
+#[test]
+#[ignore]
+fn predict_latency_during_a_big_job() {
+    let server = RunningServer::start(predictor(), ServeConfig { port: 0, ..ServeConfig::default() }).unwrap();
+    let addr = server.addr;
+    predicts(addr, 3);
+    let (p50, max) = predicts(addr, 20);
+    println!("idle: one predict p50 {p50:.1} ms, max {max:.1} ms");
+    for (n, residues) in [(3_000, 500), (10_000, 2_000)] {
+        let (status, text) = call(addr, "POST", "/v1/jobs", Some(&job(n, residues)));
+        assert_eq!(status, 202, "{text}");
+        let id = serde_json::from_str::<JobReport>(&text).unwrap().id;
+        // The job under way.
+        std::thread::sleep(Duration::from_secs(2));
+        let (p50, max) = predicts(addr, 20);
+        let (_, text) = call(addr, "GET", &format!("/v1/jobs/{id}"), None);
+        let report: JobReport = serde_json::from_str(&text).unwrap();
+        println!(
+            "during a {n} x {residues}-residue job ({} of {} done after): one predict p50 {p50:.1} ms, max {max:.1} ms",
+            report.done, report.total
+        );
+        // Not waited for: the server is dropped with the job running.
+        let _ = call(addr, "DELETE", &format!("/v1/jobs/{id}"), None);
+    }
+    drop(server);
+}
