@@ -20,6 +20,7 @@ use clap::Parser;
 use codon_model::predict::max_padding_fraction_on;
 use codon_model::PredictOptions;
 use codon_serve::batcher::BatchPolicy;
+use codon_serve::jobs::PartBounds;
 use codon_serve::{RunningServer, ServeConfig};
 
 use crate::commands::common::reference_args;
@@ -66,9 +67,20 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     host_name: Vec<String>,
     /// The SQLite file batch jobs are kept in, so that a restart resumes them (default:
-    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3).
+    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3). One server
+    /// per file: a second server on the same machine needs a file of its own.
     #[arg(long, value_name = "PATH")]
     jobs_db: Option<PathBuf>,
+    /// The jobs database's size cap in MiB: past it the oldest finished jobs are dropped, and a
+    /// job that still does not fit is refused (503).
+    #[arg(long, value_name = "MIB", default_value_t = codon_serve::jobs::MAX_DB_BYTES >> 20)]
+    jobs_db_max_mb: u64,
+    /// Most proteins in one part of a batch job: a predict request waits for at most one part.
+    #[arg(long, value_name = "N", default_value_t = codon_serve::jobs::PART)]
+    job_part_proteins: usize,
+    /// Most residues in one part of a batch job (a longer protein is a part of its own).
+    #[arg(long, value_name = "N", default_value_t = codon_serve::jobs::PART_RESIDUES)]
+    job_part_residues: usize,
 }
 
 /// Run the command.
@@ -78,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         api_key: args.api_key.clone().or_else(|| std::env::var("CODON_API_KEY").ok().filter(|k| !k.is_empty())),
         cors_origins: args.cors.clone(),
         allowed_hosts: args.host_name.clone(),
+        job_part: PartBounds { proteins: args.job_part_proteins, residues: args.job_part_residues },
         ..ServeConfig::default()
     };
     checked.validate()?;
@@ -113,6 +126,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cors_origins: checked.cors_origins,
         allowed_hosts: checked.allowed_hosts,
         jobs_db: Some(jobs_db.clone()),
+        jobs_db_max_bytes: args.jobs_db_max_mb.saturating_mul(1 << 20),
+        job_part: checked.job_part,
         ..defaults
     };
     let server = RunningServer::start(predictor, config)?;
