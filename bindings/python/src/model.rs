@@ -16,10 +16,9 @@ use codon_model::{DnaPrediction, OrganismRef, PredictOptions, Predictor, Protein
 use crate::errors::{codon_error, load_error, value_error};
 use crate::guard::{in_chunks, threads_here};
 
-/// Most sequences one protein may ask for (`num_sequences`): the `codon predict --num-sequences`
-/// range's top and codon-serve's default `max_sequences`. A count past it would only allocate
-/// without bound (`2**40` sequences abort the interpreter).
-pub const MAX_NUM_SEQUENCES: usize = 100;
+/// Most sequences one protein may ask for (`num_sequences`), as the `codon` program bounds it: a
+/// count past it would only allocate without bound (`2**40` sequences aborted the interpreter).
+pub use codon_model::MAX_NUM_SEQUENCES;
 
 /// Tokens of a protein of `residues` residues in a forward pass (`[CLS]` and `[SEP]` added).
 fn tokens(residues: usize) -> usize {

@@ -33,7 +33,8 @@ pub use organisms::{
     organism_id, organism_name, parse_organism, OrganismRef, OrganismTable, DEFAULT_ORGANISM, NUM_ORGANISMS, ORGANISMS,
 };
 pub use predict::{
-    prediction_residues, DnaPrediction, EachPredicted, PredictOptions, Predictor, ProteinInput, MAX_PREDICTION_RESIDUES,
+    prediction_residues, DnaPrediction, EachPredicted, PredictOptions, Predictor, ProteinInput, MAX_NUM_SEQUENCES,
+    MAX_PREDICTION_RESIDUES,
 };
 pub use sequence::{
     merged_sequence, merged_sequence_with, preprocess_dna, preprocess_protein, replace_ambiguous_codons,

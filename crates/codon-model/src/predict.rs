@@ -98,6 +98,9 @@ impl PredictOptions {
         if self.num_sequences < 1 {
             return fail("num_sequences must be a positive integer.");
         }
+        if self.num_sequences > MAX_NUM_SEQUENCES {
+            return fail(&format!("num_sequences must be at most {MAX_NUM_SEQUENCES}."));
+        }
         if self.deterministic && self.num_sequences > 1 {
             return fail("Multiple sequences can only be generated in non-deterministic mode.");
         }
@@ -222,6 +225,11 @@ fn refuse_empty(protein: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// The most sequences sampled per protein: each is a full decode and a DNA kept in memory, so
+/// a count from outside (a request, a notebook) must be bounded. The CLI, the service and the
+/// Python package take the same bound.
+pub const MAX_NUM_SEQUENCES: usize = 100;
 
 /// The longest protein predicted, in characters: windows bound the model's memory, but each
 /// residue's tokens, scores and DNA are kept for the whole protein (about 3 KB a residue). The
@@ -789,6 +797,14 @@ fn sample_top_p(row: &[f32], allowed: &[u32], temperature: f64, top_p: f64, rng:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_sequences_than_the_bound_are_refused() {
+        let options = |num_sequences| PredictOptions { deterministic: false, num_sequences, ..Default::default() };
+        options(MAX_NUM_SEQUENCES).validate().unwrap();
+        let err = options(MAX_NUM_SEQUENCES + 1).validate().unwrap_err().to_string();
+        assert_eq!(err, "num_sequences must be at most 100.");
+    }
 
     #[test]
     fn proteins_past_the_residue_limit_are_refused() {

@@ -114,7 +114,7 @@ pub struct Args {
     #[arg(long, alias = "top_p", requires = "temperature", allow_negative_numbers = true)]
     top_p: Option<f64>,
     /// Sequences per protein (sampling), at most 100 as in the design service.
-    #[arg(long, alias = "num_sequences", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100))]
+    #[arg(long, alias = "num_sequences", default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=codon_model::MAX_NUM_SEQUENCES as u64))]
     num_sequences: usize,
     #[command(flatten)]
     allow_failures: AllowFailuresArg,
