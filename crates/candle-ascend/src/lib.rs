@@ -7,7 +7,8 @@
 //! `libopapi.so`), reached through the `npu-sim:N` device; `npu:N` uses a real toolkit.
 //!
 //! Layers: `ffi` (types, loader), `runtime` (device, stream, caching allocator), `ops`
-//! (aclnn calls by family), then `storage`/`backend` (the candle traits).
+//! (aclnn calls by family), then `storage`/`backend` (the candle traits) and `communicator`
+//! (HCCL collectives over tensors).
 //!
 //! ```no_run
 //! use candle_core::Tensor;
@@ -18,6 +19,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 pub mod backend;
+pub mod communicator;
 pub mod error;
 pub mod ffi;
 pub mod fused;
@@ -29,11 +31,11 @@ pub mod storage;
 pub mod toolkit_check;
 
 pub use candle_core::DType;
+pub use communicator::{Communicator, HcclTimeouts, ReduceOp, RootInfo};
 pub use error::{AscendError, Result};
 pub use ffi::loader::{emulated_root, ToolkitKind};
 pub use runtime::{
-    survey, AscendDevice, Communicator, DeviceCounters, DeviceProcess, DeviceStatus, DeviceWatch, HcclTimeouts, Health,
-    ReduceOp, RootInfo, SimCounters, SurveyRow,
+    survey, AscendDevice, DeviceCounters, DeviceProcess, DeviceStatus, DeviceWatch, Health, SimCounters, SurveyRow,
 };
 pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;

@@ -8,15 +8,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::TrainerConfig;
+use crate::config::{RunIdentity, TrainerConfig};
 use crate::error::{Result, TrainError};
 use crate::model::Checkpointable;
 use crate::optim::AdamW;
 use crate::precision::LossScaler;
-use crate::run_folder::{step_folders, OwnRuns, RunIdentity};
+use crate::run_folder::OwnRuns;
+use crate::step_folder::{step_folders, STATE_FILE};
 
 const OPTIMIZER_FILE: &str = "optimizer.safetensors";
-pub(crate) const STATE_FILE: &str = "trainer_state.json";
 const FORMAT_VERSION: u32 = 1;
 
 /// Where training stands.

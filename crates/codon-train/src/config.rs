@@ -1,14 +1,19 @@
 //! Trainer settings and their builder.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::error::{Result, TrainError};
 use crate::optim::AdamWConfig;
 use crate::precision::Precision;
 use crate::progress::DeviceProbe;
-use crate::run_folder::RunIdentity;
 use crate::schedule::Scheduler;
 use crate::status::RunStatus;
+
+/// What makes a run itself: the caller's description (model configuration, data) and the
+/// trainer's schedule (seed, learning rate, warm-up, batch size, accumulation, total steps).
+/// Strings only, so that a value reads back exactly as it was written.
+pub type RunIdentity = BTreeMap<String, String>;
 
 /// What to do when the loss or a gradient is not finite (f16 overflow is handled by the
 /// loss scaler and is not an anomaly).

@@ -24,6 +24,7 @@ mod run_folder;
 pub mod schedule;
 mod status;
 mod step;
+mod step_folder;
 pub mod trainer;
 
 /// The candle this library is built on: candle-core 0.11.1 with the custom-backend slot, published
@@ -32,13 +33,12 @@ pub mod trainer;
 pub use candle_core as candle;
 pub use candle_core::backprop::GradientObserver;
 pub use collective::Collective;
-pub use config::{AnomalyPolicy, TrainerConfig, TrainerConfigBuilder};
+pub use config::{AnomalyPolicy, RunIdentity, TrainerConfig, TrainerConfigBuilder};
 pub use error::{Result, TrainError};
 pub use model::{backward_scaled, BatchSource, Checkpointable, SameBatch, TrainableModel};
 pub use optim::{clip_by_norm, global_norm, AdamW, AdamWConfig, Parameters};
 pub use precision::Precision;
 pub use progress::{DeviceProbe, DeviceSample, DeviceStepStats, StepMetrics, TrainReport};
-pub use run_folder::RunIdentity;
 pub use schedule::{Constant, Decay, OneCycleLr, Scheduler, WarmupDecay};
 pub use status::RunStatus;
 pub use trainer::Trainer;

@@ -5,41 +5,11 @@
 //! checked against the run's inputs, and the folder for being writable with room for a
 //! checkpoint, so a run never fails at its first save hours in.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::STATE_FILE;
-use crate::config::TrainerConfig;
+use crate::config::{RunIdentity, TrainerConfig};
 use crate::error::{Result, TrainError};
-
-/// What makes a run itself: the caller's description (model configuration, data) and the
-/// trainer's schedule (seed, learning rate, warm-up, batch size, accumulation, total steps).
-/// Strings only, so that a value reads back exactly as it was written.
-pub type RunIdentity = BTreeMap<String, String>;
-
-/// The step folders of `dir`: `(N, path)` for each `step-<N>`, in step order.
-pub(crate) fn step_folders(dir: &Path) -> Vec<(usize, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut steps: Vec<(usize, PathBuf)> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let step = e.file_name().to_str()?.strip_prefix("step-")?.parse::<usize>().ok()?;
-            e.path().is_dir().then(|| (step, e.path()))
-        })
-        .collect();
-    steps.sort();
-    steps
-}
-
-/// The identity a step folder records (`None`: unreadable, or written before identities were).
-pub(crate) fn recorded_identity(step: &Path) -> Option<RunIdentity> {
-    #[derive(serde::Deserialize)]
-    struct Recorded {
-        run: Option<RunIdentity>,
-    }
-    let text = std::fs::read_to_string(step.join(STATE_FILE)).ok()?;
-    serde_json::from_str::<Recorded>(&text).ok()?.run
-}
+use crate::step_folder::{recorded_identity, step_folders};
 
 /// The identities this run counts as its own: its own, and that of the step it resumes from
 /// (`None` where that step predates identities: its run's other steps record none either).
@@ -171,6 +141,7 @@ fn free_bytes(_dir: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step_folder::STATE_FILE;
 
     fn step(dir: &Path, n: usize, run: Option<&RunIdentity>) -> PathBuf {
         let path = dir.join(format!("step-{n}"));

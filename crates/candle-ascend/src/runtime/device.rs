@@ -7,7 +7,7 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::allocator::SharedCache;
+use super::block_cache::BlockCache;
 use super::counters::{Counters, DeviceCounters};
 use super::preflight::Preflight;
 use super::staging::Staging;
@@ -30,7 +30,7 @@ pub struct DeviceInner {
     pub(crate) id: usize,
     pub(crate) toolkit: Arc<Toolkit>,
     stream: AclrtStream,
-    pub(crate) cache: SharedCache,
+    pub(crate) cache: Mutex<BlockCache>,
     /// The part, from `aclrtGetSocName`.
     pub(crate) soc: Soc,
     /// Whether FP32 matmuls may use HF32 on parts that have it (`CANDLE_ASCEND_ALLOW_HF32=1`).

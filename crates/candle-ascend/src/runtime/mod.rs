@@ -1,8 +1,8 @@
 //! The runtime layer: devices with one stream each, the caching allocator, pinned staging for
-//! uploads, preflight, HCCL communicators, the counters of what a device did, and the modelled
+//! uploads, preflight, the counters of what a device did, and the modelled
 //! time it would have taken.
 pub mod allocator;
-pub mod communicator;
+mod block_cache;
 pub mod counters;
 pub mod device;
 pub mod monitor;
@@ -11,7 +11,6 @@ pub mod staging;
 pub mod time_model;
 
 pub use allocator::DeviceBuffer;
-pub use communicator::{Communicator, HcclTimeouts, ReduceOp, RootInfo};
 pub use counters::DeviceCounters;
 pub use device::{AscendDevice, DeviceWatch, SimCounters};
 pub use monitor::{survey, DeviceProcess, DeviceStatus, Health, SurveyRow};

@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Storage, Tensor};
 
-use super::device::{AscendDevice, DeviceInner};
 use crate::error::{AscendError, Result};
 use crate::ffi::hccl::{data_type, reduce_op, HcclApi, HcclComm, HcclRootInfo, HCCL_ROOT_INFO_BYTES};
 use crate::ffi::types::{AclrtEvent, AclrtStream};
+use crate::runtime::device::{AscendDevice, DeviceInner};
 use crate::soc::{Soc, SocFamily};
 use crate::storage::AscendStorage;
 
