@@ -335,7 +335,7 @@ impl RunningServer {
         // handler stuck outside the runtime's control): the threads are then left behind, and
         // with them the parts they ran, which the next start runs again.
         let ended = ended.into_inner().unwrap_or_else(|p| p.into_inner());
-        match ended.recv_timeout(self.grace + LEFT_BEHIND_AFTER) {
+        match ended.recv_timeout(self.grace + LEFT_BEHIND_AFTER + Duration::from_secs(2)) {
             Ok(served) => served?,
             Err(_) => {
                 eprintln!("codon-serve: the server did not stop within {:?}; its threads were left behind", self.grace)
@@ -570,7 +570,7 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
     let prepared = tokio::task::spawn_blocking(move || {
         let request: PredictRequest = parse_json(&bytes)?;
         let limits = Limits { proteins: working.config.max_proteins, codons: working.config.max_codons };
-        Prepared::new(&working, request, limits)
+        Prepared::new(&working, request, limits, true)
     })
     .await;
     let prepared = match prepared {
@@ -578,22 +578,30 @@ async fn predict(State(state): State<Arc<AppState>>, headers: HeaderMap, body: B
         Ok(Err(refused)) => return refused,
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "checking the request failed"),
     };
-    let (reply, answer) = oneshot::channel();
-    let deadline = Instant::now() + state.config.request_timeout;
-    match state.queue.submit(Job { items: prepared.items.clone(), reply, deadline }) {
-        Ok(()) => {}
-        Err(Refused::Full) => {
-            let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, "the prediction queue is full; try again shortly");
-            busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return busy;
+    // Every protein's answer may be known already (unknown organisms): the model is not asked.
+    let results = if prepared.items.is_empty() {
+        Vec::new()
+    } else {
+        let (reply, answer) = oneshot::channel();
+        let deadline = Instant::now() + state.config.request_timeout;
+        match state.queue.submit(Job { items: prepared.items.clone(), reply, deadline }) {
+            Ok(()) => {}
+            Err(Refused::Full) => {
+                let mut busy =
+                    error(StatusCode::SERVICE_UNAVAILABLE, "the prediction queue is full; try again shortly");
+                busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return busy;
+            }
+            Err(Refused::Closed) => return error(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"),
         }
-        Err(Refused::Closed) => return error(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"),
-    }
-    let results = match tokio::time::timeout(state.config.request_timeout, answer).await {
-        Ok(Ok(results)) => results,
-        Ok(Err(_)) => return error(StatusCode::SERVICE_UNAVAILABLE, "the request waited past its time in the queue"),
-        Err(_) => {
-            return error(StatusCode::GATEWAY_TIMEOUT, "the prediction took longer than the request's time limit")
+        match tokio::time::timeout(state.config.request_timeout, answer).await {
+            Ok(Ok(results)) => results,
+            Ok(Err(_)) => {
+                return error(StatusCode::SERVICE_UNAVAILABLE, "the request waited past its time in the queue")
+            }
+            Err(_) => {
+                return error(StatusCode::GATEWAY_TIMEOUT, "the prediction took longer than the request's time limit")
+            }
         }
     };
     let results = match prepared.finish(&state, results).await {
@@ -680,7 +688,7 @@ fn new_job(state: &AppState, bytes: &[u8]) -> Result<(String, usize), Response> 
         .map(|p| JobProtein { protein: p.protein.clone(), organism: p.organism.clone(), dna: p.dna.clone() })
         .collect();
     // Checked whole as a predict request is; each part is prepared again from the database.
-    Prepared::new(state, PredictRequest { proteins: request.proteins, options }, job_limits(&state.config))?;
+    Prepared::new(state, PredictRequest { proteins: request.proteins, options }, job_limits(&state.config), false)?;
     let total = proteins.len();
     match state.jobs.create(&options_json, &proteins) {
         Ok(id) => Ok((id, total)),
@@ -782,7 +790,7 @@ async fn run_part(state: Arc<AppState>, id: String, input: PartInput, stopped: t
     let request = PredictRequest { proteins: input.proteins.into_iter().map(Into::into).collect(), options };
     let working = state.clone();
     let prepared = tokio::task::spawn_blocking(move || {
-        Prepared::new(&working, request, job_limits(&working.config)).map_err(|_| ())
+        Prepared::new(&working, request, job_limits(&working.config), true).map_err(|_| ())
     })
     .await;
     let Ok(Ok(prepared)) = prepared else {
@@ -790,6 +798,9 @@ async fn run_part(state: Arc<AppState>, id: String, input: PartInput, stopped: t
         return fail_job(&state, id, why.into()).await;
     };
     let results = loop {
+        if prepared.items.is_empty() {
+            break Vec::new();
+        }
         if *stopped.borrow() {
             return;
         }
@@ -1030,21 +1041,32 @@ pub(crate) struct Limits {
     codons: usize,
 }
 
+/// One protein's predictions from the model, or its error.
+type Answer = Result<Vec<codon_model::DnaPrediction>, String>;
+
 /// A predict request checked and ready for the model: its proteins with their options, and what
 /// finishing their predictions needs.
 pub(crate) struct Prepared {
-    /// The proteins with their options, in order.
+    /// The proteins that go to the model with their options, in order (each organism as its
+    /// id: the worker matches no names).
     pub(crate) items: Vec<(codon_model::ProteinInput, PredictOptions)>,
-    /// Each protein's organism id, where it resolves (for the reference's metrics).
-    organisms: Vec<Option<u32>>,
+    /// Each protein's organism id (it is in `items`; `None` when organisms were not matched),
+    /// or the error that is its answer (an unknown organism: it does not go to the model).
+    organisms: Vec<Result<Option<u32>, String>>,
     constraints: Vec<codon_design::Constraint>,
     best_effort: bool,
     codon_scores: bool,
 }
 
 impl Prepared {
-    /// Check `request` as `predict` checks its input, within `limits`.
-    pub(crate) fn new(state: &AppState, request: PredictRequest, limits: Limits) -> Result<Self, Response> {
+    /// Check `request` as `predict` checks its input, within `limits`; with `resolve`, match
+    /// each organism too (name matching takes time: a job's check leaves it to its parts).
+    pub(crate) fn new(
+        state: &AppState,
+        request: PredictRequest,
+        limits: Limits,
+        resolve: bool,
+    ) -> Result<Self, Response> {
         let config = &state.config;
         let max_proteins = limits.proteins;
         if request.proteins.is_empty() {
@@ -1127,7 +1149,21 @@ impl Prepared {
                 ),
             ));
         }
-        let organisms = items.iter().map(|(input, _)| state.organisms.resolve(&input.organism).ok()).collect();
+        // Organisms are matched here, on the blocking pool, rather than by the model's worker:
+        // an unknown one is its protein's answer (in the model's words) and skips the model.
+        let mut organisms = vec![Ok(None); items.len()];
+        if resolve {
+            organisms = items
+                .iter()
+                .map(|(input, _)| state.organisms.resolve(&input.organism).map(Some).map_err(|e| e.to_string()))
+                .collect();
+            let resolved = items.into_iter().zip(&organisms).filter_map(|((mut input, options), organism)| {
+                let id = (*organism.as_ref().ok()?)?;
+                input.organism = codon_model::OrganismRef::Id(i64::from(id));
+                Some((input, options))
+            });
+            items = resolved.collect();
+        }
         let best_effort = request.options.constraints.as_ref().is_some_and(|c| c.best_effort);
         Ok(Self { items, organisms, constraints, best_effort, codon_scores: request.options.codon_scores })
     }
@@ -1144,10 +1180,19 @@ impl Prepared {
         state.predicted.fetch_add(predicted, Ordering::Relaxed);
         tokio::task::spawn_blocking(move || {
             let references = state.config.reference.as_deref();
-            results
-                .into_iter()
-                .zip(&self.organisms)
+            // The model's answers in the places of the proteins it was given.
+            let mut answers = results.into_iter();
+            let all: Vec<(Answer, Option<u32>)> = self
+                .organisms
+                .iter()
+                .map(|organism| match organism {
+                    Ok(id) => (answers.next().unwrap_or_else(|| Err("the model gave no answer".into())), *id),
+                    Err(e) => (Err(e.clone()), None),
+                })
+                .collect();
+            all.into_iter()
                 .map(|(r, organism)| {
+                    let organism = &organism;
                     let finish = |predictions: Vec<codon_model::DnaPrediction>| {
                         let reference = design::organism_reference(references, *organism)?;
                         let band = reference.as_ref().and_then(|_| state.band(*organism));

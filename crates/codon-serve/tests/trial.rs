@@ -255,3 +255,31 @@ fn a_failed_jobs_results_are_pageable() {
     assert!(results[99]["error"].as_str().unwrap().contains("not predicted"), "{}", results[99]);
     server.stop().unwrap();
 }
+
+/// A protein whose organism is unknown is answered with its error without the model: names are
+/// matched off the model's worker, so a request of unknown names costs the model nothing.
+#[test]
+fn unknown_organisms_are_answered_without_the_model() {
+    let server = start(ServeConfig::default());
+    let addr = server.addr;
+    let name = "q".repeat(100);
+    let item = format!(r#"{{"protein": "MKVLAW", "organism": "{name}"}}"#);
+    let body = format!(r#"{{"proteins": [{}]}}"#, vec![item; 50].join(","));
+    let (status, text) = call(addr, "POST", "/v1/predict", Some(&body));
+    assert_eq!(status, 200, "{text}");
+    let answer = json(&text);
+    assert!(answer["results"][49]["error"].as_str().unwrap().contains("Invalid organism name"), "{answer}");
+    let (_, metrics) = call(addr, "GET", "/metrics", None);
+    assert!(metrics.contains("codon_gathered_batches_total 0\n"), "the model's worker was asked: {metrics}");
+    // Known and unknown together: the known ones are predicted, in their places.
+    let body = format!(
+        r#"{{"proteins": [{{"protein": "MKV", "organism": 51}}, {{"protein": "MKV", "organism": "{name}"}}, {{"protein": "MWC", "organism": "Escherichia coli general"}}]}}"#
+    );
+    let (status, text) = call(addr, "POST", "/v1/predict", Some(&body));
+    assert_eq!(status, 200, "{text}");
+    let results = json(&text)["results"].as_array().unwrap().clone();
+    assert_eq!(results[0]["sequences"][0]["dna"].as_str().unwrap().len(), 12, "{text}");
+    assert!(results[1]["error"].is_string(), "{text}");
+    assert_eq!(results[2]["sequences"][0]["dna"].as_str().unwrap().len(), 12, "{text}");
+    server.stop().unwrap();
+}
