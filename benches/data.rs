@@ -8,8 +8,8 @@
 //! cargo bench --bench data
 //! ```
 
-use codon_ascend::data::{MlmCollator, TrainingRecord};
-use codon_ascend::model::{vocab::VOCAB, CodonTokenizer};
+use codon_data::{MlmCollator, TrainingRecord};
+use codon_model::{vocab::VOCAB, CodonTokenizer};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -6,8 +6,8 @@
 //! cargo bench --bench design
 //! ```
 
-use codon_ascend::design::{repair, violations, Constraint, RepairOptions};
-use codon_ascend::model::vocab::{codon_at, translate_codon};
+use codon_design::{repair, violations, Constraint, RepairOptions};
+use codon_model::vocab::{codon_at, translate_codon};
 use criterion::{criterion_group, criterion_main, Criterion};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -6,8 +6,8 @@
 //! ```
 //! The side-by-side comparison with upstream's Python is `benches/compare_upstream_eval.py`.
 
-use codon_ascend::eval::metrics::{cfd, complexity, gc_content, min_max_profile};
-use codon_ascend::eval::{CodonCounts, Dna, MetricOptions, OrganismReference};
+use codon_eval::metrics::{cfd, complexity, gc_content, min_max_profile};
+use codon_eval::{CodonCounts, Dna, MetricOptions, OrganismReference};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -15,10 +15,8 @@ use rand_chacha::ChaCha8Rng;
 /// ATG, `codons - 2` random sense codons drawn with a skewed per-codon weight, TAA.
 fn sequences(n: usize, codons: usize, seed: u64) -> Vec<Dna> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let sense: Vec<&str> = (0..64)
-        .map(codon_ascend::eval::genetic_code::codon_text)
-        .filter(|c| !matches!(*c, "TAA" | "TAG" | "TGA"))
-        .collect();
+    let sense: Vec<&str> =
+        (0..64).map(codon_eval::genetic_code::codon_text).filter(|c| !matches!(*c, "TAA" | "TAG" | "TGA")).collect();
     let weights: Vec<f64> = sense.iter().map(|_| rng.random::<f64>().powi(3) + 0.02).collect();
     let total: f64 = weights.iter().sum();
     (0..n)

@@ -15,15 +15,13 @@
 //! python3 benches/compare_transformers.py   # the same shapes in transformers, when torch is installed
 //! ```
 
-use candle_core::{DType, Device, Tensor};
-use codon_ascend::bench::{devices, print_counters};
-use codon_ascend::model::bigbird::{
-    init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput,
-};
-use criterion::{criterion_group, BenchmarkId, Criterion};
+mod common;
 
-#[path = "common/modelled.rs"]
-mod modelled;
+use candle_core::{DType, Device, Tensor};
+use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode, ModelInput};
+use common::devices::{devices, print_counters};
+use common::modelled;
+use criterion::{criterion_group, BenchmarkId, Criterion};
 
 fn input(len: usize, device: &Device) -> ModelInput {
     let ids: Vec<u32> = (0..len)
@@ -36,7 +34,7 @@ fn input(len: usize, device: &Device) -> ModelInput {
     ModelInput {
         input_ids: Tensor::from_vec(ids, (1, len), device).expect("ids"),
         token_type_ids: Tensor::full(
-            codon_ascend::model::organism_id(codon_ascend::model::DEFAULT_ORGANISM).expect("built in"),
+            codon_model::organism_id(codon_model::DEFAULT_ORGANISM).expect("built in"),
             (1, len),
             device,
         )
@@ -49,7 +47,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("forward");
     group.sample_size(10);
     let full = BigBirdConfig::default();
-    let small = codon_ascend::model::bigbird::BigBirdConfig::demo();
+    let small = codon_model::bigbird::BigBirdConfig::demo();
     for d in devices() {
         let f32 = DType::F32;
         let workloads: Vec<(&str, &BigBirdConfig, AttentionType, usize, DType)> = if d.emulated() {
@@ -89,8 +87,8 @@ fn bench(c: &mut Criterion) {
 
 /// The CodonTransformer forwards on the emulated part, in its half precision, by modelled time.
 fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
-    let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
-    let part = codon_ascend::ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
+    let device = candle_ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let part = candle_ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
     let dtype = if device.supports_bf16() { DType::BF16 } else { DType::F16 };
     let full = BigBirdConfig::default();
     let mut group = c.benchmark_group("forward_modelled");

@@ -16,15 +16,15 @@
 
 use std::path::Path;
 
-use candle_core::DType;
-use codon_ascend::bench::{devices, print_counters};
-use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::training::MaskedLmModel;
-use codon_ascend::train::{Precision, Trainer, TrainerConfig};
-use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
+mod common;
 
-#[path = "common/modelled.rs"]
-mod modelled;
+use candle_core::DType;
+use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_model::training::MaskedLmModel;
+use codon_train::{Precision, Trainer, TrainerConfig};
+use common::devices::{devices, print_counters};
+use common::modelled;
+use criterion::{criterion_group, BenchmarkId, Criterion, SamplingMode};
 
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("train_step");
@@ -32,7 +32,7 @@ fn bench(c: &mut Criterion) {
     // One step takes seconds: run each sample once instead of criterion's growing counts.
     group.sampling_mode(SamplingMode::Flat);
     let full = BigBirdConfig::default();
-    let small = codon_ascend::model::bigbird::BigBirdConfig::demo();
+    let small = codon_model::bigbird::BigBirdConfig::demo();
     for d in devices() {
         let mut workloads: Vec<(&str, &BigBirdConfig, Precision, usize)> = Vec::new();
         if !d.emulated() {
@@ -45,7 +45,7 @@ fn bench(c: &mut Criterion) {
             workloads.push(("small-f32-2x128", &small, Precision::F32, 128));
         }
         for (name, config, precision, len) in workloads {
-            let data = codon_ascend::train::SameBatch(codon_ascend::data::synthetic_mlm_batch(2, len));
+            let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(2, len));
             let weights = init_weights(config, 0, &d.device, DType::F32).expect("init");
             let model = BigBirdForMaskedLM::from_named(config.clone(), weights).expect("model");
             let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");
@@ -75,14 +75,14 @@ fn bench(c: &mut Criterion) {
 /// One optimizer step of the CodonTransformer configuration on the emulated part, in its half
 /// precision, by modelled time.
 fn bench_modelled(c: &mut Criterion<modelled::ModelledTime>) {
-    let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("npu-sim:0");
-    let part = codon_ascend::ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
+    let device = candle_ascend::parse_device("npu-sim:0").expect("npu-sim:0");
+    let part = candle_ascend::ascend_device(&device).expect("an Ascend device").soc().name.clone();
     let precision = if device.supports_bf16() { Precision::Bf16 } else { Precision::F16 };
     let full = BigBirdConfig::default();
     let mut group = c.benchmark_group("train_step_modelled");
     group.sampling_mode(modelled::MODELLED_SAMPLING);
     for (batch, len) in [(2, 1024), (6, 2048)] {
-        let data = codon_ascend::train::SameBatch(codon_ascend::data::synthetic_mlm_batch(batch, len));
+        let data = codon_train::SameBatch(codon_data::synthetic_mlm_batch(batch, len));
         let weights = init_weights(&full, 0, &device, DType::F32).expect("init");
         let model = BigBirdForMaskedLM::from_named(full.clone(), weights).expect("model");
         let model = MaskedLmModel::new(model, precision, AttentionType::BlockSparse).expect("trainable");

@@ -7,12 +7,12 @@
 //! Without arguments it uses the tiny test model in `tests/fixtures` (random weights: the DNA
 //! encodes the protein, but its codon choice means nothing).
 use candle_core::{DType, Device};
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::{PredictOptions, Predictor};
+use codon_model::bigbird::load_model;
+use codon_model::{PredictOptions, Predictor};
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
-        codon_ascend::outln!("usage: predict [MODEL_DIR] [PROTEIN] [ORGANISM]");
+        println!("usage: predict [MODEL_DIR] [PROTEIN] [ORGANISM]");
         return Ok(());
     }
     let mut args = std::env::args().skip(1);
@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
     let options = PredictOptions { match_protein: true, ..Default::default() };
     let predictions = predictor.predict(&protein, organism.as_str(), &options)?;
     let dna = &predictions[0].predicted_dna;
-    codon_ascend::outln!("{dna}");
+    println!("{dna}");
     anyhow::ensure!(dna.len() == 3 * (protein.len() + 1), "one codon per residue and a stop codon");
     Ok(())
 }

@@ -4,17 +4,18 @@
 //! cargo run --release --example train
 //! ```
 use candle_core::{DType, Device};
-use codon_ascend::data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator};
-use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdForMaskedLM};
-use codon_ascend::model::training::{MaskedLmData, MaskedLmModel};
-use codon_ascend::model::CodonTokenizer;
-use codon_ascend::train::{Precision, Trainer, TrainerConfig};
+use codon_data::{prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator};
+use codon_model::bigbird::{init_weights, AttentionType, BigBirdForMaskedLM};
+use codon_model::training::{MaskedLmData, MaskedLmModel};
+use codon_model::CodonTokenizer;
+use codon_train::{Precision, Trainer, TrainerConfig};
 
 fn main() -> anyhow::Result<()> {
     // CSV genes -> the JSONL training format (upstream's prepare_training_data).
     let dir = tempfile::tempdir()?;
     let train = dir.path().join("train.jsonl");
-    prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &train, &Default::default())?;
+    let genes = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/codon-cli/demo/genes.csv");
+    prepare(&genes, &train, &Default::default())?;
 
     // Records -> masked-LM batches of 6, shuffled per epoch.
     let dataset = JsonlDataset::open(&train, MalformedPolicy::Error)?;
@@ -22,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     let loader = DataLoader::new(dataset, collator, LoaderConfig { batch_size: 6, ..Default::default() })?;
 
     // A 2-layer BigBird from a random initialisation, as a trainable masked LM.
-    let config = codon_ascend::model::bigbird::BigBirdConfig::demo();
+    let config = codon_model::bigbird::BigBirdConfig::demo();
     let weights = init_weights(&config, 0, &Device::Cpu, DType::F32)?;
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     let model = MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse)?;
@@ -32,7 +33,7 @@ fn main() -> anyhow::Result<()> {
         TrainerConfig::builder().learning_rate(1e-3).max_epochs(3).precision(Precision::F32).quiet(true).build()?;
     let report = Trainer::new(config).fit(&model, &MaskedLmData::new(loader), None)?;
     let (first, last) = (&report.steps[0], &report.steps[report.steps.len() - 1]);
-    codon_ascend::outln!("{} steps: loss {:.3} -> {:.3}", report.steps.len(), first.loss, last.loss);
+    println!("{} steps: loss {:.3} -> {:.3}", report.steps.len(), first.loss, last.loss);
     anyhow::ensure!(last.loss < first.loss, "the loss did not go down");
     Ok(())
 }

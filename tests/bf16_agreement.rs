@@ -5,9 +5,9 @@
 mod common;
 
 use candle_core::{DType, Device};
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::predict::{DnaPrediction, PredictOptions, Predictor};
-use codon_ascend::model::OrganismRef;
+use codon_model::bigbird::load_model;
+use codon_model::predict::{DnaPrediction, PredictOptions, Predictor};
+use codon_model::OrganismRef;
 
 /// The margin below which f32's choice is a near-tie, and the agreement required above it.
 const MARGIN: f32 = 0.1;
@@ -18,7 +18,7 @@ fn predict(
     checkpoint: &std::path::Path,
     dtype: DType,
     items: &[(String, OrganismRef)],
-) -> Vec<codon_ascend::model::Result<DnaPrediction>> {
+) -> Vec<codon_model::Result<DnaPrediction>> {
     let model = load_model(checkpoint, None, &Device::Cpu, dtype).unwrap();
     let options = PredictOptions { keep_codon_scores: true, ..PredictOptions::default() };
     Predictor::new(model)

@@ -150,8 +150,7 @@ fn init_model_then_predict() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dna = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    let protein: String =
-        dna.as_bytes().chunks(3).map(|c| codon_ascend::model::vocab::translate_codon(c).unwrap()).collect();
+    let protein: String = dna.as_bytes().chunks(3).map(|c| codon_model::vocab::translate_codon(c).unwrap()).collect();
     assert_eq!(protein, "MWWMW_");
 
     let csv_in = dir.path().join("in.csv");

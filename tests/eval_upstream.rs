@@ -6,10 +6,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use codon_ascend::eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
-use codon_ascend::eval::genetic_code::{codon_index, codon_table_number};
-use codon_ascend::eval::metrics::{cfd, complexity, gc_content, min_max_profile, profile_mean, similarity};
-use codon_ascend::eval::{CodonCounts, CodonFrequencies, CsiWeights, Dna, EvalError, OrganismReference};
+use codon_eval::baselines::{background_frequency_choice, high_frequency_choice, uniform_random_choice};
+use codon_eval::genetic_code::{codon_index, codon_table_number};
+use codon_eval::metrics::{cfd, complexity, gc_content, min_max_profile, profile_mean, similarity};
+use codon_eval::{CodonCounts, CodonFrequencies, CsiWeights, Dna, EvalError, OrganismReference};
 use rand::SeedableRng;
 use serde_json::Value;
 
@@ -82,7 +82,7 @@ fn codon_frequencies_and_csi_weights_match_upstream() {
     for (name, organism) in fixture["organisms"].as_object().unwrap() {
         let (counts, references) = reference_of(organism);
         for (d, protein) in &references {
-            assert_eq!(&codon_ascend::data::translate(d).unwrap(), protein, "{name}: the reference's protein");
+            assert_eq!(&codon_data::translate(d).unwrap(), protein, "{name}: the reference's protein");
         }
         assert_eq!(organism["codon_frequencies"].as_object().unwrap().len(), 21, "{name}: 20 amino acids and stop");
         assert_frequencies(name, &CodonFrequencies::from_counts(&counts), &organism["codon_frequencies"]);
@@ -90,7 +90,7 @@ fn codon_frequencies_and_csi_weights_match_upstream() {
         let upstream = organism["csi_weights"].as_object().unwrap();
         assert_eq!(upstream.len(), 61, "{name}: CAI weighs the 61 sense codons");
         for c in 0..64 {
-            let text = codon_ascend::eval::genetic_code::codon_text(c);
+            let text = codon_eval::genetic_code::codon_text(c);
             match upstream.get(text) {
                 Some(w) => assert_close(&format!("{name} w({text})"), weights.weight(c).unwrap(), w),
                 None => assert_eq!(weights.weight(c), None, "{name}: stop {text} has no weight"),
@@ -346,7 +346,7 @@ fn baselines_choose_synonyms_of_the_protein() {
         let draws: BTreeSet<String> = (0..20).map(|s| draw(s).as_str().to_string()).collect();
         assert!(draws.len() > 1, "{name}: seeds change the draw");
         for sequence in draws.iter().map(|d| dna(d)) {
-            assert_eq!(codon_ascend::data::translate(sequence.as_str()).unwrap(), protein, "{name}");
+            assert_eq!(codon_data::translate(sequence.as_str()).unwrap(), protein, "{name}");
             assert!(
                 sequence.codons().iter().all(|&c| frequencies.frequency(c as usize) > 0.0),
                 "{name}: only used codons"
@@ -354,7 +354,7 @@ fn baselines_choose_synonyms_of_the_protein() {
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
         let uniform = uniform_random_choice(protein, &mut rng).unwrap();
-        assert_eq!(codon_ascend::data::translate(uniform.as_str()).unwrap(), protein, "{name}");
+        assert_eq!(codon_data::translate(uniform.as_str()).unwrap(), protein, "{name}");
     }
     let frequencies = CodonFrequencies::from_counts(&CodonCounts::new());
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);

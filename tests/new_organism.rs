@@ -86,8 +86,7 @@ fn only_the_new_row_trains_and_predict_knows_the_organism() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let dna = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    let protein: String =
-        dna.as_bytes().chunks(3).map(|c| codon_ascend::model::vocab::translate_codon(c).unwrap()).collect();
+    let protein: String = dna.as_bytes().chunks(3).map(|c| codon_model::vocab::translate_codon(c).unwrap()).collect();
     assert_eq!(protein, "MKVLAW_");
     let o = run("predict", &["--model", &p("ck/step-4"), "--protein", "MKV", "--organism", "Nova organsm"]);
     assert!(

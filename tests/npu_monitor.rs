@@ -74,7 +74,7 @@ fn training_reports_each_device_and_stops_on_a_device_fault() {
     assert_eq!(rows("resumed.jsonl")[0]["step"].as_u64(), Some(last as u64 + 1));
 
     // A toolkit without the driver's DCMI: training works, with one warning and no figures.
-    let sim = codon_ascend::ascend::emulated_root();
+    let sim = candle_ascend::emulated_root();
     std::fs::create_dir_all(p("bare/lib64")).unwrap();
     std::fs::copy(sim.join("version.cfg"), p("bare/version.cfg")).unwrap();
     for lib in std::fs::read_dir(sim.join("lib64")).unwrap() {

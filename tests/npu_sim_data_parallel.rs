@@ -2,10 +2,10 @@
 //! exactly as one device that accumulates N times as many micro-batches (same micro-batches,
 //! same dropout masks, gradients summed by all-reduce), with dropout and clipping on.
 use candle_core::{DType, Device};
-use codon_ascend::data::MlmBatch;
-use codon_ascend::model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
-use codon_ascend::model::training::MaskedLmModel;
-use codon_ascend::train::{BatchSource, Precision, TrainReport, TrainableModel, Trainer, TrainerConfig};
+use codon_data::MlmBatch;
+use codon_model::bigbird::{init_weights, AttentionType, BigBirdConfig, BigBirdForMaskedLM};
+use codon_model::training::MaskedLmModel;
+use codon_train::{BatchSource, Precision, TrainReport, TrainableModel, Trainer, TrainerConfig};
 
 /// One test at a time: runs that share devices would queue their collectives on the same
 /// streams in different orders, and wait on each other (as on hardware).
@@ -22,7 +22,7 @@ impl BatchSource for Batches {
     fn batches_per_epoch(&self) -> usize {
         self.0.len()
     }
-    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_ascend::train::Result<MlmBatch>> + '_> {
+    fn epoch(&self, _: u64) -> Box<dyn Iterator<Item = codon_train::Result<MlmBatch>> + '_> {
         Box::new(self.0.iter().cloned().map(Ok))
     }
 }
@@ -60,7 +60,7 @@ fn run(
 fn replicas(devices: usize) -> Vec<MaskedLmModel> {
     (0..devices)
         .map(|r| {
-            let device = codon_ascend::ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
+            let device = candle_ascend::parse_device(&format!("npu-sim:{r}")).unwrap();
             let weights = init_weights(&config(), r as u64, &Device::Cpu, DType::F32).unwrap();
             let weights = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();
             let model = BigBirdForMaskedLM::from_named(config(), weights).unwrap();
@@ -76,7 +76,7 @@ fn train(
     resume: Option<&std::path::Path>,
     max_steps: Option<usize>,
 ) -> TrainReport {
-    let data = Batches((0..12).map(|i| codon_ascend::data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
+    let data = Batches((0..12).map(|i| codon_data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder()
             .max_steps(max_steps)
@@ -91,7 +91,7 @@ fn train(
             .build()
             .unwrap(),
     );
-    codon_ascend::train_ascend::fit_data_parallel(&trainer, replicas, &data, resume).unwrap()
+    codon_train_ascend::fit_data_parallel(&trainer, replicas, &data, resume).unwrap()
 }
 
 fn assert_close(a: &[f64], b: &[f64], what: &str) {
@@ -124,9 +124,9 @@ fn data_parallel_training_on_the_cpu_is_a_clear_error() {
             MaskedLmModel::new(model, Precision::F32, AttentionType::BlockSparse).unwrap()
         })
         .collect();
-    let data = Batches(vec![codon_ascend::data::synthetic_mlm_batch(2, 96)]);
+    let data = Batches(vec![codon_data::synthetic_mlm_batch(2, 96)]);
     let trainer = Trainer::new(TrainerConfig::builder().max_steps(Some(1)).quiet(true).build().unwrap());
-    let err = codon_ascend::train_ascend::fit_data_parallel(&trainer, &cpu, &data, None).unwrap_err().to_string();
+    let err = codon_train_ascend::fit_data_parallel(&trainer, &cpu, &data, None).unwrap_err().to_string();
     assert!(err.contains("HCCL") && err.contains("npu"), "{err}");
 }
 
@@ -178,7 +178,7 @@ fn a_rank_zero_write_failure_stops_every_rank_at_the_next_step() {
     unsafe { std::env::set_var("HCCL_EXEC_TIMEOUT", "30") };
     let dir = tempfile::tempdir().unwrap();
     let unwritable = dir.path().join("missing").join("metrics.jsonl");
-    let data = Batches((0..4).map(|i| codon_ascend::data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
+    let data = Batches((0..4).map(|i| codon_data::synthetic_mlm_batch(2, 96 + 8 * i)).collect());
     let trainer = Trainer::new(
         TrainerConfig::builder().max_steps(Some(2)).metrics_path(Some(unwritable)).quiet(true).build().unwrap(),
     );
@@ -187,11 +187,8 @@ fn a_rank_zero_write_failure_stops_every_rank_at_the_next_step() {
         .iter()
         .map(|m| candle_ascend::ascend_device(m.parameters().named()[0].1.device()).unwrap().clone())
         .collect();
-    let comms: Vec<_> = candle_ascend::Communicator::init_all(&devices)
-        .unwrap()
-        .into_iter()
-        .map(codon_ascend::train_ascend::Hccl)
-        .collect();
+    let comms: Vec<_> =
+        candle_ascend::Communicator::init_all(&devices).unwrap().into_iter().map(codon_train_ascend::Hccl).collect();
     let errors: Vec<String> = std::thread::scope(|s| {
         let ranks: Vec<_> =
             models.iter().zip(&comms).map(|(m, c)| s.spawn(|| trainer.fit_distributed(m, &data, None, c))).collect();

@@ -2,18 +2,18 @@
 //! reads beyond the per-step loss and gradient norm. Its own process, because the
 //! emulator's transfer counters are process-wide.
 use candle_core::{DType, Device};
-use codon_ascend::model::bigbird::{AttentionType, BigBirdForMaskedLM};
+use codon_model::bigbird::{AttentionType, BigBirdForMaskedLM};
 
 /// The transfer counters are process-wide: tests that read them run one at a time.
 static COUNTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn sim() -> Device {
-    codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
+    candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads")
 }
 
 /// Four steps of the self-test's tiny BigBird, dropout on.
-fn train_losses(device: &Device, precision: codon_ascend::train::Precision) -> Vec<f64> {
-    codon_ascend::cli::selftest::tiny_training_losses(device, precision, 4, 0.1).unwrap()
+fn train_losses(device: &Device, precision: codon_train::Precision) -> Vec<f64> {
+    codon_cli::selftest::tiny_training_losses(device, precision, 4, 0.1).unwrap()
 }
 
 /// Per-op counts of `now` less those of `then`, the ops with none left out.
@@ -27,9 +27,9 @@ fn since(
 #[test]
 fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
-    use codon_ascend::train::Precision;
+    use codon_train::Precision;
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let soc = ascend.soc().clone();
     // The Atlas training series runs FP32 matmuls on its FP16 cube, and has no BF16.
     let f32_tolerance = if soc.has_bf16() { 1e-5 } else { 2e-3 };
@@ -75,11 +75,11 @@ fn trainer_on_npu_sim_reproduces_the_cpu_losses() {
 #[test]
 fn inference_stays_on_the_device() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
-    use codon_ascend::model::bigbird::{ForwardMode, ModelInput};
+    use codon_model::bigbird::{ForwardMode, ModelInput};
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let model = tiny_model(2, &dev);
-    let batch = codon_ascend::data::synthetic_mlm_batch(2, 120);
+    let batch = codon_data::synthetic_mlm_batch(2, 120);
     let input = ModelInput::from_encoding(&batch.encoding, model.config(), &dev).unwrap();
     for attention in [AttentionType::OriginalFull, AttentionType::BlockSparse] {
         let before = ascend.sim_counters().unwrap();
@@ -96,10 +96,10 @@ fn inference_stays_on_the_device() {
 
 #[test]
 fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
-    use codon_ascend::model::training::MaskedLmModel;
-    use codon_ascend::train::Precision;
+    use codon_model::training::MaskedLmModel;
+    use codon_train::Precision;
     let dev = sim();
-    let soc = codon_ascend::ascend::ascend_device(&dev).unwrap().soc().clone();
+    let soc = candle_ascend::ascend_device(&dev).unwrap().soc().clone();
     let model = tiny_model(1, &dev);
     assert_eq!(Precision::auto(&dev), if soc.has_bf16() { Precision::Bf16 } else { Precision::F16 });
     let made = MaskedLmModel::new(model, Precision::Bf16, AttentionType::BlockSparse);
@@ -114,7 +114,7 @@ fn bf16_training_is_refused_before_any_step_on_parts_without_bf16() {
 
 /// A tiny block-sparse-capable BigBird (hidden 32, block 8) with `layers` layers, f32 on `dev`.
 fn tiny_model(layers: usize, dev: &candle_core::Device) -> BigBirdForMaskedLM {
-    use codon_ascend::model::bigbird::{init_weights, BigBirdConfig};
+    use codon_model::bigbird::{init_weights, BigBirdConfig};
     let config = BigBirdConfig::from_json(&format!(
         r#"{{"hidden_size": 32, "num_hidden_layers": {layers}, "num_attention_heads": 2, "intermediate_size": 48,
             "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256}}"#
@@ -131,9 +131,9 @@ fn tiny_model(layers: usize, dev: &candle_core::Device) -> BigBirdForMaskedLM {
 fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
     use candle_core::{Tensor, Var};
-    use codon_ascend::train::optim::{AdamW, AdamWConfig, Parameters};
+    use codon_train::optim::{AdamW, AdamWConfig, Parameters};
     let dev = sim();
-    let ascend = codon_ascend::ascend::ascend_device(&dev).unwrap();
+    let ascend = candle_ascend::ascend_device(&dev).unwrap();
     let values = |seed: u64, n: usize| -> Vec<f32> {
         (0..n).map(|i| (((i as u64 * 2_654_435_761 + seed * 97) % 1000) as f32 / 500.0) - 1.0).collect()
     };
@@ -183,9 +183,8 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
         }
         out
     };
-    let has_fused = ascend
-        .soc()
-        .runs(codon_ascend::ascend::soc::AclnnOp::ApplyAdamWV2, codon_ascend::ascend::ffi::types::dtype::FLOAT);
+    let has_fused =
+        ascend.soc().runs(candle_ascend::soc::AclnnOp::ApplyAdamWV2, candle_ascend::ffi::types::dtype::FLOAT);
     for flat in [false, true] {
         let cpu = run(&Device::Cpu, flat);
         let before = ascend.counters();
@@ -214,14 +213,14 @@ fn adamw_on_npu_sim_matches_the_cpu_fused_where_the_part_has_it() {
 fn gradient_checkpointing_gives_the_gradients_of_the_full_graph() {
     let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
     use candle_core::Tensor;
-    use codon_ascend::model::bigbird::{init_weights, masked_lm_loss, BigBirdConfig, ForwardMode, ModelInput};
+    use codon_model::bigbird::{init_weights, masked_lm_loss, BigBirdConfig, ForwardMode, ModelInput};
     let config = BigBirdConfig::from_json(
         r#"{"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 48,
             "block_size": 8, "num_random_blocks": 1, "max_position_embeddings": 256,
             "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}"#,
     )
     .unwrap();
-    let batch = codon_ascend::data::synthetic_mlm_batch(2, 120);
+    let batch = codon_data::synthetic_mlm_batch(2, 120);
     for device in [Device::Cpu, sim()] {
         let weights = init_weights(&config, 0, &Device::Cpu, DType::F32).unwrap();
         let on_device = weights.into_iter().map(|(n, t)| (n, t.to_device(&device).unwrap())).collect();

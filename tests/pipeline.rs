@@ -1,9 +1,11 @@
 //! The data pipeline end to end on the bundled demo data.
 
-use codon_ascend::data::{
+mod common;
+
+use codon_data::{
     prepare, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmCollator, PrepareOptions, TrainingRecord,
 };
-use codon_ascend::model::{vocab, CodonTokenizer};
+use codon_model::{vocab, CodonTokenizer};
 
 fn read_records(path: &std::path::Path) -> Vec<TrainingRecord> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -13,7 +15,7 @@ fn read_records(path: &std::path::Path) -> Vec<TrainingRecord> {
 fn demo_csv_prepares_with_reported_drops() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("train.jsonl");
-    let report = prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &out, &PrepareOptions::default()).unwrap();
+    let report = prepare(&common::demo_data_dir().join("genes.csv"), &out, &PrepareOptions::default()).unwrap();
     assert_eq!((report.read, report.written, report.dropped_total()), (40, 36, 4));
     assert!(report.dropped.contains_key("Invalid organism name: Homo sapien."));
     let records = read_records(&out);
@@ -36,11 +38,11 @@ fn demo_csv_prepares_with_reported_drops() {
 fn demo_fasta_prepares_with_organisms_from_headers() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("train.jsonl");
-    let report = prepare(&codon_ascend::demo_data_dir().join("genes.fasta"), &out, &PrepareOptions::default()).unwrap();
+    let report = prepare(&common::demo_data_dir().join("genes.fasta"), &out, &PrepareOptions::default()).unwrap();
     assert_eq!((report.read, report.written), (12, 12));
     // The CSV and the FASTA hold the same first twelve records.
     let csv_out = dir.path().join("csv.jsonl");
-    prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &csv_out, &PrepareOptions::default()).unwrap();
+    prepare(&common::demo_data_dir().join("genes.csv"), &csv_out, &PrepareOptions::default()).unwrap();
     assert_eq!(read_records(&out), read_records(&csv_out)[..12]);
 }
 
@@ -48,7 +50,7 @@ fn demo_fasta_prepares_with_organisms_from_headers() {
 fn loader_runs_over_prepared_demo_data() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("train.jsonl");
-    prepare(&codon_ascend::demo_data_dir().join("genes.csv"), &out, &PrepareOptions::default()).unwrap();
+    prepare(&common::demo_data_dir().join("genes.csv"), &out, &PrepareOptions::default()).unwrap();
     let dataset = JsonlDataset::open(&out, MalformedPolicy::Error).unwrap();
     let config = LoaderConfig { batch_size: 5, num_workers: 2, bucket_batches: Some(2), ..Default::default() };
     let loader = DataLoader::new(dataset, MlmCollator::new(CodonTokenizer::new().unwrap()), config).unwrap();

@@ -5,7 +5,7 @@ mod common;
 use common::{eval_fixture, run, write_eval_reference};
 
 fn translate(dna: &str) -> String {
-    codon_ascend::data::translate(dna).unwrap()
+    codon_data::translate(dna).unwrap()
 }
 
 fn predicted(path: &std::path::Path) -> Vec<String> {
@@ -231,7 +231,7 @@ fn a_model_with_its_own_organism_table_predicts_for_its_new_organism() {
     std::fs::write(p("config.json"), config.to_string()).unwrap();
     let o = run("init-model", &["--output", &p("model"), "--config", &p("config.json")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut names: Vec<String> = codon_ascend::model::ORGANISMS.iter().map(|n| n.to_string()).collect();
+    let mut names: Vec<String> = codon_model::ORGANISMS.iter().map(|n| n.to_string()).collect();
     names.push("Nova organism".into());
     std::fs::write(dir.path().join("model/organisms.json"), serde_json::to_string(&names).unwrap()).unwrap();
 

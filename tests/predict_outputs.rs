@@ -96,8 +96,8 @@ fn samples_are_ranked_by_log_likelihood_in_csv_fasta_and_jsonl() {
             let total: f64 = probabilities.values().map(|v| v.as_f64().unwrap()).sum();
             assert!((total - 1.0).abs() < 1e-6, "position {k}: {total}");
             let chosen = &dna[3 * k..3 * k + 3];
-            let aa = codon_ascend::data::translate(chosen).unwrap();
-            assert!(probabilities.keys().all(|c| codon_ascend::data::translate(c).unwrap() == aa), "{probabilities:?}");
+            let aa = codon_data::translate(chosen).unwrap();
+            assert!(probabilities.keys().all(|c| codon_data::translate(c).unwrap() == aa), "{probabilities:?}");
             ll += probabilities[chosen].as_f64().unwrap().ln();
         }
         assert!((ll - object["log_likelihood"].as_f64().unwrap()).abs() < 1e-3, "{ll} vs {}", object["log_likelihood"]);

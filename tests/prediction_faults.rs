@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use candle_core::{DType, Device};
-use codon_ascend::model::bigbird::load_model;
-use codon_ascend::model::{OrganismRef, PredictOptions, Predictor, ProteinInput};
+use codon_model::bigbird::load_model;
+use codon_model::{OrganismRef, PredictOptions, Predictor, ProteinInput};
 
 /// Set in the child process, which runs the prediction under the fault.
 const CHILD: &str = "CODON_TEST_PREDICTION_FAULT_CHILD";
@@ -30,12 +30,12 @@ fn items() -> Vec<(ProteinInput, PredictOptions)> {
 }
 
 fn allocations(device: &Device) -> u64 {
-    codon_ascend::ascend::ascend_device(device).unwrap().sim_counters().unwrap().allocations
+    candle_ascend::ascend_device(device).unwrap().sim_counters().unwrap().allocations
 }
 
 #[test]
 fn a_device_failure_in_one_pass_fails_only_that_pass() {
-    let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
+    let device = candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
     let items = items();
     let forward = PredictOptions::default();
     if std::env::var_os(CHILD).is_some() {

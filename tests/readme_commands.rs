@@ -4,7 +4,7 @@
 //! catches a renamed flag or subcommand that the docs still show.
 
 use clap::Parser;
-use codon_ascend::cli::commands::Cli;
+use codon_cli::commands::Cli;
 
 /// The `codon …` command lines of the shell blocks of `text`, continuation lines joined.
 fn commands(text: &str) -> Vec<String> {

@@ -301,7 +301,7 @@ fn killed_checkpointing_runs_leave_only_complete_steps() {
         .count();
     eprintln!("after 8 kills: {} step folders, {leftovers} leftovers of interrupted saves", steps.len());
     for step in &steps {
-        codon_ascend::model::bigbird::load_model(step, None, &candle_core::Device::Cpu, candle_core::DType::F32)
+        codon_model::bigbird::load_model(step, None, &candle_core::Device::Cpu, candle_core::DType::F32)
             .unwrap_or_else(|e| panic!("{}: {e}", step.display()));
         let state = std::fs::read_to_string(step.join("trainer_state.json")).unwrap();
         serde_json::from_str::<serde_json::Value>(&state).unwrap_or_else(|e| panic!("{}: {e}", step.display()));

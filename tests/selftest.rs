@@ -5,16 +5,16 @@ mod common;
 
 #[test]
 fn the_self_test_passes_every_route_on_npu_sim() {
-    let dev = codon_ascend::ascend::parse_device("npu-sim:0").unwrap();
-    let report = codon_ascend::cli::selftest::run(&dev).unwrap();
+    let dev = candle_ascend::parse_device("npu-sim:0").unwrap();
+    let report = codon_cli::selftest::run(&dev).unwrap();
     let failed: Vec<_> = report.failures().map(|c| format!("{} {}: {}", c.name, c.dtype, c.detail)).collect();
     assert!(failed.is_empty(), "{failed:#?}");
     // Every candle op in three dtypes, the all-reduce, and training in f32 and the part's half type.
-    let ops = codon_ascend::ascend::op_table::all_ops().len();
+    let ops = candle_ascend::op_table::all_ops().len();
     assert_eq!(report.cases.len(), 3 * ops + 3);
     assert_eq!(report.toolkit_version.as_deref(), Some("8.1.RC1"));
     let training: Vec<_> = report.cases.iter().filter(|c| c.name.starts_with("training")).collect();
-    assert!(training.iter().all(|c| c.status == codon_ascend::cli::selftest::Status::Pass), "{training:#?}");
+    assert!(training.iter().all(|c| c.status == codon_cli::selftest::Status::Pass), "{training:#?}");
     // The training case ran the fused ops too (not just the candle op table).
     assert!(training[0].aclnn.iter().any(|op| op == "aclnnLayerNorm"), "{:?}", training[0].aclnn);
 }

@@ -5,7 +5,7 @@
 //! part, beside the CPU's wall-clock times ([`run_modelled_children`]).
 use std::time::Duration;
 
-use codon_ascend::ascend::AscendDevice;
+use candle_ascend::AscendDevice;
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{Criterion, SamplingMode, Throughput};
 
@@ -23,8 +23,8 @@ pub struct ModelledTime {
 impl ModelledTime {
     /// The modelled time of `npu-sim:0`.
     pub fn emulated() -> Self {
-        let device = codon_ascend::ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
-        let device = codon_ascend::ascend::ascend_device(&device).expect("an Ascend device").clone();
+        let device = candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
+        let device = candle_ascend::ascend_device(&device).expect("an Ascend device").clone();
         assert!(device.time_model().is_some(), "{} has no time model", device.soc().name);
         Self { device }
     }

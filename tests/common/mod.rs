@@ -24,9 +24,14 @@ pub fn run(name: &str, args: &[&str]) -> std::process::Output {
     command(name).args(args).env("HF_HUB_OFFLINE", "1").output().unwrap()
 }
 
+/// The bundled demo data (`crates/codon-cli/demo`): genes as CSV and FASTA, proteins as JSONL.
+pub fn demo_data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/codon-cli/demo")
+}
+
 /// A file of the bundled demo data.
 pub fn demo(file: &str) -> String {
-    codon_ascend::demo_data_dir().join(file).to_string_lossy().into_owned()
+    demo_data_dir().join(file).to_string_lossy().into_owned()
 }
 
 /// A file (or, with "", the folder) of the tiny BigBird fixture.

@@ -26,12 +26,12 @@ pub fn devices() -> Vec<BenchDevice> {
         Ok(device) => out.push(BenchDevice { name: "npu:0", device }),
         Err(why) => match candle_ascend::parse_device("npu-sim:0") {
             Ok(device) => {
-                crate::errln!(
+                codon_cli::errln!(
                     "no NPU ({why}): comparing with npu-sim:0, whose times measure the emulator, not an NPU, at small sizes"
                 );
                 out.push(BenchDevice { name: "npu-sim:0", device });
             }
-            Err(e) => crate::errln!("no Ascend device to compare with: {e}"),
+            Err(e) => codon_cli::errln!("no Ascend device to compare with: {e}"),
         },
     }
     out
@@ -40,12 +40,12 @@ pub fn devices() -> Vec<BenchDevice> {
 /// On an Ascend device, run `run` once and print what it did: launches, allocations,
 /// synchronisations, reads and peak device memory. Elsewhere nothing runs.
 pub fn print_counters(label: &str, device: &Device, run: impl FnOnce()) {
-    let Some(ascend) = crate::ascend::ascend_device(device) else { return };
+    let Some(ascend) = candle_ascend::ascend_device(device) else { return };
     ascend.reset_peak_memory();
     let before = ascend.counters();
     run();
     let c = ascend.counters().since(&before);
-    crate::errln!(
+    codon_cli::errln!(
         "{label} on {}: {} launches, {} allocations, {} syncs, {} reads, peak device memory {:.1} MiB",
         ascend.name(),
         c.total_launches(),
