@@ -155,6 +155,9 @@ impl ServeConfig {
         if self.job_part.proteins == 0 || self.job_part.residues == 0 {
             return refuse("job part bounds".into(), "at least one protein and one residue");
         }
+        if self.jobs_db_max_bytes < MIN_DB_BYTES {
+            return refuse(format!("jobs database cap {} bytes", self.jobs_db_max_bytes), "at least 1 MiB");
+        }
         for (setting, t) in [("header timeout", self.header_timeout), ("body timeout", self.body_timeout)] {
             if t.is_zero() {
                 return refuse(setting.into(), "must be more than zero");
@@ -201,6 +204,9 @@ pub struct Stopped {
 /// How long a stop waits for the requests in flight before it closes their connections (the
 /// default of [`ServeConfig::stop_grace`]).
 const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The least size cap a jobs database may have.
+const MIN_DB_BYTES: u64 = 1 << 20;
 
 /// What the scheduler of batch jobs hears from the handlers.
 enum JobEvent {

@@ -293,6 +293,12 @@ fn settings_that_cannot_work_are_refused_at_start() {
     }
     let line = refused(ServeConfig { allowed_hosts: vec!["lab.example.org:8080".into()], ..ServeConfig::default() });
     assert!(line.contains("lab.example.org:8080"), "{line}");
+    // Job parts of nothing, and a jobs database no job fits in.
+    let none = codon_serve::jobs::PartBounds { proteins: 0, residues: 4000 };
+    let line = refused(ServeConfig { job_part: none, ..ServeConfig::default() });
+    assert!(line.starts_with("job part bounds: "), "{line}");
+    let line = refused(ServeConfig { jobs_db_max_bytes: 1000, ..ServeConfig::default() });
+    assert!(line.contains("at least 1 MiB"), "{line}");
     for origins in [vec!["*".to_string()], vec!["https://lab.example.org".into(), "http://localhost:5173".into()]] {
         let config = ServeConfig { cors_origins: origins, api_key: Some("s3cret".into()), ..ServeConfig::default() };
         start(config).stop().unwrap();
