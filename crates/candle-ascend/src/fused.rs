@@ -35,8 +35,9 @@ pub(crate) mod prelude {
     pub(crate) use std::sync::Arc;
 }
 
-/// Whether `op` runs natively for `dtype` on `device` (false on devices other than Ascend parts).
-pub fn runs_natively(device: &candle_core::Device, op: AclnnOp, dtype: DType) -> bool {
+/// Whether the aclnn operator `op` runs for `dtype` on `device`'s part (false on devices other
+/// than Ascend parts). Arguments in the order of codon-ops' `support::runs_natively`.
+pub fn aclnn_runs(op: AclnnOp, device: &candle_core::Device, dtype: DType) -> bool {
     match (crate::ascend_device(device), acl_dtype(dtype)) {
         (Some(dev), Ok(acl)) => dev.soc().runs(op, acl),
         _ => false,

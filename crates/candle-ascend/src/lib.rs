@@ -41,8 +41,8 @@ pub use soc::{Engine, Soc, SocFamily};
 pub use storage::AscendStorage;
 
 /// The toolkit and id an Ascend device name spells (`npu:N`, a real CANN toolkit; `npu-sim:N`, the
-/// emulator), checking the spelling only. The command line's `--device` (`cpu`, `cuda:N` too)
-/// is the root package's `DeviceSpec`, which asks this for Ascend names.
+/// emulator), checking the spelling only. A front end's `--device` (`cpu`, `cuda:N` too) is
+/// parsed by its `DeviceSpec`, which asks this for Ascend names.
 pub fn parse_ascend_name(text: &str) -> Result<(ToolkitKind, usize)> {
     let text = text.trim();
     let bad = || AscendError::BadDevice(text.to_string());

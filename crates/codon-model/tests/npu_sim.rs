@@ -416,9 +416,9 @@ fn add_layer_norm_matches_the_cpu_in_one_launch_where_the_part_has_it() {
     for (g, w) in got_grads.iter().zip(&want_grads) {
         assert!(rel_diff(g, w) < 1e-5);
     }
-    let fused = candle_ascend::fused::runs_natively(
-        vd[0].as_tensor().device(),
+    let fused = candle_ascend::fused::aclnn_runs(
         candle_ascend::soc::AclnnOp::AddLayerNorm,
+        vd[0].as_tensor().device(),
         DType::F32,
     );
     let count = |op: &str| launched.get(op).copied().unwrap_or(0);

@@ -1,5 +1,7 @@
-//! A branch-free f32 `exp` that the compiler vectorises, for the CPU kernels' softmax and
-//! gelu loops (libm's `expf` is a scalar call per element).
+//! The CPU kernels' element-wise loops, written so the compiler vectorises them and compiled
+//! once per SIMD level: a branch-free f32 `exp` (libm's `expf` is a scalar call per element),
+//! lane sums and maxima, softmax and LayerNorm rows, gelu_new and its derivative, and bf16
+//! rounding and widening.
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_145_75;
@@ -72,7 +74,7 @@ fn softmax_row_generic(row: &mut [f32], bias: &[f32]) {
 /// `pub fn name(args) body`, compiled three times: for AVX-512, for AVX2 + FMA and for the
 /// baseline CPU; the first the CPU has runs (checked at run time; `CODON_CPU_ISA=avx2` leaves
 /// AVX-512 out). The loops of `body` then vectorise sixteen or eight lanes wide where they can.
-macro_rules! avx2_when_available {
+macro_rules! per_simd_level {
     ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
         pub fn $name($($arg: $ty),*) $(-> $ret)? {
@@ -94,14 +96,14 @@ macro_rules! avx2_when_available {
     };
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// Softmax of each `width`-long row of `rows` after adding `bias`.
     pub fn softmax_rows(rows: &mut [f32], width: usize, bias: &[f32]) {
         rows.chunks_mut(width).for_each(|row| softmax_row_generic(row, bias));
     }
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// The mean of `row` and 1/√(variance + eps), summed in eight lanes.
     pub fn moments(row: &[f32], eps: f32) -> (f32, f32) {
         let n = row.len() as f32;
@@ -119,7 +121,7 @@ avx2_when_available! {
     }
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// `row` ← (row − mean)/√(variance + eps)·w + b.
     pub fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
         let (mean, rstd) = moments(row, eps);
@@ -129,14 +131,14 @@ avx2_when_available! {
     }
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// `dst[i]` ← `src[i]` rounded to bf16 (to nearest, ties to even).
     pub fn round_to_bf16(src: &[f32], dst: &mut [half::bf16]) {
         dst.iter_mut().zip(src).for_each(|(d, s)| *d = half::bf16::from_f32(*s));
     }
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// `dst[i]` ← `src[i]` as f32 (exact).
     pub fn widen_bf16(src: &[half::bf16], dst: &mut [f32]) {
         dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
@@ -162,14 +164,14 @@ fn gelu_new_derivative(x: f32) -> f32 {
     s + x * s * (1.0 - s) * 2.0 * du
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// `grads[i] *= gelu_new'(xs[i])`.
     pub fn gelu_new_grad(xs: &[f32], grads: &mut [f32]) {
         grads.iter_mut().zip(xs).for_each(|(g, &x)| *g *= gelu_new_derivative(x));
     }
 }
 
-avx2_when_available! {
+per_simd_level! {
     /// gelu_new on every element.
     pub fn gelu_new_in_place(xs: &mut [f32]) {
         xs.iter_mut().for_each(|x| *x = gelu_new(*x));

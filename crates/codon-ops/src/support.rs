@@ -138,7 +138,8 @@ pub fn cuda_kernels_take(dtype: DType) -> bool {
 }
 
 /// A CUDA GPU: this crate's kernels in the dtypes they take, the embedding's in every dtype,
-/// AdamW's in f32; the rest composed (attention: cuBLAS products around the fused softmax).
+/// AdamW's in f32; the rest composed (attention: cuBLAS products around the fused softmax; the
+/// flash body, not yet run on a GPU, only under `CODON_CUDA_ATTENTION=fused`).
 fn cuda_body(op: FusedOp, dtype: DType) -> Body {
     use FusedOp as F;
     let kernels_take = cuda_kernels_take(dtype);
@@ -164,7 +165,7 @@ fn ascend_body(op: FusedOp, device: &Device, dtype: DType) -> Body {
         if dtype == DType::BF16 && !part.soc().has_bf16() {
             return Body::Refused;
         }
-        if ascend::operators(op).iter().all(|&aclnn| candle_ascend::fused::runs_natively(device, aclnn, dtype)) {
+        if ascend::operators(op).iter().all(|&aclnn| candle_ascend::fused::aclnn_runs(aclnn, device, dtype)) {
             return Body::Native;
         }
     }
