@@ -767,7 +767,13 @@ async fn schedule_jobs(
                 }
                 None => break,
             },
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(_) = running.join_next(), if !running.is_empty() => {
+                // Finished parts' handles go (at most the lane's capacity are under way).
+                under_way.retain(|_, handles| {
+                    handles.retain(|h| !h.is_finished());
+                    !handles.is_empty()
+                });
+            }
             changed = stopped.changed() => if changed.is_err() { break },
         }
     }
