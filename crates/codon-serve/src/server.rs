@@ -103,7 +103,7 @@ impl Default for ServeConfig {
             max_body_bytes: 1 << 20,
             max_proteins: 256,
             max_residues: 10_000,
-            max_sequences: 100,
+            max_sequences: codon_model::MAX_NUM_SEQUENCES,
             max_codons: 1_000_000,
             max_scored_codons: 100_000,
             max_job_proteins: 10_000,
