@@ -425,6 +425,13 @@ mod tests {
         assert_eq!(tensors[0].1.to_vec1::<f32>().unwrap(), [-2.0, 0.25, 8.0]);
     }
 
+    /// The error reading a checkpoint whose pickle is `pkl` ends with.
+    fn pickle_error(pkl: &[u8]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = torch_zip(dir.path(), pkl, &[]);
+        read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string()
+    }
+
     #[test]
     fn memo_references_that_double_are_refused_before_they_take_memory() {
         // 416 bytes whose memo references double at each of 40 levels: 2^40 objects if copied.
@@ -433,9 +440,7 @@ mod tests {
             pkl.extend_from_slice(&[b'h', i, b'h', i, 0x86, b'q', i + 1]);
         }
         pkl.push(b'.');
-        let dir = tempfile::tempdir().unwrap();
-        let path = torch_zip(dir.path(), &pkl, &[]);
-        let err = read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string();
+        let err = pickle_error(&pkl);
         assert!(err.contains("expand past"), "{err}");
     }
 
@@ -446,9 +451,7 @@ mod tests {
         pkl.extend(std::iter::repeat_n(b'(', 1_000_000));
         pkl.extend(std::iter::repeat_n(b't', 1_000_000));
         pkl.push(b'.');
-        let dir = tempfile::tempdir().unwrap();
-        let path = torch_zip(dir.path(), &pkl, &[]);
-        let err = read_tensors(&path, &Device::Cpu, DType::F32).unwrap_err().to_string();
+        let err = pickle_error(&pkl);
         assert!(err.contains("nest deeper"), "{err}");
     }
 
