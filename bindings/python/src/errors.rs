@@ -10,7 +10,7 @@ use codon_model::CodonError;
 /// protein, an unknown organism, a bad letter or a bad option), a failed computation a
 /// `RuntimeError`.
 pub fn codon_error(e: &CodonError) -> PyErr {
-    let message = codon_cli::error_line(e);
+    let message = codon_app::error_line(e);
     match e {
         CodonError::Tensor { .. } => PyRuntimeError::new_err(message),
         CodonError::Io { source, .. } => io_error(source, message),
@@ -21,7 +21,7 @@ pub fn codon_error(e: &CodonError) -> PyErr {
 /// An error from opening a model or running a command: a missing file is `FileNotFoundError`,
 /// another I/O failure `OSError`, a file or argument the library refuses `ValueError`.
 pub fn load_error(e: &anyhow::Error) -> PyErr {
-    let message = codon_cli::error_line(e.as_ref());
+    let message = codon_app::error_line(e.as_ref());
     for cause in e.chain() {
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             return io_error(io, message);

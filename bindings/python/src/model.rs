@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use codon_cli::device::DeviceSpec;
+use codon_app::DeviceSpec;
 use codon_design::{repair, ConstraintSpec, Repair, RepairOptions};
 use codon_model::bigbird::AttentionType;
 use codon_model::predict::SequenceScore;
@@ -89,11 +89,11 @@ fn load_model(
     threads_here("load_model")?;
     let predictor = py.detach(|| -> anyhow::Result<Predictor> {
         let device = spec.open()?;
-        codon_cli::predictor::open_predictor(model.as_deref(), config.as_deref(), &device, dtype)
+        Ok(codon_app::open_predictor(model.as_deref(), config.as_deref(), &device, dtype)?)
     });
     let predictor = predictor.map_err(|e| {
-        if e.downcast_ref::<codon_cli::device::DeviceError>().is_some() {
-            PyRuntimeError::new_err(codon_cli::error_line(e.as_ref()))
+        if e.downcast_ref::<codon_app::DeviceError>().is_some() {
+            PyRuntimeError::new_err(codon_app::error_line(e.as_ref()))
         } else {
             load_error(&e)
         }

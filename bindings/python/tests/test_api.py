@@ -1,5 +1,5 @@
 """The package's surface: upstream's names, errors that are Python exceptions (never a Rust
-panic), files left as they were, the batch call and the `codon` command."""
+panic), files left as they were, the batch call, and no `codon` program in the wheel."""
 
 import hashlib
 import shutil
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import codon_ascend
-from codon_ascend import CodonData, CodonEvaluation, CodonPrediction, CodonUtils
+from codon_ascend import CodonData, CodonEvaluation, CodonPrediction, CodonUtils, _native
 from conftest import TINY_MODEL
 
 # The names of upstream 1.6.7's modules that this package supports; docs/python.md lists them
@@ -140,13 +140,10 @@ def test_missing_and_corrupt_model_files_raise_and_stay_as_they_were(tmp_path):
     assert hashlib.sha256(weights.read_bytes()).hexdigest() == before
 
 
-def test_the_codon_command_is_on_path():
-    codon = Path(sysconfig.get_path("scripts")) / "codon"
-    out = subprocess.run([str(codon), "--version"], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("codon ")
-    bad = subprocess.run([str(codon), "predict", "--no-such-flag"], capture_output=True, text=True)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert sys.executable  # the same environment's interpreter ran this test
+def test_the_wheel_carries_no_program():
+    # The `codon` program is `cargo install`'s (the README): the wheel links the library only.
+    assert not (Path(sysconfig.get_path("scripts")) / "codon").exists()
+    assert not hasattr(_native, "run_cli")
 
 
 def test_num_sequences_is_capped_as_the_codon_program_caps_it(tiny_model):

@@ -1,6 +1,7 @@
-//! The `--device` value every command takes: `cpu`, `npu:N` (a CANN toolkit), `npu-sim:N` (the
-//! emulator) or `cuda:N` (an NVIDIA GPU, in builds with the `cuda` feature). Parsing checks the
-//! spelling only; [`DeviceSpec::open`] opens the device.
+//! A device named by a string (the `codon` program's `--device`, the Python package's `device`):
+//! `cpu`, `npu:N` (a CANN toolkit), `npu-sim:N` (the emulator) or `cuda:N` (an NVIDIA GPU, in
+//! builds with the `cuda` feature). Parsing checks the spelling only; [`DeviceSpec::open`] opens
+//! the device.
 use candle_ascend::ToolkitKind;
 
 /// Why a device could not be named or opened.
@@ -36,7 +37,7 @@ pub enum DeviceError {
     },
 }
 
-/// A device named on a command line, before it is opened.
+/// A device named on a command line or in a call, before it is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceSpec {
     /// The host CPU.
