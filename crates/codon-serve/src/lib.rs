@@ -12,11 +12,22 @@
 
 pub mod api;
 pub mod batcher;
+mod body;
+pub mod config;
 pub mod design;
+mod handlers;
 pub mod histogram;
+mod job_runner;
 pub mod jobs;
+pub mod metrics;
+mod names;
 mod net;
 mod page;
-mod server;
+mod prepared;
+mod reply;
+pub mod server;
+mod state;
 
-pub use server::{RunningServer, ServeConfig, ServeError, Stopped};
+pub use config::{ServeConfig, ServeError};
+pub use metrics::{DeviceMemory, MemoryReading};
+pub use server::{RunningServer, Stopped};

@@ -474,7 +474,18 @@ fn metrics_carry_an_npus_memory() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
     let device = candle_ascend::parse_device("npu-sim:0").expect("the emulated toolkit loads");
     let predictor = Predictor::new(load_model(dir, None, &device, DType::F32).unwrap()).unwrap();
-    let server = RunningServer::start(predictor, ServeConfig { port: 0, ..ServeConfig::default() }).unwrap();
+    // Read as `codon serve` reads it: the server knows no device's driver.
+    struct NpuMemory(candle_core::Device);
+    impl codon_serve::DeviceMemory for NpuMemory {
+        fn read(&self) -> Option<codon_serve::MemoryReading> {
+            let npu = candle_ascend::ascend_device(&self.0)?;
+            let (free, total) = npu.memory_info().ok()?;
+            Some(codon_serve::MemoryReading { device: npu.name(), free: free as u64, total: total as u64 })
+        }
+    }
+    let memory = std::sync::Arc::new(NpuMemory(device.clone()));
+    let server =
+        RunningServer::start_with(predictor, ServeConfig { port: 0, ..ServeConfig::default() }, Some(memory)).unwrap();
     let (_, text) = call(&server, "GET", "/metrics", None, None);
     let gauge = |name: &str| -> u64 {
         let prefix = format!("{name}{{device=\"npu-sim:0\"}} ");

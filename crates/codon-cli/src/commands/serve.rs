@@ -21,7 +21,7 @@ use codon_model::predict::max_padding_fraction_on;
 use codon_model::PredictOptions;
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::jobs::PartBounds;
-use codon_serve::{RunningServer, ServeConfig};
+use codon_serve::{DeviceMemory, MemoryReading, RunningServer, ServeConfig};
 
 use crate::commands::common::reference_args;
 
@@ -130,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         job_part: checked.job_part,
         ..defaults
     };
-    let server = RunningServer::start(predictor, config)?;
+    let server = RunningServer::start_with(predictor, config, Some(Arc::new(NpuMemory(device.clone()))))?;
     crate::errln!(
         "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
         args.run.model.as_deref().map_or(codon_model::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
@@ -140,4 +140,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let stopped = server.stop_on_signal()?;
     crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
     Ok(())
+}
+
+/// An NPU's memory for `/metrics` (`aclrtGetMemInfo`: what the driver has handed out, the
+/// allocator's cache included, and the total); nothing on other devices.
+struct NpuMemory(candle_core::Device);
+
+impl DeviceMemory for NpuMemory {
+    fn read(&self) -> Option<MemoryReading> {
+        let npu = candle_ascend::ascend_device(&self.0)?;
+        let (free, total) = npu.memory_info().ok()?;
+        Some(MemoryReading { device: npu.name(), free: free as u64, total: total as u64 })
+    }
 }
