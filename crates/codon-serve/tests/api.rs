@@ -1,19 +1,17 @@
 //! The API over 127.0.0.1 with the tiny fixture model: every endpoint, the limits, the API key,
 //! and concurrent requests sharing forward passes with the one-by-one answers.
+mod common;
+use common::predictor;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
-use candle_core::{DType, Device};
+use candle_core::DType;
 use codon_model::bigbird::load_model;
 use codon_model::{PredictOptions, Predictor};
 use codon_serve::api::{ErrorBody, EvaluateResponse, Organism, PredictResponse, Sequence};
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
 
 fn start(config: ServeConfig) -> RunningServer {
     RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()
@@ -21,19 +19,7 @@ fn start(config: ServeConfig) -> RunningServer {
 
 /// (status, body) of a request; `key` as a bearer token.
 fn call(server: &RunningServer, method: &str, path: &str, body: Option<&str>, key: Option<&str>) -> (u16, String) {
-    let mut request = ureq::request(method, &format!("http://{}{path}", server.addr)).timeout(Duration::from_secs(60));
-    if let Some(key) = key {
-        request = request.set("Authorization", &format!("Bearer {key}"));
-    }
-    let response = match body {
-        Some(b) => request.set("Content-Type", "application/json").send_string(b),
-        None => request.call(),
-    };
-    match response {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
-    }
+    common::call_with_key(server.addr, method, path, body, key)
 }
 
 /// The protein a DNA codes for, a stop as '*'.

@@ -2,21 +2,15 @@
 //! heads, bodies and idle connections, too many connections, settings that cannot work, the
 //! page's security headers and errors in the API's own words. Raw sockets where the request
 //! must be malformed or slow; every wait is bounded.
+mod common;
+use common::predictor;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device};
-use codon_model::bigbird::load_model;
-use codon_model::Predictor;
 use codon_serve::api::{ErrorBody, PredictResponse};
 use codon_serve::{RunningServer, ServeConfig};
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
 
 fn start(config: ServeConfig) -> RunningServer {
     RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()

@@ -2,23 +2,18 @@
 //! killed server and a stop and is finished by the next start on the same file, a finished job
 //! is served after a restart, its results come in pages, an unusable database path is one error
 //! at start, and interactive requests are answered while jobs fill their share of the queue.
+mod common;
+use common::{call, predictor};
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device};
-use codon_model::bigbird::load_model;
-use codon_model::Predictor;
 use codon_serve::api::{PredictResponse, ProteinResult};
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::jobs::{JobReport, JobStatus, JobStore, PartBounds, SqliteJobStore};
 use codon_serve::{RunningServer, ServeConfig};
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
 
 fn start(config: ServeConfig) -> RunningServer {
     RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()
@@ -33,20 +28,6 @@ fn slow_jobs(db: &Path, window: Duration) -> ServeConfig {
         queue_capacity: 2,
         batch: BatchPolicy { window, max_proteins: 64 },
         ..ServeConfig::default()
-    }
-}
-
-/// (status, body) of a request to `addr`.
-fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let request = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(60));
-    let response = match body {
-        Some(b) => request.set("Content-Type", "application/json").send_string(b),
-        None => request.call(),
-    };
-    match response {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
     }
 }
 

@@ -1,32 +1,13 @@
 //! A measurement, not a check (`cargo test --release -p codon-serve --test latency -- --ignored
 //! --nocapture`): one protein's predict latency with the server idle and while a big batch job
 //! runs, with the tiny fixture model on the CPU.
-use std::path::PathBuf;
+mod common;
+use common::{call, predictor};
+
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device};
-use codon_model::bigbird::load_model;
-use codon_model::Predictor;
 use codon_serve::jobs::JobReport;
 use codon_serve::{RunningServer, ServeConfig};
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
-
-fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let request = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(600));
-    let response = match body {
-        Some(b) => request.set("Content-Type", "application/json").send_string(b),
-        None => request.call(),
-    };
-    match response {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
-    }
-}
 
 /// Milliseconds of `n` one-protein predicts, one after another: (median, max).
 fn predicts(addr: std::net::SocketAddr, n: usize) -> (f64, f64) {

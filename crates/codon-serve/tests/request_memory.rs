@@ -1,17 +1,11 @@
 //! What one predict request may hold: with `codon_scores` each codon carries its 64 scores into
 //! the answer's JSON, so such a request has a cap of its own below the codon limit.
-use std::path::PathBuf;
+mod common;
+use common::predictor;
+
 use std::time::Duration;
 
-use candle_core::{DType, Device};
-use codon_model::bigbird::load_model;
-use codon_model::Predictor;
 use codon_serve::{RunningServer, ServeConfig};
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
 
 fn post(server: &RunningServer, body: &str) -> (u16, String) {
     let url = format!("http://{}/v1/predict", server.addr);

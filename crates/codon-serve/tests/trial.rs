@@ -3,20 +3,15 @@
 //! database is checked before anything is written to it (another program's file, a device, a
 //! file another server holds), it is private to its owner, a page of `limit=0` is refused, and
 //! jobs can be cancelled, a failed or cancelled job's results still read page by page.
+mod common;
+use common::{call, predictor};
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device};
-use codon_model::bigbird::load_model;
-use codon_model::Predictor;
 use codon_serve::batcher::BatchPolicy;
 use codon_serve::{RunningServer, ServeConfig};
 use serde_json::Value;
-
-fn predictor() -> Predictor {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bigbird");
-    Predictor::new(load_model(dir, None, &Device::Cpu, DType::F32).unwrap()).unwrap()
-}
 
 fn start(config: ServeConfig) -> RunningServer {
     RunningServer::start(predictor(), ServeConfig { port: 0, ..config }).unwrap()
@@ -27,20 +22,6 @@ fn start_error(config: ServeConfig) -> String {
     match RunningServer::start(predictor(), ServeConfig { port: 0, ..config }) {
         Ok(_) => panic!("the server started"),
         Err(e) => e.to_string(),
-    }
-}
-
-/// (status, body) of a request to `addr`.
-fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let request = ureq::request(method, &format!("http://{addr}{path}")).timeout(Duration::from_secs(120));
-    let response = match body {
-        Some(b) => request.set("Content-Type", "application/json").send_string(b),
-        None => request.call(),
-    };
-    match response {
-        Ok(r) => (r.status(), r.into_string().unwrap()),
-        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
-        Err(e) => panic!("{method} {path}: {e}"),
     }
 }
 
