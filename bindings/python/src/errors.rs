@@ -18,7 +18,7 @@ pub fn codon_error(e: &CodonError) -> PyErr {
     }
 }
 
-/// An error from opening a model or running a command: a missing file is `FileNotFoundError`,
+/// An error from opening a model: a missing file is `FileNotFoundError`,
 /// another I/O failure `OSError`, a file or argument the library refuses `ValueError`.
 pub fn load_error(e: &anyhow::Error) -> PyErr {
     let message = codon_app::error_line(e.as_ref());
