@@ -24,7 +24,10 @@ fn main() -> anyhow::Result<()> {
     let largest = on_cpu.iter().fold(0f32, |m, v| m.max(v.abs()));
     let diff = on_npu.iter().zip(&on_cpu).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
     let name = candle_ascend::ascend_device(&npu).map_or_else(|| "?".into(), |a| a.name());
-    println!("{} logits on {name}: largest difference from the CPU {diff:.2e} (of {largest:.2})", on_npu.len());
+    codon_cli::outln!(
+        "{} logits on {name}: largest difference from the CPU {diff:.2e} (of {largest:.2})",
+        on_npu.len()
+    );
     anyhow::ensure!(diff <= 1e-4 * largest.max(1.0), "npu-sim and the CPU disagree");
     Ok(())
 }

@@ -12,7 +12,7 @@ use codon_model::{PredictOptions, Predictor};
 
 fn main() -> anyhow::Result<()> {
     if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
-        println!("usage: predict [MODEL_DIR] [PROTEIN] [ORGANISM]");
+        codon_cli::outln!("usage: predict [MODEL_DIR] [PROTEIN] [ORGANISM]");
         return Ok(());
     }
     let mut args = std::env::args().skip(1);
@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
     let options = PredictOptions { match_protein: true, ..Default::default() };
     let predictions = predictor.predict(&protein, organism.as_str(), &options)?;
     let dna = &predictions[0].predicted_dna;
-    println!("{dna}");
+    codon_cli::outln!("{dna}");
     anyhow::ensure!(dna.len() == 3 * (protein.len() + 1), "one codon per residue and a stop codon");
     Ok(())
 }

@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
         TrainerConfig::builder().learning_rate(1e-3).max_epochs(3).precision(Precision::F32).quiet(true).build()?;
     let report = Trainer::new(config).fit(&model, &MaskedLmData::new(loader), None)?;
     let (first, last) = (&report.steps[0], &report.steps[report.steps.len() - 1]);
-    println!("{} steps: loss {:.3} -> {:.3}", report.steps.len(), first.loss, last.loss);
+    codon_cli::outln!("{} steps: loss {:.3} -> {:.3}", report.steps.len(), first.loss, last.loss);
     anyhow::ensure!(last.loss < first.loss, "the loss did not go down");
     Ok(())
 }
