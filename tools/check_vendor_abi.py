@@ -8,7 +8,7 @@ The torch-npu wheel on PyPI ships CANN's ACL headers, op-plugin's aclnn calling 
      prototype our FFI resolves (crates/candle-ascend/src/ffi/loader.rs, `runtime_api!`) with the
      vendor declaration: same arity, and per parameter the same type, or integers/enums of the same
      size, or pointers (the C ABI passes these alike);
-     It also compiles every runtime and tensor-object function the emulator exports (csrc/*.c,
+     It also compiles every runtime and tensor-object function the emulator exports (csrc/**/*.c,
      everything but aclnn ops and the private aclsim* services) against the vendor declaration;
   2. compares every enum value and status code we use (src/ffi/types.rs) with the vendor's;
   3. looks up every aclnn op we call (soc/op_support.tsv) in libtorch_npu.so's strings, and lists
@@ -65,7 +65,7 @@ OPBASE_ONLY = {
 def emulator_prototypes():
     """(name, C prototype) of each public function the emulator defines, aclnn ops aside."""
     protos = []
-    for src in sorted((CRATE / "csrc").glob("*.c")):
+    for src in sorted((CRATE / "csrc").rglob("*.c")):
         text = src.read_text()
         for m in re.finditer(r"SIM_EXPORT\s+([^;{]*?)\b((?:acl(?!sim)|Hccl)\w+)\s*\(([^)]*)\)\s*\{", text, re.S):
             ret, name, params = " ".join(m.group(1).split()), m.group(2), " ".join(m.group(3).split())

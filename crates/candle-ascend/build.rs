@@ -1,5 +1,6 @@
 //! Builds the emulated CANN toolkit: `csrc/*.c` become `libascendcl.so`, `libnnopbase.so`,
-//! `libopapi.so`, `libhccl.so` and (the driver's) `libdcmi.so` in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
+//! `libhccl.so` and (the driver's) `libdcmi.so`, and `csrc/opapi/*.c` (a file per operator family)
+//! `libopapi.so`, in `$OUT_DIR/sim-toolkit/lib64`, the layout of a real toolkit root, which the
 //! crate loads through the same libloading path as real CANN. Two tables are generated once for both
 //! sides: `soc/acl_dtypes.tsv` (the aclDataType values) and `soc/op_support.tsv` (per-SoC op
 //! support) become the Rust dtype constants and `AclnnOp` table, and the emulator's C headers.
@@ -7,13 +8,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn link(root: &Path, include: &Path, name: &str, source: &str, deps: &[&str]) {
+fn link(root: &Path, include: &Path, name: &str, sources: &[String], deps: &[&str]) {
     let compiler = cc::Build::new().opt_level(2).pic(true).get_compiler();
     let out = root.join(format!("lib{name}.so"));
     let mut cmd: Command = compiler.to_command();
-    cmd.args(["-shared", "-fPIC", "-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra"])
+    cmd.args(["-shared", "-fPIC", "-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Icsrc"])
         .arg(format!("-I{}", include.display()))
-        .arg(format!("csrc/{source}"))
+        .args(sources)
         .arg("-o")
         .arg(&out)
         .arg(format!("-L{}", root.display()))
@@ -22,7 +23,7 @@ fn link(root: &Path, include: &Path, name: &str, source: &str, deps: &[&str]) {
         cmd.arg(format!("-l{dep}"));
     }
     cmd.args(["-lpthread", "-lm"]);
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler for {source}: {e}"));
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler for lib{name}.so: {e}"));
     assert!(status.success(), "building the emulated {name} failed");
 }
 
@@ -521,6 +522,18 @@ fn op_table_rust(
     s
 }
 
+/// The emulated `libopapi.so`'s sources: every `csrc/opapi/*.c`, in name order.
+fn opapi_sources() -> Vec<String> {
+    let mut sources: Vec<String> = std::fs::read_dir("csrc/opapi")
+        .expect("read csrc/opapi")
+        .map(|entry| entry.expect("list csrc/opapi").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "c"))
+        .map(|path| path.display().to_string())
+        .collect();
+    sources.sort();
+    sources
+}
+
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let root = out.join("sim-toolkit");
@@ -574,12 +587,13 @@ fn main() {
     ] {
         std::fs::write(out.join(file), text).unwrap_or_else(|e| panic!("write {file}: {e}"));
     }
-    link(&lib64, &out, "ascendcl", "ascendcl.c", &[]);
-    link(&lib64, &out, "nnopbase", "nnopbase.c", &["ascendcl"]);
-    link(&lib64, &out, "opapi", "opapi.c", &["ascendcl", "nnopbase"]);
-    link(&lib64, &out, "hccl", "hccl.c", &["ascendcl", "rt"]);
+    let one = |source: &str| vec![format!("csrc/{source}")];
+    link(&lib64, &out, "ascendcl", &one("ascendcl.c"), &[]);
+    link(&lib64, &out, "nnopbase", &one("nnopbase.c"), &["ascendcl"]);
+    link(&lib64, &out, "opapi", &opapi_sources(), &["ascendcl", "nnopbase"]);
+    link(&lib64, &out, "hccl", &one("hccl.c"), &["ascendcl", "rt"]);
     // The driver's DCMI, emulated beside the toolkit (a real one lives with the driver).
-    link(&lib64, &out, "dcmi", "dcmi.c", &["ascendcl"]);
+    link(&lib64, &out, "dcmi", &one("dcmi.c"), &["ascendcl"]);
     // The emulator reports the toolkit version whose vendor files its tables come from.
     let stamp = prototype_tsv
         .lines()
@@ -611,7 +625,7 @@ fn main() {
         "csrc/half.h",
         "csrc/ascendcl.c",
         "csrc/nnopbase.c",
-        "csrc/opapi.c",
+        "csrc/opapi",
         "csrc/hccl.c",
         "csrc/dcmi.c",
     ] {
