@@ -48,6 +48,11 @@ pub struct Counters {
     pub most_job_residues: AtomicU64,
     /// The most job proteins a gathered batch carried beside an interactive request.
     pub most_job_proteins_beside_interactive: AtomicU64,
+    /// Job results this server saved (each protein's once, whichever server saved it).
+    pub job_results_saved: AtomicU64,
+    /// Job results this server computed that another run had saved first (a part run twice: a
+    /// lapsed claim in a shared store); the jobs' repeated work.
+    pub job_results_repeated: AtomicU64,
 }
 
 impl Default for Counters {
@@ -62,6 +67,8 @@ impl Default for Counters {
             most_job_proteins: AtomicU64::default(),
             most_job_residues: AtomicU64::default(),
             most_job_proteins_beside_interactive: AtomicU64::default(),
+            job_results_saved: AtomicU64::default(),
+            job_results_repeated: AtomicU64::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use codon_eval::References;
 use codon_model::PredictOptions;
 
 use crate::batcher::BatchPolicy;
-use crate::jobs::{PartBounds, StoreError};
+use crate::jobs::{JobsDb, PartBounds, StoreError};
 
 /// What the server listens on and what it accepts.
 #[derive(Clone, Debug)]
@@ -72,10 +72,15 @@ pub struct ServeConfig {
     pub body_timeout: Duration,
     /// Connections open at once; past it new ones wait to be accepted.
     pub max_connections: usize,
-    /// The SQLite file batch jobs are kept in (created with its folder), so that they survive a
-    /// restart; `None`: a private temporary file that goes with the server (the `serve` example
-    /// defaults to [`crate::jobs::default_db_path`]).
-    pub jobs_db: Option<std::path::PathBuf>,
+    /// Where batch jobs are kept, so that they survive a restart: an SQLite file (created with
+    /// its folder; one server), or a PostgreSQL database that several replicas share; `None`: a
+    /// private temporary file that goes with the server (`codon serve` defaults to
+    /// [`crate::jobs::default_db_path`]).
+    pub jobs_db: Option<JobsDb>,
+    /// How long this server's claim on a part of a job in a shared (PostgreSQL) store lasts
+    /// unless renewed (it is renewed every third of it while the part runs): a server that dies
+    /// leaves its parts to the others this long after its last renewal. Not used with SQLite.
+    pub jobs_lease: Duration,
 }
 
 impl Default for ServeConfig {
@@ -107,6 +112,7 @@ impl Default for ServeConfig {
             body_timeout: Duration::from_secs(60),
             max_connections: 512,
             jobs_db: None,
+            jobs_lease: crate::jobs::LEASE,
         }
     }
 }
@@ -141,6 +147,9 @@ impl ServeConfig {
         }
         if self.jobs_db_max_bytes < MIN_DB_BYTES {
             return refuse(format!("jobs database cap {} bytes", self.jobs_db_max_bytes), "at least 1 MiB");
+        }
+        if !(MIN_LEASE..=MAX_LEASE).contains(&self.jobs_lease) {
+            return refuse(format!("jobs lease {:?}", self.jobs_lease), "from 1 second to 1 hour");
         }
         for (setting, t) in [("header timeout", self.header_timeout), ("body timeout", self.body_timeout)] {
             if t.is_zero() {
@@ -184,3 +193,10 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// The least size cap a jobs database may have.
 const MIN_DB_BYTES: u64 = 1 << 20;
+
+/// The shortest lease on a part: it is renewed every third of it, so shorter would be renewals
+/// more than anything.
+const MIN_LEASE: Duration = Duration::from_secs(1);
+
+/// The longest lease: a dead server's parts wait this long for another.
+const MAX_LEASE: Duration = Duration::from_secs(3600);

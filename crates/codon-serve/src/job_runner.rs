@@ -1,33 +1,54 @@
 //! Batch jobs' scheduling: the loop that takes each job's parts in turn, runs a few at a time in
-//! the queue's job lane, and saves their results.
+//! the queue's job lane, and saves their results. With a store that several servers share, it
+//! also looks for the jobs the others accepted or cancelled, and for parts whose claims lapsed.
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
 
-use crate::api::PredictRequest;
+use crate::api::{PredictRequest, ProteinResult};
 use crate::batcher::{Job, Lane, Refused};
 use crate::jobs::PartInput;
 use crate::prepared::{job_limits, Prepared};
 use crate::state::{AppState, JobEvent};
 
+/// How long a part whose results could not be saved (the store unreachable) waits before it
+/// tries again; its results are kept meanwhile.
+const SAVE_RETRY: Duration = Duration::from_secs(1);
+
 /// The jobs' parts, taken from each job in turn and run a few at a time (as many as the queue's
-/// job lane holds), until the server stops; then the parts still waiting are withdrawn (the next
-/// start resumes them) and those the model has taken are finished and saved.
+/// job lane holds, or as a shared store allows), until the server stops; then the parts still
+/// waiting are withdrawn (the next start, or another server, resumes them) and those the model
+/// has taken are finished and saved.
 pub(crate) async fn schedule_jobs(
     state: Arc<AppState>,
     pending: Vec<String>,
     mut events: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    use std::collections::{HashMap, VecDeque};
     // Each job with the index its next part starts from.
     let mut turns: VecDeque<(String, usize)> = pending.into_iter().map(|id| (id, 0)).collect();
     let mut running = tokio::task::JoinSet::new();
     // Each job's parts under way, to be dropped if it is cancelled.
-    let mut under_way: HashMap<String, Vec<tokio::task::AbortHandle>> = HashMap::new();
-    let most = state.queue.background_capacity();
+    let mut under_way: HashMap<String, Vec<AbortHandle>> = HashMap::new();
+    let sharing = state.jobs.sharing();
+    let most = match sharing {
+        Some(sharing) => state.queue.background_capacity().min(sharing.parts_in_flight.max(1)),
+        None => state.queue.background_capacity(),
+    };
     let bounds = state.config.job_part;
+    // A shared store is looked at now and then: jobs accepted or cancelled by the other servers,
+    // and parts whose claims lapsed (their server died), which a job's turn that reached its end
+    // passed over.
+    let mut poll = sharing.map(|sharing| {
+        let mut poll = tokio::time::interval(sharing.poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        poll
+    });
+    let mut poll_failing = false;
     loop {
         if *stopped.borrow() {
             break;
@@ -51,6 +72,9 @@ pub(crate) async fn schedule_jobs(
                             handles.retain(|h| !h.is_finished());
                         }
                     }
+                    // The store is unreachable for now: the job waits for the next look at
+                    // the store (a shared store's poll), not failed.
+                    Ok(Err(e)) if e.is_unavailable() => eprintln!("codon-serve: job {id}: {e}"),
                     Ok(Err(e)) => fail_job(&state, id, e.to_string()).await,
                     Err(_) => fail_job(&state, id, "reading the job's next part failed".into()).await,
                 }
@@ -60,7 +84,11 @@ pub(crate) async fn schedule_jobs(
         }
         tokio::select! {
             event = events.recv() => match event {
-                Some(JobEvent::New(id)) => turns.push_back((id, 0)),
+                Some(JobEvent::New(id)) => {
+                    if !turns.iter().any(|(job, _)| *job == id) {
+                        turns.push_back((id, 0));
+                    }
+                }
                 Some(JobEvent::Cancelled(id)) => {
                     turns.retain(|(job, _)| *job != id);
                     // A part waiting in the queue is dropped unrun (its answer's receiver goes);
@@ -78,11 +106,60 @@ pub(crate) async fn schedule_jobs(
                     !handles.is_empty()
                 });
             }
+            () = tick(poll.as_mut()) => {
+                let store = state.jobs.clone();
+                match tokio::task::spawn_blocking(move || store.unfinished()).await {
+                    Ok(Ok(jobs)) => {
+                        poll_failing = false;
+                        take_turns(&jobs, &mut turns, &mut under_way);
+                    }
+                    Ok(Err(e)) if !poll_failing => {
+                        poll_failing = true;
+                        eprintln!("codon-serve: looking for jobs: {e}");
+                    }
+                    _ => {}
+                }
+            }
             changed = stopped.changed() => if changed.is_err() { break },
         }
     }
     state.queue.withdraw_background();
     while running.join_next().await.is_some() {}
+}
+
+/// The next tick of a shared store's poll; never without one.
+async fn tick(poll: Option<&mut tokio::time::Interval>) {
+    match poll {
+        Some(poll) => {
+            poll.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// What a look at a shared store found: the running `jobs`, oldest first. Jobs no longer running
+/// (cancelled, failed or finished elsewhere) lose their turns and their parts under way here;
+/// running jobs without a turn get one from their first protein (a part whose claim lapsed is
+/// then found).
+fn take_turns(
+    jobs: &[String],
+    turns: &mut VecDeque<(String, usize)>,
+    under_way: &mut HashMap<String, Vec<AbortHandle>>,
+) {
+    let running: HashSet<&str> = jobs.iter().map(String::as_str).collect();
+    turns.retain(|(id, _)| running.contains(id.as_str()));
+    under_way.retain(|id, handles| {
+        if running.contains(id.as_str()) {
+            return true;
+        }
+        handles.iter().for_each(AbortHandle::abort);
+        false
+    });
+    for id in jobs {
+        if !turns.iter().any(|(job, _)| job == id) {
+            turns.push_back((id.clone(), 0));
+        }
+    }
 }
 
 /// Job `id` stopped for good with `why` (logged when even that cannot be saved).
@@ -136,11 +213,38 @@ async fn run_part(state: Arc<AppState>, id: String, input: PartInput, stopped: t
     let Ok(results) = prepared.finish(&state, results).await else {
         return fail_job(&state, id, "finishing the predictions failed".into()).await;
     };
-    let store = state.jobs.clone();
-    let job = id.clone();
-    match tokio::task::spawn_blocking(move || store.record_part(&job, first, &results)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => fail_job(&state, id, e.to_string()).await,
-        Err(_) => fail_job(&state, id, "saving the results failed".into()).await,
+    save_part(&state, id, first, Arc::new(results), stopped).await;
+}
+
+/// Save a part's results, counted in the metrics; while the store is unreachable they are kept
+/// and tried again until the server stops (then the part runs again elsewhere or at the next
+/// start).
+async fn save_part(
+    state: &Arc<AppState>,
+    id: String,
+    first: usize,
+    results: Arc<Vec<ProteinResult>>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let (store, job, saving) = (state.jobs.clone(), id.clone(), results.clone());
+        match tokio::task::spawn_blocking(move || store.record_part(&job, first, &saving)).await {
+            Ok(Ok(recorded)) => {
+                let counters = &state.counters;
+                counters.job_results_saved.fetch_add(recorded.saved as u64, Ordering::Relaxed);
+                counters.job_results_repeated.fetch_add(recorded.already_saved as u64, Ordering::Relaxed);
+                return;
+            }
+            Ok(Err(e)) if e.is_unavailable() => {
+                if *stopped.borrow() {
+                    eprintln!("codon-serve: job {id}: {e}; the part is left to run again");
+                    return;
+                }
+                eprintln!("codon-serve: job {id}: {e}; the part's results are kept and saved again");
+                tokio::time::sleep(SAVE_RETRY).await;
+            }
+            Ok(Err(e)) => return fail_job(state, id, e.to_string()).await,
+            Err(_) => return fail_job(state, id, "saving the results failed".into()).await,
+        }
     }
 }

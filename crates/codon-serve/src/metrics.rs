@@ -63,7 +63,11 @@ pub(crate) fn text(readings: &Readings<'_>) -> String {
          # HELP codon_job_part_residues_max The most batch-job residues one gathered batch carried.\n# TYPE codon_job_part_residues_max gauge\n\
          codon_job_part_residues_max {}\n\
          # HELP codon_job_part_proteins_beside_predict_max The most batch-job proteins a gathered batch carried beside a predict request.\n# TYPE codon_job_part_proteins_beside_predict_max gauge\n\
-         codon_job_part_proteins_beside_predict_max {}\n{}",
+         codon_job_part_proteins_beside_predict_max {}\n\
+         # HELP codon_job_results_saved_total Batch-job results this server saved.\n# TYPE codon_job_results_saved_total counter\n\
+         codon_job_results_saved_total {}\n\
+         # HELP codon_job_results_repeated_total Batch-job results this server computed that a run elsewhere had saved first (a part run twice).\n# TYPE codon_job_results_repeated_total counter\n\
+         codon_job_results_repeated_total {}\n{}",
         c.requests.load(Ordering::Relaxed),
         c.batches.load(Ordering::Relaxed),
         c.pass_proteins.count(),
@@ -74,6 +78,8 @@ pub(crate) fn text(readings: &Readings<'_>) -> String {
         c.most_job_proteins.load(Ordering::Relaxed),
         c.most_job_residues.load(Ordering::Relaxed),
         c.most_job_proteins_beside_interactive.load(Ordering::Relaxed),
+        c.job_results_saved.load(Ordering::Relaxed),
+        c.job_results_repeated.load(Ordering::Relaxed),
         readings.latency.prometheus("codon_predict_seconds", "Seconds from a predict request's arrival to its answer.")
             + &c.pass_proteins.prometheus("codon_forward_pass_proteins", "Proteins per forward pass (the batch sizes)."),
     );

@@ -16,14 +16,15 @@ pub use crate::config::{ServeConfig, ServeError};
 use crate::handlers::{cancel_job, create_job, enzymes, evaluate, health, job, metrics, organisms, predict};
 use crate::histogram::{Histogram, SECONDS};
 use crate::job_runner::schedule_jobs;
-use crate::jobs::{Jobs, SqliteJobStore};
+use crate::jobs::{Jobs, JobsDb, PostgresJobStore, SqliteJobStore};
 use crate::metrics::DeviceMemory;
 use crate::state::{AppState, JobEvent};
 
 /// How a server stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stopped {
-    /// Batch jobs still unfinished in the jobs database: the next start on it resumes them.
+    /// Batch jobs still unfinished in the jobs database: the next start on it resumes them (in
+    /// a shared store, every replica's running jobs, which the others go on with).
     pub jobs_left: usize,
 }
 
@@ -57,7 +58,10 @@ impl RunningServer {
         config.validate()?;
         // The jobs database first: a path that cannot hold it is one error before anything runs.
         let store: Jobs = match &config.jobs_db {
-            Some(path) => Arc::new(SqliteJobStore::open(path, config.jobs_db_max_bytes)?),
+            Some(JobsDb::File(path)) => Arc::new(SqliteJobStore::open(path, config.jobs_db_max_bytes)?),
+            Some(JobsDb::Postgres(target)) => {
+                Arc::new(PostgresJobStore::open(target, config.jobs_db_max_bytes, config.jobs_lease)?)
+            }
             None => Arc::new(SqliteJobStore::temporary(config.jobs_db_max_bytes)?),
         };
         // Jobs a killed or stopped server left are resumed where they stopped.
@@ -159,6 +163,7 @@ fn serve_until_stopped(
 ) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let queue = state.queue.clone();
+    let store = state.jobs.clone();
     let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let scheduler = tokio::spawn(schedule_jobs(state.clone(), pending, jobs_in, stopped.clone()));
@@ -182,6 +187,11 @@ fn serve_until_stopped(
     });
     // Nothing more runs: what waits is dropped, and the worker exits after its batch.
     queue.close();
+    // Parts this server claimed in a shared store and did not finish go to the others now, not
+    // when their leases end (a part the worker still runs may yet be saved: it counts once).
+    if let Err(e) = store.release_claims() {
+        eprintln!("codon-serve: {e}");
+    }
     drop(queue);
     // Handlers still running go with the runtime (blocking tasks are left to finish alone).
     runtime.shutdown_timeout(Duration::from_millis(500));

@@ -24,7 +24,7 @@ fn start(config: ServeConfig) -> RunningServer {
 fn slow_jobs(db: &Path, window: Duration) -> ServeConfig {
     ServeConfig {
         port: 0,
-        jobs_db: Some(db.to_path_buf()),
+        jobs_db: Some(db.into()),
         queue_capacity: 2,
         batch: BatchPolicy { window, max_proteins: 64 },
         ..ServeConfig::default()
@@ -186,7 +186,7 @@ fn a_job_survives_a_kill_and_resumes_on_restart() {
     assert!(std::net::TcpStream::connect(addr).is_err(), "the killed server is gone");
 
     let server =
-        RunningServer::start(predictor(), ServeConfig { port: 0, jobs_db: Some(db), ..ServeConfig::default() })
+        RunningServer::start(predictor(), ServeConfig { port: 0, jobs_db: Some(db.into()), ..ServeConfig::default() })
             .unwrap();
     let resumed = report(server.addr, &format!("/v1/jobs/{id}"));
     assert_eq!(resumed.total, 40);
@@ -242,7 +242,7 @@ fn a_stop_saves_the_part_in_flight_and_the_next_start_finishes_the_job() {
 fn a_finished_job_is_served_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.sqlite3");
-    let config = ServeConfig { port: 0, jobs_db: Some(db.clone()), ..ServeConfig::default() };
+    let config = ServeConfig { port: 0, jobs_db: Some(db.clone().into()), ..ServeConfig::default() };
     let server = start(config.clone());
     let proteins = proteins(12);
     let id = submit(server.addr, &proteins);
@@ -290,14 +290,14 @@ fn an_unusable_jobs_db_is_one_clear_error_at_start_and_a_foreign_file_is_left_al
     std::fs::write(&file, "keep me\n").unwrap();
     // A folder that cannot be made: a file stands where it would go.
     let db = file.join("jobs.sqlite3");
-    let config = ServeConfig { port: 0, jobs_db: Some(db.clone()), ..ServeConfig::default() };
+    let config = ServeConfig { port: 0, jobs_db: Some(db.clone().into()), ..ServeConfig::default() };
     let message = match RunningServer::start(predictor(), config) {
         Ok(_) => panic!("a server started on {}", db.display()),
         Err(e) => e.to_string(),
     };
     assert!(message.contains(&db.display().to_string()) && message.contains("jobs database"), "{message}");
     // A file that is not a database is refused, and kept as it was.
-    let config = ServeConfig { port: 0, jobs_db: Some(file.clone()), ..ServeConfig::default() };
+    let config = ServeConfig { port: 0, jobs_db: Some(file.clone().into()), ..ServeConfig::default() };
     let message = match RunningServer::start(predictor(), config) {
         Ok(_) => panic!("a server started on {}", file.display()),
         Err(e) => e.to_string(),

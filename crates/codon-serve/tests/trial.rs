@@ -103,7 +103,7 @@ fn another_programs_database_is_refused_without_a_byte_written() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("foreign.db");
     let before = foreign_db(&db);
-    let message = start_error(ServeConfig { jobs_db: Some(db.clone()), ..ServeConfig::default() });
+    let message = start_error(ServeConfig { jobs_db: Some(db.clone().into()), ..ServeConfig::default() });
     assert!(message.contains("not a jobs database") && message.contains("untouched"), "{message}");
     assert!(std::fs::read(&db).unwrap() == before, "the foreign database's bytes changed");
     let beside: Vec<String> =
@@ -115,13 +115,13 @@ fn another_programs_database_is_refused_without_a_byte_written() {
 fn a_device_or_a_folder_is_refused_as_the_jobs_database() {
     let journal = Path::new("/dev/null-journal");
     let journal_before = journal.exists();
-    let message = start_error(ServeConfig { jobs_db: Some("/dev/null".into()), ..ServeConfig::default() });
+    let message = start_error(ServeConfig { jobs_db: Some(Path::new("/dev/null").into()), ..ServeConfig::default() });
     assert!(message.contains("/dev/null") && message.contains("not a regular file"), "{message}");
     if !journal_before {
         assert!(!journal.exists(), "a journal was made beside /dev/null");
     }
     let dir = tempfile::tempdir().unwrap();
-    let message = start_error(ServeConfig { jobs_db: Some(dir.path().to_path_buf()), ..ServeConfig::default() });
+    let message = start_error(ServeConfig { jobs_db: Some(dir.path().into()), ..ServeConfig::default() });
     assert!(message.contains("not a regular file"), "{message}");
 }
 
@@ -129,13 +129,13 @@ fn a_device_or_a_folder_is_refused_as_the_jobs_database() {
 fn a_second_server_on_the_same_database_is_told_another_server_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("jobs.sqlite3");
-    let first = start(ServeConfig { jobs_db: Some(db.clone()), ..ServeConfig::default() });
-    let message = start_error(ServeConfig { jobs_db: Some(db.clone()), ..ServeConfig::default() });
+    let first = start(ServeConfig { jobs_db: Some(db.clone().into()), ..ServeConfig::default() });
+    let message = start_error(ServeConfig { jobs_db: Some(db.clone().into()), ..ServeConfig::default() });
     assert!(message.contains("another server holds"), "{message}");
     assert!(message.contains(&db.display().to_string()) && message.contains("--jobs-db"), "{message}");
     first.stop().unwrap();
     // Once the first has stopped, the file is free.
-    start(ServeConfig { jobs_db: Some(db), ..ServeConfig::default() }).stop().unwrap();
+    start(ServeConfig { jobs_db: Some(db.into()), ..ServeConfig::default() }).stop().unwrap();
 }
 
 #[cfg(unix)]
@@ -144,7 +144,7 @@ fn the_jobs_database_is_private_to_its_owner() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("data").join("jobs.sqlite3");
-    let server = start(ServeConfig { jobs_db: Some(db.clone()), ..ServeConfig::default() });
+    let server = start(ServeConfig { jobs_db: Some(db.clone().into()), ..ServeConfig::default() });
     submit(server.addr, &["MKV".to_string()]);
     let files: Vec<PathBuf> = std::fs::read_dir(db.parent().unwrap()).unwrap().map(|e| e.unwrap().path()).collect();
     assert!(files.len() >= 2, "the database and its -wal: {files:?}");
@@ -177,7 +177,7 @@ fn proteins(n: usize) -> Vec<String> {
 /// A server whose job parts go one at a time, each waiting `window` for company.
 fn slow_jobs(db: Option<&Path>) -> ServeConfig {
     ServeConfig {
-        jobs_db: db.map(Path::to_path_buf),
+        jobs_db: db.map(Into::into),
         queue_capacity: 2,
         batch: BatchPolicy { window: Duration::from_millis(150), max_proteins: 64 },
         ..ServeConfig::default()

@@ -1,7 +1,8 @@
 //! CodonTransformer as an HTTP service: the model loaded once, a JSON API on 127.0.0.1, and
 //! concurrent predict requests batched into shared forward passes (crate `codon-serve`).
 //! SIGINT or SIGTERM stops it after the requests in flight; batch jobs are kept in an SQLite file
-//! (`--jobs-db`), and the next start resumes the unfinished ones.
+//! (`--jobs-db`), and the next start resumes the unfinished ones; `--jobs-db postgres://…` shares
+//! them between replicas.
 //!
 //! ```text
 //! codon serve --model adibvafa/CodonTransformer --port 8080
@@ -20,7 +21,7 @@ use clap::Parser;
 use codon_model::predict::max_padding_fraction_on;
 use codon_model::PredictOptions;
 use codon_serve::batcher::BatchPolicy;
-use codon_serve::jobs::PartBounds;
+use codon_serve::jobs::{JobsDb, PartBounds};
 use codon_serve::{DeviceMemory, MemoryReading, RunningServer, ServeConfig};
 
 use crate::commands::common::reference_args;
@@ -66,11 +67,17 @@ pub struct Args {
     /// (repeatable): requests naming any other host are refused (against DNS rebinding).
     #[arg(long, value_name = "NAME")]
     host_name: Vec<String>,
-    /// The SQLite file batch jobs are kept in, so that a restart resumes them (default:
-    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3). One server
-    /// per file: a second server on the same machine needs a file of its own.
-    #[arg(long, value_name = "PATH")]
+    /// Where batch jobs are kept, so that a restart resumes them: an SQLite file (default:
+    /// $XDG_DATA_HOME/codon/jobs.sqlite3, else ~/.local/share/codon/jobs.sqlite3; one server per
+    /// file), or a postgres://USER@HOST:PORT/DB URL that several replicas share (libpq's PG*
+    /// variables and ~/.pgpass fill in what it leaves out; keep the password there, not here).
+    #[arg(long, value_name = "PATH|URL")]
     jobs_db: Option<PathBuf>,
+    /// How long a replica's claim on a part of a job lasts in a shared (PostgreSQL) jobs
+    /// database, renewed while the part runs: a replica that dies leaves its parts to the
+    /// others this long after.
+    #[arg(long, value_name = "SECONDS", default_value_t = codon_serve::jobs::LEASE.as_secs())]
+    jobs_lease_secs: u64,
     /// The jobs database's size cap in MiB: past it the oldest finished jobs are dropped, and a
     /// job that still does not fit is refused (503).
     #[arg(long, value_name = "MIB", default_value_t = codon_serve::jobs::MAX_DB_BYTES >> 20)]
@@ -91,9 +98,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cors_origins: args.cors.clone(),
         allowed_hosts: args.host_name.clone(),
         job_part: PartBounds { proteins: args.job_part_proteins, residues: args.job_part_residues },
+        jobs_lease: Duration::from_secs(args.jobs_lease_secs),
         ..ServeConfig::default()
     };
     checked.validate()?;
+    // A URL's syntax is checked before the model loads; its password is never shown.
+    let jobs_db = match args.jobs_db.as_deref() {
+        Some(value) => JobsDb::parse(value.as_os_str())?,
+        None => match codon_serve::jobs::default_db_path() {
+            Some(path) => JobsDb::File(path),
+            None => anyhow::bail!("no data folder for the jobs database (HOME is not set): give --jobs-db PATH"),
+        },
+    };
     let device = args.run.device.open()?;
     let predictor = crate::predictor::open_predictor(args.run.model.as_deref(), None, &device, args.run.dtype.into())?;
     // The first sequences of each organism are kept for its %MinMax band (a bounded sample).
@@ -107,10 +123,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let reference = match args.reference.paths().next() {
         Some(_) => Some(Arc::new(args.reference.load(keep)?)),
         None => None,
-    };
-    let jobs_db = match args.jobs_db.clone().or_else(codon_serve::jobs::default_db_path) {
-        Some(path) => path,
-        None => anyhow::bail!("no data folder for the jobs database (HOME is not set): give --jobs-db PATH"),
     };
     let defaults = ServeConfig::default();
     let config = ServeConfig {
@@ -126,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cors_origins: checked.cors_origins,
         allowed_hosts: checked.allowed_hosts,
         jobs_db: Some(jobs_db.clone()),
+        jobs_lease: checked.jobs_lease,
         jobs_db_max_bytes: args.jobs_db_max_mb.saturating_mul(1 << 20),
         job_part: checked.job_part,
         ..defaults
@@ -135,7 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "serving {} on http://{} (jobs in {}; SIGINT or SIGTERM stops it)",
         args.run.model.as_deref().map_or(codon_model::hub::DEFAULT_MODEL.into(), |m| m.display().to_string()),
         server.addr,
-        jobs_db.display()
+        jobs_db
     );
     let stopped = server.stop_on_signal()?;
     crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);

@@ -33,6 +33,18 @@ fn store_failed(e: impl std::fmt::Display) -> Response {
     error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
+/// A 503 with `Retry-After` when the jobs database is unreachable for now (a shared store's
+/// server restarting), else [`store_failed`].
+fn store_error(e: StoreError) -> Response {
+    if !e.is_unavailable() {
+        return store_failed(e);
+    }
+    eprintln!("codon-serve: {e}");
+    let mut busy = error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    busy
+}
+
 /// `POST /v1/jobs`: a predict request of up to `max_job_proteins` proteins as a job, saved in the
 /// jobs database and answered at once (202) with its id; `GET /v1/jobs/{id}` follows it.
 pub(crate) async fn create_job(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
@@ -96,7 +108,7 @@ fn new_job(state: &AppState, bytes: &[u8]) -> Result<(String, usize), Response> 
             busy.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
             Err(busy)
         }
-        Err(e) => Err(store_failed(e)),
+        Err(e) => Err(store_error(e)),
     }
 }
 
@@ -178,7 +190,7 @@ pub(crate) async fn job(
     match read {
         Ok(Ok(Some((report, page)))) => report_with_page(report, page, offset),
         Ok(Ok(None)) => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
-        Ok(Err(e)) => store_failed(e),
+        Ok(Err(e)) => store_error(e),
         Err(_) => store_failed("the jobs database: reading the job failed"),
     }
 }
@@ -211,7 +223,7 @@ pub(crate) async fn cancel_job(
         }
         Ok(Ok(Some(_))) => StatusCode::NO_CONTENT.into_response(),
         Ok(Ok(None)) => error(StatusCode::NOT_FOUND, format!("no job {id} (finished jobs are kept for an hour)")),
-        Ok(Err(e)) => store_failed(e),
+        Ok(Err(e)) => store_error(e),
         Err(_) => store_failed("the jobs database: cancelling the job failed"),
     }
 }

@@ -1,11 +1,13 @@
 //! Batch jobs: a file's proteins as one job, predicted a few at a time through the model's
 //! queue (behind interactive requests: [`crate::batcher`]), with progress.
 //!
-//! Jobs live in a database, not in memory ([`JobStore`], [`SqliteJobStore`]): a job's proteins
-//! are written when it is accepted, and each part's results as the part finishes (one
-//! transaction per part), so a server that is killed resumes its unfinished jobs where they
-//! stopped when it starts again on the same file, and serves the finished ones until they
-//! expire ([`KEEP_FINISHED`]). Results are read back a page at a time.
+//! Jobs live in a database, not in memory ([`JobStore`]): a job's proteins are written when it
+//! is accepted, and each part's results as the part finishes (one transaction per part), so a
+//! server that is killed resumes its unfinished jobs where they stopped when it starts again on
+//! the same database, and serves the finished ones until they expire ([`KEEP_FINISHED`]).
+//! Results are read back a page at a time. One server keeps its jobs in an SQLite file
+//! ([`SqliteJobStore`]); several replicas share one PostgreSQL database ([`PostgresJobStore`]),
+//! claiming parts under a lease so that a replica that dies leaves its parts to the others.
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,9 +17,86 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{ProteinItem, ProteinResult};
 
+mod postgres;
 mod sqlite;
 
+pub use postgres::{PostgresJobStore, PostgresTarget};
 pub use sqlite::{default_db_path, SqliteJobStore};
+
+/// How long a replica's claim on a part lasts by default (`--jobs-lease-secs`): it is renewed
+/// while the part runs, and a replica that dies loses it this long after its last renewal.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// Where the jobs are kept: an SQLite file (one server), or a PostgreSQL database that several
+/// replicas share.
+#[derive(Clone, Debug)]
+pub enum JobsDb {
+    /// An SQLite file, created with its folder; one server holds it at a time.
+    File(PathBuf),
+    /// A PostgreSQL database (`postgres://…`): any number of replicas.
+    Postgres(PostgresTarget),
+}
+
+impl JobsDb {
+    /// `--jobs-db`'s value: a `postgres://` or `postgresql://` URL, else a file's path. A URL
+    /// is checked now (its syntax; nothing is connected), and its password never shown.
+    pub fn parse(value: &std::ffi::OsStr) -> Result<Self, StoreError> {
+        match value.to_str() {
+            Some(url) if PostgresTarget::is_url(url) => Ok(Self::Postgres(PostgresTarget::parse(url)?)),
+            _ => Ok(Self::File(PathBuf::from(value))),
+        }
+    }
+}
+
+impl From<PathBuf> for JobsDb {
+    fn from(path: PathBuf) -> Self {
+        Self::File(path)
+    }
+}
+
+impl From<&Path> for JobsDb {
+    fn from(path: &Path) -> Self {
+        Self::File(path.to_path_buf())
+    }
+}
+
+impl std::fmt::Display for JobsDb {
+    /// The file's path, or the URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Postgres(target) => write!(f, "{target}"),
+        }
+    }
+}
+
+/// What saving a part did ([`JobStore::record_part`]); both are zero when the job no longer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recorded {
+    /// Results saved now.
+    pub saved: usize,
+    /// Results whose protein had one already (saved by another run of the part): kept as they
+    /// were, so each protein's result counts once.
+    pub already_saved: usize,
+}
+
+impl Recorded {
+    /// A running job's part of `len` results, `saved` of them new.
+    fn of(len: usize, saved: usize) -> Self {
+        Self { saved, already_saved: len.saturating_sub(saved) }
+    }
+}
+
+/// How servers that share a store share its work ([`JobStore::sharing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sharing {
+    /// How often a server looks for jobs other servers accepted, parts whose claims lapsed,
+    /// and jobs cancelled elsewhere.
+    pub poll: Duration,
+    /// Most parts one server holds claims on at once (running or waiting in its queue): a
+    /// server that dies leaves at most these to wait for their lease.
+    pub parts_in_flight: usize,
+}
 
 /// Proteins in one part of a job by default (`--job-part-proteins`).
 pub const PART: usize = 8;
@@ -242,10 +321,69 @@ pub enum StoreError {
         /// Why.
         source: serde_json::Error,
     },
+    /// `--jobs-db`'s PostgreSQL URL or its settings cannot be used (nothing was connected).
+    #[error("the jobs database URL: {reason}")]
+    PostgresUrl {
+        /// Why, without the password.
+        reason: String,
+    },
+    /// The PostgreSQL server refused or failed an operation for good (a wrong password, a
+    /// database that does not exist, a missing privilege).
+    #[error("the jobs database {target}: {op}: {reason}")]
+    Postgres {
+        /// The database, without its password.
+        target: String,
+        /// What was being done.
+        op: &'static str,
+        /// The server's or the connection's words.
+        reason: String,
+    },
+    /// The PostgreSQL server could not be reached, or the connection kept failing, after
+    /// retrying with backoff; nothing saved was lost, and the operation may be tried again.
+    #[error("the jobs database {target} is unreachable ({op}; retried for {retried:?}): {reason}")]
+    Unavailable {
+        /// The database, without its password.
+        target: String,
+        /// What was being done.
+        op: &'static str,
+        /// How long it was retried.
+        retried: Duration,
+        /// The last failure.
+        reason: String,
+    },
+    /// The PostgreSQL database (the schema tables are made in) holds other tables; it is left
+    /// as it is.
+    #[error("{target} is not a jobs database (its schema {schema} holds other tables: {tables}; it was left untouched): give an empty database or schema")]
+    PostgresForeign {
+        /// The database, without its password.
+        target: String,
+        /// The schema looked in.
+        schema: String,
+        /// A few of the tables found.
+        tables: String,
+    },
+    /// The PostgreSQL database holds jobs of another version of the schema; it is left as it is.
+    #[error("the jobs database {target} has schema version {found}; this server reads version {expected} (it was left untouched)")]
+    PostgresVersion {
+        /// The database, without its password.
+        target: String,
+        /// The version found.
+        found: String,
+        /// The version this server reads.
+        expected: i32,
+    },
 }
 
-/// Where the server keeps its jobs. The server needs only these operations, so a store shared
-/// by several replicas (PostgreSQL, say) can stand in for [`SqliteJobStore`] (`docs/serve.md`).
+impl StoreError {
+    /// Whether the store could not be reached for a while (retried and given up), rather than
+    /// refused the operation: the same operation may succeed later.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// Where the server keeps its jobs: an SQLite file for one server ([`SqliteJobStore`]), or a
+/// PostgreSQL database several replicas share ([`PostgresJobStore`], `docs/serve.md`).
 pub trait JobStore: Send + Sync {
     /// A new running job of `proteins` with `options`, under a new unguessable id. Expired jobs
     /// go first, then the oldest finished ones while the store is full (of jobs, or of bytes);
@@ -253,12 +391,14 @@ pub trait JobStore: Send + Sync {
     fn create(&self, options: &serde_json::Value, proteins: &[JobProtein]) -> Result<String, StoreError>;
     /// The next part of running job `id` from protein `from` on: the consecutive proteins
     /// without a result from the first such one, within `bounds` (at least one protein);
-    /// `None` when the job is not running or no protein from `from` on lacks its result.
+    /// `None` when the job is not running or no protein from `from` on lacks its result. A
+    /// shared store claims the part for this server (other servers skip it while the claim
+    /// holds).
     fn next_part(&self, id: &str, from: usize, bounds: PartBounds) -> Result<Option<PartInput>, StoreError>;
     /// Save the results of the proteins from `first` on, in one transaction, while the job
     /// runs (a cancelled or failed job takes no more); the job is done when every protein has
     /// one. A result already saved is kept (a part run twice counts once).
-    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<(), StoreError>;
+    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<Recorded, StoreError>;
     /// Job `id` stopped for good with `error`.
     fn fail(&self, id: &str, error: &str) -> Result<(), StoreError>;
     /// Cancel job `id` if it runs (its results so far are kept until it expires), or delete it
@@ -273,7 +413,43 @@ pub trait JobStore: Send + Sync {
     fn unfinished(&self) -> Result<Vec<String>, StoreError>;
     /// Drop the jobs finished more than [`KEEP_FINISHED`] ago; how many went.
     fn expire(&self) -> Result<usize, StoreError>;
+    /// How servers sharing this store share its work; `None` (the default) for a store that one
+    /// server holds alone.
+    fn sharing(&self) -> Option<Sharing> {
+        None
+    }
+    /// Give back the claims on parts this server took and will not finish (it is stopping), so
+    /// that the other servers take them at once rather than when their leases end.
+    fn release_claims(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// A new unguessable id (128 bits from the standard library's randomly keyed hashers).
+fn new_id(salt: usize) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let state = std::collections::hash_map::RandomState::new();
+    let (mut a, mut b) = (state.build_hasher(), state.build_hasher());
+    a.write_usize(salt);
+    b.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    format!("{:016x}{:016x}", a.finish(), b.finish())
+}
+
+fn keep_secs() -> i64 {
+    KEEP_FINISHED.as_secs() as i64
+}
+
+/// Residues of a protein as a part counts them (its letters, whitespace aside).
+fn residues_of(protein: &JobProtein) -> usize {
+    protein.protein.chars().filter(|c| !c.is_whitespace()).count()
+}
+
+/// What a page shows for a protein the job stopped before.
+const NOT_PREDICTED: &str = r#"{"error":"not predicted: the job stopped before this protein"}"#;
 
 /// The server's store, shared by its handlers.
 pub type Jobs = std::sync::Arc<dyn JobStore>;

@@ -15,10 +15,6 @@ pub fn default_db_path() -> Option<PathBuf> {
     dirs::data_dir().map(|dir| dir.join("codon").join("jobs.sqlite3"))
 }
 
-fn now_secs() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
 fn query(op: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Query { op, source }
 }
@@ -271,25 +267,6 @@ fn used_bytes(tx: &rusqlite::Transaction<'_>) -> Result<u64, StoreError> {
     Ok(pages.max(0) as u64 * read("PRAGMA page_size")?.max(0) as u64)
 }
 
-/// A new unguessable id (128 bits from the standard library's randomly keyed hashers).
-fn new_id(salt: usize) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let state = std::collections::hash_map::RandomState::new();
-    let (mut a, mut b) = (state.build_hasher(), state.build_hasher());
-    a.write_usize(salt);
-    b.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    format!("{:016x}{:016x}", a.finish(), b.finish())
-}
-
-fn keep_secs() -> i64 {
-    KEEP_FINISHED.as_secs() as i64
-}
-
-/// Residues of a protein as a part counts them (its letters, whitespace aside).
-fn residues_of(protein: &JobProtein) -> usize {
-    protein.protein.chars().filter(|c| !c.is_whitespace()).count()
-}
-
 impl SqliteJobStore {
     /// Save a new job in `tx`, making room first.
     fn insert_job(
@@ -344,19 +321,19 @@ impl SqliteJobStore {
         Ok(id)
     }
 
-    /// Save a part's results in `tx`; false when the job no longer runs.
+    /// Save a part's results in `tx`.
     fn save_results(
         tx: &rusqlite::Transaction<'_>,
         id: &str,
         first: usize,
         results: &[String],
-    ) -> Result<bool, rusqlite::Error> {
+    ) -> Result<Recorded, rusqlite::Error> {
         let running: bool =
             tx.query_row("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND status = 'running')", [id], |r| {
                 r.get(0)
             })?;
         if !running {
-            return Ok(false);
+            return Ok(Recorded::default());
         }
         let mut saved = 0;
         {
@@ -371,7 +348,7 @@ impl SqliteJobStore {
             "UPDATE jobs SET status = 'done', finished = ?1 WHERE id = ?2 AND status = 'running' AND done >= total",
             params![now_secs(), id],
         )?;
-        Ok(true)
+        Ok(Recorded::of(results.len(), saved))
     }
 }
 
@@ -437,7 +414,7 @@ impl JobStore for SqliteJobStore {
         Ok(Some(PartInput { options, first: first as usize, proteins }))
     }
 
-    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<(), StoreError> {
+    fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<Recorded, StoreError> {
         let texts = results
             .iter()
             .map(|r| serde_json::to_string(r).map_err(|source| StoreError::Json { op: "saving a result", source }))
@@ -448,7 +425,7 @@ impl JobStore for SqliteJobStore {
         loop {
             let tx = connection.transaction().map_err(query("saving a part"))?;
             match Self::save_results(&tx, id, first, &texts) {
-                Ok(_) => return tx.commit().map_err(query("saving a part")),
+                Ok(saved) => return tx.commit().map(|()| saved).map_err(query("saving a part")),
                 Err(e) if is_full(&e) => {
                     drop(tx);
                     let tx = connection.transaction().map_err(query("saving a part"))?;
@@ -535,7 +512,7 @@ impl JobStore for SqliteJobStore {
             let text: String = row
                 .get::<_, Option<String>>(0)
                 .map_err(query("reading results"))?
-                .unwrap_or_else(|| r#"{"error":"not predicted: the job stopped before this protein"}"#.to_string());
+                .unwrap_or_else(|| NOT_PREDICTED.to_string());
             bytes += text.len();
             results.push(text);
             if bytes >= MAX_PAGE_BYTES {
@@ -593,9 +570,9 @@ mod tests {
         assert_eq!((part.first, part.proteins.len(), &part.options), (8, 2, &options));
         assert!(store.next_part(&id, 10, EIGHT).unwrap().is_none());
         assert_eq!(store.unfinished().unwrap()[0], id);
-        store.record_part(&id, 8, &[result(), result()]).unwrap();
+        assert_eq!(store.record_part(&id, 8, &[result(), result()]).unwrap(), Recorded { saved: 2, already_saved: 0 });
         // The same part saved twice counts once.
-        store.record_part(&id, 8, &[result(), result()]).unwrap();
+        assert_eq!(store.record_part(&id, 8, &[result(), result()]).unwrap(), Recorded { saved: 0, already_saved: 2 });
         let r = store.report(&id).unwrap().unwrap();
         assert_eq!((r.status, r.done, r.total, r.results.is_none()), (JobStatus::Running, 2, 10, true));
         // Saved proteins are skipped: the part from 0 stops where saved results begin.
