@@ -69,20 +69,24 @@ start() {
     local password
     password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
     printf '%s\n' "$password" >"$dir/password"
-    # A certificate for localhost and 127.0.0.1, so that TLS is offered (and can be verified).
+    # A certificate for localhost and 127.0.0.1 signed by a CA of its own (ca.crt), so that TLS is
+    # offered, and can be verified as a client would (sslmode=verify-full&sslrootcert=DIR/ca.crt).
     if command -v openssl >/dev/null 2>&1; then
-        openssl req -new -x509 -days 2 -nodes -subj /CN=localhost \
-            -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
-            -keyout "$dir/server.key" -out "$dir/server.crt" >/dev/null 2>&1
-        chmod 600 "$dir/server.key"
+        openssl req -new -x509 -days 2 -nodes -subj /CN=codon-test-ca \
+            -keyout "$dir/ca.key" -out "$dir/ca.crt" >/dev/null 2>&1
+        openssl req -new -nodes -subj /CN=localhost -keyout "$dir/server.key" -out "$dir/server.csr" >/dev/null 2>&1
+        printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+            "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >"$dir/server.ext"
+        openssl x509 -req -days 2 -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+            -extfile "$dir/server.ext" -out "$dir/server.crt" >/dev/null 2>&1
+        rm -f "$dir/ca.key" "$dir/server.csr" "$dir/server.ext" "$dir/ca.srl"
+        chmod 644 "$dir/ca.crt" "$dir/server.crt"
     fi
     if [ "$(id -u)" -eq 0 ]; then
         chown -R nobody "$dir"
     fi
-    chmod 700 "$dir"
-    # The tests (as root in CI) reach the socket and the certificate in the owner's folder.
+    # The tests reach the socket and the CA's certificate in the owner's folder.
     chmod 711 "$dir"
-    chmod 644 "$dir/server.crt" 2>/dev/null || true
     as_owner "$bin/initdb" -D "$dir/data" -U codon --pwfile="$dir/password" --auth-local=trust \
         --auth-host=scram-sha-256 -E UTF8 --locale=C --no-sync --no-instructions >"$dir/initdb.log" 2>&1 || {
         cat "$dir/initdb.log" >&2
