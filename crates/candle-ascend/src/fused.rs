@@ -1,6 +1,6 @@
 //! The launch API for fused ops that live outside this crate (an op type with a CPU body and an
-//! Ascend body, in the style of candle-nn's `ops.rs`). The op asks [`runs_natively`] whether the
-//! part has the operator for its dtype (these functions do not check), then calls the function,
+//! Ascend body, in the style of candle-nn's `ops.rs`). The op's support table asks [`aclnn_runs`] whether
+//! the part has the operator for its dtype (these functions do not check), then calls the function,
 //! which takes Ascend storages with their layouts and launches the operator, with the casts,
 //! reductions or mask generation its contract needs beside it.
 //!
@@ -36,7 +36,7 @@ pub(crate) mod prelude {
 }
 
 /// Whether the aclnn operator `op` runs for `dtype` on `device`'s part (false on devices other
-/// than Ascend parts). Arguments in the order of codon-ops' `support::runs_natively`.
+/// than Ascend parts). Arguments in the order of codon-ops' `support::choose`.
 pub fn aclnn_runs(op: AclnnOp, device: &candle_core::Device, dtype: DType) -> bool {
     match (crate::ascend_device(device), acl_dtype(dtype)) {
         (Some(dev), Ok(acl)) => dev.soc().runs(op, acl),

@@ -3,7 +3,9 @@
 //! largest activations of a training step; fused, one. CPU bodies are parallel kernels; CUDA
 //! bodies are this crate's kernels (`kernels/codon_ops.cu`); Ascend bodies are
 //! `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
-use crate::support::{runs_natively, FusedOp};
+use crate::support::{select, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -19,23 +21,36 @@ use crate::fast_math;
 /// [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if runs_natively(FusedOp::Softmax, x.device(), DType::F32) {
+    if select(FusedOp::Softmax, x.device(), DType::F32)?.is_native() {
         return x.contiguous()?.apply_op1(Softmax);
     }
     softmax_reference(&x)
 }
 
-/// Whether `t`'s device runs softmax over the last dimension in `t`'s own half dtype: an NPU
-/// part whose `aclnnSoftmax` and `aclnnSoftmaxBackward` take it ([`Softmax`] then runs there in
-/// that dtype, accumulating in f32 and rounding once).
-pub fn native_half_softmax_runs(t: &Tensor) -> bool {
-    let dtype = t.dtype();
-    // The CPU and CUDA bodies take the scores in f32 (`softmax_last_dim_f32`, `ScaledSoftmax`).
-    dtype != DType::F32
-        && !t.device().is_cpu()
-        && !t.device().is_cuda()
-        && runs_natively(FusedOp::Softmax, t.device(), dtype)
-}
+/// Softmax's row of the support table: [`Softmax`] on the CPU and CUDA GPUs takes f32 (callers
+/// widen), on an Ascend part the dtypes its `aclnnSoftmax` takes, half ones included.
+pub(crate) const SOFTMAX_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::Softmax, AclnnOp::SoftmaxBackward],
+};
+
+/// The softmax gradient's row of the support table.
+pub(crate) const SOFTMAX_GRAD_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::SoftmaxBackward],
+};
+
+/// GELU's row of the support table.
+pub(crate) const GELU_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::GeluV2, AclnnOp::GeluBackwardV2],
+};
 
 /// The composed softmax over the last dimension.
 pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
@@ -45,13 +60,12 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 }
 
 /// The softmax gradient `y ⊙ (g − Σ g⊙y)` over the last dimension, from softmax output `y`
-/// (f32 on the CPU; on devices f32, or the half dtype where [`native_half_softmax_runs`] or on a
-/// CUDA GPU) and incoming gradient `g`, for ops that write their own backward pass: one pass on
+/// (f32 on the CPU; on devices f32, or the half dtype where softmax's body takes it) and incoming gradient `g`, for ops that write their own backward pass: one pass on
 /// the CPU and CUDA GPUs, `aclnnSoftmaxBackward` on parts that have it, composed elsewhere.
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if runs_natively(FusedOp::SoftmaxGrad, y.device(), dtype) {
+    if select(FusedOp::SoftmaxGrad, y.device(), dtype)?.is_native() {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -61,7 +75,7 @@ pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tens
 /// and aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the
 /// same function, with a composed backward).
 pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
-    if runs_natively(FusedOp::Gelu, x.device(), x.dtype()) {
+    if select(FusedOp::Gelu, x.device(), x.dtype())?.is_native() {
         return x.contiguous()?.apply_op1(GeluNew);
     }
     x.gelu()

@@ -6,8 +6,10 @@
 use std::sync::Mutex;
 
 #[cfg(feature = "ascend")]
-use crate::support::LaunchState;
-use crate::support::{runs_natively, FusedOp};
+use crate::launch::LaunchState;
+use crate::support::{select, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -20,12 +22,20 @@ use crate::f32_views::contiguous;
 /// Label value that does not count in the loss (torch's default `ignore_index`).
 pub const IGNORE_INDEX: i64 = -100;
 
+/// The loss's row of the support table.
+pub(crate) const ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Composed,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::LogSoftmax, AclnnOp::NLLLoss, AclnnOp::NLLLossBackward, AclnnOp::LogSoftmaxBackward],
+};
+
 /// Mean cross-entropy of `logits` (rows, classes) against `labels` (rows), over the rows whose
 /// label is not [`IGNORE_INDEX`]; an f32 scalar, NaN when no row is labelled (as torch).
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
     let logits = logits.to_dtype(DType::F32)?;
     let labels = labels.to_dtype(DType::I64)?;
-    if runs_natively(FusedOp::CrossEntropy, logits.device(), DType::F32) {
+    if select(FusedOp::CrossEntropy, logits.device(), DType::F32)?.is_native() {
         return logits.contiguous()?.apply_op2(&labels.contiguous()?, CrossEntropy::default());
     }
     reference(&logits, &labels)
@@ -146,7 +156,7 @@ impl CustomOp2 for CrossEntropy {
             #[cfg(feature = "ascend")]
             Saved::Device(saved) => {
                 // d loss/d logits from the saved log-probabilities, in one launch.
-                let dx = crate::support::ascend_launch("cross_entropy_grad", [labels, grad], |[(s1, l1), (s2, l2)]| {
+                let dx = crate::launch::ascend_launch("cross_entropy_grad", [labels, grad], |[(s1, l1), (s2, l2)]| {
                     let out =
                         fused::cross_entropy_grad(s1, l1, s2, l2, saved.get("cross_entropy_grad")?, IGNORE_INDEX)?;
                     Ok((out, Shape::from_dims(&[rows, classes])))

@@ -15,7 +15,10 @@
 //! whose algorithm is not published: the same distribution, other bits.
 use std::sync::Mutex;
 
-use crate::support::{runs_natively, FusedOp, LaunchState};
+use crate::launch::LaunchState;
+use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -128,6 +131,15 @@ fn multipliers(seed: u64, offset: u64, len: usize, p: f64, dtype: DType) -> Vec<
     out
 }
 
+/// Dropout's row of the support table: the CPU multiplies by the drawn multipliers (the
+/// composed path), a CUDA GPU and Ascend parts generate the mask on the device.
+pub(crate) const ROW: Row = Row {
+    cpu: OnCpu::Composed,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::DropoutGenMaskV2, AclnnOp::DropoutDoMask],
+};
+
 /// Zero each element of `x` with probability `p` and scale the rest by 1/(1 − p), with the next
 /// mask of `stream`. p = 0 returns x itself and draws nothing.
 pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::Result<Tensor> {
@@ -136,12 +148,12 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
         return Ok(x.clone());
     }
     let (seed, offset) = stream.next_draw();
-    if !runs_natively(FusedOp::Dropout, x.device(), x.dtype()) {
-        return reference(x, p, seed, offset);
+    match select(FusedOp::Dropout, x.device(), x.dtype())? {
+        // The CUDA kernel reads its operand in order.
+        Body::Cuda => x.contiguous()?.apply_op1(Dropout::new(p, (seed, offset))),
+        Body::Ascend => x.apply_op1(Dropout::new(p, (seed, offset))),
+        Body::Cpu | Body::Composed | Body::Refused => reference(x, p, seed, offset),
     }
-    // The CUDA kernel reads its operand in order.
-    let x = if x.device().is_cuda() { x.contiguous()? } else { x.clone() };
-    x.apply_op1(Dropout::new(p, (seed, offset)))
 }
 
 /// The Philox words that keep an element: w keeps when (w + ½)/2³² < 1 − p (the FLOAT keep
@@ -227,7 +239,7 @@ impl CustomOp1 for Dropout {
         #[cfg(feature = "ascend")]
         if let Some(mask) = self.mask.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             // The kept mask times the gradient, in one aclnnDropoutDoMask.
-            return Ok(Some(crate::support::ascend_launch("dropout_grad", [grad], |[(s, l)]| {
+            return Ok(Some(crate::launch::ascend_launch("dropout_grad", [grad], |[(s, l)]| {
                 Ok((fused::dropout_grad(s, l, mask.get("dropout_grad")?, self.p)?, l.shape().clone()))
             })?));
         }

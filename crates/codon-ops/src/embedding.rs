@@ -6,16 +6,27 @@
 //! `aclnnEmbeddingDenseBackward` backward on an Ascend part, and on a CUDA GPU candle's
 //! index-select forward and one GEMM backward (the ids' one-hot rows, the padding id's left
 //! empty, times the rows' gradient: candle's index-add loops over every id in each thread).
-use crate::support::{runs_natively, FusedOp};
+use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 use candle_core::backend::BackendStorage;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-use candle_core::{CpuStorage, CustomOp2, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::f32_views::{contiguous, f32_vec, store_like};
+
+/// The embedding's row of the support table: the op's own body everywhere it has one, in every
+/// dtype on a CUDA GPU (candle's index-select and a GEMM).
+pub(crate) const ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::AnyDtype,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::Embedding, AclnnOp::EmbeddingDenseBackward],
+};
 
 /// The rows of `weight` (vocab, dim) at `ids` (integers, any shape): shape `ids.dims() + [dim]`,
 /// in weight's dtype. With `padding_idx`, the lookup passes no gradient to that row (torch's
@@ -29,18 +40,17 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
     let mut dims = ids.dims().to_vec();
     dims.push(dim);
     let flat = ids.flatten_all()?;
-    let rows = if runs_natively(FusedOp::Embedding, weight.device(), weight.dtype()) && ids_fit(weight, &flat) {
-        weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx })?
-    } else {
-        reference(weight, &flat, padding_idx)?
-    };
-    rows.reshape(dims)
+    let body = select(FusedOp::Embedding, weight.device(), weight.dtype())?;
+    if body.is_native() && ids_fit(body, &flat) {
+        return weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx, body })?.reshape(dims);
+    }
+    reference(weight, &flat, padding_idx)?.reshape(dims)
 }
 
-/// Whether these ids fit the device's body: the Ascend body takes U32, I32 and I64 ids; the
-/// CPU and CUDA bodies every integer dtype.
-fn ids_fit(weight: &Tensor, ids: &Tensor) -> bool {
-    !matches!(weight.device(), Device::Custom(_)) || matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64)
+/// Whether these ids fit `body`: the Ascend body takes U32, I32 and I64 ids; the CPU and CUDA
+/// bodies every integer dtype.
+fn ids_fit(body: Body, ids: &Tensor) -> bool {
+    body != Body::Ascend || matches!(ids.dtype(), DType::U32 | DType::I32 | DType::I64)
 }
 
 /// The composed lookup of 1-D `ids`: an index_select whose padding rows come from a detached
@@ -61,6 +71,8 @@ pub fn reference(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
 struct Embedding {
     vocab: usize,
     padding_idx: Option<usize>,
+    /// The body the table chose: the backward pass takes the same one.
+    body: Body,
 }
 
 /// The ids of a contiguous integer storage, checked against `vocab`.
@@ -141,7 +153,7 @@ impl CustomOp2 for Embedding {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        if weight.device().is_cuda() {
+        if self.body == Body::Cuda {
             // One-hot rows (tokens, vocab) against targets where the padding id matches nothing.
             let targets: Vec<u32> =
                 (0..self.vocab).map(|v| if Some(v) == self.padding_idx { u32::MAX } else { v as u32 }).collect();

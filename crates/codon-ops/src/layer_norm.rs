@@ -5,12 +5,14 @@
 //! CUDA GPU this crate's kernels, shaped like the CPU body (one pass forward; the input gradient
 //! in one pass per row, the weight and bias gradients in one reduction); elsewhere the composed
 //! reference. Everything is computed in f32; results take each operand's dtype.
-use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Device, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::support::{runs_natively, FusedOp};
+use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
@@ -18,7 +20,24 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
 use crate::f32_views::{f32_vec, pair_f32, store_like};
 use crate::fast_math;
-use crate::support::LaunchState;
+use crate::launch::LaunchState;
+
+/// LayerNorm's row of the support table.
+pub(crate) const ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::LayerNorm, AclnnOp::LayerNormBackward],
+};
+
+/// The residual add fused with LayerNorm: an Ascend operator only (elsewhere an add, then
+/// [`layer_norm`]).
+pub(crate) const ADD_ROW: Row = Row {
+    cpu: OnCpu::Composed,
+    cuda: OnCuda::Composed,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::AddLayerNorm],
+};
 
 /// LayerNorm of the residual sum `x + residual`. Parts with `aclnnAddLayerNorm` add and
 /// normalize in one launch (the sum is kept for LayerNorm's backward pass); elsewhere the sum
@@ -34,8 +53,8 @@ pub fn add_layer_norm(
     let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
     let fused_add = same
         && (weight.dtype() == dtype || weight.dtype() == DType::F32)
-        && runs_natively(FusedOp::AddLayerNorm, x.device(), dtype)
-        && runs_natively(FusedOp::LayerNorm, x.device(), dtype)
+        && select(FusedOp::AddLayerNorm, x.device(), dtype)? == Body::Ascend
+        && select(FusedOp::LayerNorm, x.device(), dtype)? == Body::Ascend
         && ascend_operands_fit(x, weight, bias);
     if !fused_add {
         return layer_norm(&(x + residual)?, weight, bias, eps);
@@ -108,31 +127,19 @@ impl CustomOp2 for ResidualSum {
 /// [`LayerNorm`] (weight and bias in x's dtype); parts with the operators their Ascend body;
 /// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
-    if runs_natively(FusedOp::LayerNorm, x.device(), x.dtype()) {
-        if let Some(y) = native(x, weight, bias, eps)? {
-            return Ok(y);
-        }
-    }
-    reference(x, weight, bias, eps)
-}
-
-/// The device's own body, where the operands fit it (`None` where they do not).
-fn native(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Option<Tensor>> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
-    let y = match x.device() {
-        Device::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32))?,
-        Device::Cuda(_) if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
+    match select(FusedOp::LayerNorm, x.device(), x.dtype())? {
+        Body::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32)),
+        Body::Cuda if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
             let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
-            x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32))?
+            x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32))
         }
-        Device::Cuda(_) => return Ok(None),
-        _ if ascend_operands_fit(x, weight, bias) => {
+        Body::Ascend if ascend_operands_fit(x, weight, bias) => {
             let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
-            x.apply_op3(weight, bias, op)?
+            x.apply_op3(weight, bias, op)
         }
-        _ => return Ok(None),
-    };
-    Ok(Some(y))
+        _ => reference(x, weight, bias, eps),
+    }
 }
 
 /// The widest rows the CUDA body takes: its weight-gradient kernel keeps two f32 sums per
@@ -262,7 +269,7 @@ impl CustomOp3 for LayerNorm {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         #[cfg(feature = "ascend")]
-        if !x.device().is_cpu() && !crate::cuda_kernels_take(x) {
+        if select(FusedOp::LayerNorm, x.device(), x.dtype())? == Body::Ascend {
             let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
             let Some(stats) = stats else {
                 candle_core::bail!("layer_norm: backward pass of a forward without statistics")
@@ -293,7 +300,7 @@ impl CustomOp3 for LayerNorm {
 /// [`LayerNormInputGrad`] and [`LayerNormParamGrad`].
 #[cfg(feature = "ascend")]
 fn layer_norm_grads(x: &Tensor, w: &Tensor, grad: &Tensor, stats: &LaunchState) -> candle_core::Result<Tensor> {
-    crate::support::ascend_launch("layer_norm_grads", [x, w, grad], |[(s1, l1), (s2, l2), (s3, l3)]| {
+    crate::launch::ascend_launch("layer_norm_grads", [x, w, grad], |[(s1, l1), (s2, l2), (s3, l3)]| {
         fused::layer_norm_grads(s1, l1, s2, l2, s3, l3, stats.get("layer_norm_grads")?)
     })
 }

@@ -20,6 +20,7 @@ pub mod embedding;
 pub mod f32_views;
 pub mod fast_math;
 pub mod function;
+mod launch;
 pub mod layer_norm;
 pub mod linear;
 pub mod malloc_tuning;
@@ -29,11 +30,6 @@ pub mod support;
 
 pub use activation::{gelu_new, softmax_last_dim_f32};
 
-/// Whether `t` is on a CUDA GPU in a dtype this crate's kernels take (f32, bf16, f16): the ops
-/// then run their CUDA bodies; other dtypes on a GPU take the composed paths.
-pub(crate) fn cuda_kernels_take(t: &candle_core::Tensor) -> bool {
-    t.device().is_cuda() && support::cuda_kernels_take(t.dtype())
-}
 pub use cross_entropy::cross_entropy;
 pub use dropout::{dropout, DropoutDraw, DropoutStream};
 pub use embedding::embedding;

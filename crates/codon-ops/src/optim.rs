@@ -8,7 +8,9 @@
 //! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
 use std::sync::OnceLock;
 
-use crate::support::{runs_natively, FusedOp};
+use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused::{self, AdamWHyper};
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
@@ -16,10 +18,43 @@ use rayon::prelude::*;
 
 use crate::f32_views::{f32_slice, f32_slice_mut};
 
+/// AdamW's row of the support table: the three passes as CPU kernels and as f32 CUDA kernels,
+/// `aclnnApplyAdamWV2` on the parts that have it.
+pub(crate) const ADAMW_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::F32,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::ApplyAdamWV2],
+};
+
+/// [`sum_of_squares`]' row of the support table.
+pub(crate) const SUM_OF_SQUARES_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[],
+};
+
+/// [`all_finite`]'s row of the support table.
+pub(crate) const ALL_FINITE_ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::Composed,
+    #[cfg(feature = "ascend")]
+    ascend: &[],
+};
+
+/// [`assign`]'s row of the support table: an Ascend part's cast into the destination.
+pub(crate) const CAST_ROW: Row = Row {
+    cpu: OnCpu::Composed,
+    cuda: OnCuda::Composed,
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::Cast],
+};
+
 /// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
 /// part's cast): the optimizer then writes a group's parameters in one call.
 pub fn assigns_in_one_launch(src: &Tensor) -> bool {
-    runs_natively(FusedOp::Cast, src.device(), src.dtype())
+    crate::support::body(FusedOp::Cast, src.device(), src.dtype()) == Body::Ascend
 }
 
 /// `dst ← src` in dst's dtype, into dst's own storage (parameters and the optimizer's views of
@@ -72,8 +107,8 @@ impl AdamWStep {
         let step_size = self.lr / (1.0 - beta1.powi(self.t));
         let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
         let decay = 1.0 - self.lr * self.weight_decay;
-        let native = runs_natively(FusedOp::AdamW, theta.device(), theta.dtype());
-        if native && (theta.device().is_cpu() || theta.device().is_cuda()) {
+        let body = select(FusedOp::AdamW, theta.device(), theta.dtype())?;
+        if matches!(body, Body::Cpu | Body::Cuda) {
             let g = g.contiguous()?;
             m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
             v.inplace_op2(&g, &MomentUpdate { beta: beta2, squared: true })?;
@@ -81,7 +116,7 @@ impl AdamWStep {
             return Ok(None);
         }
         #[cfg(feature = "ascend")]
-        if native {
+        if body == Body::Ascend {
             let step = match self.device_step.get() {
                 Some(s) => s,
                 None => {
@@ -111,7 +146,7 @@ impl AdamWStep {
 /// Whether every value of `t` is finite. On the CPU one parallel pass over the exponent bits; on
 /// other devices `0 * x` is 0 exactly when `x` is finite, so one sum tells.
 pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
-    if t.device().is_cpu() {
+    if select(FusedOp::AllFinite, t.device(), t.dtype())? == Body::Cpu {
         let t = t.contiguous()?;
         let (storage, layout) = t.storage_and_layout();
         if let candle_core::Storage::Cpu(s) = &*storage {
@@ -137,14 +172,11 @@ pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
 /// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU and on a CUDA
 /// GPU (any float dtype, accumulated in f32, in a fixed order), a square and a sum elsewhere.
 pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
-    if crate::cuda_kernels_take(g) {
-        return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
+    match select(FusedOp::SumOfSquares, g.device(), g.dtype())? {
+        Body::Cuda => g.contiguous()?.apply_op1_no_bwd(&SumOfSquares),
+        Body::Cpu => g.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&SumOfSquares),
+        Body::Ascend | Body::Composed | Body::Refused => g.to_dtype(DType::F32)?.sqr()?.sum_all(),
     }
-    let g = g.to_dtype(DType::F32)?;
-    if g.device().is_cpu() {
-        return g.contiguous()?.apply_op1_no_bwd(&SumOfSquares);
-    }
-    g.sqr()?.sum_all()
 }
 
 /// Elements per parallel task; fixed, so sums do not depend on the thread count.

@@ -1,13 +1,15 @@
-//! Which body runs each fused op, on each device, in each dtype: one table. [`body`] answers
-//! native (the op's own body for that device: a CPU kernel, this crate's CUDA kernel, the
-//! Ascend fused operators), composed (the op's reference, from candle's tensor ops) or refused
-//! (the device has no such dtype). Every op asks here before taking a native body; what remains
-//! in the op is whether its operands fit that body (shapes, the dtypes of its other operands).
+//! Which body runs each fused op, on each device, in each dtype: one table, and [`choose`], the
+//! one function that answers, with the reason. Each op declares its row beside its bodies (the
+//! `ROW` constants of the op modules); [`row`] collects them. An op asks [`select`] and runs the
+//! body it names; what remains in the op is whether its operands fit that body (shapes, the
+//! dtypes of its other operands), and where they do not, the composed reference runs.
 //!
-//! The Ascend answers come from the part's support table (`candle_ascend::soc`, every operator a
+//! The Ascend answers come from the part's support table (`candle_ascend::soc`: every operator a
 //! body launches must run in the dtype); without the `ascend` feature no device has an Ascend
 //! body, and the ops take their composed references there.
 use candle_core::{DType, Device};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 
 /// A fused op, as the table names it (forward and backward together, unless the name says
 /// otherwise).
@@ -23,7 +25,7 @@ pub enum FusedOp {
     LayerNorm,
     /// The residual add fused with the LayerNorm that follows it.
     AddLayerNorm,
-    /// The linear layer and its gradients.
+    /// The linear layer and its gradients, with the bias epilogues that follow its product.
     Linear,
     /// A linear layer's input gradient added into an accumulator in the product's own launch.
     LinearGradAccumulate,
@@ -33,17 +35,23 @@ pub enum FusedOp {
     Embedding,
     /// Dropout by generated mask, and its gradient.
     Dropout,
-    /// Attention in one body (on Ascend parts flash attention: scores never in memory).
+    /// Attention in one body (flash attention: scores never in memory).
     Attention,
+    /// BigBird's gather of key and value blocks by the block table, and its scatter back.
+    BlockGather,
     /// The AdamW update in place.
     AdamW,
+    /// Σ g² of a gradient, behind the global gradient norm.
+    SumOfSquares,
+    /// Whether every value of a tensor is finite.
+    AllFinite,
     /// A cast written straight into a destination buffer.
     Cast,
 }
 
 impl FusedOp {
     /// Every op, in declaration order.
-    pub const ALL: [FusedOp; 13] = [
+    pub const ALL: [FusedOp; 16] = [
         Self::Softmax,
         Self::SoftmaxGrad,
         Self::Gelu,
@@ -55,7 +63,10 @@ impl FusedOp {
         Self::Embedding,
         Self::Dropout,
         Self::Attention,
+        Self::BlockGather,
         Self::AdamW,
+        Self::SumOfSquares,
+        Self::AllFinite,
         Self::Cast,
     ];
 
@@ -73,17 +84,89 @@ impl FusedOp {
             Self::Embedding => "embedding",
             Self::Dropout => "dropout",
             Self::Attention => "attention",
+            Self::BlockGather => "block_gather",
             Self::AdamW => "adamw",
+            Self::SumOfSquares => "sum_of_squares",
+            Self::AllFinite => "all_finite",
             Self::Cast => "cast",
         }
     }
 }
 
+/// The row of `op`: each op module declares its own.
+pub(crate) fn row(op: FusedOp) -> &'static Row {
+    use crate::{activation, attention, cross_entropy, dropout, embedding, layer_norm, linear, optim};
+    match op {
+        FusedOp::Softmax => &activation::SOFTMAX_ROW,
+        FusedOp::SoftmaxGrad => &activation::SOFTMAX_GRAD_ROW,
+        FusedOp::Gelu => &activation::GELU_ROW,
+        FusedOp::LayerNorm => &layer_norm::ROW,
+        FusedOp::AddLayerNorm => &layer_norm::ADD_ROW,
+        FusedOp::Linear => &linear::ROW,
+        FusedOp::LinearGradAccumulate => &linear::GRAD_ACCUMULATE_ROW,
+        FusedOp::CrossEntropy => &cross_entropy::ROW,
+        FusedOp::Embedding => &embedding::ROW,
+        FusedOp::Dropout => &dropout::ROW,
+        FusedOp::Attention => &attention::ROW,
+        FusedOp::BlockGather => &attention::BLOCK_GATHER_ROW,
+        FusedOp::AdamW => &optim::ADAMW_ROW,
+        FusedOp::SumOfSquares => &optim::SUM_OF_SQUARES_ROW,
+        FusedOp::AllFinite => &optim::ALL_FINITE_ROW,
+        FusedOp::Cast => &optim::CAST_ROW,
+    }
+}
+
+/// One op's row: what it has on each kind of device.
+pub(crate) struct Row {
+    /// The CPU column.
+    pub cpu: OnCpu,
+    /// The CUDA column.
+    pub cuda: OnCuda,
+    /// The aclnn operators the Ascend body launches (none: no Ascend body); the part must run
+    /// each of them in the op's dtype.
+    #[cfg(feature = "ascend")]
+    pub ascend: &'static [AclnnOp],
+}
+
+/// An op's CPU column.
+pub(crate) enum OnCpu {
+    /// The op's CPU kernel, in every dtype (it computes in f32).
+    Kernel,
+    /// No CPU body.
+    Composed,
+}
+
+/// An op's CUDA column.
+pub(crate) enum OnCuda {
+    /// This crate's kernels (`kernels/codon_ops.cu`), in the dtypes they take (f32, bf16, f16).
+    Kernels,
+    /// A kernel in every dtype.
+    AnyDtype,
+    /// A kernel in f32 only.
+    F32,
+    /// A body that has not yet run on a GPU, taken in the kernels' dtypes only when the
+    /// environment variable `var` is `value`.
+    OptIn {
+        /// The variable.
+        var: &'static str,
+        /// The value that turns the body on.
+        value: &'static str,
+        /// Whether it is on in this process (read once).
+        on: fn() -> bool,
+    },
+    /// No CUDA body.
+    Composed,
+}
+
 /// Which body runs an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Body {
-    /// The op's own body for the device.
-    Native,
+    /// The op's CPU kernel.
+    Cpu,
+    /// The op's CUDA body: this crate's kernels (with cuBLAS where the op has a product).
+    Cuda,
+    /// The op's Ascend body: the aclnn fused operators.
+    Ascend,
     /// The op's composed reference, from candle's tensor ops.
     Composed,
     /// Nothing: the device has no such dtype.
@@ -94,110 +177,172 @@ impl Body {
     /// The answer's name in tables and reports.
     pub fn name(self) -> &'static str {
         match self {
-            Self::Native => "native",
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+            Self::Ascend => "ascend",
             Self::Composed => "composed",
             Self::Refused => "refused",
         }
     }
+
+    /// Whether this is the op's own body for its device (not the composed reference).
+    pub fn is_native(self) -> bool {
+        matches!(self, Self::Cpu | Self::Cuda | Self::Ascend)
+    }
+}
+
+/// Why [`choose`] answered as it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The op has a CPU kernel.
+    CpuKernel,
+    /// The op has no body for this kind of device.
+    NoBody,
+    /// This crate's CUDA kernels take the dtype.
+    CudaKernels,
+    /// The op's CUDA kernels do not take this dtype.
+    CudaDtype(DType),
+    /// The CUDA body is turned on by `var`=`value`.
+    OptedIn(&'static str, &'static str),
+    /// The CUDA body waits behind `var`=`value`, which is not set.
+    NotOptedIn(&'static str, &'static str),
+    /// The part runs every operator of the Ascend body in the dtype.
+    #[cfg(feature = "ascend")]
+    PartRuns(&'static [AclnnOp]),
+    /// The part lacks this operator in the dtype.
+    #[cfg(feature = "ascend")]
+    PartLacks(AclnnOp, DType),
+    /// The part has no bf16 (the Atlas training series).
+    NoBf16,
+    /// Built without the `ascend` feature: no Ascend bodies.
+    NoAscendFeature,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::CpuKernel => f.write_str("its CPU kernel (computes in f32)"),
+            Self::NoBody => f.write_str("no body of its own here: composed from candle's tensor ops"),
+            Self::CudaKernels => f.write_str("this crate's CUDA kernels"),
+            Self::CudaDtype(d) => write!(f, "its CUDA kernels do not take {}", d.as_str()),
+            Self::OptedIn(var, value) => write!(f, "its CUDA body, turned on by {var}={value}"),
+            Self::NotOptedIn(var, value) => {
+                write!(f, "its CUDA body has not run on a GPU yet: composed unless {var}={value}")
+            }
+            #[cfg(feature = "ascend")]
+            Self::PartRuns(ops) => {
+                let names: Vec<String> = ops.iter().map(|o| format!("aclnn{o}")).collect();
+                write!(f, "the part runs {}", names.join(", "))
+            }
+            #[cfg(feature = "ascend")]
+            Self::PartLacks(op, d) => write!(f, "the part has no aclnn{op} in {}: composed", d.as_str()),
+            Self::NoBf16 => f.write_str("the part has no bf16 (the Atlas training series): use f16 or f32"),
+            Self::NoAscendFeature => f.write_str("built without the `ascend` feature: composed"),
+        }
+    }
+}
+
+/// [`choose`]'s answer: the body, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    /// The body that runs.
+    pub body: Body,
+    /// Why.
+    pub reason: Reason,
+}
+
+/// The kinds of device the table has a column for.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Cpu,
+    Cuda,
+    /// An Ascend part (or its emulator), or any other custom device.
+    Other(&'a Device),
+}
+
+impl<'a> Target<'a> {
+    fn of(device: &'a Device) -> Self {
+        match device {
+            Device::Cpu => Self::Cpu,
+            Device::Cuda(_) => Self::Cuda,
+            _ => Self::Other(device),
+        }
+    }
+}
+
+/// Which body runs `op` on `device` in `dtype`, and why: the one place that decides.
+pub fn choose(op: FusedOp, device: &Device, dtype: DType) -> Choice {
+    decide(row(op), Target::of(device), dtype)
 }
 
 /// Which body runs `op` on `device` in `dtype`.
 pub fn body(op: FusedOp, device: &Device, dtype: DType) -> Body {
-    match device {
-        Device::Cpu => cpu_body(op),
-        Device::Cuda(_) => cuda_body(op, dtype),
-        _ => ascend_body(op, device, dtype),
+    choose(op, device, dtype).body
+}
+
+/// The body `op` runs on `device` in `dtype` (never [`Body::Refused`]: a refusal is an error
+/// that says why).
+pub fn select(op: FusedOp, device: &Device, dtype: DType) -> candle_core::Result<Body> {
+    let choice = choose(op, device, dtype);
+    if choice.body == Body::Refused {
+        candle_core::bail!("{} in {} is refused on {}: {}", op.name(), dtype.as_str(), device.location(), choice.reason)
+    }
+    Ok(choice.body)
+}
+
+fn decide(row: &Row, target: Target, dtype: DType) -> Choice {
+    let choice = |body, reason| Choice { body, reason };
+    let kernels_take = matches!(dtype, DType::F32 | DType::BF16 | DType::F16);
+    match target {
+        Target::Cpu => match row.cpu {
+            OnCpu::Kernel => choice(Body::Cpu, Reason::CpuKernel),
+            OnCpu::Composed => choice(Body::Composed, Reason::NoBody),
+        },
+        Target::Cuda => match row.cuda {
+            OnCuda::Kernels if kernels_take => choice(Body::Cuda, Reason::CudaKernels),
+            OnCuda::AnyDtype => choice(Body::Cuda, Reason::CudaKernels),
+            OnCuda::F32 if dtype == DType::F32 => choice(Body::Cuda, Reason::CudaKernels),
+            OnCuda::Kernels | OnCuda::F32 => choice(Body::Composed, Reason::CudaDtype(dtype)),
+            OnCuda::OptIn { var, value, on } => match (on(), kernels_take) {
+                (true, true) => choice(Body::Cuda, Reason::OptedIn(var, value)),
+                (true, false) => choice(Body::Composed, Reason::CudaDtype(dtype)),
+                (false, _) => choice(Body::Composed, Reason::NotOptedIn(var, value)),
+            },
+            OnCuda::Composed => choice(Body::Composed, Reason::NoBody),
+        },
+        Target::Other(device) => ascend(row, device, dtype),
     }
 }
 
-/// Whether `op` runs its own body (not the composed reference) on `device` in `dtype`.
-pub fn runs_natively(op: FusedOp, device: &Device, dtype: DType) -> bool {
-    body(op, device, dtype) == Body::Native
-}
-
-/// The CPU: the ops' kernels, whatever the dtype (they compute in f32); the rest composed.
-fn cpu_body(op: FusedOp) -> Body {
-    use FusedOp as F;
-    match op {
-        F::Softmax
-        | F::SoftmaxGrad
-        | F::Gelu
-        | F::LayerNorm
-        | F::Linear
-        | F::CrossEntropy
-        | F::Embedding
-        | F::Attention
-        | F::AdamW => Body::Native,
-        F::AddLayerNorm | F::LinearGradAccumulate | F::Dropout | F::Cast => Body::Composed,
-    }
-}
-
-/// Whether this crate's CUDA kernels (`kernels/codon_ops.cu`) take `dtype`.
-pub fn cuda_kernels_take(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::BF16 | DType::F16)
-}
-
-/// A CUDA GPU: this crate's kernels in the dtypes they take, the embedding's in every dtype,
-/// AdamW's in f32; the rest composed (attention: cuBLAS products around the fused softmax; the
-/// flash body, not yet run on a GPU, only under `CODON_CUDA_ATTENTION=fused`).
-fn cuda_body(op: FusedOp, dtype: DType) -> Body {
-    use FusedOp as F;
-    let kernels_take = cuda_kernels_take(dtype);
-    let native = match op {
-        F::Embedding => true,
-        F::AdamW => dtype == DType::F32,
-        F::Softmax | F::SoftmaxGrad | F::Gelu | F::LayerNorm | F::Linear | F::Dropout => kernels_take,
-        F::AddLayerNorm | F::LinearGradAccumulate | F::CrossEntropy | F::Attention | F::Cast => false,
-    };
-    if native {
-        Body::Native
-    } else {
-        Body::Composed
-    }
-}
-
-/// An Ascend part (or its emulator): native where the part's table runs every operator of the
-/// op's body in `dtype`; refused in a dtype the part lacks (BF16 on the Atlas training series);
-/// composed elsewhere, and on every other device.
-fn ascend_body(op: FusedOp, device: &Device, dtype: DType) -> Body {
-    #[cfg(feature = "ascend")]
-    if let Some(part) = candle_ascend::ascend_device(device) {
-        if dtype == DType::BF16 && !part.soc().has_bf16() {
-            return Body::Refused;
-        }
-        if ascend::operators(op).iter().all(|&aclnn| candle_ascend::fused::aclnn_runs(aclnn, device, dtype)) {
-            return Body::Native;
-        }
-    }
-    let _ = (op, device, dtype);
-    Body::Composed
-}
-
-/// The aclnn operators behind each op's Ascend body, as `candle_ascend::soc` names them.
+/// An Ascend part (or its emulator): its body where the part's table runs every operator of it
+/// in `dtype`; refused in a dtype the part lacks (BF16 on the Atlas training series); composed
+/// elsewhere, and on every other device.
 #[cfg(feature = "ascend")]
-pub mod ascend {
-    use super::FusedOp;
-    use candle_ascend::soc::AclnnOp;
-
-    /// The operators `op`'s Ascend body launches; the part must run each of them in the op's dtype.
-    pub fn operators(op: FusedOp) -> &'static [AclnnOp] {
-        use AclnnOp as A;
-        match op {
-            FusedOp::Softmax => &[A::Softmax, A::SoftmaxBackward],
-            FusedOp::SoftmaxGrad => &[A::SoftmaxBackward],
-            FusedOp::Gelu => &[A::GeluV2, A::GeluBackwardV2],
-            FusedOp::LayerNorm => &[A::LayerNorm, A::LayerNormBackward],
-            FusedOp::AddLayerNorm => &[A::AddLayerNorm],
-            FusedOp::Linear => &[A::Addmm, A::BatchMatMul, A::ReduceSum],
-            FusedOp::LinearGradAccumulate => &[A::Addmm],
-            FusedOp::CrossEntropy => &[A::LogSoftmax, A::NLLLoss, A::NLLLossBackward, A::LogSoftmaxBackward],
-            FusedOp::Embedding => &[A::Embedding, A::EmbeddingDenseBackward],
-            FusedOp::Dropout => &[A::DropoutGenMaskV2, A::DropoutDoMask],
-            FusedOp::Attention => &[A::FlashAttentionScore, A::FlashAttentionScoreGrad],
-            FusedOp::AdamW => &[A::ApplyAdamWV2],
-            FusedOp::Cast => &[A::Cast],
-        }
+fn ascend(row: &Row, device: &Device, dtype: DType) -> Choice {
+    let Some(part) = candle_ascend::ascend_device(device) else {
+        return Choice { body: Body::Composed, reason: Reason::NoBody };
+    };
+    if dtype == DType::BF16 && !part.soc().has_bf16() {
+        return Choice { body: Body::Refused, reason: Reason::NoBf16 };
     }
+    if row.ascend.is_empty() {
+        return Choice { body: Body::Composed, reason: Reason::NoBody };
+    }
+    match row.ascend.iter().find(|&&op| !candle_ascend::fused::aclnn_runs(op, device, dtype)) {
+        Some(&lacking) => Choice { body: Body::Composed, reason: Reason::PartLacks(lacking, dtype) },
+        None => Choice { body: Body::Ascend, reason: Reason::PartRuns(row.ascend) },
+    }
+}
+
+#[cfg(not(feature = "ascend"))]
+fn ascend(_: &Row, _: &Device, _: DType) -> Choice {
+    Choice { body: Body::Composed, reason: Reason::NoAscendFeature }
+}
+
+/// The aclnn operators behind `op`'s Ascend body, as `candle_ascend::soc` names them.
+#[cfg(feature = "ascend")]
+pub fn ascend_operators(op: FusedOp) -> &'static [AclnnOp] {
+    row(op).ascend
 }
 
 /// The table for `devices` (name and device) in `dtypes`: a row per op, a column per device and
@@ -209,11 +354,11 @@ pub fn table(devices: &[(&str, &Device)], dtypes: &[DType]) -> String {
     }
     let mut rows = vec![header];
     for op in FusedOp::ALL {
-        let mut row = vec![op.name().to_string()];
+        let mut cells = vec![op.name().to_string()];
         for (_, device) in devices {
-            row.extend(dtypes.iter().map(|&d| body(op, device, d).name().to_string()));
+            cells.extend(dtypes.iter().map(|&d| body(op, device, d).name().to_string()));
         }
-        rows.push(row);
+        rows.push(cells);
     }
     let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     rows.iter()
@@ -225,96 +370,95 @@ pub fn table(devices: &[(&str, &Device)], dtypes: &[DType]) -> String {
         .join("\n")
 }
 
-/// What a backend launch keeps for a later launch (row statistics, a dropout mask), opaque to
-/// the ops that hold it: only the backend's launches make and read one, so without the
-/// `ascend` feature none exists.
-#[derive(Clone)]
-pub(crate) struct LaunchState(std::sync::Arc<dyn std::any::Any + Send + Sync>);
-
-impl LaunchState {
-    /// Keep `state`.
-    #[cfg(feature = "ascend")]
-    pub(crate) fn new<T: Send + Sync + 'static>(state: T) -> Self {
-        Self(std::sync::Arc::new(state))
-    }
-
-    /// The kept state as the `T` its launch made; `op` names the op in the error.
-    #[cfg(feature = "ascend")]
-    pub(crate) fn get<T: 'static>(&self, op: &str) -> candle_core::Result<&T> {
-        self.0
-            .downcast_ref()
-            .ok_or_else(|| candle_core::Error::msg(format!("{op}: the kept state is another launch's")))
-    }
-
-    /// The kept state itself, when nothing else holds it.
-    #[cfg(feature = "ascend")]
-    pub(crate) fn into_inner<T: Send + Sync + 'static>(self, op: &str) -> candle_core::Result<T> {
-        let kept = self
-            .0
-            .downcast::<T>()
-            .map_err(|_| candle_core::Error::msg(format!("{op}: the kept state is another launch's")))?;
-        std::sync::Arc::try_unwrap(kept).map_err(|_| candle_core::Error::msg(format!("{op}: the kept state is shared")))
-    }
-}
-
-/// A backend launch on the storages of `inputs`, outside the graph: the backward step of an op
-/// whose forward launch kept [`LaunchState`] (so no CPU body can exist for it), returned as a
-/// tensor that tracks nothing. Every input must live on the Ascend device.
-#[cfg(feature = "ascend")]
-pub(crate) fn ascend_launch<const N: usize>(
-    op: &str,
-    inputs: [&candle_core::Tensor; N],
-    launch: impl FnOnce(
-        [(&dyn candle_core::custom_backend::DynBackendStorage, &candle_core::Layout); N],
-    ) -> candle_core::Result<(candle_core::custom_backend::BoxStorage, candle_core::Shape)>,
-) -> candle_core::Result<candle_core::Tensor> {
-    use candle_core::Storage;
-    let held = inputs.map(|t| t.storage_and_layout());
-    let mut operands = Vec::with_capacity(N);
-    for (storage, layout) in &held {
-        let Storage::Custom(storage) = &**storage else {
-            candle_core::bail!("{op}: the backward launch takes operands on the Ascend device only")
-        };
-        operands.push((storage.as_ref(), *layout));
-    }
-    let operands: [_; N] = operands.try_into().map_err(|_| candle_core::Error::msg(format!("{op}: operands")))?;
-    let (out, shape) = launch(operands)?;
-    Ok(candle_core::Tensor::from_storage(Storage::Custom(out), shape, candle_core::op::BackpropOp::none(), false))
+/// Why each op runs the body it does on `device` in `dtype`, a line per op.
+pub fn reasons(device: &Device, dtype: DType) -> String {
+    FusedOp::ALL
+        .iter()
+        .map(|&op| {
+            let c = choose(op, device, dtype);
+            format!("{:<22} {:<8} {}", op.name(), c.body.name(), c.reason)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The CPU and CUDA columns, written out by hand from the ops' bodies: an op whose body moves
-    /// changes a row here.
+    /// Every op on the CPU and on a CUDA GPU (no GPU needed: the CUDA column is decided from the
+    /// rows alone), in each dtype, written out by hand from the ops' bodies: an op whose body
+    /// moves changes a line here.
     #[test]
-    fn the_cpu_and_cuda_rows_name_the_bodies_the_ops_have() {
-        use FusedOp as F;
-        let native = |op| cpu_body(op) == Body::Native;
-        let cpu_native: Vec<FusedOp> = FusedOp::ALL.into_iter().filter(|&op| native(op)).collect();
-        assert_eq!(
-            cpu_native,
-            [
-                F::Softmax,
-                F::SoftmaxGrad,
-                F::Gelu,
-                F::LayerNorm,
-                F::Linear,
-                F::CrossEntropy,
-                F::Embedding,
-                F::Attention,
-                F::AdamW
-            ]
-        );
-        let cuda = |dtype| -> Vec<FusedOp> {
-            FusedOp::ALL.into_iter().filter(|&op| cuda_body(op, dtype) == Body::Native).collect()
+    fn every_op_on_the_cpu_and_on_cuda_in_every_dtype() {
+        let expected = "\
+op                      cpu f32   cpu bf16  cpu f16   cpu f64   cuda f32  cuda bf16  cuda f16  cuda f64
+softmax                 cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+softmax_grad            cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+gelu                    cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+layer_norm              cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+add_layer_norm          composed  composed  composed  composed  composed  composed   composed  composed
+linear                  cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+linear_grad_accumulate  composed  composed  composed  composed  composed  composed   composed  composed
+cross_entropy           cpu       cpu       cpu       cpu       composed  composed   composed  composed
+embedding               cpu       cpu       cpu       cpu       cuda      cuda       cuda      cuda
+dropout                 composed  composed  composed  composed  cuda      cuda       cuda      composed
+attention               cpu       cpu       cpu       cpu       composed  composed   composed  composed
+block_gather            composed  composed  composed  composed  cuda      cuda       cuda      composed
+adamw                   cpu       cpu       cpu       cpu       cuda      composed   composed  composed
+sum_of_squares          cpu       cpu       cpu       cpu       cuda      cuda       cuda      composed
+all_finite              cpu       cpu       cpu       cpu       composed  composed   composed  composed
+cast                    composed  composed  composed  composed  composed  composed   composed  composed";
+        let dtypes = [DType::F32, DType::BF16, DType::F16, DType::F64];
+        let mut lines = vec![format!(
+            "{:<22}  {}",
+            "op",
+            ["cpu", "cuda"]
+                .iter()
+                .flat_map(|d| dtypes.iter().map(move |t| format!("{d} {}", t.as_str())))
+                .map(|h| format!("{h:<8}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        )];
+        for op in FusedOp::ALL {
+            let cells: Vec<String> = [Target::Cpu, Target::Cuda]
+                .iter()
+                .flat_map(|&t| dtypes.iter().map(move |&d| decide(row(op), t, d).body.name()))
+                .map(|b| format!("{b:<8}"))
+                .collect();
+            lines.push(format!("{:<22}  {}", op.name(), cells.join("  ")));
+        }
+        let got: Vec<String> = lines.iter().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+        let want: Vec<String> = expected.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+        assert_eq!(got, want);
+    }
+
+    /// Attention's flash body on CUDA waits behind its switch, and says so.
+    #[test]
+    fn the_cuda_attention_switch_is_a_row_of_the_table() {
+        let off = decide(row(FusedOp::Attention), Target::Cuda, DType::BF16);
+        assert_eq!(off.body, Body::Composed);
+        assert!(off.reason.to_string().contains("CODON_CUDA_ATTENTION=fused"), "{}", off.reason);
+        let on = Row {
+            cpu: OnCpu::Kernel,
+            cuda: OnCuda::OptIn { var: "V", value: "on", on: || true },
+            #[cfg(feature = "ascend")]
+            ascend: &[],
         };
-        let kernels = [F::Softmax, F::SoftmaxGrad, F::Gelu, F::LayerNorm, F::Linear, F::Embedding, F::Dropout];
-        assert_eq!(cuda(DType::F32), [&kernels[..], &[F::AdamW]].concat());
-        assert_eq!(cuda(DType::BF16), kernels);
-        assert_eq!(cuda(DType::F16), kernels);
-        assert_eq!(cuda(DType::F64), [F::Embedding]);
-        assert!(FusedOp::ALL.into_iter().all(|op| body(op, &Device::Cpu, DType::BF16) != Body::Refused));
+        assert_eq!(decide(&on, Target::Cuda, DType::BF16).body, Body::Cuda);
+        assert_eq!(decide(&on, Target::Cuda, DType::F64).body, Body::Composed);
+    }
+
+    /// The CPU never refuses; the reasons name themselves.
+    #[test]
+    fn the_cpu_never_refuses_and_every_answer_has_a_reason() {
+        for op in FusedOp::ALL {
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
+                let c = choose(op, &Device::Cpu, dtype);
+                assert_ne!(c.body, Body::Refused);
+                assert!(!c.reason.to_string().is_empty());
+                assert!(select(op, &Device::Cpu, dtype).is_ok());
+            }
+        }
     }
 }

@@ -12,9 +12,9 @@
 //!   plan: no score in memory, two numbers per row kept (the softmax's shift and 1/Σ), the
 //!   probabilities and the dropout mask computed again in the backward pass, the key gradients
 //!   summed in a fixed order. It
-//!   takes heads of up to [`CUDA_MAX_HEAD_DIM`] dimensions and runs only where
-//!   [`cuda_body_runs`]: it has not yet run on a GPU, so it waits behind `CODON_CUDA_ATTENTION=fused`
-//!   until `cuda_bodies` has passed on one.
+//!   takes heads of up to [`CUDA_MAX_HEAD_DIM`] dimensions. It has not yet run on a GPU, so
+//!   attention's row of the support table keeps it behind `CODON_CUDA_ATTENTION=fused` until
+//!   `cuda_bodies` has passed on one.
 
 use std::sync::{Mutex, OnceLock};
 
@@ -128,13 +128,11 @@ impl BlockAttention {
 /// columns in registers.
 pub const CUDA_MAX_HEAD_DIM: usize = 64;
 
-/// Whether attention over `q` (batch, tokens, heads·`head_dim`) runs the CUDA body: on a GPU, in
-/// a dtype the kernels take, heads of at most [`CUDA_MAX_HEAD_DIM`], and opted in with
-/// `CODON_CUDA_ATTENTION=fused` (the body has not run on a GPU yet; docs/cuda.md).
-pub fn cuda_body_runs(q: &Tensor, head_dim: usize) -> bool {
+/// Whether this process opted in to the CUDA body with `CODON_CUDA_ATTENTION=fused` (read once;
+/// the body has not run on a GPU yet, docs/cuda.md).
+pub(crate) fn cuda_opted_in() -> bool {
     static OPTED_IN: OnceLock<bool> = OnceLock::new();
-    let opted_in = *OPTED_IN.get_or_init(|| std::env::var("CODON_CUDA_ATTENTION").is_ok_and(|v| v == "fused"));
-    opted_in && crate::cuda_kernels_take(q) && head_dim <= CUDA_MAX_HEAD_DIM
+    *OPTED_IN.get_or_init(|| std::env::var("CODON_CUDA_ATTENTION").is_ok_and(|v| v == "fused"))
 }
 
 /// One (sequence, head): where its rows and columns sit in the (batch, tokens, hidden) tensors.

@@ -24,7 +24,8 @@ use candle_core::{DType, Tensor};
 use super::block_attention::{AttentionPlan, BlockAttention, KeyRange};
 use super::block_table::BlockTable;
 use super::flash::{flash_attention_heads, flash_attention_packed, FlashKeys, FlashState};
-use super::{fused_attention_runs, matmul, merge_heads, probabilities, split_heads};
+use super::{block_op_runs, matmul, merge_heads, probabilities, split_heads};
+use crate::support::{select, Body, FusedOp};
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
 /// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16
@@ -208,14 +209,14 @@ pub fn block_sparse_attention(
     let d = hd / h;
     let scale = 1.0 / (d as f64).sqrt();
     let needs_grad = [q, k, v].iter().any(|t| t.track_op());
-    let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
+    let body = select(FusedOp::Attention, q.device(), q.dtype())?;
     let absent = keys.absent_penalties();
-    if on_cpu && needs_grad || super::block_attention::cuda_body_runs(q, d) {
+    if block_op_runs(body, needs_grad, d) {
         let op = BlockAttention::new(plan(b, n, masks, keys, &absent, scale)?);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
     }
     let geometry = SparseGeometry { b, h, n, d, wm, nb, slots, scale, chunk_bytes: masks.middle_chunk_bytes };
-    if on_cpu {
+    if body == Body::Cpu {
         // The CPU kernels compute in f32: other float dtypes are widened for them, and the
         // result rounded back.
         let dtype = q.dtype();
@@ -238,7 +239,7 @@ pub fn block_sparse_attention(
             return merge_heads(&rows.broadcast_mul(&masks.query_mask)?);
         }
     }
-    if fused_attention_runs(q) && h * n * n <= masks.flash_mask_bytes {
+    if body == Body::Ascend && h * n * n <= masks.flash_mask_bytes {
         if let Some(blocks) = keys.block_mask() {
             return masked_flash(q, k, v, masks, blocks, geometry);
         }
@@ -265,7 +266,7 @@ pub fn block_sparse_attention(
         .reshape((b, h, nb - 2, slots * wm))?
         .broadcast_add(&absent)?
         .reshape((b, h * (nb - 2), 1, slots * wm))?;
-    let (global, middle) = if fused_attention_runs(q) {
+    let (global, middle) = if body == Body::Ascend {
         // Flash attention takes the middle blocks' penalties as its bias (realShiftOptional),
         // one row per (sequence, head, block): it adds them to q·kᵀ before the scale, so they
         // go in divided by it. The global rows take the key mask, spread over their rows.

@@ -3,7 +3,14 @@
 //! CUDA GPU one kernel each ([`BlockGather`], [`BlockScatterAdd`]: whole blocks in 16-byte
 //! vectors, and per destination block a fixed-order sum of its copies' gradients, from the
 //! table's inverse); elsewhere candle's `index_select` and `index_add`.
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
+
+use crate::support::{body, Body, FusedOp};
+
+/// Whether `t`'s device runs the block gather's CUDA body in t's dtype.
+fn cuda_body(t: &Tensor) -> bool {
+    body(FusedOp::BlockGather, t.device(), t.dtype()) == Body::Cuda
+}
 
 /// Which block each gathered block copies, and on a CUDA GPU the inverse for the gradients.
 pub(super) struct BlockTable {
@@ -22,7 +29,8 @@ impl BlockTable {
         if index.iter().any(|&i| i as usize >= blocks) {
             candle_core::bail!("block table: an entry points past {blocks} blocks")
         }
-        let inverse = if device.is_cuda() {
+        // Only the CUDA body reads the inverse; its column is the same in every dtype it takes.
+        let inverse = if body(FusedOp::BlockGather, device, DType::F32) == Body::Cuda {
             let (offsets, sources) = inverse(&index, blocks);
             let (o, s) = (offsets.len(), sources.len());
             Some((Tensor::from_vec(offsets, o, device)?, Tensor::from_vec(sources, s, device)?))
@@ -40,7 +48,7 @@ impl BlockTable {
         let block_bytes = t.dims()[2..].iter().product::<usize>() * t.dtype().size_in_bytes();
         let aligned = block_bytes.is_multiple_of(16)
             && (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-        if crate::cuda_kernels_take(t) && t.is_contiguous() && aligned && t.elem_count() > 0 && self.gathered > 0 {
+        if cuda_body(t) && t.is_contiguous() && aligned && t.elem_count() > 0 && self.gathered > 0 {
             let op = BlockGather { index: self.index.clone(), blocks: self.blocks };
             return t.apply_op1_no_bwd(&op)?.reshape(dims);
         }
@@ -51,7 +59,7 @@ impl BlockTable {
     /// the block it was copied from.
     pub(super) fn scatter_add(&self, full: &Tensor, gathered: &Tensor) -> candle_core::Result<Tensor> {
         match &self.inverse {
-            Some((offsets, sources)) if crate::cuda_kernels_take(full) && full.elem_count() > 0 => {
+            Some((offsets, sources)) if cuda_body(full) && full.elem_count() > 0 => {
                 let op =
                     BlockScatterAdd { offsets: offsets.clone(), sources: sources.clone(), gathered: self.gathered };
                 full.contiguous()?.apply_op2_no_bwd(&gathered.contiguous()?, &op)

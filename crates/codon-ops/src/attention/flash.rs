@@ -14,7 +14,7 @@ use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp3, DType, Device, Layout, Shape, Tensor, Var, D};
 
 use crate::dropout::DropoutStream;
-use crate::support::LaunchState;
+use crate::launch::LaunchState;
 
 /// How flash attention leaves keys out.
 #[derive(Debug, Clone)]
@@ -226,7 +226,7 @@ impl FlashState {
             // [dq | dk | dv] in one aclnnFlashAttentionScoreGrad.
             let (dy, keep) = (grad.contiguous()?, self.dropout.map_or(1.0, |(p, _, _)| 1.0 - p));
             let packed =
-                crate::support::ascend_launch("flash_attention_grad", [q, k, v], |[(s1, l1), (s2, l2), (s3, l3)]| {
+                crate::launch::ascend_launch("flash_attention_grad", [q, k, v], |[(s1, l1), (s2, l2), (s3, l3)]| {
                     let saved = saved.get::<fused::FlashSaved>("flash_attention_grad")?;
                     fused::flash_attention_grad(
                         s1,

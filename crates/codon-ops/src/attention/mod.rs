@@ -12,7 +12,9 @@ mod block_table;
 pub mod cpu_inference;
 pub mod flash;
 
-use crate::support::{runs_natively, FusedOp};
+use crate::support::{body, select, Body, FusedOp, OnCpu, OnCuda, Row};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 use candle_core::{DType, Tensor, D};
 
 pub use block_sparse::{block_sparse_attention, BlockSparseMask, KeyBlocks};
@@ -25,10 +27,37 @@ use block_attention::{AttentionPlan, BlockAttention, KeyRange};
 /// Query rows per block when full attention trains on the CPU.
 const FULL_QUERY_BLOCK: usize = 64;
 
-/// Whether the part of `q`'s device runs [`flash_attention`] for q's dtype (the CPU's native
-/// attention is its own kernels, below).
+/// Attention's row of the support table: the CPU's kernels ([`block_attention`] to train,
+/// [`cpu_inference`] otherwise), the CUDA flash body behind its switch, and flash attention on
+/// Ascend parts.
+pub(crate) const ROW: Row = Row {
+    cpu: OnCpu::Kernel,
+    cuda: OnCuda::OptIn { var: "CODON_CUDA_ATTENTION", value: "fused", on: block_attention::cuda_opted_in },
+    #[cfg(feature = "ascend")]
+    ascend: &[AclnnOp::FlashAttentionScore, AclnnOp::FlashAttentionScoreGrad],
+};
+
+/// The block gather's row of the support table: a CUDA kernel; elsewhere candle's index ops.
+pub(crate) const BLOCK_GATHER_ROW: Row = Row {
+    cpu: OnCpu::Composed,
+    cuda: OnCuda::Kernels,
+    #[cfg(feature = "ascend")]
+    ascend: &[],
+};
+
+/// Whether `q`'s device runs attention's Ascend body, [`flash_attention`], in q's dtype.
 pub fn fused_attention_runs(q: &Tensor) -> bool {
-    matches!(q.device(), candle_core::Device::Custom(_)) && runs_natively(FusedOp::Attention, q.device(), q.dtype())
+    body(FusedOp::Attention, q.device(), q.dtype()) == Body::Ascend
+}
+
+/// Whether [`BlockAttention`] runs for attention's `body`: the CPU's when training, the CUDA
+/// flash body for heads it takes.
+fn block_op_runs(body: Body, trains: bool, head_dim: usize) -> bool {
+    match body {
+        Body::Cpu => trains,
+        Body::Cuda => head_dim <= block_attention::CUDA_MAX_HEAD_DIM,
+        Body::Ascend | Body::Composed | Body::Refused => false,
+    }
 }
 
 /// Full attention over q, k, v of shape (b, n, heads·d), with an additive key mask
@@ -43,7 +72,8 @@ pub fn full_attention(
     key_bias: &Tensor,
     dropout: Option<(&mut DropoutStream, f64)>,
 ) -> candle_core::Result<Tensor> {
-    if fused_attention_runs(q) {
+    let body = select(FusedOp::Attention, q.device(), q.dtype())?;
+    if body == Body::Ascend {
         return flash_attention(q, k, v, heads, key_bias, dropout);
     }
     let (b, n, hd) = q.dims3()?;
@@ -51,9 +81,8 @@ pub fn full_attention(
         candle_core::bail!("full_attention: hidden size {hd} is not a multiple of {heads} heads")
     }
     let scale = 1.0 / ((hd / heads) as f64).sqrt();
-    let on_cpu = [q, k, v].iter().all(|t| t.device().is_cpu());
-    let trains_on_cpu = on_cpu && [q, k, v].iter().any(|t| t.track_op());
-    if trains_on_cpu || block_attention::cuda_body_runs(q, hd / heads) {
+    let trains = [q, k, v].iter().any(|t| t.track_op());
+    if block_op_runs(body, trains, hd / heads) {
         let draw = match dropout {
             Some((stream, p)) => Some(stream.draw(p)?),
             None => None,
@@ -73,7 +102,7 @@ pub fn full_attention(
         let op = BlockAttention::new(plan);
         return q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op);
     }
-    if on_cpu && dropout.is_none() && ![q, k, v].iter().any(|t| t.track_op()) {
+    if body == Body::Cpu && dropout.is_none() && !trains {
         if let Some(y) = cpu_inference::bf16_attention(q, k, v, heads, key_bias)? {
             return Ok(y);
         }
@@ -108,11 +137,10 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// [`half_probabilities`]. Callers cast. Each step replaces the last, so one (rows × keys)
 /// temporary is alive besides the result.
 fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
-    if crate::cuda_kernels_take(q) {
-        return cuda_probabilities(q, k, bias, scale);
-    }
-    if let Some(probs) = half_probabilities(q, k, bias, scale)? {
-        return Ok(probs);
+    match select(FusedOp::Softmax, q.device(), q.dtype())? {
+        Body::Cuda => return cuda_probabilities(q, k, bias, scale),
+        Body::Ascend if q.dtype() != DType::F32 => return half_probabilities(q, k, bias, scale),
+        _ => {}
     }
     let mut scores = matmul(q, &k.t()?)?;
     scores = (scores * scale)?;
@@ -123,25 +151,17 @@ fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> c
     crate::softmax_last_dim_f32(&scores)
 }
 
-/// softmax(q·kᵀ·scale + bias) in q's half dtype where the device's softmax kernels take it
-/// (its [`crate::activation::Softmax`] op accumulates in f32 and rounds once).
+/// softmax(q·kᵀ·scale + bias) in q's half dtype, on a part whose softmax body takes it (its
+/// [`crate::activation::Softmax`] op accumulates in f32 and rounds once).
 /// The scores leave the cube in that dtype anyway, so widening them first adds two casts and
 /// twice the bytes to each pass over them; the scale goes into q (exact for power-of-two
-/// scales; q is 1/keys the size of the scores). `None` elsewhere.
-fn half_probabilities(
-    q: &Tensor,
-    k: &Tensor,
-    bias: Option<&Tensor>,
-    scale: f64,
-) -> candle_core::Result<Option<Tensor>> {
-    if !crate::activation::native_half_softmax_runs(q) {
-        return Ok(None);
-    }
+/// scales; q is 1/keys the size of the scores).
+fn half_probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
     let mut scores = matmul(&(q * scale)?, &k.t()?)?;
     if let Some(b) = bias {
         scores = scores.broadcast_add(&b.to_dtype(q.dtype())?)?;
     }
-    scores.contiguous()?.apply_op1(crate::activation::Softmax).map(Some)
+    scores.contiguous()?.apply_op1(crate::activation::Softmax)
 }
 
 /// softmax(q·kᵀ·scale + bias) on a CUDA GPU: the plain GEMM, then [`ScaledSoftmax`], which
