@@ -3,11 +3,11 @@
 //! largest activations of a training step; fused, one. CPU bodies are parallel kernels; CUDA
 //! bodies are this crate's kernels (`kernels/codon_ops.cu`); Ascend bodies are
 //! `aclnnGeluV2`/`aclnnGeluBackwardV2` and `aclnnSoftmax`/`aclnnSoftmaxBackward`.
-use crate::support::{select, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Tensor, D};
@@ -21,7 +21,7 @@ use crate::fast_math;
 /// [`softmax_reference`].
 pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
     let x = x.to_dtype(DType::F32)?;
-    if select(FusedOp::Softmax, x.device(), DType::F32)?.is_native() {
+    if SOFTMAX_ROW.select(x.device(), DType::F32)?.is_native() {
         return x.contiguous()?.apply_op1(Softmax);
     }
     softmax_reference(&x)
@@ -30,6 +30,7 @@ pub fn softmax_last_dim_f32(x: &Tensor) -> candle_core::Result<Tensor> {
 /// Softmax's row of the support table: [`Softmax`] on the CPU and CUDA GPUs takes f32 (callers
 /// widen), on an Ascend part the dtypes its `aclnnSoftmax` takes, half ones included.
 pub(crate) const SOFTMAX_ROW: Row = Row {
+    op: FusedOp::Softmax,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -38,6 +39,7 @@ pub(crate) const SOFTMAX_ROW: Row = Row {
 
 /// The softmax gradient's row of the support table.
 pub(crate) const SOFTMAX_GRAD_ROW: Row = Row {
+    op: FusedOp::SoftmaxGrad,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -46,6 +48,7 @@ pub(crate) const SOFTMAX_GRAD_ROW: Row = Row {
 
 /// GELU's row of the support table.
 pub(crate) const GELU_ROW: Row = Row {
+    op: FusedOp::Gelu,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -65,7 +68,7 @@ pub fn softmax_reference(x: &Tensor) -> candle_core::Result<Tensor> {
 pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tensor> {
     let dtype = if y.device().is_cpu() { DType::F32 } else { y.dtype() };
     let g = g.to_dtype(dtype)?.contiguous()?;
-    if select(FusedOp::SoftmaxGrad, y.device(), dtype)?.is_native() {
+    if SOFTMAX_GRAD_ROW.select(y.device(), dtype)?.is_native() {
         return y.contiguous()?.apply_op2_no_bwd(&g, &SoftmaxGrad { scale: 1.0 });
     }
     y.mul(&g.broadcast_sub(&(&g * y)?.sum_keepdim(D::Minus1)?)?)
@@ -75,7 +78,7 @@ pub fn softmax_last_dim_grad(y: &Tensor, g: &Tensor) -> candle_core::Result<Tens
 /// and aclnnGeluBackwardV2 for x's dtype run [`GeluNew`]; other devices candle's `gelu` (the
 /// same function, with a composed backward).
 pub fn gelu_new(x: &Tensor) -> candle_core::Result<Tensor> {
-    if select(FusedOp::Gelu, x.device(), x.dtype())?.is_native() {
+    if GELU_ROW.select(x.device(), x.dtype())?.is_native() {
         return x.contiguous()?.apply_op1(GeluNew);
     }
     x.gelu()

@@ -7,11 +7,11 @@ use std::sync::Mutex;
 
 #[cfg(feature = "ascend")]
 use crate::launch::LaunchState;
-use crate::support::{select, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor, D};
@@ -24,6 +24,7 @@ pub const IGNORE_INDEX: i64 = -100;
 
 /// The loss's row of the support table.
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::CrossEntropy,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Composed,
     #[cfg(feature = "ascend")]
@@ -35,7 +36,7 @@ pub(crate) const ROW: Row = Row {
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> candle_core::Result<Tensor> {
     let logits = logits.to_dtype(DType::F32)?;
     let labels = labels.to_dtype(DType::I64)?;
-    if select(FusedOp::CrossEntropy, logits.device(), DType::F32)?.is_native() {
+    if ROW.select(logits.device(), DType::F32)?.is_native() {
         return logits.contiguous()?.apply_op2(&labels.contiguous()?, CrossEntropy::default());
     }
     reference(&logits, &labels)

@@ -16,11 +16,11 @@
 use std::sync::Mutex;
 
 use crate::launch::LaunchState;
-use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
@@ -134,6 +134,7 @@ fn multipliers(seed: u64, offset: u64, len: usize, p: f64, dtype: DType) -> Vec<
 /// Dropout's row of the support table: the CPU multiplies by the drawn multipliers (the
 /// composed path), a CUDA GPU and Ascend parts generate the mask on the device.
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::Dropout,
     cpu: OnCpu::Composed,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -148,7 +149,7 @@ pub fn dropout(x: &Tensor, p: f64, stream: &mut DropoutStream) -> candle_core::R
         return Ok(x.clone());
     }
     let (seed, offset) = stream.next_draw();
-    match select(FusedOp::Dropout, x.device(), x.dtype())? {
+    match ROW.select(x.device(), x.dtype())? {
         // The CUDA kernel reads its operand in order.
         Body::Cuda => x.contiguous()?.apply_op1(Dropout::new(p, (seed, offset))),
         Body::Ascend => x.apply_op1(Dropout::new(p, (seed, offset))),

@@ -6,11 +6,11 @@
 //! `aclnnEmbeddingDenseBackward` backward on an Ascend part, and on a CUDA GPU candle's
 //! index-select forward and one GEMM backward (the ids' one-hot rows, the padding id's left
 //! empty, times the rows' gradient: candle's index-add loops over every id in each thread).
-use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 use candle_core::backend::BackendStorage;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
@@ -22,6 +22,7 @@ use crate::f32_views::{contiguous, f32_vec, store_like};
 /// The embedding's row of the support table: the op's own body everywhere it has one, in every
 /// dtype on a CUDA GPU (candle's index-select and a GEMM).
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::Embedding,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::AnyDtype,
     #[cfg(feature = "ascend")]
@@ -40,7 +41,7 @@ pub fn embedding(weight: &Tensor, ids: &Tensor, padding_idx: Option<usize>) -> c
     let mut dims = ids.dims().to_vec();
     dims.push(dim);
     let flat = ids.flatten_all()?;
-    let body = select(FusedOp::Embedding, weight.device(), weight.dtype())?;
+    let body = ROW.select(weight.device(), weight.dtype())?;
     if body.is_native() && ids_fit(body, &flat) {
         return weight.contiguous()?.apply_op2(&flat, Embedding { vocab, padding_idx, body })?.reshape(dims);
     }

@@ -10,11 +10,11 @@ use std::sync::Mutex;
 
 use rayon::prelude::*;
 
-use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
 
@@ -24,6 +24,7 @@ use crate::launch::LaunchState;
 
 /// LayerNorm's row of the support table.
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::LayerNorm,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -33,6 +34,7 @@ pub(crate) const ROW: Row = Row {
 /// The residual add fused with LayerNorm: an Ascend operator only (elsewhere an add, then
 /// [`layer_norm`]).
 pub(crate) const ADD_ROW: Row = Row {
+    op: FusedOp::AddLayerNorm,
     cpu: OnCpu::Composed,
     cuda: OnCuda::Composed,
     #[cfg(feature = "ascend")]
@@ -53,8 +55,8 @@ pub fn add_layer_norm(
     let same = residual.dtype() == dtype && x.shape() == residual.shape() && weight.dtype() == bias.dtype();
     let fused_add = same
         && (weight.dtype() == dtype || weight.dtype() == DType::F32)
-        && select(FusedOp::AddLayerNorm, x.device(), dtype)? == Body::Ascend
-        && select(FusedOp::LayerNorm, x.device(), dtype)? == Body::Ascend
+        && ADD_ROW.select(x.device(), dtype)? == Body::Ascend
+        && ROW.select(x.device(), dtype)? == Body::Ascend
         && ascend_operands_fit(x, weight, bias);
     if !fused_add {
         return layer_norm(&(x + residual)?, weight, bias, eps);
@@ -128,7 +130,7 @@ impl CustomOp2 for ResidualSum {
 /// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
-    match select(FusedOp::LayerNorm, x.device(), x.dtype())? {
+    match ROW.select(x.device(), x.dtype())? {
         Body::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32)),
         Body::Cuda if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
             let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
@@ -269,7 +271,7 @@ impl CustomOp3 for LayerNorm {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         #[cfg(feature = "ascend")]
-        if select(FusedOp::LayerNorm, x.device(), x.dtype())? == Body::Ascend {
+        if ROW.select(x.device(), x.dtype())? == Body::Ascend {
             let stats = self.stats.as_ref().and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
             let Some(stats) = stats else {
                 candle_core::bail!("layer_norm: backward pass of a forward without statistics")

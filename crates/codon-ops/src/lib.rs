@@ -26,6 +26,7 @@ pub mod linear;
 pub mod malloc_tuning;
 pub mod optim;
 pub mod philox;
+mod selection;
 pub mod support;
 
 pub use activation::{gelu_new, softmax_last_dim_f32};

@@ -8,11 +8,11 @@
 //! - Elsewhere (an Atlas training series part): the composed update, a dozen launches.
 use std::sync::OnceLock;
 
-use crate::support::{select, Body, FusedOp, OnCpu, OnCuda, Row};
-#[cfg(feature = "ascend")]
-use candle_ascend::soc::AclnnOp;
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::fused::{self, AdamWHyper};
+#[cfg(feature = "ascend")]
+use candle_ascend::soc::AclnnOp;
 use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -21,6 +21,7 @@ use crate::f32_views::{f32_slice, f32_slice_mut};
 /// AdamW's row of the support table: the three passes as CPU kernels and as f32 CUDA kernels,
 /// `aclnnApplyAdamWV2` on the parts that have it.
 pub(crate) const ADAMW_ROW: Row = Row {
+    op: FusedOp::AdamW,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::F32,
     #[cfg(feature = "ascend")]
@@ -29,6 +30,7 @@ pub(crate) const ADAMW_ROW: Row = Row {
 
 /// [`sum_of_squares`]' row of the support table.
 pub(crate) const SUM_OF_SQUARES_ROW: Row = Row {
+    op: FusedOp::SumOfSquares,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -37,6 +39,7 @@ pub(crate) const SUM_OF_SQUARES_ROW: Row = Row {
 
 /// [`all_finite`]'s row of the support table.
 pub(crate) const ALL_FINITE_ROW: Row = Row {
+    op: FusedOp::AllFinite,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Composed,
     #[cfg(feature = "ascend")]
@@ -45,6 +48,7 @@ pub(crate) const ALL_FINITE_ROW: Row = Row {
 
 /// [`assign`]'s row of the support table: an Ascend part's cast into the destination.
 pub(crate) const CAST_ROW: Row = Row {
+    op: FusedOp::Cast,
     cpu: OnCpu::Composed,
     cuda: OnCuda::Composed,
     #[cfg(feature = "ascend")]
@@ -54,7 +58,7 @@ pub(crate) const CAST_ROW: Row = Row {
 /// Whether [`assign`] writes `src` into a buffer of another dtype in one launch here (an Ascend
 /// part's cast): the optimizer then writes a group's parameters in one call.
 pub fn assigns_in_one_launch(src: &Tensor) -> bool {
-    crate::support::body(FusedOp::Cast, src.device(), src.dtype()) == Body::Ascend
+    CAST_ROW.choose(src.device(), src.dtype()).body == Body::Ascend
 }
 
 /// `dst ← src` in dst's dtype, into dst's own storage (parameters and the optimizer's views of
@@ -107,7 +111,7 @@ impl AdamWStep {
         let step_size = self.lr / (1.0 - beta1.powi(self.t));
         let bias2_sqrt = (1.0 - beta2.powi(self.t)).sqrt();
         let decay = 1.0 - self.lr * self.weight_decay;
-        let body = select(FusedOp::AdamW, theta.device(), theta.dtype())?;
+        let body = ADAMW_ROW.select(theta.device(), theta.dtype())?;
         if matches!(body, Body::Cpu | Body::Cuda) {
             let g = g.contiguous()?;
             m.inplace_op2(&g, &MomentUpdate { beta: beta1, squared: false })?;
@@ -146,7 +150,7 @@ impl AdamWStep {
 /// Whether every value of `t` is finite. On the CPU one parallel pass over the exponent bits; on
 /// other devices `0 * x` is 0 exactly when `x` is finite, so one sum tells.
 pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
-    if select(FusedOp::AllFinite, t.device(), t.dtype())? == Body::Cpu {
+    if ALL_FINITE_ROW.select(t.device(), t.dtype())? == Body::Cpu {
         let t = t.contiguous()?;
         let (storage, layout) = t.storage_and_layout();
         if let candle_core::Storage::Cpu(s) = &*storage {
@@ -172,7 +176,7 @@ pub fn all_finite(t: &Tensor) -> candle_core::Result<bool> {
 /// Σ g² of a gradient, as an f32 scalar on its device: one fused pass on the CPU and on a CUDA
 /// GPU (any float dtype, accumulated in f32, in a fixed order), a square and a sum elsewhere.
 pub fn sum_of_squares(g: &Tensor) -> candle_core::Result<Tensor> {
-    match select(FusedOp::SumOfSquares, g.device(), g.dtype())? {
+    match SUM_OF_SQUARES_ROW.select(g.device(), g.dtype())? {
         Body::Cuda => g.contiguous()?.apply_op1_no_bwd(&SumOfSquares),
         Body::Cpu => g.to_dtype(DType::F32)?.contiguous()?.apply_op1_no_bwd(&SumOfSquares),
         Body::Ascend | Body::Composed | Body::Refused => g.to_dtype(DType::F32)?.sqr()?.sum_all(),

@@ -32,13 +32,24 @@ fn reaches(source: &str, modules: &BTreeSet<String>, reexports: &BTreeMap<String
     source
         .split("crate::")
         .skip(1)
-        .filter_map(|rest| {
-            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if modules.contains(&name) {
-                Some(name)
-            } else {
-                reexports.get(&name).cloned()
-            }
+        .flat_map(|rest| {
+            // `crate::{a, b::c}` names several at once.
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap_or("").split(',').collect(),
+                None => vec![rest],
+            };
+            names
+                .into_iter()
+                .filter_map(|rest| {
+                    let name: String =
+                        rest.trim_start().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if modules.contains(&name) {
+                        Some(name)
+                    } else {
+                        reexports.get(&name).cloned()
+                    }
+                })
+                .collect::<Vec<_>>()
         })
         .collect()
 }

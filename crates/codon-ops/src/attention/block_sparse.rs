@@ -25,7 +25,7 @@ use super::block_attention::{AttentionPlan, BlockAttention, KeyRange};
 use super::block_table::BlockTable;
 use super::flash::{flash_attention_heads, flash_attention_packed, FlashKeys, FlashState};
 use super::{block_op_runs, matmul, merge_heads, probabilities, split_heads};
-use crate::support::{select, Body, FusedOp};
+use crate::selection::Body;
 
 /// Penalty of key slots that are not part of a query block's key set. Large enough that exp
 /// underflows to exactly 0 in f32 (also beside a masked key's −10⁴), and finite in f16 and bf16
@@ -209,7 +209,7 @@ pub fn block_sparse_attention(
     let d = hd / h;
     let scale = 1.0 / (d as f64).sqrt();
     let needs_grad = [q, k, v].iter().any(|t| t.track_op());
-    let body = select(FusedOp::Attention, q.device(), q.dtype())?;
+    let body = super::ROW.select(q.device(), q.dtype())?;
     let absent = keys.absent_penalties();
     if block_op_runs(body, needs_grad, d) {
         let op = BlockAttention::new(plan(b, n, masks, keys, &absent, scale)?);

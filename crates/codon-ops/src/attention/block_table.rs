@@ -5,11 +5,11 @@
 //! table's inverse); elsewhere candle's `index_select` and `index_add`.
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
 
-use crate::support::{body, Body, FusedOp};
+use crate::selection::Body;
 
 /// Whether `t`'s device runs the block gather's CUDA body in t's dtype.
 fn cuda_body(t: &Tensor) -> bool {
-    body(FusedOp::BlockGather, t.device(), t.dtype()) == Body::Cuda
+    super::BLOCK_GATHER_ROW.choose(t.device(), t.dtype()).body == Body::Cuda
 }
 
 /// Which block each gathered block copies, and on a CUDA GPU the inverse for the gradients.
@@ -30,7 +30,7 @@ impl BlockTable {
             candle_core::bail!("block table: an entry points past {blocks} blocks")
         }
         // Only the CUDA body reads the inverse; its column is the same in every dtype it takes.
-        let inverse = if body(FusedOp::BlockGather, device, DType::F32) == Body::Cuda {
+        let inverse = if super::BLOCK_GATHER_ROW.choose(device, DType::F32).body == Body::Cuda {
             let (offsets, sources) = inverse(&index, blocks);
             let (o, s) = (offsets.len(), sources.len());
             Some((Tensor::from_vec(offsets, o, device)?, Tensor::from_vec(sources, s, device)?))

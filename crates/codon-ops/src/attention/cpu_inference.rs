@@ -99,7 +99,7 @@ fn full_attention_body(
 
 /// Full attention over bf16 q, k, v of shape (b, n, heads·d) as the projections leave them,
 /// with the key mask's penalties `key_bias` (b, 1, 1, n), for inference:
-/// [`crate::cpu_bf16::attention`] (products on AVX512-BF16, softmax in f32), written straight
+/// [`super::cpu_bf16::attention`] (products on AVX512-BF16, softmax in f32), written straight
 /// into (b, n, heads·d). `Ok(None)` when the operands or the CPU do not fit it.
 pub fn bf16_attention(
     q: &Tensor,
@@ -119,7 +119,7 @@ pub fn bf16_attention(
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
     let ran = with_bf16(&q, |q| {
         with_bf16(&k, |k| {
-            with_bf16(&v, |v| crate::cpu_bf16::attention(q, k, v, (b, n, heads, hd / heads), scale, &bias, &mut out))
+            with_bf16(&v, |v| super::cpu_bf16::attention(q, k, v, (b, n, heads, hd / heads), scale, &bias, &mut out))
         })
     })????;
     if !ran {

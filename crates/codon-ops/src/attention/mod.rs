@@ -9,10 +9,11 @@
 pub mod block_attention;
 pub mod block_sparse;
 mod block_table;
+pub mod cpu_bf16;
 pub mod cpu_inference;
 pub mod flash;
 
-use crate::support::{body, select, Body, FusedOp, OnCpu, OnCuda, Row};
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::soc::AclnnOp;
 use candle_core::{DType, Tensor, D};
@@ -31,6 +32,7 @@ const FULL_QUERY_BLOCK: usize = 64;
 /// [`cpu_inference`] otherwise), the CUDA flash body behind its switch, and flash attention on
 /// Ascend parts.
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::Attention,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::OptIn { var: "CODON_CUDA_ATTENTION", value: "fused", on: block_attention::cuda_opted_in },
     #[cfg(feature = "ascend")]
@@ -39,6 +41,7 @@ pub(crate) const ROW: Row = Row {
 
 /// The block gather's row of the support table: a CUDA kernel; elsewhere candle's index ops.
 pub(crate) const BLOCK_GATHER_ROW: Row = Row {
+    op: FusedOp::BlockGather,
     cpu: OnCpu::Composed,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -47,7 +50,7 @@ pub(crate) const BLOCK_GATHER_ROW: Row = Row {
 
 /// Whether `q`'s device runs attention's Ascend body, [`flash_attention`], in q's dtype.
 pub fn fused_attention_runs(q: &Tensor) -> bool {
-    body(FusedOp::Attention, q.device(), q.dtype()) == Body::Ascend
+    ROW.choose(q.device(), q.dtype()).body == Body::Ascend
 }
 
 /// Whether [`BlockAttention`] runs for attention's `body`: the CPU's when training, the CUDA
@@ -72,7 +75,7 @@ pub fn full_attention(
     key_bias: &Tensor,
     dropout: Option<(&mut DropoutStream, f64)>,
 ) -> candle_core::Result<Tensor> {
-    let body = select(FusedOp::Attention, q.device(), q.dtype())?;
+    let body = ROW.select(q.device(), q.dtype())?;
     if body == Body::Ascend {
         return flash_attention(q, k, v, heads, key_bias, dropout);
     }
@@ -137,7 +140,7 @@ fn matmul(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// [`half_probabilities`]. Callers cast. Each step replaces the last, so one (rows × keys)
 /// temporary is alive besides the result.
 fn probabilities(q: &Tensor, k: &Tensor, bias: Option<&Tensor>, scale: f64) -> candle_core::Result<Tensor> {
-    match select(FusedOp::Softmax, q.device(), q.dtype())? {
+    match crate::activation::SOFTMAX_ROW.select(q.device(), q.dtype())? {
         Body::Cuda => return cuda_probabilities(q, k, bias, scale),
         Body::Ascend if q.dtype() != DType::F32 => return half_probabilities(q, k, bias, scale),
         _ => {}

@@ -32,7 +32,7 @@ use candle_core::{DType, Tensor, D};
 
 use crate::dropout::DropoutStream;
 use crate::fast_math;
-use crate::support::{body, select, Body, FusedOp, OnCpu, OnCuda, Row};
+use crate::selection::{Body, FusedOp, OnCpu, OnCuda, Row};
 #[cfg(feature = "ascend")]
 use candle_ascend::soc::AclnnOp;
 
@@ -49,6 +49,7 @@ pub(super) const EPILOGUE_CHUNK: usize = 16 * 1024;
 /// kernels on a CUDA GPU, `aclnnAddmm` forward and two batched matmuls and a sum backward on an
 /// Ascend part.
 pub(crate) const ROW: Row = Row {
+    op: FusedOp::Linear,
     cpu: OnCpu::Kernel,
     cuda: OnCuda::Kernels,
     #[cfg(feature = "ascend")]
@@ -57,6 +58,7 @@ pub(crate) const ROW: Row = Row {
 
 /// The input gradient added into its accumulator in the product's launch: Ascend only.
 pub(crate) const GRAD_ACCUMULATE_ROW: Row = Row {
+    op: FusedOp::LinearGradAccumulate,
     cpu: OnCpu::Composed,
     cuda: OnCuda::Composed,
     #[cfg(feature = "ascend")]
@@ -68,7 +70,7 @@ pub(crate) const GRAD_ACCUMULATE_ROW: Row = Row {
 /// crate's bias kernel; on an Ascend part the [`Linear`] op, its operands of one dtype.
 pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor) -> candle_core::Result<Tensor> {
     let op = || x.contiguous()?.apply_op3(&weight.contiguous()?, bias, Linear::new(Epilogue::Identity));
-    match select(FusedOp::Linear, x.device(), x.dtype())? {
+    match ROW.select(x.device(), x.dtype())? {
         Body::Cpu => {
             if !needs_grad(&[x, weight, bias]) {
                 if let Some(y) = fused_linear(x, weight, Some(bias), None, None)? {
@@ -170,7 +172,7 @@ fn residual_with(
     let mut operands = vec![x, weight];
     operands.extend(bias);
     operands.extend(residual);
-    let body = select(FusedOp::Linear, x.device(), x.dtype())?;
+    let body = ROW.select(x.device(), x.dtype())?;
     if body == Body::Cpu && !needs_grad(&operands) {
         if let Some(y) = fused_linear_with(x, weight, pack, bias, residual, None)? {
             return Ok(y);
@@ -201,7 +203,7 @@ fn gelu_new_with(
 ) -> candle_core::Result<Tensor> {
     let mut operands = vec![x, weight];
     operands.extend(bias);
-    match (select(FusedOp::Linear, x.device(), x.dtype())?, bias) {
+    match (ROW.select(x.device(), x.dtype())?, bias) {
         (Body::Cpu, _) => {
             if !needs_grad(&operands) {
                 let epilogue = Some(fast_math::gelu_new_in_place as fn(&mut [f32]));
@@ -223,7 +225,7 @@ fn gelu_new_with(
 /// CUDA GPU (a bias's gradient), candle's sum elsewhere.
 pub fn bias_grad(t: &Tensor) -> candle_core::Result<Tensor> {
     let cols = t.dim(D::Minus1)?;
-    if body(FusedOp::Linear, t.device(), t.dtype()) == Body::Cuda {
+    if ROW.choose(t.device(), t.dtype()).body == Body::Cuda {
         return t.contiguous()?.apply_op1_no_bwd(&ColumnSums);
     }
     t.reshape(((), cols))?.to_dtype(DType::F32)?.sum(0)
@@ -239,7 +241,7 @@ pub fn linear_dropout(
     stream: &mut DropoutStream,
     p: f64,
 ) -> candle_core::Result<Tensor> {
-    if p > 0.0 && select(FusedOp::Linear, x.device(), x.dtype())? == Body::Cpu {
+    if p > 0.0 && ROW.select(x.device(), x.dtype())? == Body::Cpu {
         let elements = x.elem_count() / x.dim(D::Minus1)?.max(1) * weight.dim(0)?;
         let mask = stream.multipliers(elements, p, x.dtype())?;
         return cpu_linear_op(x, weight, bias, Epilogue::Dropout(mask));
@@ -252,7 +254,12 @@ fn needs_grad(tensors: &[&Tensor]) -> bool {
 }
 
 /// The [`Linear`] op with an epilogue, on CPU operands.
-fn cpu_linear_op(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, epilogue: Epilogue) -> candle_core::Result<Tensor> {
+fn cpu_linear_op(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    epilogue: Epilogue,
+) -> candle_core::Result<Tensor> {
     let bias = bias_or_zeros(weight, bias)?;
     x.contiguous()?.apply_op3(&weight.contiguous()?, &bias, Linear::new(epilogue))
 }

@@ -13,12 +13,11 @@ use super::EPILOGUE_CHUNK;
 use crate::cpu_gemm::{matmul_into, Mat};
 use crate::f32_views::{cow_f32, store_like, tensor_from_f32, with_f32};
 use crate::fast_math;
-use crate::support::{select, Body, FusedOp};
+use crate::selection::Body;
 #[cfg(feature = "ascend")]
 use candle_ascend::fused;
 #[cfg(feature = "ascend")]
 use candle_core::custom_backend::{BoxStorage, DynBackendStorage};
-
 
 /// What [`Linear`] applies to `z = x·Wᵀ + b`.
 pub enum Epilogue {
@@ -136,7 +135,7 @@ impl CustomOp3 for Linear {
         grad: &Tensor,
         acc: &Tensor,
     ) -> candle_core::Result<Option<(Tensor, Option<Tensor>, Option<Tensor>)>> {
-        if select(FusedOp::LinearGradAccumulate, x.device(), grad.dtype())? != Body::Ascend
+        if super::GRAD_ACCUMULATE_ROW.select(x.device(), grad.dtype())? != Body::Ascend
             || acc.dtype() != grad.dtype()
             || w.dtype() != grad.dtype()
         {
@@ -161,7 +160,7 @@ impl CustomOp3 for Linear {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (rows, in_f, out_f) = linear_dims(x.dims(), w.dims(), b.dims())?;
-        if select(FusedOp::Linear, x.device(), x.dtype())? != Body::Cpu {
+        if super::ROW.select(x.device(), x.dtype())? != Body::Cpu {
             // Detached: the gradients must not keep the activations' graph alive.
             let (x2, w, g) = (x.detach().reshape((rows, in_f))?, w.detach(), grad.detach().reshape((rows, out_f))?);
             let dx = g.matmul(&w)?.reshape(x.shape())?;

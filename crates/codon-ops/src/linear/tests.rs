@@ -93,9 +93,7 @@ fn the_layer_entries_match_composed_ops_with_and_without_gradients() {
     assert!(max_diff(&super::linear_gelu_new(&x, &w, Some(&b)).unwrap(), &want.gelu().unwrap()) < 1e-5);
     // A gradient-tracking input takes the training op and still agrees.
     let v = Var::from_tensor(&x).unwrap();
-    assert!(
-        max_diff(&super::linear_residual(v.as_tensor(), &w, Some(&b), Some(&r)).unwrap(), &with_residual) < 1e-5
-    );
+    assert!(max_diff(&super::linear_residual(v.as_tensor(), &w, Some(&b), Some(&r)).unwrap(), &with_residual) < 1e-5);
     assert!(max_diff(&super::linear_gelu_new(v.as_tensor(), &w, Some(&b)).unwrap(), &want.gelu().unwrap()) < 1e-5);
 }
 
@@ -108,8 +106,7 @@ fn every_epilogue_and_all_three_gradients_match_composed_ops() {
     let b = Var::from_tensor(&Tensor::randn(0f32, 1.0, out_f, dev).unwrap()).unwrap();
     let weights = Tensor::randn(0f32, 1.0, (1, rows, out_f), dev).unwrap();
     let mask: Vec<f32> = (0..rows * out_f).map(|i| if i % 5 == 2 { 0.0 } else { 1.25 }).collect();
-    let z =
-        x.as_tensor().broadcast_matmul(&w.as_tensor().t().unwrap()).unwrap().broadcast_add(b.as_tensor()).unwrap();
+    let z = x.as_tensor().broadcast_matmul(&w.as_tensor().t().unwrap()).unwrap().broadcast_add(b.as_tensor()).unwrap();
     let cases = [
         (Epilogue::Identity, z.clone()),
         (Epilogue::GeluNew, z.gelu().unwrap()),
