@@ -192,9 +192,8 @@ pub fn block_sparse_attention(
 ) -> candle_core::Result<Tensor> {
     let (b, n, hd) = q.dims3()?;
     let (h, nb, slots, wm) = (keys.heads, keys.blocks, keys.slots, masks.block_size);
-    if h == 0
-        || hd % h != 0
-        || nb < 3
+    let d = super::head_dim("block_sparse_attention", hd, h)?;
+    if nb < 3
         || n != nb * wm
         || keys.table.len() != h * (nb - 2) * slots
         || keys.absent.len() != (nb - 2) * slots
@@ -206,7 +205,6 @@ pub fn block_sparse_attention(
             keys.table.len()
         )
     }
-    let d = hd / h;
     let scale = 1.0 / (d as f64).sqrt();
     let needs_grad = [q, k, v].iter().any(|t| t.track_op());
     let body = super::ROW.select(q.device(), q.dtype())?;

@@ -110,16 +110,17 @@ pub fn bf16_attention(
 ) -> candle_core::Result<Option<Tensor>> {
     let (b, n, hd) = q.dims3()?;
     let fits = [q, k, v].iter().all(|t| t.dtype() == DType::BF16 && t.device().is_cpu() && t.dims() == [b, n, hd]);
-    if !fits || heads == 0 || hd % heads != 0 || key_bias.elem_count() != b * n {
+    let d = super::head_dim("bf16_attention", hd, heads)?;
+    if !fits || key_bias.elem_count() != b * n {
         return Ok(None);
     }
     let bias = key_bias.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-    let scale = 1.0 / ((hd / heads) as f32).sqrt();
+    let scale = 1.0 / (d as f32).sqrt();
     let mut out = vec![half::bf16::ZERO; b * n * hd];
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
     let ran = with_bf16(&q, |q| {
         with_bf16(&k, |k| {
-            with_bf16(&v, |v| super::cpu_bf16::attention(q, k, v, (b, n, heads, hd / heads), scale, &bias, &mut out))
+            with_bf16(&v, |v| super::cpu_bf16::attention(q, k, v, (b, n, heads, d), scale, &bias, &mut out))
         })
     })????;
     if !ran {

@@ -59,10 +59,7 @@ pub fn flash_attention(
     dropout: Option<(&mut DropoutStream, f64)>,
 ) -> candle_core::Result<Tensor> {
     let (b, n, hidden) = q.dims3()?;
-    if heads == 0 || hidden % heads != 0 {
-        candle_core::bail!("flash_attention: hidden size {hidden} is not a multiple of {heads} heads")
-    }
-    let scale = 1.0 / ((hidden / heads) as f64).sqrt();
+    let scale = 1.0 / (super::head_dim("flash_attention", hidden, heads)? as f64).sqrt();
     // aclnnFlashAttentionScore has no (B, 1, 1, S) mask: the key mask is spread over the rows.
     let mask = key_bias.ne(0.0)?.broadcast_as((b, 1, n, n))?.contiguous()?;
     let dropout = match dropout {
@@ -102,10 +99,7 @@ pub fn flash_attention_packed(
     keys: &FlashKeys,
     scale: f64,
 ) -> candle_core::Result<(Tensor, FlashState)> {
-    let hidden = q.dims3()?.2;
-    if heads == 0 || hidden % heads != 0 {
-        candle_core::bail!("flash_attention_packed: hidden size {hidden} is not a multiple of {heads} heads")
-    }
+    super::head_dim("flash_attention_packed", q.dims3()?.2, heads)?;
     detached(q, k, v, heads, keys, scale)
 }
 

@@ -53,6 +53,14 @@ pub fn fused_attention_runs(q: &Tensor) -> bool {
     ROW.choose(q.device(), q.dtype()).body == Body::Ascend
 }
 
+/// The features of each of `heads` heads of `hidden`; `op` names the caller in the error.
+pub(crate) fn head_dim(op: &str, hidden: usize, heads: usize) -> candle_core::Result<usize> {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        candle_core::bail!("{op}: hidden size {hidden} is not a multiple of {heads} heads")
+    }
+    Ok(hidden / heads)
+}
+
 /// Whether [`BlockAttention`] runs for attention's `body`: the CPU's when training, the CUDA
 /// flash body for heads it takes.
 fn block_op_runs(body: Body, trains: bool, head_dim: usize) -> bool {
@@ -80,12 +88,10 @@ pub fn full_attention(
         return flash_attention(q, k, v, heads, key_bias, dropout);
     }
     let (b, n, hd) = q.dims3()?;
-    if heads == 0 || hd % heads != 0 {
-        candle_core::bail!("full_attention: hidden size {hd} is not a multiple of {heads} heads")
-    }
-    let scale = 1.0 / ((hd / heads) as f64).sqrt();
+    let d = head_dim("full_attention", hd, heads)?;
+    let scale = 1.0 / (d as f64).sqrt();
     let trains = [q, k, v].iter().any(|t| t.track_op());
-    if block_op_runs(body, trains, hd / heads) {
+    if block_op_runs(body, trains, d) {
         let draw = match dropout {
             Some((stream, p)) => Some(stream.draw(p)?),
             None => None,
@@ -225,7 +231,7 @@ pub fn reference(
     dropout: Option<&Tensor>,
 ) -> candle_core::Result<Tensor> {
     let (b, n, hidden) = q.dims3()?;
-    let d = hidden / heads;
+    let d = head_dim("attention reference", hidden, heads)?;
     let split = |t: &Tensor| t.reshape((b, n, heads, d))?.transpose(1, 2)?.contiguous();
     let scores = (split(q)?.matmul(&split(k)?.t()?)? / (d as f64).sqrt())?.broadcast_add(key_bias)?;
     let exp = scores.broadcast_sub(&scores.max_keepdim(D::Minus1)?.detach())?.exp()?;
