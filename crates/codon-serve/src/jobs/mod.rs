@@ -70,7 +70,9 @@ impl std::fmt::Display for JobsDb {
     }
 }
 
-/// What saving a part did ([`JobStore::record_part`]); both are zero when the job no longer runs.
+/// What saving a part did ([`JobStore::record_part`]): for a job done meanwhile (another run
+/// of the part finished it) every result was saved already; for a cancelled or failed one, none
+/// is taken and both are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Recorded {
     /// Results saved now.

@@ -328,12 +328,13 @@ impl SqliteJobStore {
         first: usize,
         results: &[String],
     ) -> Result<Recorded, rusqlite::Error> {
-        let running: bool =
-            tx.query_row("SELECT EXISTS (SELECT 1 FROM jobs WHERE id = ?1 AND status = 'running')", [id], |r| {
-                r.get(0)
-            })?;
-        if !running {
-            return Ok(Recorded::default());
+        let status: Option<String> =
+            tx.query_row("SELECT status FROM jobs WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+        match status.as_deref() {
+            Some("running") => {}
+            // Finished by another run of its parts: every result was there already.
+            Some("done") => return Ok(Recorded::of(results.len(), 0)),
+            _ => return Ok(Recorded::default()),
         }
         let mut saved = 0;
         {
