@@ -39,3 +39,26 @@ fn a_failing_op_is_named_in_the_table_the_report_and_the_exit_status() {
     assert_eq!(exp["status"], "fail");
     assert!(exp["detail"].as_str().unwrap().contains("aclnnExp"), "{exp}");
 }
+
+/// `codon npu env` prints which body runs each fused op, and why, from the one table: on an A2
+/// the fused add-and-norm runs on the part; a 910A lacks the operator and says so.
+#[test]
+fn npu_env_prints_the_body_of_each_fused_op_and_why() {
+    let out = common::command("npu env").args(["--device", "npu-sim:0"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let words = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = |op: &str| stdout.lines().filter(|l| l.trim_start().starts_with(op)).map(words).collect::<Vec<_>>();
+    let soc = candle_ascend::ascend_device(&candle_ascend::parse_device("npu-sim:0").unwrap()).unwrap().soc().name.clone();
+    let add_norm = line("add_layer_norm ");
+    assert_eq!(add_norm.len(), 2, "a table row and a reason: {stdout}");
+    if soc.starts_with("Ascend910B") {
+        assert!(add_norm[0].ends_with("ascend ascend ascend"), "{}", add_norm[0]);
+        assert!(add_norm[1].contains("ascend") && add_norm[1].contains("aclnnAddLayerNorm"), "{}", add_norm[1]);
+    } else {
+        assert!(add_norm[0].ends_with("composed composed refused"), "{}", add_norm[0]);
+        assert!(add_norm[1].contains("no aclnnAddLayerNorm in f16"), "{}", add_norm[1]);
+    }
+    // The CPU column: the block gather has no CPU body of its own.
+    assert!(line("block_gather ")[0].starts_with("block_gather composed composed composed"), "{stdout}");
+}

@@ -205,11 +205,11 @@ impl std::fmt::Display for Reason {
             }
             #[cfg(feature = "ascend")]
             Self::PartRuns(ops) => {
-                let names: Vec<String> = ops.iter().map(|o| format!("aclnn{o}")).collect();
+                let names: Vec<String> = ops.iter().map(ToString::to_string).collect();
                 write!(f, "the part runs {}", names.join(", "))
             }
             #[cfg(feature = "ascend")]
-            Self::PartLacks(op, d) => write!(f, "the part has no aclnn{op} in {}: composed", d.as_str()),
+            Self::PartLacks(op, d) => write!(f, "the part has no {op} in {}: composed", d.as_str()),
             Self::NoBf16 => f.write_str("the part has no bf16 (the Atlas training series): use f16 or f32"),
             Self::NoAscendFeature => f.write_str("built without the `ascend` feature: composed"),
         }

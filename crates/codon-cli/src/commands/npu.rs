@@ -127,6 +127,11 @@ fn env(spec: &DeviceArg) -> anyhow::Result<()> {
     for line in fused_op_table(&device).lines() {
         outln!("  {line}");
     }
+    let dtype = if soc.has_bf16() { candle_core::DType::BF16 } else { candle_core::DType::F16 };
+    outln!("why, here in {}:", dtype.as_str());
+    for line in codon_ops::support::reasons(&device, dtype).lines() {
+        outln!("  {line}");
+    }
     Ok(())
 }
 
