@@ -13,7 +13,7 @@ check() {
         status=1
     fi
 }
-for crate in codon-vocab codon-data codon-train codon-eval codon-design; do
+for crate in codon-files codon-vocab codon-data codon-train codon-eval codon-design; do
     check "$crate's dependencies" -p "$crate"
 done
 check "codon-ops without its ascend feature" -p codon-ops --no-default-features

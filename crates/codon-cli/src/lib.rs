@@ -23,7 +23,7 @@ pub const DEMO_GENES_CSV: &str = include_str!("../demo/genes.csv");
 /// Write the demo genes into `dir` as `demo-genes.csv`, for a command to prepare; the file's path.
 pub fn write_demo_genes(dir: &std::path::Path) -> codon_data::Result<PathBuf> {
     let path = dir.join("demo-genes.csv");
-    codon_data::write_atomically(&path, |out| std::io::Write::write_all(out, DEMO_GENES_CSV.as_bytes()))?;
+    codon_files::write_atomically(&path, |out| std::io::Write::write_all(out, DEMO_GENES_CSV.as_bytes()))?;
     Ok(path)
 }
 

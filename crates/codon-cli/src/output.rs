@@ -76,7 +76,7 @@ macro_rules! errln {
 /// Write a command's closing report (`wrote FILE`): to stdout, unless the command's `output` is
 /// stdout itself (`--output -`), whose data it must not mix into.
 pub fn report_line(output: &std::path::Path, args: std::fmt::Arguments<'_>) {
-    use codon_model::files::OutputTarget;
+    use codon_files::OutputTarget;
     if matches!(OutputTarget::of(output), Ok(OutputTarget::Descriptor(1))) {
         stderr_line(args);
     } else {

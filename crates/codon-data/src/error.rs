@@ -95,6 +95,9 @@ pub enum DataError {
     /// Tokenization or preprocessing failed.
     #[error(transparent)]
     Vocab(#[from] codon_vocab::VocabError),
+    /// An output could not be written, or would replace an input.
+    #[error(transparent)]
+    Files(#[from] codon_files::FilesError),
     /// A loader worker thread panicked.
     #[error("data loader worker thread panicked")]
     WorkerPanicked,

@@ -31,8 +31,6 @@ pub mod record;
 pub mod text_input;
 pub mod translate;
 
-pub use codon_vocab::files::refuse_overwriting;
-pub use codon_vocab::files::write_atomically;
 pub use collator::{synthetic_mlm_batch, MaskingConfig, MlmBatch, MlmCollator, IGNORE_INDEX};
 pub use dataset::{JsonlDataset, MalformedPolicy, Shard, UnknownTokens, MAX_UNKNOWN_TOKEN_FRACTION};
 pub use error::{DataError, Result};

@@ -17,7 +17,6 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{DataError, Result};
 use crate::record::TrainingRecord;
 use crate::translate::{check_cds, translate};
-use codon_vocab::files::write_atomically;
 
 /// One raw gene record read from a CSV row or a FASTA entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -322,8 +321,8 @@ fn given_protein(protein: &str, dna: &str, keep_mismatched: bool) -> std::result
 
 /// Prepare a JSONL training file from a CSV or FASTA input. The output is written atomically.
 pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<PrepareReport> {
-    codon_vocab::files::refuse_overwriting(&[input], &[output])?;
-    codon_vocab::files::check_output_location(output)?;
+    codon_files::refuse_overwriting(&[input], &[output])?;
+    codon_files::check_output_location(output)?;
     let records = match InputFormat::from_path(input)? {
         InputFormat::Csv => read_csv(input)?,
         InputFormat::Fasta => read_fasta(input)?,
@@ -348,7 +347,7 @@ pub fn prepare(input: &Path, output: &Path, options: &PrepareOptions) -> Result<
 
 /// Write training records as JSONL, atomically.
 pub fn write_jsonl(path: &Path, records: &[TrainingRecord]) -> Result<()> {
-    Ok(write_atomically(path, |w| {
+    Ok(codon_files::write_atomically(path, |w| {
         for r in records {
             writeln!(w, "{}", r.to_json_line())?;
         }

@@ -77,7 +77,7 @@ fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
 
 /// Write an SVG, atomically.
 fn write_svg(path: &Path, svg: &str) -> Result<()> {
-    codon_vocab::files::write_atomically(path, |w| w.write_all(svg.as_bytes()))
+    codon_files::write_atomically(path, |w| w.write_all(svg.as_bytes()))
         .map_err(|e| EvalError::Plot { path: path.to_path_buf(), detail: e.to_string() })
 }
 

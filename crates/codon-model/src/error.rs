@@ -6,10 +6,12 @@ use std::path::PathBuf;
 /// tokenization errors are [`CodonError::Vocab`].
 #[derive(Debug, thiserror::Error)]
 pub enum CodonError {
-    /// Preprocessing, the organism table, tokenization or a file write failed
-    /// ([`codon_vocab::VocabError`]).
+    /// Preprocessing, the organism table or tokenization failed ([`codon_vocab::VocabError`]).
     #[error(transparent)]
     Vocab(#[from] codon_vocab::VocabError),
+    /// A file could not be written, or would replace an input ([`codon_files::FilesError`]).
+    #[error(transparent)]
+    Files(#[from] codon_files::FilesError),
     /// An invalid or unreadable model configuration.
     #[error("invalid BigBird configuration: {0}")]
     Config(String),

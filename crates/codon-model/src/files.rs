@@ -1,12 +1,10 @@
-//! Files written the way users expect ([`codon_vocab::files`]: atomic, ordinary permissions,
-//! never over an input), and the model's one file format of its own: safetensors.
+//! The model's one file format of its own: safetensors, written the way users expect
+//! ([`codon_files`]: atomic, ordinary permissions).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::Tensor;
-
-pub use codon_vocab::files::*;
 
 use crate::error::{Result, TensorContext};
 
@@ -15,7 +13,7 @@ use crate::error::{Result, TensorContext};
 /// refuses a model file without it.
 pub fn write_safetensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    write_atomically_replaced(path, |tmp| -> Result<()> {
+    codon_files::write_atomically_replaced(path, |tmp| -> Result<()> {
         safetensors::tensor::serialize_to_file(tensors, Some(metadata), tmp)
             .map_err(candle_core::Error::from)
             .op(&format!("writing {}", path.display()))

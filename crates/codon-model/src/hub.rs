@@ -277,9 +277,9 @@ fn download(model: &HubModel, settings: &HubSettings) -> Result<PathBuf, HubErro
     }
     if model.revision != info.sha {
         let refs = repo_dir.join("refs").join(&model.revision);
-        let dir = crate::files::parent_dir(&refs);
+        let dir = codon_files::parent_dir(&refs);
         std::fs::create_dir_all(dir).map_err(|source| HubError::Io { path: dir.to_path_buf(), source })?;
-        crate::files::write_atomically(&refs, |w| std::io::Write::write_all(w, info.sha.as_bytes()))
+        codon_files::write_atomically(&refs, |w| std::io::Write::write_all(w, info.sha.as_bytes()))
             .map_err(|e| HubError::Io { path: refs.clone(), source: std::io::Error::other(e.to_string()) })?;
     }
     Ok(snapshot)
@@ -461,7 +461,7 @@ impl<'a> Downloader<'a> {
         }
         std::fs::create_dir_all(blobs).map_err(|source| HubError::Io { path: blobs.to_path_buf(), source })?;
         let io = |source| HubError::Io { path: blobs.to_path_buf(), source };
-        let tmp = crate::files::temp_file_in(blobs, &format!("{etag}.incomplete.")).map_err(io)?;
+        let tmp = codon_files::temp_file_in(blobs, &format!("{etag}.incomplete.")).map_err(io)?;
         let bar = (self.settings.progress && length > 1 << 20).then(|| {
             let style = indicatif::ProgressStyle::with_template("{msg} {bar:40} {bytes}/{total_bytes} {eta}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());

@@ -134,11 +134,10 @@ pub(crate) fn save(
     }
     std::fs::create_dir_all(dir).map_err(|e| TrainError::io(dir, e))?;
     let final_path = dir.join(format!("step-{}", state.step));
-    let tmp =
-        codon_vocab::files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
+    let tmp = codon_files::temp_dir_in(dir, &format!(".step-{}.", state.step)).map_err(|e| TrainError::io(dir, e))?;
     model.save(&weights, tmp.path())?;
     let optimizer_file = tmp.path().join(OPTIMIZER_FILE);
-    codon_vocab::files::write_atomically_replaced(&optimizer_file, |file| -> Result<()> {
+    codon_files::write_atomically_replaced(&optimizer_file, |file| -> Result<()> {
         Ok(candle_core::safetensors::save(&optimizer.state()?, file)?)
     })?;
     let mut state = state.clone();
@@ -198,7 +197,7 @@ pub(crate) fn prune(dir: &Path, keep: usize, own: &OwnRuns) -> Result<()> {
 /// Tidy what an interrupted save left in `dir`, matching only our own names: a step folder set
 /// aside goes back in place when its replacement never arrived (else it is deleted), and
 /// partial `.step-<N>.*` folders and the atomic write's `.<state_dict>.*` files (see
-/// [`codon_vocab::files::write_atomically`]) are deleted. Returns what was done.
+/// [`codon_files::write_atomically`]) are deleted. Returns what was done.
 pub(crate) fn clean_leftovers(dir: &Path, state_dict: Option<&str>) -> Result<Vec<String>> {
     let partial_state_dict = state_dict.map(|name| format!(".{name}."));
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(Vec::new()) };

@@ -28,9 +28,13 @@ pub enum TrainError {
     /// The model failed (its crate's error: `codon_model::CodonError` for BigBird).
     #[error(transparent)]
     Model(Box<dyn std::error::Error + Send + Sync>),
-    /// The data pipeline failed.
+    /// The batch source failed (its crate's error: `codon_data::DataError` for the masked-LM
+    /// loader).
     #[error(transparent)]
-    Data(Box<codon_data::DataError>),
+    Data(Box<dyn std::error::Error + Send + Sync>),
+    /// A file of the run could not be written.
+    #[error(transparent)]
+    Files(#[from] codon_files::FilesError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {
@@ -157,18 +161,6 @@ fn list_some(names: &[String]) -> String {
 impl From<candle_core::Error> for TrainError {
     fn from(source: candle_core::Error) -> Self {
         TrainError::Tensor { op: "tensor operation".into(), source }
-    }
-}
-
-impl From<codon_vocab::VocabError> for TrainError {
-    fn from(e: codon_vocab::VocabError) -> Self {
-        TrainError::Model(Box::new(e))
-    }
-}
-
-impl From<codon_data::DataError> for TrainError {
-    fn from(e: codon_data::DataError) -> Self {
-        TrainError::Data(Box::new(e))
     }
 }
 

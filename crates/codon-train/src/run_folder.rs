@@ -45,7 +45,7 @@ pub(crate) fn refuse_writing_inputs(c: &TrainerConfig) -> Result<()> {
     }
     for (what, output) in outputs {
         for input in &c.inputs {
-            if codon_vocab::files::clash(input, &output).is_some() {
+            if codon_files::clash(input, &output).is_some() {
                 return Err(TrainError::OutputIsInput { what: what.to_string(), output, input: input.clone() });
             }
         }
@@ -71,7 +71,7 @@ pub(crate) fn claim(c: &TrainerConfig, dir: &Path, own: &OwnRuns) -> Result<Vec<
     }
     let mut removed = Vec::new();
     for path in foreign.iter().chain(state_dict.iter()) {
-        if let Some(input) = c.inputs.iter().find(|input| codon_vocab::files::clash(path, input).is_some()) {
+        if let Some(input) = c.inputs.iter().find(|input| codon_files::clash(path, input).is_some()) {
             return Err(TrainError::OverwriteWouldRemoveInput { path: path.clone(), input: input.clone() });
         }
         let result = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
@@ -107,8 +107,8 @@ pub(crate) fn lock(dir: &Path) -> Result<std::fs::File> {
 pub(crate) fn check_writable(dir: &Path, bytes: u64) -> Result<()> {
     let unusable = |reason: String| TrainError::CheckpointFolder { dir: dir.to_path_buf(), reason };
     std::fs::create_dir_all(dir).map_err(|e| unusable(format!("cannot be created: {e}")))?;
-    let probe = codon_vocab::files::temp_file_in(dir, ".write-check.")
-        .map_err(|e| unusable(format!("cannot be written: {e}")))?;
+    let probe =
+        codon_files::temp_file_in(dir, ".write-check.").map_err(|e| unusable(format!("cannot be written: {e}")))?;
     drop(probe);
     if let Some(free) = free_bytes(dir) {
         if free < bytes {

@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong in preprocessing, the organism table, tokenization and file
-/// writing. Messages that have an upstream (Python CodonTransformer) counterpart start with its
+/// Everything that can go wrong in preprocessing, the organism table and tokenization. Messages that have an upstream (Python CodonTransformer) counterpart start with its
 /// exact text.
 #[derive(Debug, thiserror::Error)]
 pub enum VocabError {
@@ -74,22 +73,9 @@ pub enum VocabError {
         /// What went wrong.
         message: String,
     },
-    /// An output path that names an input: writing it would destroy the input.
-    #[error("{output} is the input {input}: writing it would replace the input; choose another output path")]
-    OutputIsInput {
-        /// The output as given.
-        output: PathBuf,
-        /// The input it resolves to.
-        input: PathBuf,
-    },
-    /// An output path inside an input folder, whose files it could replace.
-    #[error("{output} is inside the input folder {input}: writing there could replace the input's files; choose a path outside it")]
-    OutputInInputFolder {
-        /// The output as given.
-        output: PathBuf,
-        /// The input folder.
-        input: PathBuf,
-    },
+    /// The organism table could not be written.
+    #[error(transparent)]
+    Files(#[from] codon_files::FilesError),
 }
 
 impl VocabError {

@@ -1,7 +1,7 @@
 //! `codon-vocab`: CodonTransformer's vocabulary ([`vocab`]), organism table ([`organisms`]),
-//! protein and DNA preprocessing and the merged sequence ([`sequence`]), the tokenizer
-//! ([`tokenizer`]) and atomic file writing ([`files`]). No candle: the data pipeline, the
-//! evaluation metrics and the design tools build on it without a tensor library.
+//! protein and DNA preprocessing and the merged sequence ([`sequence`]) and the tokenizer
+//! ([`tokenizer`]). No candle: the data pipeline, the evaluation metrics and the design tools
+//! build on it without a tensor library.
 //!
 //! ```
 //! use codon_vocab::{merged_sequence, organism_id, CodonTokenizer};
@@ -17,7 +17,6 @@
 #![warn(missing_docs)]
 
 pub mod error;
-pub mod files;
 pub mod organisms;
 pub mod sequence;
 pub mod tokenizer;

@@ -338,7 +338,7 @@ impl OrganismTable {
     /// The table stored in a model directory, or the built-in one when the model has none (a
     /// checkpoint file: the table beside it).
     pub fn for_model(model: &std::path::Path) -> Result<Self> {
-        let dir = if model.is_dir() { model } else { crate::files::parent_dir(model) };
+        let dir = if model.is_dir() { model } else { codon_files::parent_dir(model) };
         let path = dir.join(Self::FILE);
         if !path.exists() {
             return Ok(Self::builtin());
@@ -354,7 +354,7 @@ impl OrganismTable {
     /// Write the table into a model directory, atomically.
     pub fn save(&self, dir: &std::path::Path) -> Result<()> {
         let text = serde_json::to_string_pretty(&self.names).map_err(|e| VocabError::OrganismTable(e.to_string()))?;
-        crate::files::write_atomically(&dir.join(Self::FILE), |w| std::io::Write::write_all(w, text.as_bytes()))
+        Ok(codon_files::write_atomically(&dir.join(Self::FILE), |w| std::io::Write::write_all(w, text.as_bytes()))?)
     }
 
     /// Number of organisms (the `type_vocab_size` a model needs).

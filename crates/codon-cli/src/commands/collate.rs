@@ -12,7 +12,8 @@ use std::io::Write;
 
 use crate::{errln, outln};
 use clap::Parser;
-use codon_data::{write_atomically, DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator};
+use codon_data::{DataLoader, JsonlDataset, LoaderConfig, MalformedPolicy, MlmBatch, MlmCollator};
+use codon_files::write_atomically;
 use codon_model::CodonTokenizer;
 use serde_json::json;
 
@@ -64,8 +65,8 @@ fn score_inputs(b: &MlmBatch) -> candle_core::Result<std::collections::HashMap<S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
-    codon_model::files::check_output_location(&args.files.output.path)?;
+    codon_files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
+    codon_files::check_output_location(&args.files.output.path)?;
     let policy = if args.skip_malformed { MalformedPolicy::Skip } else { MalformedPolicy::Error };
     let dataset = JsonlDataset::open(&args.files.input.path, policy)?;
     if dataset.malformed_lines() > 0 {

@@ -63,12 +63,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("--cfd-threshold {}: must be a non-negative number", args.cfd_threshold);
     }
     let inputs: Vec<&Path> = std::iter::once(args.files.input.path.as_path()).chain(args.reference.paths()).collect();
-    codon_model::files::refuse_overwriting(&inputs, &[&args.files.output.path])?;
+    codon_files::refuse_overwriting(&inputs, &[&args.files.output.path])?;
 
     if let Some(dir) = args.plot.as_deref().filter(|d| d.exists() && !d.is_dir()) {
         anyhow::bail!("--plot {}: a file is there; give a folder", dir.display());
     }
-    codon_model::files::check_output_location(&args.files.output.path)?;
+    codon_files::check_output_location(&args.files.output.path)?;
     let table = CsvTable::read_any(&args.files.input.path, "dna", None, false)?;
     let dna_col = match &args.dna_column {
         Some(name) => table.column(name)?,
@@ -200,7 +200,7 @@ fn write_output(
         writer.write_record(&record)?;
     }
     let bytes = writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?;
-    codon_data::write_atomically(path, |w| w.write_all(&bytes))?;
+    codon_files::write_atomically(path, |w| w.write_all(&bytes))?;
     Ok(())
 }
 

@@ -48,14 +48,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         DTypeChoice::Bf16 => anyhow::bail!("--dtype bf16: the ONNX export writes f32 or f16"),
     };
     let spec = crate::predictor::model_spec(args.model.path.as_deref());
-    codon_model::files::refuse_overwriting(&[&spec], &[&args.output.path])?;
-    codon_model::files::check_output_location(&args.output.path)?;
+    codon_files::refuse_overwriting(&[&spec], &[&args.output.path])?;
+    codon_files::check_output_location(&args.output.path)?;
     refuse_terminal(&args.output.path)?;
     let resolved = codon_model::hub::resolve_model(&spec)?;
     let config = args.config.path.as_deref().map(BigBirdConfig::from_file).transpose()?;
     let model = load_model(&resolved, config, &Device::Cpu, DType::F32)?;
     let bytes = codon_onnx::export(&model, float)?;
-    codon_data::write_atomically(&args.output.path, |w| w.write_all(&bytes))?;
+    codon_files::write_atomically(&args.output.path, |w| w.write_all(&bytes))?;
     let c = model.config();
     outln!(
         "wrote {} ({:.1} MB, {}, opset {}): {} layers, full attention, inputs input_ids/attention_mask/token_type_ids (batch x length, length up to {}), output logits",
@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// An ONNX model is binary: written to a terminal it would scramble the screen and be lost.
 fn refuse_terminal(path: &std::path::Path) -> anyhow::Result<()> {
-    use codon_model::files::OutputTarget;
+    use codon_files::OutputTarget;
     use std::io::IsTerminal;
     let terminal = match OutputTarget::of(path)? {
         // SAFETY: the descriptor is only asked whether it is a terminal (a closed one is not).

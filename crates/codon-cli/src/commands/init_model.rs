@@ -37,10 +37,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let model = BigBirdForMaskedLM::from_named(config, weights)?;
     if replacing {
         // Written beside the old folder, then swapped in: a failure leaves the old one whole.
-        let parent = codon_model::files::parent_dir(&args.output.path);
-        let fresh = codon_model::files::temp_dir_in(parent, ".init_model.")?;
+        let parent = codon_files::parent_dir(&args.output.path);
+        let fresh = codon_files::temp_dir_in(parent, ".init_model.")?;
         save_model(&model, fresh.path())?;
-        let aside = codon_model::files::temp_dir_in(parent, ".init_model.replaced.")?;
+        let aside = codon_files::temp_dir_in(parent, ".init_model.replaced.")?;
         std::fs::rename(&args.output.path, aside.path().join("old"))?;
         std::fs::rename(fresh.keep(), &args.output.path)?;
         drop(aside);
@@ -71,7 +71,7 @@ fn refuse_a_used_folder(args: &Args) -> anyhow::Result<bool> {
         );
     }
     if let Some(config) = &args.config.path {
-        if codon_model::files::clash(out, config).is_some() {
+        if codon_files::clash(out, config).is_some() {
             anyhow::bail!("--overwrite would delete --config {}: copy it out of the folder first", config.display());
         }
     }

@@ -255,7 +255,7 @@ fn selftest(device: &candle_core::Device, report_path: &std::path::Path) -> anyh
         outln!("  {line}");
     }
     let json = serde_json::to_vec_pretty(&report)?;
-    codon_data::write_atomically(report_path, |w| w.write_all(&json))?;
+    codon_files::write_atomically(report_path, |w| w.write_all(&json))?;
     outln!("report: {}", report_path.display());
     let failed: Vec<String> = report.failures().map(|c| format!("{} ({})", c.name, c.dtype)).collect();
     if !failed.is_empty() {

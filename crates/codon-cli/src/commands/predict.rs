@@ -274,8 +274,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .flatten()
                 .chain(args.reference.paths())
                 .collect();
-        codon_model::files::refuse_overwriting(&inputs, &[output])?;
-        codon_model::files::check_output_location(output)?;
+        codon_files::refuse_overwriting(&inputs, &[output])?;
+        codon_files::check_output_location(output)?;
     }
     if let Some(organism) = &args.organism.name {
         organisms.resolve(&OrganismRef::parse(organism)).context("--organism (predict --list-organisms lists them)")?;
@@ -375,7 +375,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // On a device that skips its arithmetic, every row says its DNA is meaningless.
     let mark = no_math.then_some(("no_math", "true"));
     let bytes = render(format, &table.headers, columns, &rows, mark)?;
-    codon_data::write_atomically(output, |w| w.write_all(&bytes))?;
+    codon_files::write_atomically(output, |w| w.write_all(&bytes))?;
     let ranked = if args.num_sequences > 1 { ", each protein's sequences best first by log-likelihood" } else { "" };
     crate::reportln!(
         output,
@@ -445,7 +445,7 @@ fn score_sequences(args: &Args, file: &std::path::Path) -> anyhow::Result<()> {
     match args.output_path() {
         Some(output) => {
             let bytes = render(OutputFormat::of(output), &table.headers, &["error"], &rows, mark)?;
-            codon_data::write_atomically(output, |w| w.write_all(&bytes))?;
+            codon_files::write_atomically(output, |w| w.write_all(&bytes))?;
             crate::reportln!(
                 output,
                 "scored {} sequences ({failed} failed); wrote {}",

@@ -44,8 +44,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let model_spec = crate::predictor::model_spec(args.run.model.as_deref());
-    codon_model::files::refuse_overwriting(&[&args.inputs, &model_spec], &[&args.output.path])?;
-    codon_model::files::check_output_location(&args.output.path)?;
+    codon_files::refuse_overwriting(&[&args.inputs, &model_spec], &[&args.output.path])?;
+    codon_files::check_output_location(&args.output.path)?;
     let device = args.run.device.open()?;
     let no_math = crate::skips_math(&device);
     if no_math {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use codon_data::write_atomically;
+use codon_files::write_atomically;
 use codon_model::{merged_sequence_with, CodonTokenizer, OrganismRef};
 use rand::SeedableRng;
 use serde::Deserialize;
@@ -44,8 +44,8 @@ struct Input {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    codon_model::files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
-    codon_model::files::check_output_location(&args.files.output.path)?;
+    codon_files::refuse_overwriting(&[&args.files.input.path], &[&args.files.output.path])?;
+    codon_files::check_output_location(&args.files.output.path)?;
     let tokenizer = match &args.tokenizer {
         Some(path) => CodonTokenizer::from_file(path)?,
         None => CodonTokenizer::new()?,

@@ -466,7 +466,7 @@ fn run_description(config: &BigBirdConfig, dataset: &std::path::Path) -> anyhow:
     let model: serde_json::Value = serde_json::from_str(&config.to_json())?;
     Ok(RunIdentity::from([
         ("model_config".to_string(), model.to_string()),
-        ("dataset".to_string(), codon_model::files::resolved(dataset).display().to_string()),
+        ("dataset".to_string(), codon_files::resolved(dataset).display().to_string()),
         ("dataset_bytes".to_string(), bytes.to_string()),
     ]))
 }

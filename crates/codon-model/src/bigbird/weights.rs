@@ -248,7 +248,7 @@ pub fn save_model(model: &BigBirdForMaskedLM, dir: impl AsRef<Path>) -> Result<(
     }
     crate::files::write_safetensors(&tensors, &dir.join("model.safetensors"))?;
     let config = model.config().to_json();
-    Ok(crate::files::write_atomically(&dir.join("config.json"), |w| w.write_all(config.as_bytes()))?)
+    Ok(codon_files::write_atomically(&dir.join("config.json"), |w| w.write_all(config.as_bytes()))?)
 }
 
 /// transformers' initialisation: normal(0, initializer_range) for linear and embedding
@@ -333,7 +333,7 @@ pub fn save_torch_state_dict(tensors: &[(String, Tensor)], path: &Path) -> Resul
     }
     pickle.extend_from_slice(b"u.");
 
-    let written = crate::files::write_atomically(path, |w| {
+    let written = codon_files::write_atomically(path, |w| {
         let mut zip = zip::ZipWriter::new(w);
         let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
         zip.start_file("archive/data.pkl", opts)?;

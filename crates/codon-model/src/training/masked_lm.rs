@@ -146,7 +146,7 @@ impl BatchSource for MaskedLmData {
         Some(self.loader.config().batch_size)
     }
     fn epoch(&self, epoch: u64) -> Box<dyn Iterator<Item = Result<MlmBatch>> + '_> {
-        Box::new(self.loader.epoch(epoch).map(|b| b.map_err(TrainError::from)))
+        Box::new(self.loader.epoch(epoch).map(|b| b.map_err(|e| TrainError::Data(Box::new(e)))))
     }
 }
 

@@ -10,7 +10,7 @@ use crate::bigbird::{
     load_model, masked_lm_loss, save_model, AttentionType, BigBirdConfig, BigBirdForMaskedLM, ForwardMode,
     TOKEN_TYPE_EMBEDDINGS,
 };
-use crate::OrganismTable;
+use crate::{CodonError, OrganismTable};
 use candle_core::{DType, Device, Tensor};
 use codon_data::MlmBatch;
 
@@ -56,7 +56,7 @@ impl NewOrganismModel {
                 organisms.len()
             )));
         }
-        let (organisms, organism_id) = organisms.with_organism(name)?;
+        let (organisms, organism_id) = organisms.with_organism(name).map_err(CodonError::from)?;
         let frozen: HashMap<String, Tensor> = model
             .named_parameters()
             .into_iter()
@@ -133,7 +133,7 @@ impl TrainableModel for NewOrganismModel {
 impl Checkpointable for NewOrganismModel {
     fn save(&self, weights: &[(String, Tensor)], dir: &Path) -> Result<()> {
         save_model(&self.saved_model(weights)?, dir)?;
-        Ok(self.organisms.save(dir)?)
+        Ok(self.organisms.save(dir).map_err(CodonError::from)?)
     }
 
     fn load(&self, dir: &Path) -> Result<HashMap<String, Tensor>> {
@@ -151,6 +151,6 @@ impl Checkpointable for NewOrganismModel {
     fn save_state_dict(&self, weights: &[(String, Tensor)], path: &Path) -> Result<()> {
         let model = self.saved_model(weights)?;
         crate::bigbird::weights::save_torch_state_dict(&model.named_parameters(), path)?;
-        Ok(self.organisms.save(crate::files::parent_dir(path))?)
+        Ok(self.organisms.save(codon_files::parent_dir(path)).map_err(CodonError::from)?)
     }
 }
