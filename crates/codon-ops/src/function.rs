@@ -89,7 +89,6 @@ impl<S: Send + Sync> CustomOp3 for Function3<S> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,

@@ -65,14 +65,14 @@ pub fn add_layer_norm(
     let add = ResidualSum { weight: weight.clone(), bias: bias.clone(), eps, normalized: pending.clone() };
     let sum = x.apply_op2(residual, add)?;
     let training = [x, residual, weight, bias].iter().any(|t| t.track_op());
-    let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: Some(pending) };
+    let op = LayerNormOp { eps: eps as f32, stats: training.then(Mutex::default), normalized: Some(pending) };
     sum.apply_op3(weight, bias, op)
 }
 
 /// The normalized output that [`ResidualSum`] computed along with the sum.
 type Pending = std::sync::Arc<Mutex<Option<LaunchState>>>;
 
-/// `x + residual` through `aclnnAddLayerNorm`, which also normalizes the sum; the [`LayerNorm`]
+/// `x + residual` through `aclnnAddLayerNorm`, which also normalizes the sum; the [`LayerNormOp`]
 /// op applied next to the sum takes that output instead of launching. Its backward pass hands
 /// the sum's gradient to both operands.
 struct ResidualSum {
@@ -125,19 +125,19 @@ impl CustomOp2 for ResidualSum {
 }
 
 /// LayerNorm of `x` over its last dimension with weight and bias of that size. The CPU runs the
-/// fused [`LayerNorm`] op; a CUDA GPU runs
-/// [`LayerNorm`] (weight and bias in x's dtype); parts with the operators their Ascend body;
+/// fused [`LayerNormOp`] op; a CUDA GPU runs
+/// [`LayerNormOp`] (weight and bias in x's dtype); parts with the operators their Ascend body;
 /// other devices the composed [`reference()`].
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let training = [x, weight, bias].iter().any(|t| t.track_op());
     match ROW.select(x.device(), x.dtype())? {
-        Body::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNorm::new(eps as f32)),
+        Body::Cpu => x.contiguous()?.apply_op3(weight, bias, LayerNormOp::new(eps as f32)),
         Body::Cuda if x.dim(D::Minus1)? <= CUDA_MAX_HIDDEN => {
             let (w, b) = (weight.to_dtype(x.dtype())?, bias.to_dtype(x.dtype())?);
-            x.contiguous()?.apply_op3(&w, &b, LayerNorm::new(eps as f32))
+            x.contiguous()?.apply_op3(&w, &b, LayerNormOp::new(eps as f32))
         }
         Body::Ascend if ascend_operands_fit(x, weight, bias) => {
-            let op = LayerNorm { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
+            let op = LayerNormOp { eps: eps as f32, stats: training.then(Mutex::default), normalized: None };
             x.apply_op3(weight, bias, op)
         }
         _ => reference(x, weight, bias, eps),
@@ -148,7 +148,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candl
 /// column in 48 KiB of shared memory beside a 128-byte scratch.
 const CUDA_MAX_HIDDEN: usize = (48 * 1024 - 128) / 8;
 
-/// Whether these operands fit [`LayerNorm`]'s Ascend body: a 1-D weight and bias of one
+/// Whether these operands fit [`LayerNormOp`]'s Ascend body: a 1-D weight and bias of one
 /// dtype, x's or FLOAT (ops-nn `aclnn_layer_norm.cpp` CheckInputDtype).
 fn ascend_operands_fit(x: &Tensor, weight: &Tensor, bias: &Tensor) -> bool {
     let dtype = x.dtype();
@@ -168,8 +168,9 @@ pub fn reference(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> candle
 
 use crate::fast_math::moments;
 
-/// `(x − μ)/√(σ² + eps)·w + b` over the last dimension of x; w and b are (hidden,).
-pub struct LayerNorm {
+/// The op: `(x − μ)/√(σ² + eps)·w + b` over the last dimension of x; w and b are (hidden,). (The
+/// layer that holds w and b is the model's.)
+pub struct LayerNormOp {
     eps: f32,
     /// The Ascend forward pass's row statistics, for the backward pass (`None`: not kept).
     stats: Option<Mutex<Option<LaunchState>>>,
@@ -177,14 +178,14 @@ pub struct LayerNorm {
     normalized: Option<Pending>,
 }
 
-impl LayerNorm {
+impl LayerNormOp {
     /// The op with variance epsilon `eps`.
     pub fn new(eps: f32) -> Self {
         Self { eps, stats: None, normalized: None }
     }
 }
 
-impl CustomOp3 for LayerNorm {
+impl CustomOp3 for LayerNormOp {
     fn name(&self) -> &'static str {
         "layer_norm"
     }
@@ -236,7 +237,6 @@ impl CustomOp3 for LayerNorm {
         Ok((cuda_launch::layer_norm(s1, l1, s2, l2, s3, l3, self.eps)?, l1.shape().clone()))
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
@@ -589,7 +589,7 @@ mod tests {
             Var::from_tensor(&Tensor::randn(0f32, 0.3, 24, &dev).unwrap()).unwrap(),
         );
         let upstream = Tensor::randn(0f32, 1.0, (3, 7, 24), &dev).unwrap();
-        let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), super::LayerNorm::new(1e-12)).unwrap();
+        let ours = x.as_tensor().apply_op3(w.as_tensor(), b.as_tensor(), super::LayerNormOp::new(1e-12)).unwrap();
         let reference = super::reference(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12).unwrap();
         assert!(max_diff(&ours, &reference) < 1e-5);
         let g1 = (ours * &upstream).unwrap().sum_all().unwrap().backward().unwrap();

@@ -161,7 +161,6 @@ impl CustomOp3 for FlashAttention {
         Ok((crate::f32_views::store_like(s1, out.flatten_all()?.to_vec1()?), l1.shape().clone()))
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,

@@ -53,7 +53,6 @@ impl CustomOp3 for MatmulAdd {
         Ok((store_like(s1, acc), l1.shape().clone()))
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,

@@ -106,7 +106,6 @@ impl CustomOp3 for Linear {
         Ok((store_like(s1, z), Shape::from(shape)))
     }
 
-    #[allow(clippy::too_many_arguments)]
     #[cfg(feature = "ascend")]
     fn custom_fwd(
         &self,
