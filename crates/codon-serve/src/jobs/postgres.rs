@@ -126,9 +126,8 @@ impl PostgresJobStore {
             schema::set_up(&mut client, &inner.shown).await
         })?;
         store.tls = store.call("reading the connection's TLS", RETRY_FOR, |client, _| async move {
-            let row = client
-                .query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
-                .await?;
+            let row =
+                client.query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[]).await?;
             Ok(row.map(|r| r.get::<_, String>(0)))
         })?;
         if let Some(runtime) = &store.runtime.0 {
@@ -174,7 +173,12 @@ impl PostgresJobStore {
 
 /// `attempt` until it succeeds, fails for good, or has failed for the connection's sake for
 /// `retry_for`.
-async fn retrying<T, F, Fut>(inner: &Arc<Inner>, op: &'static str, retry_for: Duration, attempt: F) -> Result<T, StoreError>
+async fn retrying<T, F, Fut>(
+    inner: &Arc<Inner>,
+    op: &'static str,
+    retry_for: Duration,
+    attempt: F,
+) -> Result<T, StoreError>
 where
     F: Fn(Object, Arc<Inner>) -> Fut,
     Fut: Future<Output = Result<T, Failure>>,
@@ -199,7 +203,12 @@ where
             return Err(StoreError::Postgres { target: inner.shown.clone(), op, reason });
         }
         if started.elapsed() + delay > retry_for {
-            return Err(StoreError::Unavailable { target: inner.shown.clone(), op, retried: started.elapsed(), reason });
+            return Err(StoreError::Unavailable {
+                target: inner.shown.clone(),
+                op,
+                retried: started.elapsed(),
+                reason,
+            });
         }
         tokio::time::sleep(delay).await;
         delay = retry::next_backoff(delay);
@@ -279,7 +288,9 @@ const NOW_SECS: &str = "extract(epoch from now())::bigint";
 async fn drop_expired(tx: &deadpool_postgres::Transaction<'_>) -> Result<usize, Failure> {
     let cut = format!("{NOW_SECS} - {}", keep_secs());
     tx.execute(
-        &format!("DELETE FROM proteins WHERE job IN (SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < {cut})"),
+        &format!(
+            "DELETE FROM proteins WHERE job IN (SELECT id FROM jobs WHERE finished IS NOT NULL AND finished < {cut})"
+        ),
         &[],
     )
     .await?;
@@ -478,7 +489,9 @@ impl JobStore for PostgresJobStore {
     fn next_part(&self, id: &str, from: usize, bounds: PartBounds) -> Result<Option<PartInput>, StoreError> {
         let id: Arc<str> = id.into();
         let from = from.min(i64::MAX as usize) as i64;
-        self.call("claiming a part", RETRY_FOR, move |client, inner| claim_part(client, inner, id.clone(), from, bounds))
+        self.call("claiming a part", RETRY_FOR, move |client, inner| {
+            claim_part(client, inner, id.clone(), from, bounds)
+        })
     }
 
     fn record_part(&self, id: &str, first: usize, results: &[ProteinResult]) -> Result<Recorded, StoreError> {

@@ -8,9 +8,8 @@ use tokio_postgres::config::Host;
 /// line whose five fields (`host:port:database:user:password`, `*` for any) match. A file that
 /// others may read is ignored, as libpq ignores it.
 pub(super) fn lookup(config: &tokio_postgres::Config, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
-    let path = env("PGPASSFILE")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|home| PathBuf::from(home).join(".pgpass")))?;
+    let path =
+        env("PGPASSFILE").map(PathBuf::from).or_else(|| env("HOME").map(|home| PathBuf::from(home).join(".pgpass")))?;
     let metadata = std::fs::metadata(&path).ok()?;
     #[cfg(unix)]
     {
@@ -67,7 +66,8 @@ mod tests {
     fn the_first_matching_line_gives_the_password_and_a_readable_file_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("pgpass");
-        std::fs::write(&file, "# comment\nother:5432:*:codon:no\ndb.example:*:jobs:codon:pa\\:ss\n*:*:*:*:any\n").unwrap();
+        std::fs::write(&file, "# comment\nother:5432:*:codon:no\ndb.example:*:jobs:codon:pa\\:ss\n*:*:*:*:any\n")
+            .unwrap();
         let path = file.to_string_lossy().into_owned();
         let env = move |key: &str| (key == "PGPASSFILE").then(|| path.clone());
         let config: tokio_postgres::Config = "postgres://codon@db.example:6000/jobs".parse().unwrap();

@@ -74,8 +74,8 @@ pub(super) async fn set_up(client: &mut Object, shown: &str) -> Result<(), Failu
         return Ok(());
     }
     let tables: Vec<(String, String, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
-    let ours = tables.len() == 2
-        && tables.iter().all(|(name, kind, _)| kind == "r" && (name == "jobs" || name == "proteins"));
+    let ours =
+        tables.len() == 2 && tables.iter().all(|(name, kind, _)| kind == "r" && (name == "jobs" || name == "proteins"));
     let mark = tables.iter().find(|(name, _, _)| name == "jobs").and_then(|(_, _, comment)| comment.as_deref());
     match mark.and_then(|m| m.strip_prefix(MARK)) {
         Some(version) if ours && version == SCHEMA_VERSION.to_string() => Ok(()),

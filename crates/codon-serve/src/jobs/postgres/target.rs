@@ -87,7 +87,10 @@ impl PostgresTarget {
                 }),
                 (None, Some(addrs)) => {
                     for addr in addrs.split(',') {
-                        let addr = addr.trim().parse().map_err(|_| url_error(format!("PGHOSTADDR {addr:?} is not an IP address")))?;
+                        let addr = addr
+                            .trim()
+                            .parse()
+                            .map_err(|_| url_error(format!("PGHOSTADDR {addr:?} is not an IP address")))?;
                         config.hostaddr(addr);
                     }
                 }
@@ -131,7 +134,7 @@ impl PostgresTarget {
             }
         }
         if config.get_application_name().is_none() {
-            config.application_name(&env("PGAPPNAME").unwrap_or_else(|| "codon-serve".into()));
+            config.application_name(env("PGAPPNAME").unwrap_or_else(|| "codon-serve".into()));
         }
         if config.get_connect_timeout().is_none() {
             let secs = env("PGCONNECT_TIMEOUT").and_then(|s| s.trim().parse::<u64>().ok()).filter(|&s| s > 0);
@@ -146,7 +149,9 @@ impl PostgresTarget {
                     config.target_session_attrs(tokio_postgres::config::TargetSessionAttrs::ReadWrite);
                 }
                 Some("any") | None => {}
-                Some(other) => return Err(url_error(format!("PGTARGETSESSIONATTRS {other:?}: give any or read-write"))),
+                Some(other) => {
+                    return Err(url_error(format!("PGTARGETSESSIONATTRS {other:?}: give any or read-write")))
+                }
             }
         }
         config.ssl_mode(match ssl_mode {
@@ -264,7 +269,8 @@ fn password_of(url: &str) -> Option<String> {
 fn scrub(text: &str, secret: Option<String>) -> String {
     match secret {
         Some(secret) => {
-            let encoded = percent_encoding::utf8_percent_encode(&secret, percent_encoding::NON_ALPHANUMERIC).to_string();
+            let encoded =
+                percent_encoding::utf8_percent_encode(&secret, percent_encoding::NON_ALPHANUMERIC).to_string();
             text.replace(&secret, "***").replace(&encoded, "***")
         }
         None => text.to_string(),
@@ -284,11 +290,10 @@ fn show(config: &tokio_postgres::Config, scrubbed: Option<String>) -> String {
                 Host::Tcp(name) if name.contains(':') => format!("[{name}]"),
                 Host::Tcp(name) => name.clone(),
                 #[cfg(unix)]
-                Host::Unix(path) => percent_encoding::utf8_percent_encode(
-                    &path.to_string_lossy(),
-                    percent_encoding::NON_ALPHANUMERIC,
-                )
-                .to_string(),
+                Host::Unix(path) => {
+                    percent_encoding::utf8_percent_encode(&path.to_string_lossy(), percent_encoding::NON_ALPHANUMERIC)
+                        .to_string()
+                }
             })
             .collect()
     };
