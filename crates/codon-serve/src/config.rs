@@ -149,7 +149,7 @@ impl ServeConfig {
             return refuse(format!("jobs database cap {} bytes", self.jobs_db_max_bytes), "at least 1 MiB");
         }
         if !(MIN_LEASE..=MAX_LEASE).contains(&self.jobs_lease) {
-            return refuse(format!("jobs lease {:?}", self.jobs_lease), "from 1 second to 1 hour");
+            return refuse(format!("jobs lease of {} s", self.jobs_lease.as_secs_f64()), "from 1 second to 1 hour");
         }
         for (setting, t) in [("header timeout", self.header_timeout), ("body timeout", self.body_timeout)] {
             if t.is_zero() {

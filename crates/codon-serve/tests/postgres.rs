@@ -3,9 +3,9 @@
 //! fails every test, elsewhere they are skipped with a line). Each test has a database of its
 //! own. Two replicas share a 2,000-protein job (every result once, in order; a poll on either
 //! answers; each part computed once), a replica killed with SIGKILL mid-part leaves its parts to
-//! the other, claims are renewed while parts wait, a job is cancelled from the other replica, a
-//! PostgreSQL restart mid-job loses nothing, a foreign database is left untouched, and a wrong
-//! password is one clear line.
+//! the other, claims are renewed while parts wait, a replica that stops gives its claims back,
+//! a job is cancelled from the other replica, a PostgreSQL restart mid-job loses nothing, a
+//! foreign database is left untouched, and a wrong password is one clear line.
 mod common;
 use common::{call, predictor};
 
@@ -369,6 +369,25 @@ fn claims_are_renewed_while_parts_wait_so_none_runs_twice() {
         (metric(a.addr, SAVED), metric(a.addr, PREDICTED), metric(b.addr, PREDICTED));
     assert!(saved_a >= 24, "A saved {saved_a}: its parts did not outlast the lease");
     assert_eq!(predicted_a + predicted_b, 64, "a part ran twice (A {predicted_a}, B {predicted_b})");
+}
+
+#[test]
+fn a_stopped_replica_gives_its_claims_back_at_once() {
+    let _shared = shared();
+    let Some(db) = Db::new() else { return };
+    // A long lease: B finishes soon after A stops only if A gave its claims back.
+    let lease = Duration::from_secs(30);
+    let a = replica(&db, Duration::from_millis(400), lease);
+    let b = replica(&db, Duration::ZERO, lease);
+    let proteins = proteins(400);
+    let id = submit(a.addr, &proteins);
+    let claims = "SELECT count(*) FROM proteins WHERE result IS NULL AND claimed_by IS NOT NULL";
+    wait_for(b.addr, &id, |r| r.done >= 8);
+    assert_ne!(db.sql(claims)[0][0].as_deref(), Some("0"), "A held no claims");
+    assert_eq!(a.stop().unwrap().jobs_left, 1, "the job runs on in the database");
+    let done = wait_within(b.addr, &id, Duration::from_secs(10), |r| r.status != JobStatus::Running);
+    assert_eq!((done.status, done.done), (JobStatus::Done, 400), "{done:?}");
+    check_in_order(&proteins, &all_results(b.addr, &id));
 }
 
 #[test]

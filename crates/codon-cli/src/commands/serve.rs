@@ -151,7 +151,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         jobs_db
     );
     let stopped = server.stop_on_signal()?;
-    crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left);
+    match jobs_db {
+        JobsDb::Postgres(_) => {
+            crate::errln!(
+                "stopped: {} batch jobs running in the shared database for the other replicas",
+                stopped.jobs_left
+            )
+        }
+        JobsDb::File(_) => crate::errln!("stopped: {} batch jobs left to resume at the next start", stopped.jobs_left),
+    }
     Ok(())
 }
 

@@ -585,6 +585,8 @@ mod tests {
         store.record_part(&id, 0, &vec![result(); 8]).unwrap();
         let r = store.report(&id).unwrap().unwrap();
         assert_eq!((r.status, r.done), (JobStatus::Done, 10));
+        // A part run again after its job was done: nothing saved, all of it counted as repeated.
+        assert_eq!(store.record_part(&id, 0, &vec![result(); 8]).unwrap(), Recorded { saved: 0, already_saved: 8 });
         let page = store.results_page(&id, 3, 4).unwrap();
         assert_eq!((page.results.len(), page.next_offset), (4, Some(7)));
         let last = store.results_page(&id, 7, 100).unwrap();

@@ -335,6 +335,19 @@ mod tests {
     }
 
     #[test]
+    fn jobs_db_takes_a_url_or_a_path_and_shows_no_password() {
+        use crate::jobs::JobsDb;
+        let url = JobsDb::parse(std::ffi::OsStr::new("postgresql://svc:pw0rd@db:5432/jobs")).unwrap();
+        assert!(matches!(url, JobsDb::Postgres(_)));
+        assert_eq!(url.to_string(), "postgres://svc@db:5432/jobs");
+        assert!(!format!("{url:?}").contains("pw0rd"));
+        let file = JobsDb::parse(std::ffi::OsStr::new("data/jobs.sqlite3")).unwrap();
+        assert!(matches!(file, JobsDb::File(ref p) if p == std::path::Path::new("data/jobs.sqlite3")));
+        // A URL that cannot be read is refused now, not taken for a file name.
+        assert!(JobsDb::parse(std::ffi::OsStr::new("postgres://svc:pw0rd@db:port/jobs")).is_err());
+    }
+
+    #[test]
     fn what_the_url_leaves_out_comes_from_libpqs_variables() {
         let target = PostgresTarget::parse("postgresql:///jobs").unwrap();
         let env = env_of(&[
