@@ -58,7 +58,7 @@ start() {
         echo "postgres.sh: installing Debian's postgresql" >&2
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq >&2
-        apt-get install -y -qq --no-install-recommends postgresql >&2
+        apt-get install -y -qq --no-install-recommends postgresql openssl >&2
         bin=$(bin_dir)
         [ -n "$bin" ] || { echo "postgres.sh: no initdb after installing postgresql" >&2; exit 1; }
     fi
