@@ -232,7 +232,9 @@ const REPEATED: &str = "codon_job_results_repeated_total";
 fn two_replicas_share_a_job_each_result_once_in_order_and_either_answers() {
     let _shared = shared();
     let Some(db) = Db::new() else { return };
-    let a = replica(&db, Duration::ZERO, Duration::from_secs(30));
+    // A's parts wait 10 ms for company, so that alone it would take longer than B takes to
+    // hear of the job (its next look at the store, within a second).
+    let a = replica(&db, Duration::from_millis(10), Duration::from_secs(30));
     let b = replica(&db, Duration::ZERO, Duration::from_secs(30));
     let proteins = proteins(2_000);
     let started = Instant::now();
@@ -353,9 +355,9 @@ fn a_replica_killed_mid_part_leaves_its_parts_to_the_other() {
 fn claims_are_renewed_while_parts_wait_so_none_runs_twice() {
     let _shared = shared();
     let Some(db) = Db::new() else { return };
-    let lease = Duration::from_millis(1_500);
-    // A's parts take 800 ms each and A claims four at once: its last ones wait past the lease.
-    let a = replica(&db, Duration::from_millis(800), lease);
+    let lease = Duration::from_secs(2);
+    // A's parts take a second each and A claims four at once: its last ones wait past the lease.
+    let a = replica(&db, Duration::from_millis(1_000), lease);
     let b = replica(&db, Duration::ZERO, lease);
     let proteins = proteins(64);
     let id = submit(a.addr, &proteins);
@@ -394,8 +396,8 @@ fn a_stopped_replica_gives_its_claims_back_at_once() {
 fn a_job_is_cancelled_on_the_replica_that_did_not_accept_it() {
     let _shared = shared();
     let Some(db) = Db::new() else { return };
-    // Slow parts (500 ms each): A holds four, so some still wait in its queue when it hears.
-    let a = replica(&db, Duration::from_millis(500), Duration::from_secs(5));
+    // Slow parts (800 ms each): A holds four, so some still wait in its queue when it hears.
+    let a = replica(&db, Duration::from_millis(800), Duration::from_secs(5));
     let b = replica(&db, Duration::from_millis(500), Duration::from_secs(5));
     let id = submit(a.addr, &proteins(800));
     wait_for(b.addr, &id, |r| r.done >= 16);
