@@ -210,7 +210,7 @@ impl std::fmt::Display for Reason {
             }
             #[cfg(feature = "ascend")]
             Self::PartLacks(op, d) => write!(f, "the part has no {op} in {}: composed", d.as_str()),
-            Self::NoBf16 => f.write_str("the part has no bf16 (the Atlas training series): use f16 or f32"),
+            Self::NoBf16 => f.write_str("the part has no BF16 (the Atlas training series): use f16 or f32"),
             Self::NoAscendFeature => f.write_str("built without the `ascend` feature: composed"),
         }
     }
@@ -256,15 +256,26 @@ impl Row {
         let choice = self.choose(device, dtype);
         if choice.body == Body::Refused {
             candle_core::bail!(
-                "{} in {} is refused on {}: {}",
+                "{} in {} is refused on {}{}: {}",
                 self.op.name(),
                 dtype.as_str(),
                 device.location(),
+                part_name(device).map(|n| format!(" ({n})")).unwrap_or_default(),
                 choice.reason
             )
         }
         Ok(choice.body)
     }
+}
+
+/// The SoC name of an Ascend device, for messages.
+fn part_name(device: &Device) -> Option<String> {
+    #[cfg(feature = "ascend")]
+    if let Some(part) = candle_ascend::ascend_device(device) {
+        return Some(part.soc().name.clone());
+    }
+    let _ = device;
+    None
 }
 
 /// The one decision: which body `row`'s op runs on `target` in `dtype`, and why.

@@ -78,7 +78,8 @@ fn a_refused_dtype_is_an_error_that_says_why() {
     let refused = select(FusedOp::LayerNorm, &device, DType::BF16);
     if cfg!(feature = "ascend") && soc.starts_with("Ascend910A") {
         let message = refused.expect_err("bf16 on the training series is refused").to_string();
-        assert!(message.contains("layer_norm in bf16 is refused") && message.contains("no bf16"), "{message}");
+        assert!(message.contains("layer_norm in bf16 is refused") && message.contains("no BF16"), "{message}");
+        assert!(message.contains(soc.as_str()), "the part is named: {message}");
     } else {
         assert!(refused.is_ok(), "{soc} runs bf16");
     }
