@@ -49,7 +49,8 @@ fn npu_env_prints_the_body_of_each_fused_op_and_why() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let words = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
     let line = |op: &str| stdout.lines().filter(|l| l.trim_start().starts_with(op)).map(words).collect::<Vec<_>>();
-    let soc = candle_ascend::ascend_device(&candle_ascend::parse_device("npu-sim:0").unwrap()).unwrap().soc().name.clone();
+    let soc =
+        candle_ascend::ascend_device(&candle_ascend::parse_device("npu-sim:0").unwrap()).unwrap().soc().name.clone();
     let add_norm = line("add_layer_norm ");
     assert_eq!(add_norm.len(), 2, "a table row and a reason: {stdout}");
     if soc.starts_with("Ascend910B") {
