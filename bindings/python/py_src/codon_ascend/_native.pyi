@@ -1,36 +1,12 @@
 # Type stubs of the Rust extension module (bindings/python/src); its docstrings say the same.
-# CI checks them against the built module with mypy's stubtest (tools/wheels.sh).
 from os import PathLike
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
-
-__all__ = [
-    "__version__",
-    "Model",
-    "MAX_NUM_SEQUENCES",
-    "CUDA",
-    "canonical_device",
-    "load_model",
-    "csi_weights",
-    "csi_value",
-    "gc",
-    "codon_frequency_distribution",
-    "min_max_percentage",
-    "sequence_complexity",
-    "sequence_similarity",
-    "vocabulary",
-    "preprocess_protein_sequence",
-    "merged_sequence",
-    "translate",
-    "is_correct_seq",
-]
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 __version__: str
 MAX_NUM_SEQUENCES: int
-CUDA: bool
 
-_Organism = Union[int, str]
+Organism = Union[int, str]
 
-@final
 class Model:
     @property
     def device(self) -> str: ...
@@ -39,7 +15,7 @@ class Model:
     def predict(
         self,
         proteins: Sequence[str],
-        organisms: Sequence[_Organism],
+        organisms: Sequence[Organism],
         *,
         deterministic: bool = True,
         temperature: float = 0.2,
@@ -55,16 +31,14 @@ class Model:
         max_homopolymer: Optional[int] = None,
         max_repeat: Optional[int] = None,
         best_effort: bool = False,
-        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Union[List[dict], BaseException]]: ...
     def score(
         self,
         dna: Sequence[str],
-        organisms: Sequence[_Organism],
+        organisms: Sequence[Organism],
         *,
         match_protein: bool = False,
         attention_type: Optional[str] = None,
-        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Union[dict, BaseException]]: ...
 
 def load_model(
