@@ -34,6 +34,6 @@ mod temp;
 
 pub use atomic::{write_atomically, write_atomically_at, write_atomically_replaced};
 pub use error::{FilesError, Result};
-pub use paths::{clash, parent_dir, refuse_overwriting, resolved, Clash};
-pub use target::{check_output_location, OutputTarget};
+pub use paths::{clash, parent_dir, resolved, Clash};
+pub use target::{check_output_location, refuse_overwriting, OutputTarget};
 pub use temp::{temp_dir_in, temp_file_in};

@@ -3,9 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{FilesError, Result};
-use crate::target::OutputTarget;
-
 /// The folder a file path lives in (`.` for a bare file name).
 pub fn parent_dir(path: &Path) -> &Path {
     match path.parent() {
@@ -47,25 +44,6 @@ pub fn clash(input: &Path, output: &Path) -> Option<Clash> {
     } else {
         None
     }
-}
-
-/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`, or into an
-/// input folder (a model's, a checkpoint's), whose files it could replace: paths are compared
-/// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
-pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
-    for output in outputs {
-        // What would be written: a symlink's target (even a dangling one's); a stream, nothing.
-        let OutputTarget::File(written) = OutputTarget::of(output)? else { continue };
-        for input in inputs {
-            let (output, input) = (output.to_path_buf(), input.to_path_buf());
-            match clash(&input, &written) {
-                Some(Clash::Same) => return Err(FilesError::OutputIsInput { output, input }),
-                Some(Clash::InsideFolder) => return Err(FilesError::OutputInInputFolder { output, input }),
-                None => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(all(test, unix))]

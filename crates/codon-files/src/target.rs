@@ -4,7 +4,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{FilesError, Result};
-use crate::paths::parent_dir;
+use crate::paths::{clash, parent_dir, Clash};
 use crate::temp::temp_file_in;
 
 /// Most symlinks followed from one output path (Linux's own limit, `MAXSYMLINKS`).
@@ -154,4 +154,23 @@ pub fn check_output_location(path: &Path) -> Result<()> {
         return Err(FilesError::io(path, std::io::Error::other("a folder is there; give a file name")));
     }
     temp_file_in(dir, ".write-check.").map(drop).map_err(|e| FilesError::io(dir, e))
+}
+
+/// Refuse, before anything is read, to write any of `outputs` over one of `inputs`, or into an
+/// input folder (a model's, a checkpoint's), whose files it could replace: paths are compared
+/// resolved, so `./x`, `dir/../x` and a symlink to the input are the input too.
+pub fn refuse_overwriting(inputs: &[&Path], outputs: &[&Path]) -> Result<()> {
+    for output in outputs {
+        // What would be written: a symlink's target (even a dangling one's); a stream, nothing.
+        let OutputTarget::File(written) = OutputTarget::of(output)? else { continue };
+        for input in inputs {
+            let (output, input) = (output.to_path_buf(), input.to_path_buf());
+            match clash(&input, &written) {
+                Some(Clash::Same) => return Err(FilesError::OutputIsInput { output, input }),
+                Some(Clash::InsideFolder) => return Err(FilesError::OutputInInputFolder { output, input }),
+                None => {}
+            }
+        }
+    }
+    Ok(())
 }
