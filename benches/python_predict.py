@@ -15,7 +15,7 @@ Set-up (outside the repository; the venv of bindings/python/tests/upstream/make_
 plus this package's wheel):
 
     cargo run --release -- init-model --output /tmp/ct-random        # CodonTransformer's size, random
-    /tmp/upenv/bin/pip install target/python/wheels/codon_ascend-*.whl
+    /tmp/upenv/bin/pip install target/python/wheels/x86_64/codon_ascend-*.whl   # tools/wheels.sh x86_64
     /tmp/upenv/bin/python benches/python_predict.py --model /tmp/ct-random \
         --tokenizer ../shared/fixtures/tokenizer/CodonTransformerTokenizer.json
 """

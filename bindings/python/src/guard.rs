@@ -32,13 +32,16 @@ pub fn threads_here(what: &str) -> PyResult<()> {
 /// Run `run` over `items` in chunks of about `max_tokens` tokens (`tokens` gives an item's),
 /// shortest items first as the library's own batches go, each chunk with the GIL released; before
 /// each chunk Python's signal handlers run, so Ctrl-C raises `KeyboardInterrupt` once the chunk in
-/// progress (about one forward pass) is done. `run` gives one result per item of its chunk; the
-/// results come back in the order of `items`.
+/// progress (about one forward pass) is done. After each chunk `progress`, when given, is called
+/// with the items done so far and the total (`progress(done, total)`); an exception it raises
+/// stops the batch. `run` gives one result per item of its chunk; the results come back in the
+/// order of `items`.
 pub fn in_chunks<I, R>(
     py: Python<'_>,
     items: &[I],
     tokens: impl Fn(&I) -> usize,
     max_tokens: usize,
+    progress: Option<&Bound<'_, PyAny>>,
     run: impl Fn(&[I]) -> PyResult<Vec<R>> + Sync,
 ) -> PyResult<Vec<R>>
 where
@@ -61,6 +64,7 @@ where
         chunks.push(&order[start..]);
     }
     let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    let mut done = 0;
     for chunk in chunks {
         py.check_signals()?;
         let chunk_items: Vec<I> = chunk.iter().map(|&i| items[i].clone()).collect();
@@ -74,6 +78,10 @@ where
         }
         for (&i, r) in chunk.iter().zip(results) {
             out[i] = Some(r);
+        }
+        done += chunk.len();
+        if let Some(progress) = progress {
+            progress.call1((done, items.len()))?;
         }
     }
     out.into_iter()

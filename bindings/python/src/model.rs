@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use candle_core::DType;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -19,6 +19,21 @@ use crate::guard::{in_chunks, threads_here};
 /// Most sequences one protein may ask for (`num_sequences`), as the `codon` program bounds it: a
 /// count past it would only allocate without bound (`2**40` sequences aborted the interpreter).
 pub use codon_model::MAX_NUM_SEQUENCES;
+
+/// Tokens in a chunk of a batch on the CPU: Ctrl-C and `progress` wait for the chunk in progress,
+/// which takes 2.4 to 3.7 s for CodonTransformer on 2 busy Zen 4 cores (8,192 tokens took 19 to
+/// 22 s), and a batch took no longer (docs/python.md).
+const CPU_CHUNK_TOKENS: usize = 1024;
+
+/// Tokens in a chunk of a batch: `CPU_CHUNK_TOKENS` on the CPU; on a GPU or an NPU, where a
+/// forward pass of the library's largest batch takes a fraction of a second, that batch.
+fn chunk_tokens(predictor: &Predictor, options: &PredictOptions) -> usize {
+    if predictor.model().device().is_cpu() {
+        CPU_CHUNK_TOKENS.min(options.max_batch_tokens)
+    } else {
+        options.max_batch_tokens
+    }
+}
 
 /// Tokens of a protein of `residues` residues in a forward pass (`[CLS]` and `[SEP]` added).
 fn tokens(residues: usize) -> usize {
@@ -91,21 +106,42 @@ fn load_model(
         let device = spec.open()?;
         Ok(codon_app::open_predictor(model.as_deref(), config.as_deref(), &device, dtype)?)
     });
-    let predictor = predictor.map_err(|e| {
-        if e.downcast_ref::<codon_app::DeviceError>().is_some() {
-            PyRuntimeError::new_err(codon_app::error_line(e.as_ref()))
-        } else {
-            load_error(&e)
-        }
+    let predictor = predictor.map_err(|e| match e.downcast_ref::<codon_app::DeviceError>() {
+        Some(codon_app::DeviceError::NoCuda(id)) => PyRuntimeError::new_err(no_cuda(*id)),
+        Some(_) => PyRuntimeError::new_err(codon_app::error_line(e.as_ref())),
+        None => load_error(&e),
     })?;
     Ok(Model { predictor, device: spec.to_string(), attention })
 }
+
+/// The one line a CPU-only build answers `cuda:N` with: what it is, which build to install and how.
+fn no_cuda(id: usize) -> String {
+    format!(
+        "cuda:{id}: this codon_ascend is the CPU-only build (no CUDA in it); on the GPU host, from a checkout, install \
+         the GPU build with `{GPU_INSTALL}` (docs/python.md, \"The GPU build\"), or use device=\"cpu\""
+    )
+}
+
+/// The documented command that builds and installs the GPU build from a checkout.
+const GPU_INSTALL: &str = "bindings/python/install-gpu.sh";
 
 /// `device`'s canonical spelling (`cpu`, `cuda:N`, `npu:N`, `npu-sim:N`), or `ValueError` for a
 /// name that is not a device. The device is not opened.
 #[pyfunction]
 fn canonical_device(device: &str) -> PyResult<String> {
     device.parse::<DeviceSpec>().map(|spec| spec.to_string()).map_err(value_error)
+}
+
+/// `progress` as the batch calls take it: `None`, or a callable `progress(done, total)`.
+fn callable_or_none(progress: Option<Bound<'_, PyAny>>) -> PyResult<Option<Bound<'_, PyAny>>> {
+    match progress {
+        Some(p) if p.is_none() => Ok(None),
+        Some(p) if !p.is_callable() => Err(PyTypeError::new_err(format!(
+            "progress: a callable progress(done, total) or None, not a {}",
+            p.get_type().name()?
+        ))),
+        p => Ok(p),
+    }
 }
 
 /// Score and, with constraints, the repair of one prediction, as a dict.
@@ -159,11 +195,13 @@ impl Model {
     }
 
     /// Predict DNA for each protein: per protein, a list of `num_sequences` dicts, or the exception
-    /// its input raised. Batches proteins of similar length; releases the GIL while it runs.
+    /// its input raised. Batches proteins of similar length; releases the GIL while it runs, and
+    /// between batches runs Python's signal handlers (Ctrl-C) and calls `progress(done, total)`.
     #[pyo3(signature = (
         proteins, organisms, *, deterministic=true, temperature=0.2, top_p=0.95, num_sequences=1,
         match_protein=false, seed=0, attention_type=None, known_dna=None, avoid_sites=vec![],
-        avoid_motifs=vec![], gc_window=None, max_homopolymer=None, max_repeat=None, best_effort=false
+        avoid_motifs=vec![], gc_window=None, max_homopolymer=None, max_repeat=None, best_effort=false,
+        progress=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn predict(
@@ -185,7 +223,9 @@ impl Model {
         max_homopolymer: Option<usize>,
         max_repeat: Option<usize>,
         best_effort: bool,
+        progress: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<PyAny>>> {
+        let progress = callable_or_none(progress)?;
         if organisms.len() != proteins.len() {
             return Err(PyValueError::new_err(format!(
                 "{} proteins but {} organisms: give one organism per protein",
@@ -243,7 +283,8 @@ impl Model {
             py,
             &inputs,
             |input: &ProteinInput| tokens(input.protein.len()),
-            options.max_batch_tokens,
+            chunk_tokens(&self.predictor, &options),
+            progress.as_ref(),
             |chunk| {
                 let predicted = self
                     .predictor
@@ -273,8 +314,9 @@ impl Model {
     }
 
     /// Score coding sequences: per sequence, a dict with its log-likelihood, mean log-likelihood
-    /// and least likely codons, or the exception it raised. Releases the GIL while it runs.
-    #[pyo3(signature = (dna, organisms, *, match_protein=false, attention_type=None))]
+    /// and least likely codons, or the exception it raised. Releases the GIL while it runs, and
+    /// between batches runs Python's signal handlers (Ctrl-C) and calls `progress(done, total)`.
+    #[pyo3(signature = (dna, organisms, *, match_protein=false, attention_type=None, progress=None))]
     fn score(
         &self,
         py: Python<'_>,
@@ -282,7 +324,9 @@ impl Model {
         organisms: Vec<Organism>,
         match_protein: bool,
         attention_type: Option<&str>,
+        progress: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<PyAny>>> {
+        let progress = callable_or_none(progress)?;
         if organisms.len() != dna.len() {
             return Err(PyValueError::new_err(format!(
                 "{} sequences but {} organisms: give one organism per sequence",
@@ -303,7 +347,8 @@ impl Model {
             py,
             &items,
             |item: &(String, OrganismRef)| tokens(item.0.len() / 3),
-            options.max_batch_tokens,
+            chunk_tokens(&self.predictor, &options),
+            progress.as_ref(),
             |chunk| self.predictor.score_batch(chunk, &options, &mut |_| {}).map_err(|e| codon_error(&e)),
         )?;
         let mut out = Vec::with_capacity(items.len());
@@ -335,6 +380,7 @@ impl Model {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Model>()?;
     m.add("MAX_NUM_SEQUENCES", MAX_NUM_SEQUENCES)?;
+    m.add("CUDA", cfg!(feature = "cuda"))?;
     m.add_function(wrap_pyfunction!(canonical_device, m)?)?;
     m.add_function(wrap_pyfunction!(load_model, m)?)
 }

@@ -3,11 +3,14 @@ hanging, Ctrl-C interrupts a long batch. Each case runs in its own interpreter, 
 timeout, so that a hang or an abort fails the test instead of stopping the suite."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
 
 from conftest import TINY_MODEL
 
@@ -67,6 +70,11 @@ if __name__ == "__main__":
 """
 
 
+# tools/wheels.sh runs the aarch64 wheel's tests under qemu-user, whose 7.2 (Debian 12's) aborts a
+# child forked from a process with threads (plugins/core.c:221: qemu_plugin_vcpu_init_hook:
+# assertion failed) before our code runs in it. The x86_64 run tests the same Python and Rust.
+@pytest.mark.skipif(os.environ.get("CODON_ASCEND_TEST_UNDER_QEMU") == "1",
+                    reason="qemu-user 7.2 aborts a fork of a threaded process")
 def test_a_forked_child_raises_naming_spawn_instead_of_hanging(tmp_path):
     script = tmp_path / "fork_case.py"  # spawn re-imports the main module: it must be a file
     script.write_text(PRELUDE + FORK)

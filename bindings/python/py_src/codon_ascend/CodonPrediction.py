@@ -13,8 +13,9 @@ import random
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from codon_ascend import _native
+from codon_ascend import _cuda, _native
 from codon_ascend._native import Model
+from codon_ascend._progress import Progress, reporter
 from codon_ascend.CodonUtils import DNASequencePrediction, SequenceScore
 
 Organism = Union[int, str]
@@ -45,14 +46,15 @@ def device_name(device: Any) -> str:
     """
     if device is None:
         return "cpu"
+    index: Union[None, int, str]
     if isinstance(device, int) and not isinstance(device, bool):
         kind, index = "cuda", device
     elif hasattr(device, "type") and hasattr(device, "index"):  # a torch.device, without importing torch
         kind, index = device.type, device.index
     else:
         text = str(device).strip()
-        kind, _, index = text.partition(":")
-        index = int(index) if index.isdigit() else (None if not index else index)
+        kind, _, suffix = text.partition(":")
+        index = int(suffix) if suffix.isdigit() else (suffix or None)
     name = "cpu" if kind == "cpu" else f"{kind}:{0 if index is None else index}"
     try:
         return _native.canonical_device(name)
@@ -110,15 +112,17 @@ def load_model(
     ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``) and ``config`` (a checkpoint
     file's config.json, when it is not CodonTransformer's size) are this package's.
     A missing file raises ``FileNotFoundError``; a corrupt one ``ValueError``, and it is left
-    untouched.
+    untouched. ``device="cuda:N"`` needs the GPU build (docs/python.md); the CPU-only build
+    raises ``RuntimeError`` saying how to install it.
     """
     if not model_path:
         warnings.warn("Model path not provided. Loading from HuggingFace.", UserWarning, stacklevel=2)
     elif _is_local_path(os.fspath(model_path)) and not os.path.exists(model_path):
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", os.fspath(model_path))
-    return _native.load_model(
-        os.fspath(model_path) if model_path else None, device_name(device), dtype, attention_type, config
-    )
+    device = device_name(device)
+    if _native.CUDA and device.startswith("cuda:"):
+        _cuda.preload()
+    return _native.load_model(os.fspath(model_path) if model_path else None, device, dtype, attention_type, config)
 
 
 def _is_local_path(path: str) -> bool:
@@ -214,25 +218,28 @@ def _predict(
     seed: Optional[int],
     known_dna: Optional[List[Optional[str]]],
     design: Dict[str, Any],
+    progress: Progress = False,
 ) -> List[Union[BaseException, List[DNASequencePrediction]]]:
     """Per protein, its predictions or the exception its input raised."""
     _check_options(temperature, top_p, num_sequences, deterministic)
     if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
         load_tokenizer(tokenizer)
     runner = _model_for(model, device, attention_type)
-    results = runner.predict(
-        proteins,
-        organisms,
-        deterministic=deterministic,
-        temperature=float(temperature),
-        top_p=float(top_p),
-        num_sequences=num_sequences,
-        match_protein=match_protein,
-        seed=random.getrandbits(63) if seed is None else seed,
-        attention_type=attention_type,
-        known_dna=known_dna,
-        **_design_kwargs(**design),
-    )
+    with reporter(progress, len(proteins), "protein", "predict_dna_sequences") as report:
+        results = runner.predict(
+            proteins,
+            organisms,
+            deterministic=deterministic,
+            temperature=float(temperature),
+            top_p=float(top_p),
+            num_sequences=num_sequences,
+            match_protein=match_protein,
+            seed=random.getrandbits(63) if seed is None else seed,
+            attention_type=attention_type,
+            known_dna=known_dna,
+            progress=report,
+            **_design_kwargs(**design),
+        )
     return [each if isinstance(each, BaseException) else [_prediction(d) for d in each] for each in results]
 
 
@@ -257,6 +264,7 @@ def predict_dna_sequences(
     max_homopolymer: Optional[int] = None,
     max_repeat: Optional[int] = None,
     best_effort: bool = False,
+    progress: Progress = None,
 ) -> List[Union[DNASequencePrediction, List[DNASequencePrediction]]]:
     """Predict DNA for many proteins at once, batching proteins of similar length.
 
@@ -271,6 +279,12 @@ def predict_dna_sequences(
     the cheapest synonymous changes under the model's scores; ``best_effort`` keeps a sequence
     whose constraints cannot all be met and lists what is left. ``seed`` fixes the sampler
     (``None``: a new seed each call, as upstream's unseeded sampling).
+
+    Progress is reported after each chunk of about one forward pass: ``progress=None`` shows a
+    tqdm bar when tqdm is installed and the session is interactive (Jupyter, IPython, a
+    terminal), ``True`` always shows one (a line on stderr without tqdm), ``False`` none, and a
+    callable is called as ``progress(done, total)``. Ctrl-C (``KeyboardInterrupt``) stops the call
+    at the next chunk.
     """
     proteins = _sequence_of_strings("proteins", proteins)
     if known_dna is not None:
@@ -281,7 +295,7 @@ def predict_dna_sequences(
                   max_homopolymer=max_homopolymer, max_repeat=max_repeat, best_effort=best_effort)
     results = _predict(proteins, list(organisms), device, tokenizer, model, attention_type, deterministic,
                        temperature, top_p, num_sequences, match_protein, seed,
-                       None if known_dna is None else list(known_dna), design)
+                       None if known_dna is None else list(known_dna), design, progress)
     out = []
     for i, each in enumerate(results):
         if isinstance(each, BaseException):
@@ -339,17 +353,22 @@ def score_dna_sequences(
     model: Union[None, str, Model] = None,
     attention_type: str = "original_full",
     match_protein: bool = False,
+    *,
+    progress: Progress = None,
 ) -> List[SequenceScore]:
     """How likely the model finds each coding sequence in its organism: one forward pass over its
     protein, as prediction makes, then the log-likelihood of its own codons. A sequence that is
-    not a coding sequence raises ``ValueError``, its message prefixed with its index."""
+    not a coding sequence raises ``ValueError``, its message prefixed with its index. ``progress``
+    is ``predict_dna_sequences``'."""
     dna_sequences = _sequence_of_strings("dna_sequences", dna_sequences)
     if isinstance(organisms, (str, int)):
         organisms = [organisms] * len(dna_sequences)
     runner = _model_for(model, device, attention_type)
+    with reporter(progress, len(dna_sequences), "sequence", "score_dna_sequences") as report:
+        scores = runner.score(dna_sequences, list(organisms), match_protein=match_protein,
+                              attention_type=attention_type, progress=report)
     out = []
-    for i, each in enumerate(runner.score(dna_sequences, list(organisms), match_protein=match_protein,
-                                          attention_type=attention_type)):
+    for i, each in enumerate(scores):
         if isinstance(each, BaseException):
             raise type(each)(f"dna_sequences[{i}]: {each}") from None
         out.append(SequenceScore(**each))

@@ -1,12 +1,36 @@
 # Type stubs of the Rust extension module (bindings/python/src); its docstrings say the same.
+# CI checks them against the built module with mypy's stubtest (tools/wheels.sh).
 from os import PathLike
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
+
+__all__ = [
+    "__version__",
+    "Model",
+    "MAX_NUM_SEQUENCES",
+    "CUDA",
+    "canonical_device",
+    "load_model",
+    "csi_weights",
+    "csi_value",
+    "gc",
+    "codon_frequency_distribution",
+    "min_max_percentage",
+    "sequence_complexity",
+    "sequence_similarity",
+    "vocabulary",
+    "preprocess_protein_sequence",
+    "merged_sequence",
+    "translate",
+    "is_correct_seq",
+]
 
 __version__: str
 MAX_NUM_SEQUENCES: int
+CUDA: bool
 
-Organism = Union[int, str]
+_Organism = Union[int, str]
 
+@final
 class Model:
     @property
     def device(self) -> str: ...
@@ -15,7 +39,7 @@ class Model:
     def predict(
         self,
         proteins: Sequence[str],
-        organisms: Sequence[Organism],
+        organisms: Sequence[_Organism],
         *,
         deterministic: bool = True,
         temperature: float = 0.2,
@@ -31,14 +55,16 @@ class Model:
         max_homopolymer: Optional[int] = None,
         max_repeat: Optional[int] = None,
         best_effort: bool = False,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Union[List[dict], BaseException]]: ...
     def score(
         self,
         dna: Sequence[str],
-        organisms: Sequence[Organism],
+        organisms: Sequence[_Organism],
         *,
         match_protein: bool = False,
         attention_type: Optional[str] = None,
+        progress: Optional[Callable[[int, int], Any]] = None,
     ) -> List[Union[dict, BaseException]]: ...
 
 def load_model(
