@@ -426,7 +426,8 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
     let spawn = |rank: &str, steps: &str, metrics: &str| {
         finetune(steps, metrics)
             .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
-            .env("HCCL_EXEC_TIMEOUT", "2")
+            // Bounds a hang without failing a rank that a loaded machine holds back a few seconds.
+            .env("HCCL_EXEC_TIMEOUT", "60")
             .env("HCCL_CONNECT_TIMEOUT", "5")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -486,7 +487,7 @@ fn two_processes_train_as_one_process_with_two_devices_and_fail_together() {
         finetune("40", &p(&format!("kill-{rank}.jsonl")))
             .args(["--checkpoint_dir", &p("ck"), "--save_every_n_steps", "1", "--keep_last", "2"])
             .envs([("WORLD_SIZE", "2"), ("RANK", rank), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", &port)])
-            .env("HCCL_EXEC_TIMEOUT", "2")
+            .env("HCCL_EXEC_TIMEOUT", "5")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
