@@ -140,7 +140,7 @@ fn export_refuses_to_write_binary_to_a_terminal() {
 }
 
 #[test]
-fn resume_checkpoints_past_their_epoch_or_with_corrupt_moments_are_blamed() {
+fn resume_checkpoints_past_their_epoch_with_impossible_counts_or_corrupt_moments_are_blamed() {
     let dir = tempfile::tempdir().unwrap();
     let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
     let o = run("prepare-data", &["--input", &demo("genes.csv"), "--output", &p("train.jsonl")]);
@@ -159,6 +159,17 @@ fn resume_checkpoints_past_their_epoch_or_with_corrupt_moments_are_blamed() {
     std::fs::write(&state_path, value.to_string()).unwrap();
     let o = finetune(&["--max_steps", "2", "--resume", &p("ck/step-1")]);
     one_line_error(&o, "it resumes at batch 100000 of an epoch of");
+    // AdamW's count past the steps: it wrapped to step 0 (lr / 0, every weight NaN) or overflowed.
+    let mut value: serde_json::Value = serde_json::from_str(&state).unwrap();
+    value["optimizer_steps"] = serde_json::Value::from(u64::MAX);
+    std::fs::write(&state_path, value.to_string()).unwrap();
+    let o = finetune(&["--max_steps", "2", "--resume", &p("ck/step-1")]);
+    one_line_error(&o, &format!("it counts {} optimizer steps in 1 steps", u64::MAX));
+    value["optimizer_steps"] = serde_json::Value::from(1);
+    value["loss_scaler"] = serde_json::json!({"scale": -1.0, "good_steps": 0});
+    std::fs::write(&state_path, value.to_string()).unwrap();
+    let o = finetune(&["--max_steps", "2", "--resume", &p("ck/step-1")]);
+    one_line_error(&o, "its loss scaler (scale -1, 0 good steps) is not one training leaves");
 
     let moments_path = p("ck/step-2/optimizer.safetensors");
     let mut moments = candle_core::safetensors::load(&moments_path, &candle_core::Device::Cpu).unwrap();

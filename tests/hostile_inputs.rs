@@ -74,3 +74,46 @@ fn batch_messages_say_what_happened_and_where() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("No organism given (the name is empty)"), "{}", stderr(&o));
 }
+
+/// Sizes from the command line past the data or the machine: each was a "capacity overflow"
+/// panic (or an abort on terabytes) where a buffer was reserved for the whole size up front.
+#[test]
+fn sizes_past_the_data_grow_as_needed_and_sizes_past_the_machine_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f).to_string_lossy().into_owned();
+    let o = run("prepare-data", &["--input", &common::demo("genes.csv"), "--output", &p("train.jsonl")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let huge = (1usize << 62).to_string();
+    let collate = |out: &str, extra: &[&str]| {
+        run("collate", &[&["--input", &p("train.jsonl"), "--output", &p(out)], extra].concat())
+    };
+    // A shuffle buffer larger than the data holds the data: the same batches as a 10,000 buffer.
+    let o = collate("huge.jsonl", &["--shuffle-buffer", &huge]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = collate("small.jsonl", &["--shuffle-buffer", "10000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(p("huge.jsonl")).unwrap(), std::fs::read(p("small.jsonl")).unwrap());
+    // A batch larger than the data is the data.
+    let o = collate("one.jsonl", &["--batch_size", &huge]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(p("one.jsonl")).unwrap().lines().count(), 1);
+
+    let refused = |o: &Output, message: &str| {
+        let err = stderr(o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(message) && err.trim_end().lines().count() == 1, "{message:?} in {err}");
+    };
+    let o = collate("x.jsonl", &["--batch_size", &huge, "--bucket-batches", "4"]);
+    refused(&o, "a bucket window of 4 batches of 4611686018427387904 records is more records than can be counted");
+    let o = collate("x.jsonl", &["--num_workers", "100000"]);
+    refused(&o, "100000 workers: at most 256");
+
+    // An accumulation larger than the data takes the epoch in one step.
+    let args = ["--dataset_dir", &p("train.jsonl"), "--config", &bigbird_fixture("config.json"), "--quiet"];
+    let o = run("finetune", &[&args[..], &["--accumulate_grad_batches", &huge, "--max_steps", "1"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let o = run("evaluate", &["--input", &p("x.csv"), "--reference", &p("train.jsonl"), "--window", &huge]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--window") && stderr(&o).contains("1..=1000000"), "{}", stderr(&o));
+}

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use codon_eval::genetic_code::{codon_index, codon_text, is_stop};
-use codon_eval::metrics::{cfd, complexity, gc_content, min_max_profile, similarity};
+use codon_eval::metrics::{cfd, complexity, gc_content, min_max_profile, similarity, MAX_MINMAX_WINDOW};
 use codon_eval::{CodonCounts, CodonFrequencies, CsiWeights, Dna};
 
 use crate::errors::value_error;
@@ -75,16 +75,12 @@ fn codon_frequency_distribution(dna: &str, codon_frequencies: FrequencyTable, th
     cfd(&self::dna(dna)?, &frequencies(codon_frequencies)?, threshold).map_err(value_error)
 }
 
-/// Longest %MinMax window, in codons. Upstream pads the profile with `window_size / 2` `None`s
-/// whatever the sequence's length, so a window of `2**40` would allocate terabytes (and abort
-/// the interpreter); a longer window than this is refused.
-pub const MAX_MIN_MAX_WINDOW: usize = 1_000_000;
-
 /// `get_min_max_percentage`: the %MinMax profile over windows of `window_size` codons.
 #[pyfunction]
 fn min_max_percentage(dna: &str, codon_frequencies: FrequencyTable, window_size: usize) -> PyResult<Vec<Option<f64>>> {
-    if window_size > MAX_MIN_MAX_WINDOW {
-        return Err(PyValueError::new_err(format!("window_size {window_size}: at most {MAX_MIN_MAX_WINDOW} codons")));
+    // Refused here too, so the message names upstream's parameter.
+    if window_size > MAX_MINMAX_WINDOW {
+        return Err(PyValueError::new_err(format!("window_size {window_size}: at most {MAX_MINMAX_WINDOW} codons")));
     }
     min_max_profile(&self::dna(dna)?, &frequencies(codon_frequencies)?, window_size).map_err(value_error)
 }

@@ -200,7 +200,8 @@ impl JsonlDataset {
     pub fn shuffled(&self, shard: Shard, buffer: usize, seed: u64) -> ShuffledStream {
         ShuffledStream {
             inner: self.stream(shard),
-            buffer: Vec::with_capacity(buffer.max(1)),
+            // Reserved as it fills: a buffer larger than the data never asks for more.
+            buffer: Vec::new(),
             capacity: buffer.max(1),
             rng: ChaCha8Rng::seed_from_u64(seed),
         }

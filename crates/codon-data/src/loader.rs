@@ -63,6 +63,16 @@ pub fn mix_seed(a: u64, b: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The most worker threads a loader starts, and the most batches it builds ahead: each costs a
+/// thread or a channel slot made up front, and more than this only waits on the training step.
+pub const MAX_WORKERS: usize = 256;
+/// See [`MAX_WORKERS`].
+pub const MAX_PREFETCH: usize = 4096;
+
+/// Records a batch window reserves up front; a larger one grows as it fills, so a batch size
+/// larger than the data never asks for memory the data would not fill.
+const RESERVE_RECORDS: usize = 1 << 16;
+
 /// Batches over a dataset.
 #[derive(Debug, Clone)]
 pub struct DataLoader {
@@ -72,13 +82,27 @@ pub struct DataLoader {
 }
 
 impl DataLoader {
-    /// A loader; the batch size must be positive.
+    /// A loader; the batch size must be positive, the bucket window's records countable, and
+    /// the workers and prefetch at most [`MAX_WORKERS`] and [`MAX_PREFETCH`].
     pub fn new(dataset: JsonlDataset, collator: MlmCollator, config: LoaderConfig) -> Result<Self> {
         if config.batch_size == 0 {
             return Err(DataError::Config("batch size must be positive".into()));
         }
         if config.bucket_batches == Some(0) {
             return Err(DataError::Config("bucket window must hold at least one batch".into()));
+        }
+        if config.bucket_batches.unwrap_or(1).checked_mul(config.batch_size).is_none() {
+            return Err(DataError::Config(format!(
+                "a bucket window of {} batches of {} records is more records than can be counted",
+                config.bucket_batches.unwrap_or(1),
+                config.batch_size
+            )));
+        }
+        if config.num_workers > MAX_WORKERS {
+            return Err(DataError::Config(format!("{} workers: at most {MAX_WORKERS}", config.num_workers)));
+        }
+        if config.prefetch > MAX_PREFETCH {
+            return Err(DataError::Config(format!("prefetch of {} batches: at most {MAX_PREFETCH}", config.prefetch)));
         }
         Ok(Self { dataset, collator, config })
     }
@@ -138,7 +162,7 @@ struct BatchGroups {
 
 impl BatchGroups {
     fn take_records(&mut self, n: usize) -> Result<Vec<TrainingRecord>> {
-        let mut out = Vec::with_capacity(n);
+        let mut out = Vec::with_capacity(n.min(RESERVE_RECORDS));
         while out.len() < n {
             match self.records.next() {
                 Some(r) => out.push(r?),

@@ -102,6 +102,23 @@ impl TrainerState {
     }
 }
 
+impl TrainerState {
+    /// What in a saved state no run could have written, which would otherwise show only as a
+    /// diverged run (AdamW's bias correction at step 0 divides by zero).
+    fn inconsistency(&self) -> Option<String> {
+        if self.optimizer_steps > self.step {
+            return Some(format!("it counts {} optimizer steps in {} steps", self.optimizer_steps, self.step));
+        }
+        match self.loss_scaler {
+            Some(s) if !s.is_reachable() => Some(format!(
+                "its loss scaler (scale {}, {} good steps) is not one training leaves",
+                s.scale, s.good_steps
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// The run's identity: the caller's description and the settings that shape the schedule.
 fn run_identity(config: &TrainerConfig, total_steps: usize, batch_size: Option<usize>) -> RunIdentity {
     let mut run = config.run_description.clone();
@@ -251,7 +268,7 @@ pub(crate) fn load(
     if state.format_version != FORMAT_VERSION {
         return Err(bad(format!("format version {} is not {FORMAT_VERSION}", state.format_version)));
     }
-    if let Some(reason) = fresh.mismatch(&state) {
+    if let Some(reason) = state.inconsistency().or_else(|| fresh.mismatch(&state)) {
         return Err(bad(reason));
     }
     // Checkpoints of earlier versions lack these; from now on they record this run's.

@@ -252,9 +252,11 @@ impl AdamW {
         if grads.len() != self.states.len() {
             return Err(TrainError::Config(format!("{} gradients for {} groups", grads.len(), self.states.len())));
         }
+        let step = i32::try_from(self.step + 1)
+            .map_err(|_| TrainError::Config(format!("AdamW step {} is past its counter's range", self.step + 1)))?;
         self.step += 1;
         let c = self.config;
-        let adamw = AdamWStep::new(self.step as i32, lr, beta1.unwrap_or(c.beta1), c.beta2, c.weight_decay, c.eps);
+        let adamw = AdamWStep::new(step, lr, beta1.unwrap_or(c.beta1), c.beta2, c.weight_decay, c.eps);
         for (i, g) in grads.iter().enumerate() {
             let group = self.params.groups[i].clone();
             let first = self.params.named[group.slots.start].0.clone();

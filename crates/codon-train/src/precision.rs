@@ -67,6 +67,11 @@ impl LossScaler {
     pub(crate) fn new() -> Self {
         Self { scale: 65536.0, good_steps: 0 }
     }
+    /// Whether a saved scaler is one that [`Self::update`] could have left: a finite positive
+    /// scale, and fewer good steps than the growth interval.
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.scale.is_finite() && self.scale > 0.0 && self.good_steps < Self::GROWTH_INTERVAL
+    }
     /// Halve the scale after an overflow; double it after 2,000 finite steps in a row.
     pub(crate) fn update(&mut self, finite: bool) {
         if finite {

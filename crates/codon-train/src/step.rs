@@ -37,8 +37,8 @@ pub(crate) fn optimizer_step<M: TrainableModel>(
     let mut overlapped_buckets = batches.comm.map(|_| 0);
     for (n, (i, batch)) in batches.micro.iter().enumerate() {
         // Keyed by the micro-batch's number across ranks, so N ranks draw the masks of one
-        // device with N times the accumulation.
-        let index = state.step * c.accumulate_grad_batches * ranks + i;
+        // device with N times the accumulation (wrapping: a seed, not a count).
+        let index = state.step.wrapping_mul(c.accumulate_grad_batches).wrapping_mul(ranks).wrapping_add(*i);
         let seed = micro_batch_seed(state.seed, index as u64);
         let scale = scale / batches.total as f64;
         let last = n + 1 == batches.micro.len();

@@ -36,8 +36,9 @@ impl Trainer {
     /// micro-batches (each step takes accumulation × ranks of them).
     fn total_steps_on(&self, batches_per_epoch: usize, ranks: usize) -> usize {
         let c = &self.config;
-        let per_epoch = batches_per_epoch.div_ceil(c.accumulate_grad_batches * ranks.max(1));
-        let by_epochs = per_epoch * c.max_epochs.max(1);
+        // Saturating: an accumulation past the data takes the whole epoch in one step.
+        let per_epoch = batches_per_epoch.div_ceil(c.accumulate_grad_batches.saturating_mul(ranks.max(1)));
+        let by_epochs = per_epoch.saturating_mul(c.max_epochs.max(1));
         match c.max_steps {
             Some(m) if c.max_epochs == 0 => m,
             Some(m) => m.min(by_epochs),
@@ -448,9 +449,10 @@ impl<M: TrainableModel> RankRun<'_, M> {
         &self,
         batches: &mut impl Iterator<Item = Result<M::Batch>>,
     ) -> Result<(NumberedBatches<M::Batch>, usize)> {
-        let mut micro = Vec::with_capacity(self.config.accumulate_grad_batches);
+        // Grown as batches come: an accumulation may be larger than the epoch.
+        let mut micro = Vec::new();
         let mut taken = 0;
-        while taken < self.config.accumulate_grad_batches * self.ranks {
+        while taken < self.config.accumulate_grad_batches.saturating_mul(self.ranks) {
             match batches.next() {
                 Some(b) if taken % self.ranks == self.rank => micro.push((taken, b?)),
                 Some(b) => drop(b?),

@@ -90,6 +90,17 @@ fn tok_err(e: impl std::fmt::Display) -> VocabError {
     VocabError::Tokenizer(e.to_string())
 }
 
+/// Run `f`, a call into `tokenizers` with a user's file behind it, turning a panic into the
+/// panic's message: some components it accepts from a file (a `Precompiled` normalizer without
+/// its map, a `FixedLength` pre-tokenizer of length 0) panic instead of returning an error.
+fn unpanicked<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let text =
+            payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
+        format!("the tokenizers library failed on it ({})", text.as_deref().unwrap_or("a panic"))
+    })
+}
+
 impl CodonTokenizer {
     /// The upstream tokenizer, built from [`VOCAB`].
     pub fn new() -> Result<Self> {
@@ -123,8 +134,8 @@ impl CodonTokenizer {
     /// and padding are set as upstream calls it: 2048 tokens, right padding with `[PAD]`.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let inner = Tokenizer::from_file(path)
-            .map_err(|e| VocabError::TokenizerFile { path: path.to_path_buf(), message: e.to_string() })?;
+        let failed = |message: String| VocabError::TokenizerFile { path: path.to_path_buf(), message };
+        let inner = unpanicked(|| Tokenizer::from_file(path)).map_err(failed)?.map_err(|e| failed(e.to_string()))?;
         Self::configure(inner, false)
     }
 
@@ -157,14 +168,14 @@ impl CodonTokenizer {
             encode_direct(merged, self.max_len, out);
             return Ok(());
         }
-        let encoding = self.inner.encode(merged, true).map_err(tok_err)?;
+        let encoding = unpanicked(|| self.inner.encode(merged, true)).map_err(tok_err)?.map_err(tok_err)?;
         out.extend_from_slice(encoding.get_ids());
         Ok(())
     }
 
     /// Ids through the `tokenizers` pipeline only (the reference for the direct path).
     pub fn encode_with_library(&self, merged: &str) -> Result<Vec<u32>> {
-        Ok(self.inner.encode(merged, true).map_err(tok_err)?.get_ids().to_vec())
+        Ok(unpanicked(|| self.inner.encode(merged, true)).map_err(tok_err)?.map_err(tok_err)?.get_ids().to_vec())
     }
 
     /// Encode and pad a batch. `organism_ids[i]` fills row `i` of `token_type_ids`.
@@ -340,6 +351,28 @@ mod tests {
         std::fs::write(&path, "{not json").unwrap();
         let err = CodonTokenizer::from_file(&path).unwrap_err().to_string();
         assert!(err.starts_with(&format!("cannot load tokenizer from {}", path.display())), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_whose_components_panic_in_the_library_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("codon-tok-panic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tokenizer.json");
+        let mut json: serde_json::Value =
+            serde_json::from_str(&CodonTokenizer::new().unwrap().inner().to_string(false).unwrap()).unwrap();
+        // Panics while loading.
+        json["normalizer"] = serde_json::json!({"type": "Precompiled", "precompiled_charsmap": null});
+        std::fs::write(&path, json.to_string()).unwrap();
+        let err = CodonTokenizer::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("the tokenizers library failed on it"), "{err}");
+        // Loads, then panics on every text it encodes.
+        json["normalizer"] = serde_json::Value::Null;
+        json["pre_tokenizer"] = serde_json::json!({"type": "FixedLength", "length": 0});
+        std::fs::write(&path, json.to_string()).unwrap();
+        let t = CodonTokenizer::from_file(&path).unwrap();
+        let err = t.encode("M_ATG").unwrap_err().to_string();
+        assert!(err.contains("the tokenizers library failed on it"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

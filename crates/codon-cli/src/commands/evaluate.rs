@@ -19,7 +19,7 @@ use super::common::csv_table::CsvTable;
 use super::common::reference_args::{ReferenceArgs, References};
 use crate::{errln, outln};
 use clap::Parser;
-use codon_eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW};
+use codon_eval::metrics::{min_max_profile, DEFAULT_CFD_THRESHOLD, DEFAULT_MINMAX_WINDOW, MAX_MINMAX_WINDOW};
 use codon_eval::plot::{plot_distributions, plot_minmax, reference_band, OrganismValues, ProfileBand, ProfileSeries};
 use codon_eval::{Dna, MetricOptions, OrganismReference, SequenceMetrics};
 use codon_model::{organism_name, parse_organism};
@@ -33,7 +33,8 @@ pub struct Args {
     #[command(flatten)]
     reference: ReferenceArgs,
     /// %MinMax window, in codons.
-    #[arg(long, default_value_t = DEFAULT_MINMAX_WINDOW, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = DEFAULT_MINMAX_WINDOW,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_MINMAX_WINDOW as u64))]
     window: usize,
     /// CFD: a codon is rare below this fraction of its most frequent synonym's frequency.
     #[arg(long, alias = "cfd_threshold", default_value_t = DEFAULT_CFD_THRESHOLD)]

@@ -8,6 +8,10 @@ use crate::frequencies::CodonFrequencies;
 /// Upstream's default window, in codons.
 pub const DEFAULT_MINMAX_WINDOW: usize = 18;
 
+/// The longest window, in codons. Upstream pads the profile with ⌊window/2⌋ `None`s whatever the
+/// sequence's length, so a window of 2⁴⁰ would ask for terabytes; a longer window is refused.
+pub const MAX_MINMAX_WINDOW: usize = 1_000_000;
+
 /// The %MinMax profile: one value per window of `window` codons starting at codon 0, 1, … n−window,
 /// followed by ⌊window/2⌋ `None`s, as upstream returns it (a sequence shorter than the window gives
 /// only the `None`s).
@@ -17,9 +21,16 @@ pub const DEFAULT_MINMAX_WINDOW: usize = 18;
 /// ≥ 0, else −%Min = −(avg − actual)/(avg − min)·100. A window made only of amino acids whose
 /// synonyms are equally frequent (ATG, TGG, …) has max = avg = min; upstream raises
 /// `ZeroDivisionError` there, here its value is 0, the choice being neither above nor below average.
+/// A window of 0 or over [`MAX_MINMAX_WINDOW`] is [`EvalError::InvalidArgument`].
 pub fn min_max_profile(dna: &Dna, frequencies: &CodonFrequencies, window: usize) -> Result<Vec<Option<f64>>> {
     if window == 0 {
         return Err(EvalError::InvalidArgument { name: "window", detail: "must be at least 1 codon".into() });
+    }
+    if window > MAX_MINMAX_WINDOW {
+        return Err(EvalError::InvalidArgument {
+            name: "window",
+            detail: format!("{window} codons: at most {MAX_MINMAX_WINDOW}"),
+        });
     }
     let codons = dna.codons();
     let windows = (codons.len() + 1).saturating_sub(window);
@@ -54,4 +65,23 @@ pub fn min_max_profile(dna: &Dna, frequencies: &CodonFrequencies, window: usize)
 pub fn profile_mean(profile: &[Option<f64>]) -> Option<f64> {
     let values: Vec<f64> = profile.iter().flatten().copied().collect();
     (!values.is_empty()).then(|| values.iter().fold(0.0, |acc, v| acc + v) / values.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_past_the_bound_is_refused_rather_than_allocated() {
+        let dna = Dna::parse("ATGGCTGCC").unwrap();
+        let frequencies = CodonFrequencies::from_frequencies([1.0 / 64.0; 64]);
+        // 2⁶² codons was a "capacity overflow" panic, 2⁴⁰ an abort on terabytes.
+        for window in [MAX_MINMAX_WINDOW + 1, 1 << 40, 1 << 62, usize::MAX] {
+            let err = min_max_profile(&dna, &frequencies, window).unwrap_err();
+            assert!(matches!(err, EvalError::InvalidArgument { name: "window", .. }), "{err}");
+        }
+        let profile = min_max_profile(&dna, &frequencies, MAX_MINMAX_WINDOW).unwrap();
+        assert_eq!(profile.len(), MAX_MINMAX_WINDOW / 2);
+        assert!(profile.iter().all(Option::is_none));
+    }
 }

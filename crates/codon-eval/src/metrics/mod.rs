@@ -10,7 +10,7 @@ mod similarity;
 pub use cfd::{cfd, DEFAULT_CFD_THRESHOLD};
 pub use complexity::complexity;
 pub use gc::gc_content;
-pub use minmax::{min_max_profile, profile_mean, DEFAULT_MINMAX_WINDOW};
+pub use minmax::{min_max_profile, profile_mean, DEFAULT_MINMAX_WINDOW, MAX_MINMAX_WINDOW};
 pub use similarity::similarity;
 
 use crate::counts::CodonCounts;
