@@ -279,6 +279,8 @@ fn finetune_flags_resume_and_errors() {
         (vec!["--dataset_dir", p("train.jsonl").leak(), "--num_gpus", "4"], 1),
         (vec!["--dataset_dir", p("missing.jsonl").leak()], 1),
         (vec!["--dataset_dir", p("train.jsonl").leak(), "--precision", "fp8"], 2),
+        // Was a "capacity overflow" panic (status 101) before the device list was made.
+        (vec!["--dataset_dir", p("train.jsonl").leak(), "--num_gpus", "18446744073709551615"], 2),
     ] {
         let o = run("finetune", &args);
         assert_eq!(o.status.code(), Some(status), "{args:?}");

@@ -59,7 +59,9 @@ pub struct Args {
     pub accumulate_grad_batches: usize,
     /// Devices trained data-parallel over HCCL (--device npu:K) or NCCL (cuda:K): that device
     /// and the next N − 1.
-    #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1)]
+    // Bounded past any one host's devices: the list of them is made before any is opened.
+    #[arg(long = "num_gpus", alias = "num-gpus", default_value_t = 1,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub num_gpus: usize,
     /// Peak learning rate [default: 5e-5; demo: 2e-3].
     #[arg(long = "learning_rate", alias = "learning-rate")]
@@ -156,7 +158,7 @@ pub fn run(mode: Mode, mut args: Args) -> anyhow::Result<()> {
         None => *args.device,
     };
     args.device.apply_tf32()?;
-    let mut devices = Vec::with_capacity(args.num_gpus);
+    let mut devices = Vec::new();
     for (k, spec) in data_parallel_devices(first, args.num_gpus)?.into_iter().enumerate() {
         devices.push(match k {
             0 => spec.open()?,

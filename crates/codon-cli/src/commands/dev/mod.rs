@@ -29,7 +29,7 @@ pub struct BatchShape<const BATCH: usize, const LENGTH: usize> {
 pub struct Repeats<const DEFAULT: usize> {
     /// Timed runs after one untimed warm-up; the tool reports their median.
     #[arg(id = "repeats", long = "repeats", value_name = "N", default_value = DEFAULT.to_string(),
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
     count: usize,
 }
 
