@@ -100,9 +100,7 @@ impl TrainerState {
                 })
             })
     }
-}
 
-impl TrainerState {
     /// What in a saved state no run could have written, which would otherwise show only as a
     /// diverged run (AdamW's bias correction at step 0 divides by zero).
     fn inconsistency(&self) -> Option<String> {

@@ -168,14 +168,17 @@ impl CodonTokenizer {
             encode_direct(merged, self.max_len, out);
             return Ok(());
         }
-        let encoding = unpanicked(|| self.inner.encode(merged, true)).map_err(tok_err)?.map_err(tok_err)?;
-        out.extend_from_slice(encoding.get_ids());
+        out.extend_from_slice(self.library_encoding(merged)?.get_ids());
         Ok(())
     }
 
     /// Ids through the `tokenizers` pipeline only (the reference for the direct path).
     pub fn encode_with_library(&self, merged: &str) -> Result<Vec<u32>> {
-        Ok(unpanicked(|| self.inner.encode(merged, true)).map_err(tok_err)?.map_err(tok_err)?.get_ids().to_vec())
+        Ok(self.library_encoding(merged)?.get_ids().to_vec())
+    }
+
+    fn library_encoding(&self, merged: &str) -> Result<tokenizers::Encoding> {
+        unpanicked(|| self.inner.encode(merged, true)).map_err(tok_err)?.map_err(tok_err)
     }
 
     /// Encode and pad a batch. `organism_ids[i]` fills row `i` of `token_type_ids`.
